@@ -1,0 +1,144 @@
+"""Weight files of bilm-tf / AllenNLP (`options.json` + `weights.hdf5`), read and written.
+
+Layout (the released ELMo files):
+    char_embed                                   (261, char_dim)   a zero row 0 is prepended at load time
+    CNN/W_cnn_{k}, CNN/b_cnn_{k}                 (1, width, char_dim, n), (n,)
+    CNN_high_{k}/W_carry, b_carry, W_transform, b_transform     "carry" = the gate on the nonlinear branch
+    CNN_proj/W_proj, b_proj                      only when the filter total differs from projection_dim
+    RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0   (input + projection_dim, 4 * dim): input rows first
+                                            /B     (4 * dim,) i, j, f, o; without the forget bias +1
+                                            /W_P_0 (dim, projection_dim)
+    d = 0 forward, 1 backward. The softmax is not in the file.
+"""
+import os
+
+import h5py
+import numpy as np
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.layers.bilm import DIRECTIONS
+
+
+class WeightFileError(ValueError):
+    """A weight file that cannot be read, lacks a dataset, or disagrees with its options."""
+
+
+def _lstm_prefix(direction_index, layer):
+    return f"RNN_{direction_index}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+
+
+def weight_map(model):
+    """`(dataset name, variables, to_file, from_file)` for every weight of an `ELMo` model.
+
+    `from_file(array) -> list of arrays` (one per variable) and `to_file(list of arrays) -> array`
+    convert between the file's layout and the variables'.
+    """
+    cnn, bilm = model.char_cnn, model.bilm
+    entries = [("char_embed", [cnn.char_embedding], lambda v: v[0][1:], lambda a: [np.concatenate(
+        [np.zeros_like(a[:1]), a])])]
+    for k, (kernel, bias) in enumerate(zip(cnn.conv_kernels, cnn.conv_biases)):
+        entries.append((f"CNN/W_cnn_{k}", [kernel], lambda v: v[0][None], lambda a: [a[0]]))
+        entries.append((f"CNN/b_cnn_{k}", [bias], lambda v: v[0], lambda a: [a]))
+    hw = cnn.highway
+    for k in range(hw.num_layers):
+        for name, var in (("W_carry", hw.carry_kernels[k]), ("b_carry", hw.carry_biases[k]),
+                          ("W_transform", hw.transform_kernels[k]), ("b_transform", hw.transform_biases[k])):
+            entries.append((f"CNN_high_{k}/{name}", [var], lambda v: v[0], lambda a: [a]))
+    if cnn.use_projection:
+        entries.append(("CNN_proj/W_proj", [cnn.projection.kernel], lambda v: v[0], lambda a: [a]))
+        entries.append(("CNN_proj/b_proj", [cnn.projection.bias], lambda v: v[0], lambda a: [a]))
+    for d, direction in enumerate(DIRECTIONS):
+        for layer in range(bilm.num_layers):
+            lstm = bilm.get_lstm(direction, layer)
+            prefix = _lstm_prefix(d, layer)
+            n_in = lstm.input_kernel.shape[0]
+            entries.append((f"{prefix}/W_0", [lstm.input_kernel, lstm.recurrent_kernel],
+                            lambda v: np.concatenate(v, axis=0), lambda a, n=n_in: [a[:n], a[n:]]))
+            entries.append((f"{prefix}/B", [lstm.bias], lambda v: v[0], lambda a: [a]))
+            entries.append((f"{prefix}/W_P_0", [lstm.projection_kernel], lambda v: v[0], lambda a: [a]))
+    return entries
+
+
+def _expected_file_shape(name, variables):
+    shapes = [tuple(v.shape) for v in variables]
+    if name == "char_embed":
+        return (shapes[0][0] - 1, shapes[0][1])
+    if name.startswith("CNN/W_cnn_"):
+        return (1,) + shapes[0]
+    if name.endswith("/W_0"):
+        return (shapes[0][0] + shapes[1][0], shapes[0][1])
+    return shapes[0]
+
+
+def load_bilm_weights(model, weights_path):
+    """Loads a bilm-tf/AllenNLP `weights.hdf5` into an `ELMo` model, checking every dataset's shape.
+
+    Raises:
+        WeightFileError: unreadable/truncated file, a missing dataset, or a shape that disagrees with the
+            model built from the options (the message names the dataset, expected and found shapes).
+    """
+    try:
+        f = h5py.File(weights_path, "r")
+    except OSError as e:
+        raise WeightFileError(f"cannot read weight file {weights_path!r} (missing, truncated or not HDF5): {e}") from None
+    with f:
+        for name, variables, _, from_file in weight_map(model):
+            expected = _expected_file_shape(name, variables)
+            if name not in f or not isinstance(f[name], h5py.Dataset):
+                raise WeightFileError(f"weight file {weights_path!r} has no dataset {name!r} "
+                                      f"(expected shape {expected} from the options)")
+            if name == "char_embed" and f[name].shape == tuple(variables[0].shape):
+                # a file that already holds the zero padding row (262 rows)
+                arrays = [f[name][...]]
+            else:
+                if f[name].shape != expected:
+                    raise WeightFileError(f"dataset {name!r} in {weights_path!r} has shape {f[name].shape}, "
+                                          f"expected {expected} from the options")
+                try:
+                    data = f[name][...]
+                except OSError as e:
+                    raise WeightFileError(f"dataset {name!r} in {weights_path!r} cannot be read "
+                                          f"(truncated file?): {e}") from None
+                arrays = from_file(data)
+            for var, array in zip(variables, arrays):
+                if not np.all(np.isfinite(array)):
+                    raise WeightFileError(f"dataset {name!r} in {weights_path!r} holds NaN or inf values")
+                var.assign(array.astype(var.dtype))
+
+
+def save_bilm_weights(model, weights_path):
+    """Writes an `ELMo` model's weights in the bilm-tf/AllenNLP layout (261-row char_embed, no softmax).
+
+    Written to a temporary file first and renamed, so an existing file is never left half-written.
+    """
+    tmp = f"{weights_path}.tmp-{os.getpid()}"
+    try:
+        with h5py.File(tmp, "w") as f:
+            for name, variables, to_file, _ in weight_map(model):
+                f.create_dataset(name, data=to_file([np.asarray(v.numpy()) for v in variables]).astype(np.float32))
+        os.replace(tmp, weights_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_elmo(options_path, weights_path=None, **elmo_kwargs):
+    """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it.
+
+    Example:
+        elmo = load_elmo("options.json", "weights.hdf5")
+        out = elmo.embed_tokens(tf.constant([["Hello", "world", "."]]))
+    """
+    from elmo_tf.models.elmo import ELMo
+
+    model = ELMo(BiLMConfig.from_json(options_path), **elmo_kwargs)
+    if weights_path is not None:
+        load_bilm_weights(model, weights_path)
+    return model
+
+
+def save_elmo(model, output_dir):
+    """Writes `options.json` and `weights.hdf5` for an `ELMo` model into `output_dir`."""
+    os.makedirs(output_dir, exist_ok=True)
+    model.config.to_json(os.path.join(output_dir, "options.json"))
+    save_bilm_weights(model, os.path.join(output_dir, "weights.hdf5"))

@@ -1,0 +1,8 @@
+"""Keras 3 layers of ELMo, registered under the package name "elmo_tf"."""
+from elmo_tf.layers.bilm import BiLM
+from elmo_tf.layers.char_cnn import CharCNN
+from elmo_tf.layers.highway import Highway
+from elmo_tf.layers.projected_lstm import ProjectedLSTM
+from elmo_tf.layers.scalar_mix import ScalarMix
+
+__all__ = ["BiLM", "CharCNN", "Highway", "ProjectedLSTM", "ScalarMix"]

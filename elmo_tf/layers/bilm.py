@@ -1,0 +1,125 @@
+"""The bidirectional LM of ELMo: separate forward and backward stacks of projected LSTMs."""
+import keras
+import tensorflow as tf
+
+from elmo_tf.layers.projected_lstm import ProjectedLSTM
+from elmo_tf.layers.recurrence import projected_lstm_scan
+
+DIRECTIONS = ("forward", "backward")
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class BiLM(keras.layers.Layer):
+    """Forward and backward LSTM stacks over the same token vectors; layer l>0 adds its input (residual).
+
+    The forward stack reads each sentence left to right, the backward stack from its last real token
+    back to its first (as `tf.reverse_sequence` with the true lengths); the stacks never feed each
+    other. Both directions of a layer advance in one compiled loop. With `use_skip_connections`,
+    layer l>0 outputs `lstm_l(x) + x`; the recurrent state is the LSTM's own output.
+
+    Sublayers (stable names, used by the weight converter): `forward_lstm_{l}`, `backward_lstm_{l}`.
+
+    Args:
+        num_layers: LSTM layers per direction.
+        units: LSTM cell size.
+        projection_dim: LSTM output size (and the token vector size).
+        cell_clip, proj_clip: clip values or None.
+        use_skip_connections: residual connections from layer 1 on.
+        dropout: rate on each layer's input, in training only.
+    Call arguments:
+        inputs: float `(batch, time, projection_dim)` token vectors.
+        mask: bool `(batch, time)`, True for real tokens (left-aligned). None: all real.
+        initial_state: optional flat list of `4 * num_layers` tensors, ordered
+            `[c, h]` of forward layer 0, 1, ..., then backward layer 0, 1, ...; zeros when None.
+        return_state: also return the final states in the same order (after each row's last real
+            token; for the backward stack, after its first token).
+    Returns:
+        list of `num_layers` float `(batch, time, 2 * projection_dim)` (forward ++ backward, zeros at
+        padding); with `return_state`, `(outputs, states)`.
+    """
+
+    def __init__(self, num_layers=2, units=4096, projection_dim=512, cell_clip=3.0, proj_clip=3.0,
+                 use_skip_connections=True, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        for name, value in (("num_layers", num_layers), ("units", units), ("projection_dim", projection_dim)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.num_layers = num_layers
+        self.units = units
+        self.projection_dim = projection_dim
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.use_skip_connections = bool(use_skip_connections)
+        self.dropout = dropout
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        if input_shape[-1] is not None and input_shape[-1] != self.projection_dim:
+            raise ValueError(f"BiLM inputs must have last dimension projection_dim={self.projection_dim}, "
+                             f"got input shape {input_shape}")
+        self.forward_lstms, self.backward_lstms = [], []
+        for direction, stack in zip(DIRECTIONS, (self.forward_lstms, self.backward_lstms)):
+            for layer in range(self.num_layers):
+                lstm = ProjectedLSTM(self.units, self.projection_dim, cell_clip=self.cell_clip,
+                                     proj_clip=self.proj_clip, go_backwards=direction == "backward",
+                                     dropout=self.dropout, name=f"{direction}_lstm_{layer}")
+                lstm.build((None, None, self.projection_dim))
+                stack.append(lstm)
+
+    def get_lstm(self, direction, layer):
+        """The `ProjectedLSTM` of one direction ("forward"/"backward") and layer."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        return (self.forward_lstms if direction == "forward" else self.backward_lstms)[layer]
+
+    def zero_state(self, batch_size, dtype=tf.float32):
+        return [s for d in DIRECTIONS for l in range(self.num_layers) for s in self.get_lstm(d, l).zero_state(batch_size, dtype)]
+
+    def call(self, inputs, mask=None, initial_state=None, return_state=False, training=None):
+        x = tf.convert_to_tensor(inputs)
+        if x.shape.rank != 3 or not x.dtype.is_floating:
+            raise ValueError(f"BiLM inputs must be float (batch, time, {self.projection_dim}), "
+                             f"got {x.dtype.name} {x.shape}")
+        batch = tf.shape(x)[0]
+        mask = tf.ones(tf.shape(x)[:2], tf.bool) if mask is None else tf.cast(mask, tf.bool)
+        mask_tm = tf.transpose(mask)
+        lengths = tf.reduce_sum(tf.cast(mask_tm, tf.int32), axis=0)
+        if initial_state is None:
+            initial_state = self.zero_state(batch, x.dtype)
+        if len(initial_state) != 4 * self.num_layers:
+            raise ValueError(f"initial_state must hold {4 * self.num_layers} tensors ([c, h] per direction and "
+                             f"layer), got {len(initial_state)}")
+        x_tm = tf.transpose(x, [1, 0, 2])
+        # the backward stack works in reversed time throughout; its outputs are restored at the end
+        stream = {"forward": x_tm, "backward": tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)}
+        outputs, final_states = [], {}
+        for layer in range(self.num_layers):
+            lstms = [self.get_lstm(d, layer) for d in DIRECTIONS]
+            state_index = [(k * self.num_layers + layer) * 2 for k in range(len(DIRECTIONS))]
+            outs, cs, hs = projected_lstm_scan(
+                [lstm.input_gates(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)], mask_tm,
+                [lstm.recurrent_kernel for lstm in lstms], [lstm.projection_kernel for lstm in lstms],
+                [initial_state[i] for i in state_index], [initial_state[i + 1] for i in state_index],
+                lstms[0].cell_clip, lstms[0].proj_clip)
+            for k, d in enumerate(DIRECTIONS):
+                final_states[d, layer] = [cs[k], hs[k]]
+                stream[d] = outs[k] + stream[d] if self.use_skip_connections and layer > 0 else outs[k]
+            backward = tf.reverse_sequence(stream["backward"], lengths, seq_axis=0, batch_axis=1)
+            both = tf.concat([stream["forward"], backward], axis=-1) * tf.cast(mask_tm, x.dtype)[:, :, None]
+            outputs.append(tf.transpose(both, [1, 0, 2]))
+        if return_state:
+            return outputs, [s for d in DIRECTIONS for l in range(self.num_layers) for s in final_states[d, l]]
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return [tuple(input_shape[:-1]) + (2 * self.projection_dim,)] * self.num_layers
+
+    def compute_mask(self, inputs, mask=None):
+        return [mask] * self.num_layers if mask is not None else None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, units=self.units, projection_dim=self.projection_dim,
+                      cell_clip=self.cell_clip, proj_clip=self.proj_clip,
+                      use_skip_connections=self.use_skip_connections, dropout=self.dropout)
+        return config

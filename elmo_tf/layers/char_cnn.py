@@ -1,0 +1,110 @@
+"""The ELMo token encoder: characters -> context-free token vectors."""
+import keras
+import tensorflow as tf
+from keras import ops
+
+from elmo_tf.layers.highway import Highway
+from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
+
+ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class CharCNN(keras.layers.Layer):
+    """Char embedding -> convolutions over chars -> max over positions -> activation -> highway -> projection.
+
+    For each `(width, n)` in `filters`: a VALID convolution over the char axis, the max over all
+    positions (padding chars included, as in the original), then `activation`; filters are
+    concatenated, passed through `num_highway` highway layers and projected to `projection_dim`
+    (`x W + b`, only when the filter total differs from `projection_dim`, as bilm-tf does).
+    Only real tokens (a row with any non-zero id) are encoded; padding rows give zero vectors.
+
+    Args:
+        filters: sequence of `(width, num_filters)`.
+        num_highway: number of highway layers.
+        projection_dim: output size.
+        char_embedding_dim: size of each char vector.
+        num_chars: rows of the char embedding (262: row 0 is the padding row, kept at zero by the data).
+        max_chars: chars per token (50).
+        activation: after the max-pool and in the highway transform ("relu").
+    Call arguments:
+        inputs: int32 char ids `(batch, tokens, max_chars)`, all-zero rows for padding.
+    Returns:
+        float32 `(batch, tokens, projection_dim)`, with a mask `(batch, tokens)`.
+    """
+
+    def __init__(self, filters=ORIGINAL_FILTERS, num_highway=2, projection_dim=512, char_embedding_dim=16,
+                 num_chars=NUM_CHAR_IDS, max_chars=MAX_CHARS, activation="relu", **kwargs):
+        super().__init__(**kwargs)
+        filters = tuple((int(w), int(n)) for w, n in filters)
+        if not filters:
+            raise ValueError(f"filters must be a non-empty list of (width, num_filters), got {filters!r}")
+        for width, n in filters:
+            if width < 1 or n < 1 or width > max_chars:
+                raise ValueError(f"filters entries need 1 <= width <= max_chars ({max_chars}) and num_filters >= 1, "
+                                 f"got ({width}, {n})")
+        for name, value in (("projection_dim", projection_dim), ("char_embedding_dim", char_embedding_dim),
+                            ("num_chars", num_chars), ("max_chars", max_chars)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.filters = filters
+        self.num_highway = num_highway
+        self.projection_dim = projection_dim
+        self.char_embedding_dim = char_embedding_dim
+        self.num_chars = num_chars
+        self.max_chars = max_chars
+        self.activation = keras.activations.get(activation)
+        self.num_filters = sum(n for _, n in filters)
+        self.use_projection = self.num_filters != projection_dim
+
+    def build(self, input_shape):
+        self.char_embedding = self.add_weight(name="char_embedding", shape=(self.num_chars, self.char_embedding_dim),
+                                              initializer=keras.initializers.RandomUniform(-1.0, 1.0))
+        self.conv_kernels, self.conv_biases = [], []
+        for k, (width, n) in enumerate(self.filters):
+            self.conv_kernels.append(self.add_weight(name=f"conv_kernel_{k}", shape=(width, self.char_embedding_dim, n),
+                                                     initializer="glorot_uniform"))
+            self.conv_biases.append(self.add_weight(name=f"conv_bias_{k}", shape=(n,), initializer="zeros"))
+        self.highway = Highway(self.num_highway, activation=self.activation, name="highway")
+        self.highway.build((None, self.num_filters))
+        if self.use_projection:
+            self.projection = keras.layers.Dense(self.projection_dim, name="projection")
+            self.projection.build((None, self.num_filters))
+
+    def encode_tokens(self, char_ids):
+        """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`."""
+        x = ops.take(self.char_embedding, char_ids, axis=0)  # (n, chars, dim)
+        pooled = []
+        for kernel, bias in zip(self.conv_kernels, self.conv_biases):
+            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias
+            pooled.append(self.activation(ops.max(conv, axis=1)))
+        h = self.highway(ops.concatenate(pooled, axis=-1))
+        return self.projection(h) if self.use_projection else h
+
+    def call(self, inputs):
+        char_ids = tf.convert_to_tensor(inputs)
+        if not char_ids.dtype.is_integer:
+            raise TypeError(f"CharCNN inputs must be integer char ids, got dtype {char_ids.dtype.name}")
+        if char_ids.shape.rank != 3 or (char_ids.shape[-1] is not None and char_ids.shape[-1] != self.max_chars):
+            raise ValueError(f"CharCNN inputs must have shape (batch, tokens, {self.max_chars}), got {char_ids.shape}")
+        char_ids = tf.cast(char_ids, tf.int32)
+        mask = tf.reduce_any(char_ids > 0, axis=-1)
+        # encode only real tokens, then scatter back: padding costs nothing
+        where = tf.where(mask)
+        encoded = self.encode_tokens(tf.gather_nd(char_ids, where))
+        shape = tf.concat([tf.shape(char_ids, out_type=tf.int64)[:2], [self.projection_dim]], axis=0)
+        return tf.scatter_nd(where, encoded, shape)
+
+    def compute_mask(self, inputs, mask=None):
+        return ops.any(ops.greater(inputs, 0), axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.projection_dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(filters=[list(f) for f in self.filters], num_highway=self.num_highway,
+                      projection_dim=self.projection_dim, char_embedding_dim=self.char_embedding_dim,
+                      num_chars=self.num_chars, max_chars=self.max_chars,
+                      activation=keras.activations.serialize(self.activation))
+        return config

@@ -1,0 +1,113 @@
+"""One direction of one biLM layer: an LSTM with a projected output (TF1 `LSTMCell(num_proj=...)`)."""
+import keras
+import tensorflow as tf
+
+from elmo_tf.layers.recurrence import projected_lstm_scan
+
+
+def _check_clip(name, value):
+    if value is not None and (not isinstance(value, (int, float)) or value < 0):
+        raise ValueError(f"{name} must be None or a non-negative number, got {value!r}")
+    return float(value) if value else None
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class ProjectedLSTM(keras.layers.Layer):
+    """LSTM with projection and clipping, as in bilm-tf: `c = clip(sigmoid(f + 1) c' + sigmoid(i) tanh(j))`,
+    `m = clip((sigmoid(o) tanh(c)) W_P)`, gates `z = x W_x + m' W_h + b` in i, j, f, o order.
+
+    The forget bias +1 is added at run time and is not part of `bias` (the weight files' convention).
+    The input-to-gates products of all time steps are computed in one matmul; only the recurrent part
+    runs per step, in a compiled loop. Stateless by default: zero initial state.
+
+    Args:
+        units: cell size (bilm-tf's `lstm.dim`, 4096 in the original).
+        projection_dim: output size (512 in the original).
+        cell_clip, proj_clip: clip values, None (or 0) for no clipping.
+        go_backwards: read each sequence from its last real token back to its first (by its mask);
+            outputs are returned in forward order.
+        return_state: also return the final `[c, h]` (state after each row's last real token).
+        dropout: rate applied to the inputs in training (no recurrent dropout, as in the original).
+    Call arguments:
+        inputs: float `(batch, time, input_dim)`.
+        mask: bool `(batch, time)`, True for real steps (left-aligned), or None for all real.
+        initial_state: optional `[c (batch, units), h (batch, projection_dim)]`.
+    Returns:
+        float `(batch, time, projection_dim)` (zeros at masked steps), and `[c, h]` with `return_state`.
+    """
+
+    def __init__(self, units, projection_dim, cell_clip=None, proj_clip=None, go_backwards=False,
+                 return_state=False, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        for name, value in (("units", units), ("projection_dim", projection_dim)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.units = units
+        self.projection_dim = projection_dim
+        self.cell_clip = _check_clip("cell_clip", cell_clip)
+        self.proj_clip = _check_clip("proj_clip", proj_clip)
+        self.go_backwards = bool(go_backwards)
+        self.return_state = bool(return_state)
+        self.dropout = float(dropout)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        input_dim = input_shape[-1]
+        if input_dim is None:
+            raise ValueError(f"ProjectedLSTM needs a known input dimension, got input shape {input_shape}")
+        self.input_kernel = self.add_weight(name="input_kernel", shape=(input_dim, 4 * self.units),
+                                            initializer="glorot_uniform")
+        self.recurrent_kernel = self.add_weight(name="recurrent_kernel", shape=(self.projection_dim, 4 * self.units),
+                                                initializer="orthogonal")
+        self.bias = self.add_weight(name="bias", shape=(4 * self.units,), initializer="zeros")
+        self.projection_kernel = self.add_weight(name="projection_kernel", shape=(self.units, self.projection_dim),
+                                                 initializer="glorot_uniform")
+
+    def input_gates(self, x_time_major, training=None):
+        """`x W_x + b` for all steps at once: `(time, batch, input_dim)` -> `(time, batch, 4 * units)`."""
+        if training and self.dropout > 0:
+            x_time_major = tf.nn.dropout(x_time_major, rate=self.dropout)
+        return tf.einsum("tbi,ig->tbg", x_time_major, self.input_kernel) + self.bias
+
+    def zero_state(self, batch_size, dtype=tf.float32):
+        return [tf.zeros([batch_size, self.units], dtype), tf.zeros([batch_size, self.projection_dim], dtype)]
+
+    def call(self, inputs, mask=None, initial_state=None, training=None):
+        x = tf.convert_to_tensor(inputs)
+        if x.shape.rank != 3 or not x.dtype.is_floating:
+            raise ValueError(f"ProjectedLSTM inputs must be float (batch, time, dim), got {x.dtype.name} {x.shape}")
+        if mask is None:
+            mask = tf.ones(tf.shape(x)[:2], tf.bool)
+        mask = tf.cast(mask, tf.bool)
+        mask_tm = tf.transpose(mask)
+        x_tm = tf.transpose(x, [1, 0, 2])
+        lengths = tf.reduce_sum(tf.cast(mask_tm, tf.int32), axis=0)
+        if self.go_backwards:
+            x_tm = tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)
+        if initial_state is None:
+            initial_state = self.zero_state(tf.shape(x)[0], x.dtype)
+        (out,), (c,), (h,) = projected_lstm_scan(
+            [self.input_gates(x_tm, training)], mask_tm, [self.recurrent_kernel], [self.projection_kernel],
+            [initial_state[0]], [initial_state[1]], self.cell_clip, self.proj_clip)
+        if self.go_backwards:
+            out = tf.reverse_sequence(out, lengths, seq_axis=0, batch_axis=1)
+        out = tf.transpose(out, [1, 0, 2])
+        return (out, [c, h]) if self.return_state else out
+
+    def compute_mask(self, inputs, mask=None):
+        return None if self.return_state else mask
+
+    def compute_output_shape(self, input_shape):
+        out = tuple(input_shape[:-1]) + (self.projection_dim,)
+        if self.return_state:
+            return out, [(input_shape[0], self.units), (input_shape[0], self.projection_dim)]
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(units=self.units, projection_dim=self.projection_dim, cell_clip=self.cell_clip,
+                      proj_clip=self.proj_clip, go_backwards=self.go_backwards, return_state=self.return_state,
+                      dropout=self.dropout)
+        return config

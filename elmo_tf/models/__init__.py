@@ -1,0 +1,3 @@
+from elmo_tf.models.elmo import ELMo
+
+__all__ = ["ELMo"]

@@ -1,0 +1,123 @@
+"""The ELMo encoder: char ids -> every biLM layer's activations, mask, lengths and named mixes."""
+import keras
+import tensorflow as tf
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.layers.bilm import BiLM
+from elmo_tf.layers.char_cnn import CharCNN
+from elmo_tf.layers.scalar_mix import ScalarMix
+from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries, tokens_to_char_ids
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class ELMo(keras.Model):
+    """ELMo (Peters et al. 2018): `CharCNN` token vectors -> `BiLM` -> `ScalarMix` per named mix.
+
+    Sentence boundaries are added around every sentence before the char CNN and removed from all
+    outputs, as the original does. Stateless by default (zero initial state, so a sentence gets the
+    same vectors in any batch); pass `initial_state` / `return_state=True` for continuity.
+
+    Args:
+        config: a `BiLMConfig` or its options dict (bilm-tf options.json layout).
+        mixes: names of the ScalarMix outputs to compute (default `("elmo",)`).
+        mix_layer_norm: per-sentence layer norm inside each mix.
+        dropout: biLM dropout in training.
+    Call arguments:
+        inputs: int32 char ids `(batch, tokens, 50)`, all-zero rows for padding (left-aligned), without
+            sentence boundaries (see `elmo_tf.preprocessing.tokens_to_char_ids`).
+        initial_state / return_state: see `BiLM`.
+    Returns:
+        dict with `activations` (list of L+1 float `(batch, tokens, 2P)`: the token layer duplicated,
+        then each LSTM layer; zeros at padding), `word_emb` `(batch, tokens, P)`, `lstm_outputs{l}`
+        (l = 1..L), one entry per mix name `(batch, tokens, 2P)`, `default` (the mean of the first mix over
+        real tokens, `(batch, 2P)`), `mask` bool `(batch, tokens)`, `sequence_len` int32 `(batch,)`, and
+        `final_state` with `return_state`.
+    """
+
+    def __init__(self, config=None, mixes=("elmo",), mix_layer_norm=False, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if config is None:
+            config = BiLMConfig()
+        elif isinstance(config, dict):
+            config = BiLMConfig.from_options(config)
+        elif not isinstance(config, BiLMConfig):
+            raise TypeError(f"config must be a BiLMConfig or an options dict, got {type(config).__name__}")
+        if isinstance(mixes, str):
+            mixes = (mixes,)
+        mixes = tuple(mixes)
+        reserved = {"activations", "word_emb", "mask", "sequence_len", "default", "final_state"}
+        for name in mixes:
+            if name in reserved or name.startswith("lstm_outputs"):
+                raise ValueError(f"mix name {name!r} collides with an output key ({sorted(reserved)})")
+        self.config = config
+        self.mixes = mixes
+        self.mix_layer_norm = bool(mix_layer_norm)
+        self.dropout = float(dropout)
+        self.char_cnn = CharCNN(config.filters, config.num_highway, config.projection_dim, config.char_embedding_dim,
+                                num_chars=config.num_characters, max_chars=config.max_characters_per_token,
+                                activation=config.activation, name="char_cnn")
+        self.bilm = BiLM(config.num_layers, config.lstm_dim, config.projection_dim, cell_clip=config.cell_clip,
+                         proj_clip=config.proj_clip, use_skip_connections=config.use_skip_connections,
+                         dropout=dropout, name="bilm")
+        self.scalar_mixes = [ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}")
+                             for name in mixes]
+        # weights exist right after construction: loaders and savers never see a half-built model
+        self.char_cnn.build((None, None, MAX_CHARS))
+        self.bilm.build((None, None, config.projection_dim))
+        for mix in self.scalar_mixes:
+            mix.build([(None, None, 2 * config.projection_dim)] * (config.num_layers + 1))
+        self.built = True
+
+    @property
+    def num_output_layers(self):
+        return self.config.num_layers + 1
+
+    def call(self, inputs, initial_state=None, return_state=False, training=None):
+        char_ids = tf.convert_to_tensor(inputs)
+        if not char_ids.dtype.is_integer:
+            raise TypeError(f"ELMo inputs must be integer char ids (batch, tokens, {MAX_CHARS}), "
+                            f"got dtype {char_ids.dtype.name}")
+        if char_ids.shape.rank != 3 or char_ids.shape[-1] not in (None, MAX_CHARS):
+            raise ValueError(f"ELMo inputs must have shape (batch, tokens, {MAX_CHARS}), got {char_ids.shape}")
+        char_ids = tf.cast(char_ids, tf.int32)
+        mask = tf.reduce_any(char_ids > 0, axis=-1)
+        with_bounds = add_sentence_boundaries(char_ids)
+        mask_bounds = tf.reduce_any(with_bounds > 0, axis=-1)
+        tokens = self.char_cnn(with_bounds)
+        result = self.bilm(tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state,
+                           training=training)
+        lstm_layers, states = result if return_state else (result, None)
+        float_mask = tf.cast(mask, tokens.dtype)[:, :, None]
+
+        def strip(x):  # drop <S> and </S>: real tokens sit at 1..n, </S> lands on a masked slot
+            return x[:, 1:-1] * float_mask
+
+        word_emb = strip(tokens)
+        activations = [tf.concat([word_emb, word_emb], axis=-1)] + [strip(x) for x in lstm_layers]
+        outputs = {"activations": activations, "word_emb": word_emb, "mask": mask,
+                   "sequence_len": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)}
+        for layer, x in enumerate(activations[1:], start=1):
+            outputs[f"lstm_outputs{layer}"] = x
+        for name, mix in zip(self.mixes, self.scalar_mixes):
+            outputs[name] = mix(activations, mask=mask)
+        if self.mixes:
+            first = outputs[self.mixes[0]]
+            count = tf.maximum(tf.reduce_sum(float_mask, axis=1), 1.0)
+            outputs["default"] = tf.reduce_sum(first, axis=1) / count
+        if return_state:
+            outputs["final_state"] = states
+        return outputs
+
+    def embed_tokens(self, tokens, **kwargs):
+        """Calls the model on a tf.string `(batch, tokens)` tensor padded with ""."""
+        return self(tokens_to_char_ids(tokens), **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(config=self.config.to_options(), mixes=list(self.mixes), mix_layer_norm=self.mix_layer_norm,
+                      dropout=self.dropout)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
