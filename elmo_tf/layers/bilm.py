@@ -98,7 +98,8 @@ class BiLM(keras.layers.Layer):
             state_index = [(k * self.num_layers + layer) * 2 for k in range(len(DIRECTIONS))]
             outs, cs, hs = projected_lstm_scan(
                 [lstm.input_gates(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)], mask_tm,
-                [lstm.recurrent_kernel for lstm in lstms], [lstm.projection_kernel for lstm in lstms],
+                [tf.convert_to_tensor(lstm.recurrent_kernel) for lstm in lstms],
+                [tf.convert_to_tensor(lstm.projection_kernel) for lstm in lstms],
                 [initial_state[i] for i in state_index], [initial_state[i + 1] for i in state_index],
                 lstms[0].cell_clip, lstms[0].proj_clip)
             for k, d in enumerate(DIRECTIONS):

@@ -89,7 +89,8 @@ class ProjectedLSTM(keras.layers.Layer):
         if initial_state is None:
             initial_state = self.zero_state(tf.shape(x)[0], x.dtype)
         (out,), (c,), (h,) = projected_lstm_scan(
-            [self.input_gates(x_tm, training)], mask_tm, [self.recurrent_kernel], [self.projection_kernel],
+            [self.input_gates(x_tm, training)], mask_tm, [tf.convert_to_tensor(self.recurrent_kernel)],
+            [tf.convert_to_tensor(self.projection_kernel)],
             [initial_state[0]], [initial_state[1]], self.cell_clip, self.proj_clip)
         if self.go_backwards:
             out = tf.reverse_sequence(out, lengths, seq_axis=0, batch_axis=1)

@@ -1,0 +1,97 @@
+"""Command line: `python -m elmo_tf embed ...`."""
+import argparse
+import logging
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+EXAMPLES = """examples:
+  python -m elmo_tf embed --options options.json --weights weights.hdf5 --input sentences.txt --output out.hdf5
+  python -m elmo_tf embed --options options.json --weights weights.hdf5 --input s.txt --output top.hdf5 \\
+      --layers top --batch-size 32
+
+input: one whitespace-tokenized sentence per line (split on ASCII whitespace; bytes kept as they are).
+output: dataset "<line index>" per line: (L+1, n_tokens, 2P) for --layers all, (n_tokens, 2P) for top and
+average; "sentence_to_index": a JSON string {sentence: "line index"} (AllenNLP's format).
+Empty lines give a dataset with 0 tokens. Long sentences are embedded whole (alone in a batch when they
+pass --max-batch-tokens) unless --max-sentence-tokens cuts them. Outputs are stateless: a sentence gets
+the same vectors whatever it is batched with.
+"""
+
+
+def _positive(name):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+        return value
+    return parse
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m elmo_tf", description="ELMo tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("embed", help="write ELMo activations for every line of a text file to hdf5",
+                       description="Write ELMo activations for every sentence of a file (like bilm-tf's "
+                                   "dump_bilm_embeddings and AllenNLP's `elmo --all`).",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--options", required=True, help="bilm-tf/AllenNLP options.json")
+    p.add_argument("--weights", required=True, help="bilm-tf/AllenNLP weights.hdf5")
+    p.add_argument("--input", required=True, help="text file, one whitespace-tokenized sentence per line")
+    p.add_argument("--output", required=True, help="hdf5 file to write")
+    p.add_argument("--batch-size", type=_positive("--batch-size"), default=64, help="sentences per batch (64)")
+    p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
+    p.add_argument("--max-batch-tokens", type=_positive("--max-batch-tokens"), default=None,
+                   help="cap on rows x longest sentence per batch (default 128 x batch size)")
+    p.add_argument("--max-sentence-tokens", type=_positive("--max-sentence-tokens"), default=None,
+                   help="cut longer sentences to this many tokens (default: never cut)")
+    p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's default)")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    log = logging.getLogger("elmo_tf")
+    for name in ("options", "weights", "input"):
+        path = getattr(args, name)
+        if not os.path.isfile(path):
+            print(f"error: --{name}: no such file: {path!r}", file=sys.stderr)
+            return 2
+    if os.path.isdir(args.output):
+        print(f"error: --output: is a directory: {args.output!r}", file=sys.stderr)
+        return 2
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from elmo_tf.embed import embed_file, read_sentences
+    from elmo_tf.io import load_elmo
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    try:
+        model = load_elmo(args.options, args.weights)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    total = len(read_sentences(args.input)[0])
+    start = time.perf_counter()
+    with tqdm(total=total, unit="sent", file=sys.stderr, desc="embed") as bar:
+        stats = embed_file(model, args.input, args.output, batch_size=args.batch_size, layers=args.layers,
+                           max_batch_tokens=args.max_batch_tokens, sort=not args.no_sort,
+                           max_sentence_tokens=args.max_sentence_tokens, progress=bar.update)
+    seconds = time.perf_counter() - start
+    log.info("%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; wrote %s", stats["sentences"],
+             stats["tokens"], seconds, stats["tokens"] / max(seconds, 1e-9), stats["empty"], stats["truncated"],
+             args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
