@@ -1,0 +1,79 @@
+"""Parity with the original implementation's own recorded outputs (bilm-tf / AllenNLP test fixtures).
+
+`lm_embeddings_{k}.hdf5[str(i)]`: top layer (forward, backward halves) of sentence k of batch i, from
+10 batches of 3 sentences replayed in order with the LSTM state carried from batch to batch, row by row,
+as the original code does. `elmo_token_embeddings.hdf5`: the char-CNN output of every vocabulary word.
+"""
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from elmo_tf import load_elmo
+from elmo_tf.preprocessing import tokens_to_char_ids_numpy
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "elmo_fixtures"
+pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"fixture data not found at {FIXTURES}")
+ATOL = 1e-5
+
+
+def _batch_ids(batch):
+    ids = np.zeros([len(batch), max(map(len, batch)), 50], np.int32)
+    for k, tokens in enumerate(batch):
+        ids[k, :len(tokens)] = tokens_to_char_ids_numpy(tokens)
+    return ids
+
+
+@pytest.mark.parametrize("model_dir, skip", [("bilm_tf/model", False), ("allennlp", True)])
+def test_stateful_replay_reproduces_recorded_lm_embeddings(model_dir, skip):
+    folder = FIXTURES / model_dir
+    elmo = load_elmo(folder / "options.json", folder / "lm_weights.hdf5")
+    assert elmo.config.use_skip_connections == skip
+    with open(FIXTURES / "allennlp" / "sentences.json") as f:
+        sentences = json.load(f)
+    expected = [h5py.File(folder / f"lm_embeddings_{k}.hdf5", "r") for k in range(3)]
+    state, worst = None, 0.0
+    for i in range(10):
+        batch = [sentences[k][i].split() for k in range(3)]
+        out = elmo(_batch_ids(batch), initial_state=state, return_state=True)
+        state = out["final_state"]
+        top = out["activations"][-1].numpy()
+        assert out["sequence_len"].numpy().tolist() == [len(s) for s in batch]
+        for k, tokens in enumerate(batch):
+            want = expected[k][str(i)][...]  # (2, n_tokens, P): forward, backward
+            p = want.shape[-1]
+            got = np.stack([top[k, :len(tokens), :p], top[k, :len(tokens), p:]])
+            assert got.shape == want.shape
+            worst = max(worst, float(np.abs(got - want).max()))
+    for f in expected:
+        f.close()
+    assert worst < ATOL, f"max |diff| {worst:.3g} >= {ATOL}"
+
+
+def test_stateless_differs_from_stateful_after_first_batch():
+    """The recorded outputs need the carried state: zero state matches batch 0 only (guards the replay test)."""
+    folder = FIXTURES / "allennlp"
+    elmo = load_elmo(folder / "options.json", folder / "lm_weights.hdf5")
+    with open(folder / "sentences.json") as f:
+        sentences = json.load(f)
+    with h5py.File(folder / "lm_embeddings_0.hdf5", "r") as f:
+        want0, want1 = f["0"][...], f["1"][...]
+    for i, want in ((0, want0), (1, want1)):
+        batch = [sentences[k][i].split() for k in range(3)]
+        top = elmo(_batch_ids(batch))["activations"][-1].numpy()
+        n, p = len(batch[0]), want.shape[-1]
+        diff = np.abs(np.stack([top[0, :n, :p], top[0, :n, p:]]) - want).max()
+        assert (diff < ATOL) if i == 0 else (diff > 1e-3)
+
+
+def test_char_cnn_reproduces_recorded_token_embeddings():
+    folder = FIXTURES / "allennlp"
+    elmo = load_elmo(folder / "options.json", folder / "lm_weights.hdf5")
+    vocab = (folder / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    with h5py.File(folder / "elmo_token_embeddings.hdf5", "r") as f:
+        want = f["embedding"][...]
+    assert len(vocab) == want.shape[0]
+    got = elmo.char_cnn(tokens_to_char_ids_numpy(vocab)[:, None, :]).numpy()[:, 0]
+    assert np.abs(got - want).max() < ATOL
