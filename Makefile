@@ -16,7 +16,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m elmo_tf.demo $(if $(DATA),--data $(DATA),)
+	$(PY) demo.py $(if $(DATA),--data $(DATA),)
 
 test: venv
 	$(PY) -m pytest -q tests
