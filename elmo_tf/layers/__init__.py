@@ -4,5 +4,6 @@ from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.highway import Highway
 from elmo_tf.layers.projected_lstm import ProjectedLSTM
 from elmo_tf.layers.scalar_mix import ScalarMix
+from elmo_tf.layers.tokens_to_char_ids import TokensToCharIds
 
-__all__ = ["BiLM", "CharCNN", "Highway", "ProjectedLSTM", "ScalarMix"]
+__all__ = ["BiLM", "CharCNN", "Highway", "ProjectedLSTM", "ScalarMix", "TokensToCharIds"]

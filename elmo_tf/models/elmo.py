@@ -35,6 +35,7 @@ class ELMo(keras.Model):
     """
 
     def __init__(self, config=None, mixes=("elmo",), mix_layer_norm=False, dropout=0.0, **kwargs):
+        kwargs.setdefault("name", "elmo")
         super().__init__(**kwargs)
         if config is None:
             config = BiLMConfig()
