@@ -1,0 +1,48 @@
+"""`tf.distribute` strategies by name."""
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("mirrored", "multi_worker", "one_device")
+
+
+def set_cpu_replicas(n):
+    """Splits the CPU into `n` logical devices (for MirroredStrategy on one CPU); call before any op runs."""
+    if n < 1:
+        raise ValueError(f"cpu replicas must be >= 1, got {n}")
+    if n > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+
+
+def get_strategy(name="mirrored"):
+    """`mirrored` (all local devices), `multi_worker` (from TF_CONFIG, RING collectives), `one_device`."""
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("strategy 'multi_worker' needs the TF_CONFIG environment variable (cluster and task)")
+        try:
+            json.loads(os.environ["TF_CONFIG"])
+        except json.JSONDecodeError as e:
+            raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if name == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    raise ValueError(f"unknown strategy {name!r}: choose one of {STRATEGIES}")
+
+
+def is_chief(strategy):
+    """True on the worker that writes outputs (always True off multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0 and
+                                                          "chief" not in resolver.cluster_spec().as_dict())

@@ -1,0 +1,128 @@
+"""The biLM training model: CharCNN + BiLM + one softmax shared by both directions."""
+import keras
+import tensorflow as tf
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.layers.bilm import BiLM
+from elmo_tf.layers.char_cnn import CharCNN
+from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class BiLMPretrainer(keras.Model):
+    """Forward LM predicts each next token, backward LM each previous one, from the top biLM layer.
+
+    Sublayers `char_cnn` and `bilm` have the same names and weights as in `ELMo`, so the bilm-tf
+    weight writer (`elmo_tf.io.save_bilm_weights`) and `ELMo` accept this model's biLM as is.
+
+    Sentences get `<S>` / `</S>` around them (as at inference); at position t the forward LM predicts
+    token t+1 and the backward LM token t-1, so `</S>` and `<S>` are predicted too.
+
+    Args:
+        config: `BiLMConfig` or options dict.
+        vocab_size: softmax size (vocabulary ids sorted by frequency for the log-uniform sampler).
+        bos_id, eos_id: vocabulary ids of `<S>` and `</S>`.
+        num_sampled: negatives of the sampled softmax in training.
+        dropout: biLM input dropout and dropout on the top layer before the softmax, in training.
+    Call arguments:
+        inputs: dict with `char_ids` int32 `(batch, tokens, 50)` (no boundaries, left-aligned) and
+            `token_ids` int32 `(batch, tokens)` (vocabulary ids of the same tokens).
+    Returns:
+        dict: `forward` and `backward` float `(batch, tokens + 2, P)` top-layer states,
+        `targets_forward` / `targets_backward` int32 `(batch, tokens + 2)`, `weights` float
+        `(batch, tokens + 2)` (1 where a target exists; the same positions for both directions after
+        alignment, see `losses`).
+    """
+
+    def __init__(self, config=None, vocab_size=None, bos_id=0, eos_id=1, num_sampled=8192, dropout=0.1,
+                 **kwargs):
+        kwargs.setdefault("name", "bilm_pretrainer")
+        super().__init__(**kwargs)
+        if config is None:
+            config = BiLMConfig()
+        elif isinstance(config, dict):
+            config = BiLMConfig.from_options(config)
+        if not isinstance(vocab_size, int) or vocab_size < 4:
+            raise ValueError(f"vocab_size must be an int >= 4, got {vocab_size!r}")
+        if not isinstance(num_sampled, int) or num_sampled < 1:
+            raise ValueError(f"num_sampled must be a positive int, got {num_sampled!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.config = config
+        self.vocab_size = vocab_size
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.num_sampled = min(num_sampled, vocab_size - 1)
+        self.dropout = float(dropout)
+        self.char_cnn = CharCNN(config.filters, config.num_highway, config.projection_dim, config.char_embedding_dim,
+                                num_chars=config.num_characters, max_chars=config.max_characters_per_token,
+                                activation=config.activation, name="char_cnn")
+        self.bilm = BiLM(config.num_layers, config.lstm_dim, config.projection_dim, cell_clip=config.cell_clip,
+                         proj_clip=config.proj_clip, use_skip_connections=config.use_skip_connections,
+                         dropout=dropout, name="bilm")
+        self.char_cnn.build((None, None, MAX_CHARS))
+        self.bilm.build((None, None, config.projection_dim))
+        p = config.projection_dim
+        self.softmax_kernel = self.add_weight(name="softmax_kernel", shape=(vocab_size, p),
+                                              initializer=keras.initializers.RandomNormal(stddev=1.0 / p ** 0.5))
+        self.softmax_bias = self.add_weight(name="softmax_bias", shape=(vocab_size,), initializer="zeros")
+        self.built = True
+
+    def call(self, inputs, training=None):
+        char_ids = tf.cast(inputs["char_ids"], tf.int32)
+        token_ids = tf.cast(inputs["token_ids"], tf.int32)
+        mask = tf.reduce_any(char_ids > 0, axis=-1)
+        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+        with_bounds = add_sentence_boundaries(char_ids)
+        mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
+        top = self.bilm(self.char_cnn(with_bounds), mask=mask_b, training=training)[-1]
+        if training and self.dropout > 0:
+            top = tf.nn.dropout(top, rate=self.dropout)
+        p = self.config.projection_dim
+        # ids with boundaries: <S> w_1 .. w_n </S> pad...
+        batch, steps = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
+        ids = tf.concat([tf.fill([batch, 1], self.bos_id), token_ids * tf.cast(mask, tf.int32),
+                         tf.zeros([batch, 1], tf.int32)], axis=1)
+        is_eos = tf.one_hot(lengths + 1, steps + 2, on_value=True, off_value=False, dtype=tf.bool)
+        ids = tf.where(is_eos, self.eos_id, ids)
+        # forward: state at t predicts ids[t + 1]; backward: state at t + 1 predicts ids[t]
+        weights = tf.cast(mask_b[:, 1:], top.dtype)
+        return {"forward": top[:, :-1, :p], "backward": top[:, 1:, p:], "targets_forward": ids[:, 1:],
+                "targets_backward": ids[:, :-1], "weights": weights}
+
+    def _flatten(self, out, direction):
+        keep = out["weights"] > 0
+        return tf.boolean_mask(out[direction], keep), tf.boolean_mask(out[f"targets_{direction}"], keep)
+
+    def losses_sum(self, inputs, training=False, sampled=None):
+        """Summed cross-entropies: `(forward_sum, backward_sum, n_targets)`.
+
+        `sampled` (default: `training`) uses the sampled softmax with log-uniform negatives; otherwise the
+        full softmax (exact, for perplexity).
+        """
+        sampled = training if sampled is None else sampled
+        out = self(inputs, training=training)
+        sums = []
+        for direction in ("forward", "backward"):
+            states, targets = self._flatten(out, direction)
+            if sampled:
+                loss = tf.nn.sampled_softmax_loss(
+                    weights=self.softmax_kernel.value, biases=self.softmax_bias.value,
+                    labels=tf.cast(targets[:, None], tf.int64), inputs=states, num_sampled=self.num_sampled,
+                    num_classes=self.vocab_size, remove_accidental_hits=True)
+            else:
+                logits = tf.matmul(states, self.softmax_kernel, transpose_b=True) + self.softmax_bias
+                loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+            sums.append(tf.reduce_sum(loss))
+        count = tf.reduce_sum(out["weights"])
+        return sums[0], sums[1], count
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(config=self.config.to_options(), vocab_size=self.vocab_size, bos_id=self.bos_id,
+                      eos_id=self.eos_id, num_sampled=self.num_sampled, dropout=self.dropout)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,72 @@
+"""tf.data input pipeline for biLM pretraining: text lines -> batches of char ids + token ids.
+
+Batching (documented choice): stateless, length-bucketed sentences. Each line is one sentence or
+paragraph; lines longer than `max_tokens` are cut into consecutive pieces of at most `max_tokens`
+tokens, each trained as its own sentence with `<S>` / `</S>` around it, exactly as ELMo is used at
+inference (zero initial state per sentence). Pieces are shuffled in a bounded buffer and grouped by
+length so a batch carries little padding. The corpus is streamed (`TextLineDataset`), never loaded.
+
+Bad lines, deliberately: empty and whitespace-only lines are skipped; bytes that are not UTF-8 are kept
+(the char CNN reads bytes; the vocabulary lookup maps such words to `<UNK>`); a 10,000-token line becomes
+ceil(10,000 / max_tokens) pieces.
+
+Order is deterministic for a given seed, so a resumed run can skip the batches it already trained on.
+"""
+import tensorflow as tf
+
+from elmo_tf.preprocessing.chars import tokens_to_char_ids
+
+
+def vocabulary_table(words, unk_id=2):
+    """A `tf.lookup.StaticHashTable` word -> id (ids are list positions), unknown words -> `unk_id`."""
+    keys = tf.constant(list(words), tf.string)
+    values = tf.range(len(words), dtype=tf.int32)
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), default_value=unk_id)
+
+
+def _pieces(line, max_tokens):
+    tokens = tf.strings.split(line)
+    n = tf.size(tokens)
+    pieces = (n + max_tokens - 1) // max_tokens
+    padded = tf.concat([tokens, tf.fill([pieces * max_tokens - n], "")], axis=0)
+    return tf.data.Dataset.from_tensor_slices(tf.reshape(padded, [pieces, max_tokens]))
+
+
+def lm_dataset(files, table, batch_size, max_tokens=50, shuffle_buffer=10000, seed=0, repeat=True,
+               num_shards=1, shard_index=0, bucket_width=10):
+    """Batches for `BiLMPretrainer`: dicts with `char_ids` `(batch, T, 50)` and `token_ids` `(batch, T)`.
+
+    Args:
+        files: list of text files.
+        table: word -> id lookup (see `vocabulary_table`).
+        batch_size: sentences per batch (per replica, when called from `distribute_datasets_from_function`).
+        max_tokens: longer lines are cut into pieces of at most this many tokens.
+        shuffle_buffer: pieces in the shuffle buffer (0: no shuffling).
+        seed: shuffling seed; each pass over the data reshuffles deterministically.
+        repeat: loop over the data forever (training); False gives one pass (evaluation).
+        num_shards, shard_index: this input pipeline's share of the lines (multi-worker training).
+        bucket_width: sentences are grouped in buckets of this many tokens of length.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    ds = tf.data.TextLineDataset(list(files))
+    if num_shards > 1:
+        ds = ds.shard(num_shards, shard_index)
+    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    ds = ds.flat_map(lambda line: _pieces(line, max_tokens))
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+
+    def encode(piece):
+        tokens = piece[:tf.reduce_sum(tf.cast(piece != "", tf.int32))]
+        return {"char_ids": tokens_to_char_ids(tokens), "token_ids": table.lookup(tokens)}
+
+    ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    boundaries = list(range(bucket_width + 1, max_tokens + 1, bucket_width))
+    ds = ds.bucket_by_sequence_length(lambda x: tf.shape(x["token_ids"])[0], boundaries,
+                                      [batch_size] * (len(boundaries) + 1), drop_remainder=False)
+    return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,139 @@
+"""Pretrains an ELMo biLM on text (sampled softmax, tf.distribute, checkpoints and resume, perplexity).
+
+examples:
+  python training/build_vocab.py --train 'corpus/*.txt' --output vocab.txt --min-count 3
+  python training/pretrain.py --train 'corpus/*.txt' --vocab vocab.txt --config small --output runs/small \\
+      --valid heldout.txt --steps 2000 --batch-size 64
+  # two replicas on one CPU (logical devices), or all local GPUs with the default --strategy mirrored:
+  python training/pretrain.py ... --cpu-replicas 2
+  # two machines (or processes): TF_CONFIG on each, same command, --strategy multi_worker
+  # continue from released or earlier weights on a new corpus:
+  python training/pretrain.py ... --config options.json --init-from options.json weights.hdf5
+
+Data: one sentence or paragraph per line, whitespace tokens; lines longer than --max-tokens are cut into
+pieces trained as separate sentences (stateless, length-bucketed batches; see elmo_tf/preprocessing/
+lm_dataset.py). Empty lines are skipped; invalid UTF-8 is kept byte for byte (unknown words -> <UNK>).
+
+Faults: a checkpoint every --checkpoint-every steps and at the end (and on Ctrl-C); rerunning the same
+command after a crash or `kill -9` resumes from the last checkpoint with the step, optimizer state and
+data position restored. A NaN/inf loss stops the run (exit 3) and keeps the last good checkpoint.
+
+Output DIR: options.json, weights.hdf5 (bilm-tf/AllenNLP layout, for `python -m elmo_tf embed`),
+vocab.txt, softmax.hdf5 (softmax/W, softmax/b), metrics.json, train_config.json, log.csv,
+tensorboard/, checkpoints/.
+"""
+import argparse
+import logging
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train", required=True, help="glob of training text files (quote it)")
+    p.add_argument("--vocab", required=True, help="vocabulary from training/build_vocab.py")
+    p.add_argument("--config", required=True, help="small | medium | original | an options.json file")
+    p.add_argument("--output", required=True, help="run directory (created; reused to resume)")
+    p.add_argument("--valid", default=None, help="held-out text file for perplexity")
+    p.add_argument("--strategy", default="mirrored", choices=("mirrored", "multi_worker", "one_device"))
+    p.add_argument("--cpu-replicas", type=int, default=1, help="split the CPU into N logical devices (mirrored)")
+    length = p.add_mutually_exclusive_group(required=True)
+    length.add_argument("--steps", type=int, default=0, help="training steps")
+    length.add_argument("--epochs", type=float, default=0.0, help="passes over the training data")
+    p.add_argument("--batch-size", type=int, default=128, help="sentences per step over all replicas (128)")
+    p.add_argument("--max-tokens", type=int, default=50, help="cut longer lines into pieces (50)")
+    p.add_argument("--optimizer", default="adagrad", choices=("adagrad", "adam", "sgd"))
+    p.add_argument("--learning-rate", type=float, default=None, help="default 0.2 (adagrad), 1e-3 (adam), 1.0 (sgd)")
+    p.add_argument("--clip-norm", type=float, default=10.0, help="global-norm gradient clipping (0: off)")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--num-sampled", type=int, default=8192, help="sampled-softmax negatives (log-uniform)")
+    p.add_argument("--checkpoint-every", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--validate-every", type=int, default=0, help="steps between valid perplexities (0: at the end)")
+    p.add_argument("--shuffle-buffer", type=int, default=10000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init-from", nargs=2, metavar=("OPTIONS", "WEIGHTS"), default=None,
+                   help="start from an existing biLM (bilm-tf/AllenNLP files)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's default)")
+    return p
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    import tensorflow as tf
+
+    from elmo_tf.config import BiLMConfig, get_config
+    from elmo_tf.distribute import get_strategy, set_cpu_replicas
+    from elmo_tf.io.vocabulary import Vocabulary, expand_glob
+    from elmo_tf.pretrain import NonFiniteLossError, TrainConfig, Trainer
+
+    def fail(flag, message):
+        parser.error(f"{flag}: {message}")
+
+    try:
+        train_files = expand_glob(args.train)
+    except ValueError as e:
+        fail("--train", e)
+    if args.valid and not os.path.isfile(args.valid):
+        fail("--valid", f"no such file: {args.valid!r}")
+    if args.init_from:
+        for path in args.init_from:
+            if not os.path.isfile(path):
+                fail("--init-from", f"no such file: {path!r}")
+    try:
+        vocab = Vocabulary.load(args.vocab)
+    except ValueError as e:
+        fail("--vocab", e)
+    try:
+        bilm_config = BiLMConfig.from_json(args.config) if args.config.endswith(".json") else get_config(args.config)
+    except ValueError as e:
+        fail("--config", e)
+    if args.cpu_replicas < 1:
+        fail("--cpu-replicas", f"must be >= 1, got {args.cpu_replicas}")
+    lr = args.learning_rate or {"adagrad": 0.2, "adam": 1e-3, "sgd": 1.0}[args.optimizer]
+    try:
+        train_config = TrainConfig(batch_size=args.batch_size, max_tokens=args.max_tokens, steps=args.steps,
+                                   epochs=args.epochs, optimizer=args.optimizer, learning_rate=lr,
+                                   clip_norm=args.clip_norm, dropout=args.dropout, num_sampled=args.num_sampled,
+                                   checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+                                   validate_every=args.validate_every, shuffle_buffer=args.shuffle_buffer,
+                                   seed=args.seed)
+    except ValueError as e:
+        fail("--" + str(e).split(" ")[0].replace("_", "-"), e)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    if args.strategy == "mirrored":
+        set_cpu_replicas(args.cpu_replicas)
+    try:
+        strategy = get_strategy(args.strategy)
+    except ValueError as e:
+        fail("--strategy", e)
+    import keras
+
+    keras.utils.set_random_seed(args.seed)
+    trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, args.output,
+                      valid_files=[args.valid] if args.valid else None, init_from=args.init_from)
+    logging.info("%d replicas, %s parameters, %d steps (from step %d), output %s", strategy.num_replicas_in_sync,
+                 f"{trainer.model.count_params():,}", trainer.total_steps, int(trainer.step.numpy()), args.output)
+    bar = keras.utils.Progbar(trainer.total_steps, stateful_metrics=["loss", "perplexity"])
+    bar.update(int(trainer.step.numpy()))
+    try:
+        result = trainer.train(progress=lambda step, loss: bar.update(
+            step, [("loss", loss), ("perplexity", float(min(__import__("math").exp(loss), 1e9)))]))
+    except NonFiniteLossError as e:
+        logging.error("%s", e)
+        return 3
+    logging.info("done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s", result["step"], result["loss"],
+                 result["perplexity"], result["tokens_per_s"],
+                 "; valid perplexity forward %.2f backward %.2f average %.2f" % (
+                     result["valid"]["forward"], result["valid"]["backward"], result["valid"]["average"])
+                 if "valid" in result else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
