@@ -1,0 +1,369 @@
+"""export/export_savedmodel.py: signatures, fresh-process parity, versioning, CLI, saved_model_cli."""
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from export import export_savedmodel as ex  # noqa: E402
+
+FIXTURES = REPO.parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
+PYTHON = sys.executable
+SAVED_MODEL_CLI = str(Path(sys.executable).parent / "saved_model_cli")
+ATOL = 1e-5
+LONG_TOKEN = "x" * 60  # cut to 48 bytes by the char mapping
+SENTENCE_BYTES = [
+    b"The cat sat on the mat .",
+    b"Dogs are in the fog , aren't they ?",
+    b"",
+    b"   ",
+    b"ELMo",
+    "Zürich \t naïve  café\n!".encode(),
+    b"bad \xff\xfe bytes " + LONG_TOKEN.encode(),  # invalid UTF-8 is mapped byte by byte
+]
+
+
+def load_test_model():
+    """The AllenNLP test biLM (2 layers, projection 16) when the shared fixtures exist, else a tiny random ELMo."""
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+    from elmo_tf.io.bilm_hdf5 import load_elmo
+
+    if (FIXTURES / "options.json").is_file() and (FIXTURES / "lm_weights.hdf5").is_file():
+        return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"))
+    keras.utils.set_random_seed(0)
+    return ELMo(BiLMConfig(char_embedding_dim=4, filters=((1, 4), (2, 8), (3, 8)), num_highway=1, lstm_dim=16,
+                           projection_dim=8, num_layers=2))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_test_model()
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    base = tmp_path_factory.mktemp("models") / "elmo"
+    return ex.export_elmo(model, str(base))
+
+
+# A runner that imports only tensorflow (and tensorflow_text when asked): elmo_tf is made unimportable.
+FRESH_RUNNER = textwrap.dedent("""
+    import base64, json, os, sys
+    sys.modules["elmo_tf"] = None  # any import of elmo_tf fails: the SavedModel must not need it
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    import tensorflow as tf
+    request = json.load(open(sys.argv[1]))
+    if request["tf_text"]:
+        import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    loaded = tf.saved_model.load(request["export_dir"])
+    print("signatures", sorted(loaded.signatures))
+    for run in request["runs"]:
+        inputs = {}
+        for key, spec in run["inputs"].items():
+            if spec["dtype"] == "string":
+                values = [base64.b64decode(v) for v in spec["values"]]
+                inputs[key] = tf.reshape(tf.constant(values, tf.string), spec["shape"])
+            else:
+                inputs[key] = tf.constant(np.array(spec["values"], spec["dtype"]).reshape(spec["shape"]))
+        out = loaded.signatures[run["signature"]](**inputs)
+        np.savez(os.path.join(request["out_dir"], run["label"] + ".npz"), **{k: v.numpy() for k, v in out.items()})
+    assert not any(name.startswith("elmo_tf") and sys.modules[name] is not None for name in sys.modules)
+    print("fresh process ok")
+""")
+
+
+def string_input(array):
+    array = np.asarray(array, dtype=object)
+    return {"dtype": "string", "shape": list(array.shape),
+            "values": [base64.b64encode(bytes(v)).decode() for v in array.reshape(-1)]}
+
+
+def int_input(array):
+    array = np.asarray(array, np.int32)
+    return {"dtype": "int32", "shape": list(array.shape), "values": array.reshape(-1).tolist()}
+
+
+def run_fresh(export_dir, runs, tmp_path, tf_text=False):
+    """Runs `runs` ([label, signature, inputs]) on `export_dir` in a new Python process; outputs by label."""
+    out_dir = tmp_path / "fresh_out"
+    out_dir.mkdir(exist_ok=True)
+    request = {"export_dir": str(export_dir), "tf_text": tf_text, "out_dir": str(out_dir),
+               "runs": [{"label": label, "signature": sig, "inputs": inputs} for label, sig, inputs in runs]}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    (tmp_path / "runner.py").write_text(FRESH_RUNNER)
+    proc = subprocess.run([PYTHON, str(tmp_path / "runner.py"), str(tmp_path / "request.json")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "fresh process ok" in proc.stdout
+    return {label: dict(np.load(out_dir / f"{label}.npz")) for label, _, _ in runs}
+
+
+def assert_close(expected, actual, what):
+    diffs = ex.compare_outputs(expected, actual)
+    for key, diff in diffs.items():
+        limit = ATOL if np.asarray(expected[key]).dtype.kind == "f" else 0
+        assert diff <= limit, f"{what}: output {key!r} differs by {diff} (limit {limit}); all: {diffs}"
+    return max(diffs.values(), default=0.0)
+
+
+def keras_reference(model, token_lists):
+    return ex.reference_outputs(model, token_lists)
+
+
+def test_output_keys_follow_the_serving_contract():
+    assert ex.output_keys(2) == ["word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default", "sequence_len",
+                                 "mask"]
+
+
+def test_signatures_and_specs(exported, model):
+    loaded = tf.saved_model.load(exported)
+    assert {"default", "serving_default", "tokens"} <= set(loaded.signatures)
+    keys = set(ex.output_keys(model.config.num_layers))
+    p = model.config.projection_dim
+    for name in ("default", "serving_default", "tokens"):
+        fn = loaded.signatures[name]
+        assert set(fn.structured_outputs) == keys, name
+        outs = fn.structured_outputs
+        assert outs["word_emb"].shape.as_list() == [None, None, p]
+        assert outs["elmo"].shape.as_list() == [None, None, 2 * p]
+        assert outs["default"].shape.as_list() == [None, 2 * p]
+        assert outs["mask"].dtype == tf.bool and outs["mask"].shape.as_list() == [None, None]
+        assert outs["sequence_len"].dtype == tf.int32
+    _, sentences_spec = loaded.signatures["default"].structured_input_signature
+    assert sentences_spec == {"sentences": tf.TensorSpec([None], tf.string, name="sentences")}
+    _, tokens_spec = loaded.signatures["tokens"].structured_input_signature
+    assert tokens_spec == {"tokens": tf.TensorSpec([None, None], tf.string, name="tokens"),
+                           "sequence_len": tf.TensorSpec([None], tf.int32, name="sequence_len")}
+
+
+def test_fresh_process_parity(exported, model, tmp_path):
+    """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5."""
+    token_lists = ex.reference_tokens(SENTENCE_BYTES)
+    assert token_lists[5] == ["Zürich".encode(), "naïve".encode(), "café".encode(), b"!"]
+    assert token_lists[2] == [] and token_lists[3] == []
+    expected = keras_reference(model, token_lists)
+    tokens, lengths = ex._pad(token_lists)
+    junk = np.where(tokens == b"", b"junk", tokens)  # beyond sequence_len: must be ignored
+    wide = np.concatenate([junk, np.full([len(junk), 2], b"more", object)], axis=1)  # extra columns: zeros there
+    empty_inside = np.array([[b"a", b"", b"b"], [b"c", b"d", b"x"]], object)
+    runs = [
+        ("default", "default", {"sentences": string_input(SENTENCE_BYTES)}),
+        ("serving_default", "serving_default", {"sentences": string_input(SENTENCE_BYTES)}),
+        ("tokens", "tokens", {"tokens": string_input(junk), "sequence_len": int_input(lengths)}),
+        ("tokens_wide", "tokens", {"tokens": string_input(wide), "sequence_len": int_input(lengths)}),
+        ("single", "default", {"sentences": string_input([SENTENCE_BYTES[1]])}),
+        ("empty_inside", "tokens", {"tokens": string_input(empty_inside), "sequence_len": int_input([3, 2])}),
+        ("empty_batch", "default", {"sentences": string_input(np.zeros([0], object))}),
+        ("empty_batch_tokens", "tokens", {"tokens": string_input(np.zeros([0, 0], object)),
+                                          "sequence_len": int_input(np.zeros([0]))}),
+        ("all_empty", "default", {"sentences": string_input([b"", b" \t "])}),
+    ]
+    got = run_fresh(exported, runs, tmp_path)
+    worst = 0.0
+    for label in ("default", "serving_default", "tokens"):
+        worst = max(worst, assert_close(expected, got[label], label))
+    wide_out = got["tokens_wide"]
+    for key, value in expected.items():  # two more columns: same values, then zeros / False
+        if value.ndim == 3 or key == "mask":
+            np.testing.assert_allclose(wide_out[key][:, :value.shape[1]], value, atol=ATOL, err_msg=key)
+            assert not np.any(wide_out[key][:, value.shape[1]:]), key
+        else:
+            np.testing.assert_allclose(wide_out[key], value, atol=ATOL, err_msg=key)
+    # a sentence alone gives the same vectors as in the batch (stateless, padding-invariant)
+    single = keras_reference(model, [token_lists[1]])
+    worst = max(worst, assert_close(single, got["single"], "single"))
+    np.testing.assert_allclose(got["single"]["elmo"][0], expected["elmo"][1, :len(token_lists[1])], atol=ATOL)
+    # "" inside sequence_len is a token without characters; beyond it, "x" is ignored
+    ids = ex.tokens_char_ids(tf.constant(empty_inside, tf.string), tf.constant([3, 2]))
+    inside = {k: np.asarray(v) for k, v in ex._model_outputs(model, ids).items()}
+    worst = max(worst, assert_close(inside, got["empty_inside"], "empty_inside"))
+    np.testing.assert_array_equal(got["empty_inside"]["sequence_len"], [3, 2])
+    np.testing.assert_array_equal(got["empty_inside"]["mask"], [[True, True, True], [True, True, False]])
+    # empty batch: batch 0 in every output; empty sentences: length 0 and zeros
+    two_p = 2 * model.config.projection_dim
+    for label in ("empty_batch", "empty_batch_tokens"):
+        out = got[label]
+        assert out["elmo"].shape == (0, 0, two_p) and out["default"].shape == (0, two_p), label
+        assert out["sequence_len"].shape == (0,) and out["mask"].shape == (0, 0), label
+    out = got["all_empty"]
+    assert out["elmo"].shape == (2, 0, two_p)
+    np.testing.assert_array_equal(out["sequence_len"], [0, 0])
+    np.testing.assert_array_equal(out["default"], np.zeros([2, two_p], np.float32))
+    print(f"fresh-process parity: max |diff| {worst:.3g}")
+
+
+def test_tokens_signature_rejects_inconsistent_lengths(exported):
+    fn = tf.saved_model.load(exported).signatures["tokens"]
+    tokens = tf.constant([["a", "b"]])
+    for lengths, message in (([3], "sequence_len must be <= the width of tokens"),
+                             ([-1], "sequence_len must be >= 0"),
+                             ([1, 1], "sequence_len must have one entry per row of tokens")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            fn(tokens=tokens, sequence_len=tf.constant(lengths, tf.int32))
+
+
+def test_max_tokens_cuts_both_signatures(model, tmp_path):
+    path = ex.export_elmo(model, str(tmp_path / "elmo"), max_tokens=3)
+    loaded = tf.saved_model.load(path)
+    sentences = ["a b c d e", "f g"]
+    expected = keras_reference(model, [[b"a", b"b", b"c"], [b"f", b"g"]])
+    assert_close(expected, {k: v.numpy() for k, v in loaded.signatures["default"](
+        sentences=tf.constant(sentences)).items()}, "default max_tokens")
+    out = loaded.signatures["tokens"](tokens=tf.constant([["a", "b", "c", "d", "e"], ["f", "g", "", "", ""]]),
+                                      sequence_len=tf.constant([5, 2]))
+    assert_close(expected, {k: v.numpy() for k, v in out.items()}, "tokens max_tokens")
+
+
+# ------------------------------------------------------------------------------------------------ unicode_script
+
+def test_unicode_script_export_fresh_process(model, tmp_path):
+    pytest.importorskip("tensorflow_text", reason="tensorflow-text is not installed")
+    path = ex.export_elmo(model, str(tmp_path / "elmo"), tokenizer="unicode_script")
+    sentences = [b"Hello, world! Aren't they?", b"", "naïve café.".encode()]
+    token_lists = ex.reference_tokens(sentences, "unicode_script")
+    assert token_lists[0] == [b"Hello", b",", b"world", b"!", b"Aren", b"'", b"t", b"they", b"?"]
+    expected = keras_reference(model, token_lists)
+    got = run_fresh(path, [("default", "default", {"sentences": string_input(sentences)})], tmp_path, tf_text=True)
+    assert_close(expected, got["default"], "unicode_script default")
+
+
+def test_unicode_script_export_needs_tf_text_ops(model, tmp_path):
+    """Documented: without `import tensorflow_text` a fresh process cannot load the unicode_script export."""
+    pytest.importorskip("tensorflow_text", reason="tensorflow-text is not installed")
+    path = ex.export_elmo(model, str(tmp_path / "elmo"), tokenizer="unicode_script", check=False)
+    code = ("import sys, tensorflow as tf\n"
+            "try:\n    tf.saved_model.load(sys.argv[1])\n"
+            "except Exception as e:\n    print('LOAD FAILED', e)\n")
+    proc = subprocess.run([PYTHON, "-c", code, path], capture_output=True, text=True, timeout=300)
+    assert "LOAD FAILED" in proc.stdout and "UnicodeScriptTokenizeWithOffsets" in proc.stdout, proc.stdout[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------ versioning
+
+def test_versions_count_up_and_are_never_overwritten(model, tmp_path):
+    base = tmp_path / "elmo"
+    base.mkdir()
+    (base / "notes").mkdir()  # non-integer names are not versions
+    first = ex.export_elmo(model, str(base), check=False)
+    assert first == str(base / "1")
+    second = ex.export_elmo(model, str(base), check=False)
+    assert second == str(base / "2")
+    assert ex.existing_versions(str(base)) == [1, 2] and ex.next_version(str(base)) == 3
+    mode = stat.S_IMODE(os.stat(second).st_mode)
+    assert mode & 0o005 == 0o005 & ~_umask(), f"version directory mode {oct(mode)} hides it from other users"
+    before = sorted(os.listdir(second))
+    with pytest.raises(FileExistsError, match="version 2 already exists"):
+        ex.export_elmo(model, str(base), version=2, check=False)
+    assert sorted(os.listdir(second)) == before
+    assert ex.export_elmo(model, str(base), version=10, check=False) == str(base / "10")
+    assert ex.next_version(str(base)) == 11
+    assert sorted(os.listdir(base)) == ["1", "10", "2", "notes"]  # no temporary directory left
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_failed_export_leaves_nothing(model, tmp_path, monkeypatch):
+    base = tmp_path / "elmo"
+
+    def broken_check(*args, **kwargs):
+        raise ex.ExportError("simulated parity failure")
+
+    monkeypatch.setattr(ex, "check_export", broken_check)
+    with pytest.raises(ex.ExportError, match="simulated"):
+        ex.export_elmo(model, str(base))
+    assert os.listdir(base) == []  # neither a version nor a temporary directory
+    with pytest.raises(ValueError, match="tokenizer"):
+        ex.export_elmo(model, str(base), tokenizer="spaces")
+    with pytest.raises(ValueError, match="version"):
+        ex.export_elmo(model, str(base), version=0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        ex.export_elmo(model, str(base), max_tokens=0)
+    assert os.listdir(base) == []
+
+
+def test_check_export_detects_a_different_model(model, exported):
+    """The parity check can fail: a model with one changed weight does not match the export."""
+    other = load_test_model()
+    other.scalar_mixes[0].gamma.assign(other.scalar_mixes[0].gamma * 2.0)
+    with pytest.raises(ex.ExportError, match="differ"):
+        ex.check_export(other, exported)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+@pytest.mark.parametrize("argv, message", [
+    (["--output", "o", "--options", "x.json"], "argument --weights"),
+    (["--output", "o", "--weights", "w.hdf5"], "argument --options"),
+    (["--output", "o", "--options", "missing.json", "--weights", "w.hdf5"], "argument --options: no such file"),
+    (["--output", "o", "--model-dir", "/nonexistent"], "argument --model-dir"),
+    (["--output", "o", "--model-dir", ".", "--version", "0"], "argument --version"),
+    (["--output", "o", "--model-dir", ".", "--max-tokens", "-3"], "argument --max-tokens"),
+    (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
+    (["--model-dir", "."], "--output"),
+])
+def test_bad_arguments_give_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ex.parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_help_has_examples():
+    proc = subprocess.run([PYTHON, str(REPO / "export" / "export_savedmodel.py"), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0
+    for text in ("examples:", "--model-dir", "import tensorflow_text", "--max-tokens", "serving_default"):
+        assert text in proc.stdout, text
+
+
+def test_script_end_to_end_with_model_dir(model, tmp_path):
+    from elmo_tf.io.bilm_hdf5 import save_elmo
+
+    model_dir = tmp_path / "pretrain"
+    save_elmo(model, str(model_dir))
+    base = tmp_path / "models" / "elmo"
+    cmd = [PYTHON, str(REPO / "export" / "export_savedmodel.py"), "--model-dir", str(model_dir), "--output",
+           str(base), "--version", "7"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == str(base / "7")
+    assert "parity ok" in proc.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0 and "version 7 already exists" in again.stderr
+
+
+# ------------------------------------------------------------------------------------------------ saved_model_cli
+
+@pytest.mark.skipif(not os.path.exists(SAVED_MODEL_CLI), reason="saved_model_cli is not in the venv")
+def test_saved_model_cli_show_and_run(exported):
+    show = subprocess.run([SAVED_MODEL_CLI, "show", "--dir", exported, "--all"], capture_output=True, text=True,
+                          timeout=300)
+    assert show.returncode == 0, show.stderr[-2000:]
+    for signature in ("default", "serving_default", "tokens"):
+        assert f"signature_def['{signature}']" in show.stdout
+    for output in ("word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "sequence_len", "mask"):
+        assert f"outputs['{output}']" in show.stdout
+    run = subprocess.run([SAVED_MODEL_CLI, "run", "--dir", exported, "--tag_set", "serve", "--signature_def",
+                          "default", "--input_exprs", 'sentences=["a b c"]'], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Result for output key elmo" in run.stdout
+    assert "Result for output key sequence_len:\n[3]" in run.stdout
