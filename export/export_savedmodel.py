@@ -416,6 +416,8 @@ def parse_args(argv=None):
         for flag, path in (("--options", args.options), ("--weights", args.weights)):
             if not os.path.isfile(path):
                 parser.error(f"argument {flag}: no such file: {path!r}")
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        parser.error(f"argument --output: exists and is not a directory: {args.output!r}")
     if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
         parser.error(f"argument --version: version {args.version} already exists at "
                      f"{os.path.join(args.output, str(args.version))}; versions are never overwritten")

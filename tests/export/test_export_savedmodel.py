@@ -229,9 +229,14 @@ def test_max_tokens_cuts_both_signatures(model, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ unicode_script
 
-def test_unicode_script_export_fresh_process(model, tmp_path):
+@pytest.fixture(scope="module")
+def unicode_script_export(model, tmp_path_factory):
     pytest.importorskip("tensorflow_text", reason="tensorflow-text is not installed")
-    path = ex.export_elmo(model, str(tmp_path / "elmo"), tokenizer="unicode_script")
+    return ex.export_elmo(model, str(tmp_path_factory.mktemp("models") / "elmo"), tokenizer="unicode_script")
+
+
+def test_unicode_script_export_fresh_process(model, unicode_script_export, tmp_path):
+    path = unicode_script_export
     sentences = [b"Hello, world! Aren't they?", b"", "naïve café.".encode()]
     token_lists = ex.reference_tokens(sentences, "unicode_script")
     assert token_lists[0] == [b"Hello", b",", b"world", b"!", b"Aren", b"'", b"t", b"they", b"?"]
@@ -240,10 +245,9 @@ def test_unicode_script_export_fresh_process(model, tmp_path):
     assert_close(expected, got["default"], "unicode_script default")
 
 
-def test_unicode_script_export_needs_tf_text_ops(model, tmp_path):
+def test_unicode_script_export_needs_tf_text_ops(unicode_script_export):
     """Documented: without `import tensorflow_text` a fresh process cannot load the unicode_script export."""
-    pytest.importorskip("tensorflow_text", reason="tensorflow-text is not installed")
-    path = ex.export_elmo(model, str(tmp_path / "elmo"), tokenizer="unicode_script", check=False)
+    path = unicode_script_export
     code = ("import sys, tensorflow as tf\n"
             "try:\n    tf.saved_model.load(sys.argv[1])\n"
             "except Exception as e:\n    print('LOAD FAILED', e)\n")
@@ -346,8 +350,18 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == str(base / "7")
     assert "parity ok" in proc.stderr
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert again.returncode != 0 and "version 7 already exists" in again.stderr
+
+def test_script_refuses_an_existing_version(model, tmp_path, capsys):
+    from elmo_tf.io.bilm_hdf5 import save_elmo
+
+    save_elmo(model, str(tmp_path / "pretrain"))
+    (tmp_path / "elmo" / "7").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:
+        ex.main(["--model-dir", str(tmp_path / "pretrain"), "--output", str(tmp_path / "elmo"), "--version", "7"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --version: version 7 already exists" in err and err.count("\n") == 1
+    assert os.listdir(tmp_path / "elmo" / "7") == []
 
 
 # ------------------------------------------------------------------------------------------------ saved_model_cli

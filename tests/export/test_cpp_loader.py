@@ -1,0 +1,176 @@
+"""Conformance with TF Serving's C++ loader: export/cpp/savedmodel_check (tensorflow::LoadSavedModel + Session::Run).
+
+The checker is compiled once per source/tensorflow version into build/export_cpp/<hash>/ (export/cpp/build.sh);
+these tests skip only where no C++ compiler is installed.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from export import export_savedmodel as ex  # noqa: E402
+
+FIXTURES = REPO.parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
+BUILD_SCRIPT = REPO / "export" / "cpp" / "build.sh"
+ATOL = 1e-5
+SENTENCES = [b"The cat sat on the mat .", b"Dogs are in the fog , aren't they ?", b"", b"ELMo",
+             "Zürich , naïve café !".encode(), b"bad \xff\xfe bytes " + b"x" * 60]
+
+
+def load_test_model():
+    """The AllenNLP test biLM when the shared fixtures exist, else a tiny random ELMo."""
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+    from elmo_tf.io.bilm_hdf5 import load_elmo
+
+    if (FIXTURES / "options.json").is_file() and (FIXTURES / "lm_weights.hdf5").is_file():
+        return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"))
+    keras.utils.set_random_seed(0)
+    return ELMo(BiLMConfig(char_embedding_dim=4, filters=((1, 4), (2, 8), (3, 8)), num_highway=1, lstm_dim=16,
+                           projection_dim=8, num_layers=2))
+
+
+@pytest.fixture(scope="module")
+def checker():
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        pytest.skip(f"{cxx} not found: the conformance check with TF Serving's C++ loader needs a C++17 compiler "
+                    f"(apt-get install g++)")
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), sys.executable], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"building the C++ checker failed:\n{proc.stderr[-6000:]}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_test_model()
+
+
+def write_request(path, runs):
+    """The checker's request file: `run <label> <signature>`, `input <key> <dtype> <rank> <dims>` + values, `end`."""
+    with open(path, "wb") as f:
+        for label, signature, inputs in runs:
+            f.write(f"run {label} {signature}\n".encode())
+            for key, array in inputs.items():
+                array = np.asarray(array)
+                dims = " ".join(str(d) for d in array.shape)
+                if array.dtype == object or array.dtype.kind == "S":
+                    f.write(f"input {key} string {array.ndim} {dims}\n".encode())
+                    for value in array.reshape(-1):
+                        f.write(f"{len(value)}:".encode() + bytes(value) + b"\n")
+                else:
+                    f.write(f"input {key} int32 {array.ndim} {dims}\n".encode())
+                    f.write((" ".join(str(int(v)) for v in array.reshape(-1)) + "\n").encode())
+            f.write(b"end\n")
+
+
+def run_checker(checker, export_dir, tmp_path, runs, op_libraries=(), sentences=()):
+    request = tmp_path / "request.txt"
+    write_request(request, runs)
+    out_dir = tmp_path / "cpp_out"
+    cmd = [checker, "--export_dir", str(export_dir), "--request", str(request), "--output_dir", str(out_dir)]
+    for library in op_libraries:
+        cmd += ["--op_library", library]
+    for sentence in sentences:
+        cmd += ["--sentence", sentence]
+    proc = subprocess.run(cmd, capture_output=True, timeout=600)
+    outputs = {}
+    if proc.returncode == 0:
+        for label, _, _ in runs:
+            outputs[label] = {p.stem: np.load(p) for p in (out_dir / label).glob("*.npy")}
+    return proc, outputs
+
+
+def assert_close(expected, actual, what):
+    diffs = ex.compare_outputs(expected, actual)
+    for key, diff in diffs.items():
+        limit = ATOL if np.asarray(expected[key]).dtype.kind == "f" else 0
+        assert diff <= limit, f"{what}: output {key!r} differs by {diff} (limit {limit}); all: {diffs}"
+    return max(diffs.values(), default=0.0)
+
+
+def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
+    export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"))
+    token_lists = ex.reference_tokens(SENTENCES)
+    expected = ex.reference_outputs(model, token_lists)
+    tokens, lengths = ex._pad(token_lists)
+    junk = np.where(tokens == b"", b"junk", tokens)
+    empty_inside = np.array([[b"a", b"", b"b"], [b"c", b"d", b"x"]], object)
+    runs = [("default", "default", {"sentences": np.array(SENTENCES, object)}),
+            ("serving_default", "serving_default", {"sentences": np.array(SENTENCES, object)}),
+            ("tokens", "tokens", {"tokens": junk, "sequence_len": lengths}),
+            ("empty_inside", "tokens", {"tokens": empty_inside, "sequence_len": np.array([3, 2])}),
+            ("empty_batch", "default", {"sentences": np.zeros([0], object)}),
+            ("empty_batch_tokens", "tokens", {"tokens": np.zeros([0, 0], object),
+                                              "sequence_len": np.zeros([0], np.int32)})]
+    proc, got = run_checker(checker, export_dir, tmp_path, runs, sentences=["a b c", ""])
+    stdout = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, stdout[-3000:] + proc.stderr.decode(errors="replace")[-3000:]
+    for signature in ("default", "serving_default", "tokens"):
+        assert f"warmup {signature}: ok" in stdout
+    assert "run default on 2 sentence(s)" in stdout
+    worst = 0.0
+    for label in ("default", "serving_default", "tokens"):
+        worst = max(worst, assert_close(expected, got[label], f"C++ {label} vs Keras"))
+    # the same request through Python's loader: C++ and Python agree too
+    loaded = tf.saved_model.load(export_dir)
+    python = {k: v.numpy() for k, v in loaded.signatures["tokens"](
+        tokens=tf.constant(empty_inside), sequence_len=tf.constant([3, 2])).items()}
+    worst = max(worst, assert_close(python, got["empty_inside"], "C++ vs Python, empty token inside the length"))
+    for label in ("empty_batch", "empty_batch_tokens"):
+        assert got[label]["elmo"].shape == (0, 0, 2 * model.config.projection_dim), label
+        assert got[label]["sequence_len"].shape == (0,), label
+    print(f"C++ loader parity: max |diff| {worst:.3g}")
+
+
+def test_cpp_loader_unicode_script_needs_the_tf_text_op_library(checker, model, tmp_path):
+    pytest.importorskip("tensorflow_text", reason="tensorflow-text is not installed")
+    export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"), tokenizer="unicode_script")
+    sentences = [b"Hello, world! Aren't they?", b"", "naïve café.".encode()]
+    expected = ex.reference_outputs(model, ex.reference_tokens(sentences, "unicode_script"))
+    runs = [("default", "default", {"sentences": np.array(sentences, object)})]
+    # without the op library the model loads, and the warm-up's first Run fails: that is why we warm up
+    proc, _ = run_checker(checker, export_dir, tmp_path, runs)
+    stderr = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 1
+    assert "loaded " in proc.stdout.decode() and "warmup" not in proc.stdout.decode()
+    assert "Op type not registered 'UnicodeScriptTokenizeWithOffsets'" in stderr, stderr[-3000:]
+    library = ex.tf_text_op_library()
+    assert os.path.isfile(library), library
+    proc, got = run_checker(checker, export_dir, tmp_path, runs, op_libraries=[library])
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    assert_close(expected, got["default"], "C++ unicode_script vs Keras")
+
+
+def test_cpp_loader_catches_the_tf_module_trap(checker, model, tmp_path):
+    """The check can fail: `tf.saved_model.save` of a tf.Module holding the Keras 3 model loads in Python but
+    not in the C++ loader (tensorflow/serving#2226) -- the reason export uses keras.export.ExportArchive."""
+    from elmo_tf.preprocessing import tokens_to_char_ids, whitespace_tokenize
+
+    class Module(tf.Module):
+        def __init__(self, elmo):
+            super().__init__()
+            self.elmo = elmo
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+        def default(self, sentences):
+            tokens, _ = whitespace_tokenize(sentences)
+            return {"elmo": self.elmo(tokens_to_char_ids(tokens))["elmo"]}
+
+    module = Module(model)
+    export_dir = tmp_path / "module" / "1"
+    tf.saved_model.save(module, str(export_dir), signatures={"serving_default": module.default})
+    assert tf.saved_model.load(str(export_dir)).signatures["serving_default"](
+        sentences=tf.constant(["a b"]))["elmo"].shape == (1, 2, 2 * model.config.projection_dim)
+    proc, _ = run_checker(checker, export_dir, tmp_path, [])
+    assert proc.returncode == 1
+    assert "Could not find variable" in proc.stderr.decode(errors="replace")
