@@ -9,7 +9,7 @@ Outputs of both, `T` = the longest sentence of the batch (the `tokens` input's w
     `elmo` float32 `(batch, T, 2P)`: the model's (first) ScalarMix.
     `default` float32 `(batch, 2P)`: the mean of `elmo` over each sentence's real tokens (zeros for an empty one).
     `sequence_len` int32 `(batch,)`: real tokens per sentence.
-    `mask` bool `(batch, T)`: True for real tokens. The TF Hub module had no mask output; bool is what bilm-tf's
+    `mask` bool `(batch, T)`: True for real tokens. The TF Hub module documents no mask output; bool is what bilm-tf's
         `BidirectionalLanguageModel` returned as `mask` and what `elmo_tf.ELMo` returns.
 All outputs are 0 (False) at padded positions. Batch and time dimensions are dynamic.
 
@@ -359,6 +359,10 @@ these ops built in. --tokenizer whitespace (the default) needs core TensorFlow o
 
 --max-tokens N: both signatures keep each sentence's first N tokens (outputs have at most N positions), a
 guard against very long requests.
+
+check it with TF Serving's own C++ loader (tensorflow::LoadSavedModel + Session::Run, every signature):
+  $(bash export/cpp/build.sh) --export_dir models/elmo/1 --sentence "a b c"
+  (add --op_library .../tensorflow_text/python/ops/_unicode_script_tokenizer.so for a unicode_script export)
 
 after writing, the SavedModel is reloaded and compared with the Keras model (max |diff| <= 1e-5) before
 the version is published; the exit status is non-zero if anything fails.
