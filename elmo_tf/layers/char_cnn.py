@@ -91,7 +91,10 @@ class CharCNN(keras.layers.Layer):
         mask = tf.reduce_any(char_ids > 0, axis=-1)
         # encode only real tokens, then scatter back: padding costs nothing
         where = tf.where(mask)
-        encoded = self.encode_tokens(tf.gather_nd(char_ids, where))
+        # one extra padding-char token keeps the convolutions' batch non-empty (an empty batch or
+        # all-padding input would otherwise fail in conv1d / max); it is dropped right after
+        flat = tf.concat([tf.gather_nd(char_ids, where), tf.fill([1, self.max_chars], 1)], axis=0)
+        encoded = self.encode_tokens(flat)[:-1]
         shape = tf.concat([tf.shape(char_ids, out_type=tf.int64)[:2], [self.projection_dim]], axis=0)
         return tf.scatter_nd(where, encoded, shape)
 

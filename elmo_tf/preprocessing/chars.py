@@ -43,7 +43,8 @@ def tokens_to_char_ids(tokens):
 
     Bytes are used as they are (no UTF-8 validation: invalid UTF-8 maps byte by byte, like the
     original's byte mapping); tokens longer than 48 bytes are cut to their first 48 bytes; "" gives
-    an all-zero row (padding).
+    an all-zero row (padding). Padding must come after a sentence's real tokens: the model treats
+    every all-zero row as padding and places `</S>` after the last real token.
 
     Args:
         tokens: tf.string tensor of any shape.
