@@ -1,0 +1,186 @@
+"""elmo_tf/layers/bilm.py: separate forward/backward projected-LSTM stacks, residuals, masking, state."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from elmo_tf.layers import BiLM
+
+LAYERS, UNITS, PROJ = 2, 12, 6
+DIRECTIONS = ("forward", "backward")
+
+
+def make_bilm(randomize, skip=True, seed=0, **kwargs):
+    layer = BiLM(LAYERS, UNITS, PROJ, cell_clip=3.0, proj_clip=3.0, use_skip_connections=skip, **kwargs)
+    layer.build((None, None, PROJ))
+    randomize(layer, seed=seed, scale=0.4)
+    return layer
+
+
+def make_inputs(lengths, steps=None, seed=0):
+    steps = max(lengths) if steps is None else steps
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(len(lengths), steps, PROJ)).astype(np.float32)
+    mask = np.arange(steps)[None, :] < np.array(lengths)[:, None]
+    return x, mask
+
+
+def numpy_bilm(x, lengths, bilm, numpy_lstm, initial_state=None):
+    """Reference biLM from the step-by-step LSTM reference: per direction a stack of cells, layer l>0
+    adds its input (residual); outputs forward ++ backward, zeros at padding."""
+    mask = (np.arange(x.shape[1])[None, :] < np.array(lengths)[:, None])[:, :, None]
+    stream = {d: np.asarray(x, np.float64) for d in DIRECTIONS}
+    outputs, finals = [], {}
+    for layer in range(bilm.num_layers):
+        new = {}
+        for k, d in enumerate(DIRECTIONS):
+            c0 = h0 = None
+            if initial_state is not None:
+                i = (k * bilm.num_layers + layer) * 2  # documented order: [c, h] fwd layers, then bwd layers
+                c0, h0 = initial_state[i], initial_state[i + 1]
+            out, c, h = numpy_lstm(stream[d], lengths, bilm.get_lstm(d, layer), initial_c=c0, initial_h=h0)
+            finals[d, layer] = [c, h]
+            new[d] = out + stream[d] if bilm.use_skip_connections and layer > 0 else out
+        stream = new
+        outputs.append(np.concatenate([stream["forward"], stream["backward"]], axis=-1) * mask)
+    return outputs, [s for d in DIRECTIONS for layer in range(bilm.num_layers) for s in finals[d, layer]]
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skip", "no-skip"])
+def test_matches_numpy_reference(skip, randomize, numpy_lstm):
+    bilm = make_bilm(randomize, skip=skip)
+    lengths = [5, 2, 0, 4]
+    x, mask = make_inputs(lengths)
+    outputs, states = bilm(x, mask=mask, return_state=True)
+    ref, ref_states = numpy_bilm(x, lengths, bilm, numpy_lstm)
+    assert len(outputs) == LAYERS and len(states) == 4 * LAYERS
+    for layer, (out, expected) in enumerate(zip(outputs, ref)):
+        assert out.shape == (4, 5, 2 * PROJ)
+        np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5, rtol=0, err_msg=f"layer {layer}")
+        np.testing.assert_array_equal(np.asarray(out)[~mask], 0.0)
+    for k, (state, expected) in enumerate(zip(states, ref_states)):
+        np.testing.assert_allclose(np.asarray(state), expected, atol=1e-5, rtol=0, err_msg=f"state {k}")
+
+
+def test_initial_state_order(randomize, numpy_lstm):
+    """initial_state is [c, h] of forward layer 0, 1, ..., then backward layer 0, 1, ..."""
+    bilm = make_bilm(randomize)
+    lengths = [4, 3]
+    x, mask = make_inputs(lengths)
+    rng = np.random.default_rng(3)
+    state = [rng.normal(scale=0.5, size=(2, UNITS if i % 2 == 0 else PROJ)).astype(np.float32)
+             for i in range(4 * LAYERS)]
+    outputs, final = bilm(x, mask=mask, initial_state=[tf.constant(s) for s in state], return_state=True)
+    ref, ref_final = numpy_bilm(x, lengths, bilm, numpy_lstm, initial_state=state)
+    for out, expected in zip(outputs, ref):
+        np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5, rtol=0)
+    for s, expected in zip(final, ref_final):
+        np.testing.assert_allclose(np.asarray(s), expected, atol=1e-5, rtol=0)
+    zero_outputs = bilm(x, mask=mask)
+    assert np.abs(np.asarray(zero_outputs[0]) - np.asarray(outputs[0])).max() > 1e-3
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skip", "no-skip"])
+def test_padding_invariance_and_batch_independence(skip, randomize):
+    bilm = make_bilm(randomize, skip=skip)
+    rng = np.random.default_rng(7)
+    sentence = rng.normal(size=(1, 4, PROJ)).astype(np.float32)
+    alone = [np.asarray(o) for o in bilm(sentence)]
+    # batched with much longer sentences, extra padding (holding noise) after it, at row 1
+    lengths = [23, 4, 17, 30]
+    x, mask = make_inputs(lengths, steps=32, seed=8)
+    x[1, :4] = sentence[0]
+    batched = [np.asarray(o) for o in bilm(x, mask=mask)]
+    for layer in range(LAYERS):
+        np.testing.assert_allclose(batched[layer][1, :4], alone[layer][0], atol=1e-5, rtol=0)
+        assert not batched[layer][1, 4:].any()
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skip", "no-skip"])
+def test_directions_read_only_their_side(skip, randomize):
+    """Forward outputs at t < k ignore tokens >= k; backward outputs at t >= k ignore tokens < k."""
+    bilm = make_bilm(randomize, skip=skip)
+    lengths, k = [8, 6], 3
+    x, mask = make_inputs(lengths)
+    base = [np.asarray(o) for o in bilm(x, mask=mask)]
+    later = x.copy()
+    later[:, k:] += 1.0
+    changed_later = [np.asarray(o) for o in bilm(later, mask=mask)]
+    earlier = x.copy()
+    earlier[:, :k] += 1.0
+    changed_earlier = [np.asarray(o) for o in bilm(earlier, mask=mask)]
+    for layer in range(LAYERS):
+        fwd, bwd = slice(0, PROJ), slice(PROJ, 2 * PROJ)
+        np.testing.assert_allclose(changed_later[layer][:, :k, fwd], base[layer][:, :k, fwd], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(changed_earlier[layer][:, k:, bwd], base[layer][:, k:, bwd], atol=1e-6, rtol=0)
+        # and each half does depend on its own side
+        assert np.abs(changed_later[layer][:, k:, fwd] - base[layer][:, k:, fwd]).max() > 1e-3
+        assert np.abs(changed_later[layer][:, :k, bwd] - base[layer][:, :k, bwd]).max() > 1e-3
+        assert np.abs(changed_earlier[layer][:, :k, fwd] - base[layer][:, :k, fwd]).max() > 1e-3
+
+
+def test_forward_state_round_trip(randomize):
+    """Running a sequence in two halves with the carried state equals running it whole (forward half).
+
+    Only the forward direction continues: the backward LM reads right to left, so its whole-sequence
+    outputs for the first half depend on tokens of the second half that the first call never sees, and
+    the backward state after the first call is the state after that half's *first* token, not a state
+    from which the second half (read from its own end) could continue.
+    """
+    bilm = make_bilm(randomize)
+    lengths, k = [10, 7, 2, 10], 4  # row 2 ends inside the first half
+    x, mask = make_inputs(lengths)
+    whole = [np.asarray(o) for o in bilm(x, mask=mask)]
+    first, state = bilm(x[:, :k], mask=mask[:, :k], return_state=True)
+    second = bilm(x[:, k:], mask=mask[:, k:], initial_state=state)
+    for layer in range(LAYERS):
+        np.testing.assert_allclose(np.asarray(first[layer])[:, :, :PROJ], whole[layer][:, :k, :PROJ],
+                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.asarray(second[layer])[:, :, :PROJ], whole[layer][:, k:, :PROJ],
+                                   atol=1e-5, rtol=0)
+    # without the carried state the second half differs: the check above can fail
+    fresh = bilm(x[:, k:], mask=mask[:, k:])
+    assert np.abs(np.asarray(fresh[0])[:, :, :PROJ] - whole[0][:, k:, :PROJ]).max() > 1e-3
+
+
+def test_errors(randomize):
+    bilm = make_bilm(randomize)
+    x, mask = make_inputs([3, 2])
+    state = bilm.zero_state(2)
+    assert len(state) == 4 * LAYERS
+    with pytest.raises(ValueError, match=f"{4 * LAYERS}"):
+        bilm(x, mask=mask, initial_state=state[:-1])
+    with pytest.raises(ValueError, match="projection_dim"):
+        BiLM(LAYERS, UNITS, PROJ).build((None, None, PROJ + 1))
+    with pytest.raises(ValueError, match="num_layers"):
+        BiLM(0, UNITS, PROJ)
+    with pytest.raises(ValueError, match="direction"):
+        bilm.get_lstm("sideways", 0)
+
+
+def test_sublayer_names(randomize):
+    bilm = make_bilm(randomize)
+    assert [bilm.get_lstm(d, l).name for d in DIRECTIONS for l in range(LAYERS)] == \
+        ["forward_lstm_0", "forward_lstm_1", "backward_lstm_0", "backward_lstm_1"]
+    assert [bilm.get_lstm(d, 0).go_backwards for d in DIRECTIONS] == [False, True]
+
+
+def test_dropout_only_in_training(randomize):
+    bilm = make_bilm(randomize, dropout=0.5)
+    x, mask = make_inputs([4, 3])
+    inference = np.asarray(bilm(x, mask=mask)[1])
+    np.testing.assert_array_equal(np.asarray(bilm(x, mask=mask, training=False)[1]), inference)
+    assert np.abs(np.asarray(bilm(x, mask=mask, training=True)[1]) - inference).max() > 1e-3
+
+
+def test_get_config_round_trip(randomize):
+    bilm = make_bilm(randomize, skip=False, dropout=0.1)
+    config = bilm.get_config()
+    clone = BiLM.from_config(config)
+    assert clone.get_config() == config
+    assert (clone.num_layers, clone.units, clone.projection_dim, clone.use_skip_connections, clone.dropout) == \
+        (LAYERS, UNITS, PROJ, False, 0.1)
+    clone.build((None, None, PROJ))
+    clone.set_weights(bilm.get_weights())
+    x, mask = make_inputs([4, 2])
+    for a, b in zip(clone(x, mask=mask), bilm(x, mask=mask)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

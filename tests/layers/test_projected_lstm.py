@@ -1,0 +1,147 @@
+"""elmo_tf/layers/projected_lstm.py: TF1 LSTMCell(num_proj) with clipping, forward and backward, masked."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from elmo_tf.layers import ProjectedLSTM
+
+UNITS, PROJ, DIM = 6, 4, 5
+LENGTHS = [7, 3, 0, 5, 1]  # includes an empty row and a full row
+
+
+def make_lstm(randomize, seed=0, scale=0.6, **kwargs):
+    kwargs.setdefault("cell_clip", 0.8)
+    kwargs.setdefault("proj_clip", 0.5)
+    layer = ProjectedLSTM(UNITS, PROJ, **kwargs)
+    layer.build((None, None, DIM))
+    randomize(layer, seed=seed, scale=scale)
+    return layer
+
+
+def make_inputs(lengths=LENGTHS, steps=7, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(len(lengths), steps, DIM)).astype(np.float32)  # padding holds noise too
+    mask = np.arange(steps)[None, :] < np.array(lengths)[:, None]
+    return x, mask
+
+
+@pytest.mark.parametrize("go_backwards", [False, True], ids=["forward", "backward"])
+def test_matches_step_by_step_numpy(go_backwards, randomize, numpy_lstm):
+    layer = make_lstm(randomize, go_backwards=go_backwards, return_state=True)
+    x, mask = make_inputs()
+    out, (c, h) = layer(x, mask=mask)
+    ref, ref_c, ref_h = numpy_lstm(x, LENGTHS, layer)
+    assert out.shape == (5, 7, PROJ) and c.shape == (5, UNITS) and h.shape == (5, PROJ)
+    np.testing.assert_allclose(np.asarray(out), ref, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(np.asarray(out)[~mask], 0.0)  # masked steps give exact zeros
+    # final state: after each row's last real token (for backward: after its first token)
+    np.testing.assert_allclose(np.asarray(c), ref_c, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(h), ref_h, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(h)[[0, 1, 3, 4]],
+                               ref[[0, 1, 3, 4], 0 if go_backwards else [6, 2, 4, 0]], atol=1e-5)
+    # the empty row keeps its (zero) initial state
+    assert not np.asarray(c)[2].any() and not np.asarray(h)[2].any()
+
+
+def test_clipping_and_forget_bias_matter(randomize, numpy_lstm):
+    """The reference test above can only fail on clipping/forget-bias errors if they change the numbers."""
+    layer = make_lstm(randomize)
+    x, _ = make_inputs()
+    ref, ref_c, _ = numpy_lstm(x, LENGTHS, layer)
+    unclipped, unclipped_c, _ = numpy_lstm(x, LENGTHS, layer, cell_clip=None, proj_clip=None)
+    assert np.isclose(np.abs(ref_c).max(), 0.8) and np.abs(unclipped_c).max() > 0.85
+    assert np.isclose(np.abs(ref).max(), 0.5) and np.abs(unclipped - ref).max() > 1e-2
+
+
+def test_no_clipping(randomize, numpy_lstm):
+    layer = make_lstm(randomize, cell_clip=None, proj_clip=None)
+    x, mask = make_inputs()
+    ref, _, _ = numpy_lstm(x, LENGTHS, layer)
+    np.testing.assert_allclose(np.asarray(layer(x, mask=mask)), ref, atol=1e-5, rtol=0)
+
+
+def test_without_mask_every_step_is_real(randomize, numpy_lstm):
+    layer = make_lstm(randomize)
+    x, _ = make_inputs()
+    ref, _, _ = numpy_lstm(x, [7] * 5, layer)
+    np.testing.assert_allclose(np.asarray(layer(x)), ref, atol=1e-5, rtol=0)
+
+
+def test_backward_reads_each_row_from_its_last_real_token(randomize):
+    """go_backwards equals the forward cell run on each row reversed by its own length, re-reversed."""
+    forward = make_lstm(randomize, go_backwards=False)
+    backward = make_lstm(randomize, go_backwards=True)
+    backward.set_weights(forward.get_weights())
+    x, mask = make_inputs()
+    x_rev = np.zeros_like(x)
+    for b, n in enumerate(LENGTHS):
+        x_rev[b, :n] = x[b, :n][::-1]
+    fwd_on_rev = np.asarray(forward(x_rev, mask=mask))
+    expected = np.zeros_like(fwd_on_rev)
+    for b, n in enumerate(LENGTHS):
+        expected[b, :n] = fwd_on_rev[b, :n][::-1]
+    np.testing.assert_allclose(np.asarray(backward(x, mask=mask)), expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("go_backwards", [False, True], ids=["forward", "backward"])
+def test_initial_state_is_used(go_backwards, randomize, numpy_lstm):
+    layer = make_lstm(randomize, go_backwards=go_backwards, return_state=True)
+    x, mask = make_inputs()
+    rng = np.random.default_rng(5)
+    c0 = rng.normal(scale=0.5, size=(5, UNITS)).astype(np.float32)
+    h0 = rng.normal(scale=0.5, size=(5, PROJ)).astype(np.float32)
+    out, (c, h) = layer(x, mask=mask, initial_state=[tf.constant(c0), tf.constant(h0)])
+    ref, ref_c, ref_h = numpy_lstm(x, LENGTHS, layer, initial_c=c0, initial_h=h0)
+    np.testing.assert_allclose(np.asarray(out), ref, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(c), ref_c, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(h), ref_h, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(c)[2], c0[2], atol=0)  # empty row: state passes through
+    zero_out, _ = layer(x, mask=mask)
+    assert np.abs(np.asarray(zero_out) - np.asarray(out)).max() > 1e-3
+
+
+def test_padding_invariance(randomize):
+    layer = make_lstm(randomize, go_backwards=True)
+    x, mask = make_inputs()
+    alone = np.asarray(layer(x[1:2, :3]))
+    padded = np.asarray(layer(x, mask=mask))[1:2, :3]
+    np.testing.assert_allclose(padded, alone, atol=1e-6, rtol=0)
+
+
+def test_dropout_only_in_training(randomize):
+    layer = make_lstm(randomize, dropout=0.5)
+    x, mask = make_inputs()
+    inference = np.asarray(layer(x, mask=mask))
+    np.testing.assert_array_equal(np.asarray(layer(x, mask=mask, training=False)), inference)
+    trained = np.asarray(layer(x, mask=mask, training=True))
+    assert np.abs(trained - inference).max() > 1e-3
+    np.testing.assert_array_equal(trained[~mask], 0.0)
+
+
+def test_weight_shapes_and_validation(randomize):
+    layer = make_lstm(randomize)
+    assert tuple(layer.input_kernel.shape) == (DIM, 4 * UNITS)
+    assert tuple(layer.recurrent_kernel.shape) == (PROJ, 4 * UNITS)
+    assert tuple(layer.bias.shape) == (4 * UNITS,)
+    assert tuple(layer.projection_kernel.shape) == (UNITS, PROJ)
+    with pytest.raises(ValueError, match="units"):
+        ProjectedLSTM(0, 4)
+    with pytest.raises(ValueError, match="cell_clip"):
+        ProjectedLSTM(4, 4, cell_clip=-1.0)
+    with pytest.raises(ValueError, match="dropout"):
+        ProjectedLSTM(4, 4, dropout=1.0)
+    with pytest.raises(ValueError, match="float"):
+        layer(np.zeros((2, 3), np.float32))
+
+
+def test_get_config_round_trip(randomize):
+    layer = make_lstm(randomize, go_backwards=True, dropout=0.25)
+    config = layer.get_config()
+    clone = ProjectedLSTM.from_config(config)
+    assert clone.get_config() == config
+    assert (clone.units, clone.projection_dim, clone.cell_clip, clone.proj_clip, clone.go_backwards, clone.dropout) \
+        == (UNITS, PROJ, 0.8, 0.5, True, 0.25)
+    clone.build((None, None, DIM))
+    clone.set_weights(layer.get_weights())
+    x, mask = make_inputs()
+    np.testing.assert_array_equal(np.asarray(clone(x, mask=mask)), np.asarray(layer(x, mask=mask)))

@@ -1,0 +1,212 @@
+"""elmo_tf/embed.py and `python -m elmo_tf embed`: batching plan, hdf5 output, CLI errors."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from elmo_tf.embed import embed_file, plan_batches, read_sentences
+from elmo_tf.io import save_elmo
+from elmo_tf.preprocessing import whitespace_tokenize
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+L, P = 2, 8  # tiny config: 2 LSTM layers, projection 8
+
+LINES = ["The cat sat on the mat .", "", "Hi", "a much longer sentence with many more tokens than any of the others",
+         "naïve 日本語 tokens", "   \t", "x  y", "Hi", "one two three four five"]
+
+
+# ---------------------------------------------------------------- plan_batches
+
+
+def check_plan(batches, lengths, batch_size, max_batch_tokens, sort):
+    flat = [i for batch in batches for i in batch]
+    non_empty = [i for i, n in enumerate(lengths) if n > 0]
+    assert sorted(flat) == non_empty  # every non-empty sentence exactly once, empty ones never
+    assert len(flat) == len(set(flat))
+    for batch in batches:
+        assert 1 <= len(batch) <= batch_size
+        if max_batch_tokens is not None and len(batch) > 1:
+            assert len(batch) * max(lengths[i] for i in batch) <= max_batch_tokens
+    if not sort:
+        assert flat == non_empty
+
+
+@pytest.mark.parametrize("sort", [True, False], ids=["sorted", "file-order"])
+@pytest.mark.parametrize("batch_size,max_batch_tokens", [(1, None), (7, None), (64, None), (7, 60), (64, 200)])
+def test_plan_covers_every_sentence_once_within_limits(batch_size, max_batch_tokens, sort):
+    lengths = [int(n) for n in np.random.default_rng(batch_size).integers(0, 40, size=300)]
+    batches = plan_batches(lengths, batch_size, max_batch_tokens, sort)
+    check_plan(batches, lengths, batch_size, max_batch_tokens, sort)
+
+
+def test_plan_fills_batches_and_sorts_within_windows():
+    assert [len(b) for b in plan_batches([1] * 20, batch_size=7)] == [7, 7, 6]
+    lengths = [5, 1, 4, 2, 3, 0, 6, 2]
+    batches = plan_batches(lengths, batch_size=3, sort=True)
+    assert [[lengths[i] for i in b] for b in batches] == [[1, 2, 2], [3, 4, 5], [6]]
+    # windows of 4 sentences are sorted separately
+    windowed = plan_batches(lengths, batch_size=2, sort=True, window=4)
+    check_plan(windowed, lengths, 2, None, True)
+    flat = [lengths[i] for b in windowed for i in b]
+    assert flat[:4] == sorted(flat[:4]) and flat[4:] == sorted(flat[4:]) and flat != sorted(flat)
+
+
+def test_plan_respects_the_token_budget_and_isolates_long_sentences():
+    lengths = [3, 100, 2, 4, 4, 4, 4]
+    batches = plan_batches(lengths, batch_size=64, max_batch_tokens=12, sort=False)
+    assert [1] in batches  # longer than the budget: alone
+    check_plan(batches, lengths, 64, 12, False)
+    assert batches == [[0], [1], [2, 3, 4], [5, 6]]
+
+
+def test_plan_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size"):
+        plan_batches([1, 2], batch_size=0)
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        plan_batches([1, 2], batch_size=2, max_batch_tokens=0)
+    assert plan_batches([0, 0], batch_size=2) == []
+
+
+# ---------------------------------------------------------------- read_sentences
+
+
+def test_read_sentences_matches_the_in_graph_tokenizer(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a b\r\n\n  c\td  \ncaf\xe9 \xff\nlast")
+    tokens, lines = read_sentences(path)
+    assert lines == [b"a b", b"", b"  c\td  ", b"caf\xe9 \xff", b"last"]
+    assert tokens == [[b"a", b"b"], [], [b"c", b"d"], [b"caf\xe9", b"\xff"], [b"last"]]
+    tf_tokens, tf_lengths = whitespace_tokenize(tf.constant(lines))
+    assert [list(row[:n]) for row, n in zip(tf_tokens.numpy(), tf_lengths.numpy())] == tokens
+
+
+# ---------------------------------------------------------------- embed_file
+
+
+@pytest.fixture
+def input_file(tmp_path):
+    path = tmp_path / "sentences.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def read_output(path):
+    with h5py.File(path, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        arrays = {key: f[key][...] for key in f if key != "sentence_to_index"}
+    return arrays, index
+
+
+def test_embed_file_layers_all_top_average(tiny_elmo, input_file, tmp_path, to_char_ids):
+    outputs = {}
+    for layers in ("all", "top", "average"):
+        stats = embed_file(tiny_elmo, input_file, tmp_path / f"{layers}.hdf5", batch_size=3, layers=layers)
+        assert stats == {"sentences": len(LINES), "tokens": sum(len(s.split()) for s in LINES), "empty": 2,
+                         "truncated": 0}
+        outputs[layers], index = read_output(tmp_path / f"{layers}.hdf5")
+        assert sorted(outputs[layers], key=int) == [str(i) for i in range(len(LINES))]
+        for line, i in index.items():
+            assert LINES[int(i)] == line
+        assert set(index) == set(LINES)
+    for i, line in enumerate(LINES):
+        n = len(line.split())
+        everything, top, average = outputs["all"][str(i)], outputs["top"][str(i)], outputs["average"][str(i)]
+        assert everything.shape == (L + 1, n, 2 * P) and everything.dtype == np.float32
+        assert top.shape == average.shape == (n, 2 * P)
+        np.testing.assert_array_equal(top, everything[-1])
+        np.testing.assert_allclose(average, everything.mean(axis=0), atol=1e-6, rtol=0)
+        if n:
+            alone = tiny_elmo(to_char_ids([line.split()]))["activations"]
+            np.testing.assert_allclose(everything, np.stack([np.asarray(a)[0] for a in alone]), atol=1e-5, rtol=0)
+            assert np.abs(everything).max() > 0
+    assert outputs["all"]["1"].shape == (L + 1, 0, 2 * P) and outputs["all"]["5"].shape == (L + 1, 0, 2 * P)
+    assert outputs["top"]["1"].shape == (0, 2 * P) and outputs["average"]["5"].shape == (0, 2 * P)
+
+
+def test_results_do_not_depend_on_batching_or_order(tiny_elmo, input_file, tmp_path):
+    settings = [dict(batch_size=1, sort=False), dict(batch_size=3, sort=True), dict(batch_size=64, sort=False),
+                dict(batch_size=64, sort=True, max_batch_tokens=10)]
+    results = []
+    for k, kwargs in enumerate(settings):
+        progress = []
+        embed_file(tiny_elmo, input_file, tmp_path / f"{k}.hdf5", progress=progress.append, **kwargs)
+        assert sum(progress) == len(LINES)
+        results.append(read_output(tmp_path / f"{k}.hdf5")[0])
+    for other in results[1:]:
+        assert set(other) == set(results[0])
+        for key, array in results[0].items():
+            np.testing.assert_allclose(other[key], array, atol=1e-5, rtol=0, err_msg=key)
+
+
+def test_max_sentence_tokens_cuts_before_embedding(tiny_elmo, input_file, tmp_path, to_char_ids):
+    stats = embed_file(tiny_elmo, input_file, tmp_path / "cut.hdf5", max_sentence_tokens=3)
+    assert stats["truncated"] == 3
+    arrays, _ = read_output(tmp_path / "cut.hdf5")
+    assert arrays["3"].shape == (L + 1, 3, 2 * P) and arrays["2"].shape == (L + 1, 1, 2 * P)
+    alone = tiny_elmo(to_char_ids([LINES[3].split()[:3]]))["activations"]
+    np.testing.assert_allclose(arrays["3"], np.stack([np.asarray(a)[0] for a in alone]), atol=1e-5, rtol=0)
+
+
+def test_embed_file_rejects_unknown_layers(tiny_elmo, input_file, tmp_path):
+    with pytest.raises(ValueError, match="layers"):
+        embed_file(tiny_elmo, input_file, tmp_path / "x.hdf5", layers="middle")
+    assert not (tmp_path / "x.hdf5").exists()
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "elmo_tf", "embed", *map(str, args)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "error:" in line]
+
+
+@pytest.fixture
+def saved_model(tiny_elmo, tmp_path):
+    save_elmo(tiny_elmo, tmp_path / "model")
+    return tmp_path / "model"
+
+
+def test_cli_writes_the_file(saved_model, tiny_elmo, input_file, tmp_path):
+    out = tmp_path / "cli.hdf5"
+    result = run_cli("--options", saved_model / "options.json", "--weights", saved_model / "weights.hdf5",
+                     "--input", input_file, "--output", out, "--layers", "top", "--batch-size", "2")
+    assert result.returncode == 0, result.stderr
+    arrays, index = read_output(out)
+    embed_file(tiny_elmo, input_file, tmp_path / "lib.hdf5", layers="top")
+    expected, expected_index = read_output(tmp_path / "lib.hdf5")
+    assert index == expected_index and set(arrays) == set(expected)
+    for key in expected:
+        np.testing.assert_allclose(arrays[key], expected[key], atol=1e-5, rtol=0, err_msg=key)
+
+
+def test_cli_missing_weights_file(saved_model, input_file, tmp_path):
+    out = tmp_path / "never.hdf5"
+    result = run_cli("--options", saved_model / "options.json", "--weights", tmp_path / "nope.hdf5",
+                     "--input", input_file, "--output", out)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and "--weights" in lines[0] and "nope.hdf5" in lines[0], result.stderr
+    assert not out.exists()
+
+
+def test_cli_batch_size_zero(saved_model, input_file, tmp_path):
+    out = tmp_path / "never.hdf5"
+    result = run_cli("--options", saved_model / "options.json", "--weights", saved_model / "weights.hdf5",
+                     "--input", input_file, "--output", out, "--batch-size", "0")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and "--batch-size" in lines[0], result.stderr
+    assert not out.exists()
