@@ -1,0 +1,394 @@
+"""Embedding throughput of elmo_tf vs AllenNLP's PyTorch ELMo, side by side in one run.
+
+Spec: the original-size architecture (93.6M parameters, random weights), 1,000 natural-English
+sentences (bench/sentences.py), batch 32 and 64, length-sorted and in corpus order, 2 threads:
+tokens/s, peak RSS, and achieved GFLOP/s (204 MFLOP of matmul per position for the original shapes)
+as a fraction of this machine's float32 matmul GFLOP/s measured by TF in the same run (4096^3, best of
+several, before and after the embedding runs).
+Targets: at least 2x AllenNLP at the same batch size and order, and at least 50% of the roofline.
+
+How it is measured:
+  - random original-size weights are written once with `elmo_tf.io.save_elmo` (seeded) into
+    --weights-dir (default bench/results/cache/original-seed<seed>/, about 375 MB) and reused;
+  - every run is its own subprocess, ours then the peer for each (batch size, order), so both see the
+    same machine state; peak RSS is the subprocess's `ru_maxrss` (from `os.wait4`), model loading included;
+  - ours: a worker mode of this script (`--worker ours`) that loads the model, plans batches as
+    `python -m elmo_tf embed` does (`elmo_tf.embed.plan_batches`, max 128 x batch tokens per batch),
+    embeds one untimed warm-up batch (the first of the plan), then times `Embedder.embed_batch` over
+    all sentences with `--layers all`, keeping the arrays in memory (hdf5 writing excluded);
+    TF's intra-op and inter-op pools both get --threads threads;
+  - the peer: ../shared/peer/allennlp_embed.py (`--sort` for length-sorted batches, `--threads`),
+    which excludes model loading, runs one untimed warm-up batch and reports tokens/s of the pass;
+  - achieved GFLOP/s = tokens/s x matmul FLOP per position (computed from options.json: char CNN,
+    highway, projection, and per direction and layer `[x, h] W` + `m W_P`); only real tokens are
+    counted, not the two sentence-boundary positions or padding (`gflops_with_boundaries` in the JSON
+    counts the boundaries too).
+
+usage: .venv/bin/python bench/embed_throughput.py [--batch-sizes 32,64] [--orders sorted,corpus]
+       [--n-sentences 1000] [--skip-peer] [--quick] [--out bench/results/embed_throughput.json]
+Run it on an otherwise idle machine: both tools are pinned to the same thread count, but other load
+changes the numbers (the JSON records the load average before and after).
+"""
+import argparse
+import json
+import logging
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from sentences import REPO, load_sentences, write_sentences
+
+SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
+DEFAULT_PEER_PYTHON = "/tmp/allennlp-peer/bin/python"
+DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
+DEFAULT_OUT = os.path.join(REPO, "bench", "results", "embed_throughput.json")
+DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache")
+ORDERS = ("sorted", "corpus")
+TARGET_RATIO = 2.0
+TARGET_ROOFLINE = 0.5
+MATMUL_N = 4096
+PEER_LINE = re.compile(r"(\d+) tokens in ([0-9.]+) s: ([0-9.]+) tokens/s")
+
+log = logging.getLogger("embed_throughput")
+
+
+def matmul_flops_per_position(options):
+    """Matmul FLOP (2 per multiply-add) per token position of a biLM given its options.json dict."""
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    chars = cnn.get("max_characters_per_token", 50)
+    char_dim = cnn["embedding"]["dim"]
+    filters = cnn["filters"]
+    n_filters = sum(n for _, n in filters)
+    units, proj, layers = lstm["dim"], lstm["projection_dim"], lstm["n_layers"]
+    flops = sum(2 * (chars - w + 1) * w * char_dim * n for w, n in filters)  # conv, VALID over the chars
+    flops += cnn.get("n_highway", 0) * 2 * (2 * n_filters * n_filters)  # gate and transform
+    if n_filters != proj:
+        flops += 2 * n_filters * proj
+    flops += 2 * layers * (2 * (proj + proj) * 4 * units + 2 * units * proj)  # directions x layers
+    return flops
+
+
+def count_parameters(options):
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    filters = cnn["filters"]
+    f = sum(n for _, n in filters)
+    p, u = lstm["projection_dim"], lstm["dim"]
+    n = cnn.get("n_characters", 262) * cnn["embedding"]["dim"]
+    n += sum(w * cnn["embedding"]["dim"] * k + k for w, k in filters)
+    n += cnn.get("n_highway", 0) * 2 * (f * f + f)
+    n += (f * p + p) if f != p else 0
+    n += 2 * lstm["n_layers"] * ((p + p) * 4 * u + 4 * u + u * p)
+    return n
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+def _set_threads(threads):
+    import tensorflow as tf
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    return tf
+
+
+def worker_weights(args):
+    """Writes random original-size weights (seeded Keras initializers) with save_elmo."""
+    import keras
+
+    from elmo_tf.config import get_config
+    from elmo_tf.io import save_elmo
+    from elmo_tf.models.elmo import ELMo
+
+    keras.utils.set_random_seed(args.seed)
+    model = ELMo(get_config(args.preset))
+    save_elmo(model, args.weights_dir)
+    return {"parameters": int(sum(v.numpy().size for v in model.weights if "mix_" not in v.path))}
+
+
+def worker_matmul(args):
+    """Best and median float32 GFLOP/s of a MATMUL_N^3 matmul with --threads threads."""
+    tf = _set_threads(args.threads)
+    a = tf.random.normal([MATMUL_N, MATMUL_N])
+    b = tf.random.normal([MATMUL_N, MATMUL_N])
+    matmul = tf.function(tf.matmul)
+    matmul(a, b).numpy()  # warm-up
+    times = []
+    for _ in range(args.matmul_repeats):
+        start = time.perf_counter()
+        c = matmul(a, b)
+        float(c[0, 0])
+        times.append(time.perf_counter() - start)
+    flop = 2 * MATMUL_N ** 3
+    times.sort()
+    return {"n": MATMUL_N, "threads": args.threads, "repeats": args.matmul_repeats,
+            "best_gflops": flop / times[0] / 1e9, "median_gflops": flop / times[len(times) // 2] / 1e9}
+
+
+def worker_ours(args):
+    """Times elmo_tf's Embedder over the sentences: model loading and one warm-up batch excluded."""
+    _set_threads(args.threads)
+    from elmo_tf.embed import Embedder, plan_batches, read_sentences
+    from elmo_tf.io import load_elmo
+
+    start = time.perf_counter()
+    model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
+    embedder = Embedder(model, "all")
+    load_seconds = time.perf_counter() - start
+    sentences, _ = read_sentences(args.input)
+    lengths = [len(s) for s in sentences]
+    batches = plan_batches(lengths, args.batch_size, 128 * args.batch_size, sort=args.order == "sorted")
+    start = time.perf_counter()
+    embedder.embed_batch([sentences[i] for i in batches[0]])
+    warmup_seconds = time.perf_counter() - start
+    results = {}
+    start = time.perf_counter()
+    for batch in batches:
+        for i, array in zip(batch, embedder.embed_batch([sentences[i] for i in batch])):
+            results[i] = array
+    seconds = time.perf_counter() - start
+    tokens = sum(lengths)
+    if len(results) != sum(n > 0 for n in lengths):
+        raise RuntimeError(f"embedded {len(results)} sentences, expected {sum(n > 0 for n in lengths)}")
+    return {"tokens": tokens, "sentences": len(results), "batches": len(batches), "seconds": seconds,
+            "tokens_per_s": tokens / seconds, "load_seconds": load_seconds, "warmup_seconds": warmup_seconds,
+            "max_rss_mib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+WORKERS = {"weights": worker_weights, "matmul": worker_matmul, "ours": worker_ours}
+
+
+# ------------------------------------------------------------------------------------------ main process
+
+def run_measured(command, cwd=REPO):
+    """Runs a subprocess; returns (exit code, stdout, stderr, wall seconds, peak RSS MiB, CPU seconds)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
+                wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
+
+
+def run_worker(args, mode, extra, work):
+    result_path = os.path.join(work, f"{mode}-{time.monotonic_ns()}.json")
+    command = [args.python, os.path.abspath(__file__), "--worker", mode, "--result", result_path,
+               "--threads", str(args.threads), "--weights-dir", args.weights_dir] + extra
+    rc, _, err, wall, rss, cpu = run_measured(command)
+    if rc != 0 or not os.path.isfile(result_path):
+        raise RuntimeError(f"worker {mode} failed with exit status {rc}:\n{err[-4000:]}")
+    with open(result_path, encoding="utf-8") as f:
+        result = json.load(f)
+    result.update(process_seconds=wall, peak_rss_mib=rss, cpu_seconds=cpu, cpu_utilization=cpu / wall)
+    return result
+
+
+def run_peer(args, input_path, batch_size, order, work):
+    output = os.path.join(work, "peer_out.hdf5")
+    command = [args.peer_python, args.peer_script, "--options", os.path.join(args.weights_dir, "options.json"),
+               "--weights", os.path.join(args.weights_dir, "weights.hdf5"), "--input", input_path,
+               "--output", output, "--batch-size", str(batch_size), "--threads", str(args.threads)]
+    if order == "sorted":
+        command.append("--sort")
+    try:
+        rc, _, err, wall, rss, cpu = run_measured(command)
+    finally:
+        if os.path.exists(output):
+            os.remove(output)
+    match = PEER_LINE.search(err)
+    if rc != 0 or not match:
+        raise RuntimeError(f"peer failed with exit status {rc}:\n{err[-4000:]}")
+    tokens, seconds, _ = match.groups()
+    return {"tokens": int(tokens), "seconds": float(seconds), "tokens_per_s": int(tokens) / float(seconds),
+            "process_seconds": wall, "peak_rss_mib": rss, "cpu_seconds": cpu, "cpu_utilization": cpu / wall}
+
+
+def ensure_weights(args, work):
+    options = os.path.join(args.weights_dir, "options.json")
+    weights = os.path.join(args.weights_dir, "weights.hdf5")
+    if os.path.isfile(options) and os.path.isfile(weights):
+        log.info("reusing random %s weights in %s", args.preset, args.weights_dir)
+    else:
+        log.info("writing random %s weights (seed %d) to %s", args.preset, args.seed, args.weights_dir)
+        run_worker(args, "weights", ["--preset", args.preset, "--seed", str(args.seed)], work)
+    with open(options, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def parse_list(text, kind, name):
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: cannot parse {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{name}: empty list")
+    return values
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes (32,64)")
+    parser.add_argument("--orders", default=None, help="comma-separated orders: sorted, corpus (sorted,corpus)")
+    parser.add_argument("--n-sentences", type=int, default=None, help="sentences (1000)")
+    parser.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of both tools and of the matmul (2)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each tool per configuration (1)")
+    parser.add_argument("--matmul-repeats", type=int, default=5, help="timed 4096^3 matmuls, best counts (5)")
+    parser.add_argument("--skip-peer", action="store_true", help="run ours only")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 100 sentences, batch 32, sorted (explicit flags still win)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--preset", default="original", help="BiLMConfig preset of the random model (original)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
+    parser.add_argument("--weights-dir", default=None,
+                        help="where the random weights are cached (bench/results/cache/<preset>-seed<seed>)")
+    parser.add_argument("--python", default=sys.executable, help="python with elmo_tf installed (this one)")
+    parser.add_argument("--peer-python", default=DEFAULT_PEER_PYTHON, help=f"python of the AllenNLP venv ({DEFAULT_PEER_PYTHON})")
+    parser.add_argument("--peer-script", default=DEFAULT_PEER_SCRIPT, help="the peer's embed script")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/embed_throughput.json)")
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--input", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--order", choices=ORDERS, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    if args.weights_dir is None:
+        args.weights_dir = os.path.join(DEFAULT_CACHE, f"{args.preset}-seed{args.seed}")
+    if args.worker:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        result = WORKERS[args.worker](args)
+        with open(args.result, "w", encoding="utf-8") as f:
+            json.dump(result, f)
+        return 0
+
+    try:
+        batch_sizes = parse_list(args.batch_sizes or ("32" if args.quick else "32,64"), int, "--batch-sizes")
+        orders = parse_list(args.orders or ("sorted" if args.quick else "sorted,corpus"), str, "--orders")
+    except argparse.ArgumentTypeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if any(b < 1 for b in batch_sizes) or any(o not in ORDERS for o in orders):
+        print(f"error: batch sizes must be >= 1 and orders in {ORDERS}, got {batch_sizes} {orders}", file=sys.stderr)
+        return 2
+    n_sentences = args.n_sentences or (100 if args.quick else 1000)
+    if not args.skip_peer:
+        for path, flag in ((args.peer_python, "--peer-python"), (args.peer_script, "--peer-script")):
+            if not os.path.isfile(path):
+                print(f"error: {flag}: no such file: {path!r} (run ../shared/peer/setup_allennlp.sh, "
+                      f"or pass --skip-peer)", file=sys.stderr)
+                return 2
+
+    sentences = load_sentences(n_sentences, args.data)
+    n_tokens = sum(len(s.split()) for s in sentences)
+    work = tempfile.mkdtemp(prefix="elmo_throughput_")
+    input_path = write_sentences(sentences, os.path.join(work, "sentences.txt"))
+    load_before = os.getloadavg()
+    runs = []
+    try:
+        options = ensure_weights(args, work)
+        fpp = matmul_flops_per_position(options)
+        log.info("%s: %.1fM parameters, %.1f MFLOP of matmul per position; %d sentences, %d tokens",
+                 args.preset, count_parameters(options) / 1e6, fpp / 1e6, len(sentences), n_tokens)
+        matmul = [run_worker(args, "matmul", ["--matmul-repeats", str(args.matmul_repeats)], work)]
+        log.info("matmul %d^3, %d threads: %.0f GFLOP/s (best of %d)", MATMUL_N, args.threads,
+                 matmul[0]["best_gflops"], args.matmul_repeats)
+        for batch_size in batch_sizes:
+            for order in orders:
+                for repeat in range(args.repeats):
+                    run = {"batch_size": batch_size, "order": order, "repeat": repeat}
+                    run["ours"] = run_worker(args, "ours", ["--input", input_path, "--batch-size", str(batch_size),
+                                                            "--order", order], work)
+                    log.info("ours  batch %d %s: %.0f tokens/s", batch_size, order, run["ours"]["tokens_per_s"])
+                    if not args.skip_peer:
+                        run["peer"] = run_peer(args, input_path, batch_size, order, work)
+                        log.info("peer  batch %d %s: %.0f tokens/s", batch_size, order, run["peer"]["tokens_per_s"])
+                    runs.append(run)
+        matmul.append(run_worker(args, "matmul", ["--matmul-repeats", str(args.matmul_repeats)], work))
+    except (RuntimeError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    roofline = max(m["best_gflops"] for m in matmul)
+    summary, missed = [], []
+    for run in runs:
+        ours = run["ours"]
+        ours["gflops"] = ours["tokens_per_s"] * fpp / 1e9
+        ours["gflops_with_boundaries"] = (ours["tokens"] + 2 * ours["sentences"]) / ours["seconds"] * fpp / 1e9
+        ours["fraction_of_roofline"] = ours["gflops"] / roofline
+        if "peer" in run:
+            run["peer"]["gflops"] = run["peer"]["tokens_per_s"] * fpp / 1e9
+            run["ratio"] = ours["tokens_per_s"] / run["peer"]["tokens_per_s"]
+            if run["ratio"] < TARGET_RATIO:
+                missed.append(f"batch {run['batch_size']} {run['order']}: {run['ratio']:.2f}x AllenNLP < {TARGET_RATIO}x")
+        if ours["fraction_of_roofline"] < TARGET_ROOFLINE:
+            missed.append(f"batch {run['batch_size']} {run['order']}: {ours['fraction_of_roofline']:.0%} of roofline "
+                          f"< {TARGET_ROOFLINE:.0%}")
+
+    print(f"\nELMo embed throughput, {args.preset} architecture ({count_parameters(options) / 1e6:.1f}M parameters, "
+          f"random weights), {len(sentences)} sentences / {n_tokens} tokens, {args.threads} threads")
+    before_after = ", ".join(f"{m['best_gflops']:.0f}" for m in matmul)
+    print(f"roofline: TF float32 matmul {MATMUL_N}^3 = {roofline:.0f} GFLOP/s (best of before/after: "
+          f"{before_after}); {fpp / 1e6:.1f} MFLOP matmul per token")
+    header = (f"{'config':<16} {'ours tok/s':>10} {'peer tok/s':>10} {'ratio':>6} {'ours GFLOP/s':>12} "
+              f"{'% roofline':>10} {'ours RSS MiB':>12} {'peer RSS MiB':>12}")
+    print(header)
+    for run in runs:
+        ours, peer = run["ours"], run.get("peer")
+        config = f"b{run['batch_size']} {run['order']}" + (f" #{run['repeat']}" if args.repeats > 1 else "")
+        peer_tps = f"{peer['tokens_per_s']:.0f}" if peer else "-"
+        ratio = f"{run['ratio']:.2f}" if peer else "-"
+        peer_rss = f"{peer['peak_rss_mib']:.0f}" if peer else "-"
+        print(f"{config:<16} {ours['tokens_per_s']:>10.0f} {peer_tps:>10} {ratio:>6} {ours['gflops']:>12.0f} "
+              f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12}")
+    load_after = os.getloadavg()
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} CPUs")
+    if max(load_before[0], load_after[0]) > 0.5:
+        print("warning: the machine was not idle: other processes competed for the cores, so these numbers "
+              "(and the ratio) are not those of an idle machine; rerun alone")
+    print(f"targets: >= {TARGET_RATIO}x AllenNLP, >= {TARGET_ROOFLINE:.0%} of roofline: "
+          + ("met" if not missed else "missed: " + "; ".join(missed)))
+
+    report = {
+        "preset": args.preset, "parameters": count_parameters(options), "seed": args.seed,
+        "matmul_flops_per_position": fpp, "n_sentences": len(sentences), "n_tokens": n_tokens,
+        "data": args.data or "default (bench/sentences.py)", "threads": args.threads,
+        "roofline_gflops": roofline, "matmul": matmul, "runs": runs,
+        "targets": {"ratio_vs_peer": TARGET_RATIO, "fraction_of_roofline": TARGET_ROOFLINE, "missed": missed},
+        "quick": args.quick, "load_average_before": load_before, "load_average_after": load_after,
+        "cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
+        "git_commit": _git_commit(),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+    return 1 if args.check and missed else 0
+
+
+def _git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
