@@ -51,7 +51,7 @@ def build_parser():
     p.add_argument("--max-sentence-tokens", type=_positive("--max-sentence-tokens"), default=None,
                    help="cut longer sentences to this many tokens (default: never cut)")
     p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's default)")
+    p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)")
     return parser
 
 
@@ -75,6 +75,7 @@ def main(argv=None):
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     try:
         model = load_elmo(args.options, args.weights)
     except ValueError as e:
