@@ -81,29 +81,28 @@ def load_bilm_weights(model, weights_path):
         f = h5py.File(weights_path, "r")
     except OSError as e:
         raise WeightFileError(f"cannot read weight file {weights_path!r} (missing, truncated or not HDF5): {e}") from None
+    updates = []  # everything is read and checked before any variable changes
     with f:
         for name, variables, _, from_file in weight_map(model):
             expected = _expected_file_shape(name, variables)
             if name not in f or not isinstance(f[name], h5py.Dataset):
                 raise WeightFileError(f"weight file {weights_path!r} has no dataset {name!r} "
                                       f"(expected shape {expected} from the options)")
-            if name == "char_embed" and f[name].shape == tuple(variables[0].shape):
-                # a file that already holds the zero padding row (262 rows)
-                arrays = [f[name][...]]
-            else:
-                if f[name].shape != expected:
-                    raise WeightFileError(f"dataset {name!r} in {weights_path!r} has shape {f[name].shape}, "
-                                          f"expected {expected} from the options")
-                try:
-                    data = f[name][...]
-                except OSError as e:
-                    raise WeightFileError(f"dataset {name!r} in {weights_path!r} cannot be read "
-                                          f"(truncated file?): {e}") from None
-                arrays = from_file(data)
-            for var, array in zip(variables, arrays):
-                if not np.all(np.isfinite(array)):
-                    raise WeightFileError(f"dataset {name!r} in {weights_path!r} holds NaN or inf values")
-                var.assign(array.astype(var.dtype))
+            already_padded = name == "char_embed" and f[name].shape == tuple(variables[0].shape)
+            if f[name].shape != expected and not already_padded:
+                raise WeightFileError(f"dataset {name!r} in {weights_path!r} has shape {f[name].shape}, "
+                                      f"expected {expected} from the options")
+            try:
+                data = f[name][...]
+            except OSError as e:
+                raise WeightFileError(f"dataset {name!r} in {weights_path!r} cannot be read "
+                                      f"(truncated file?): {e}") from None
+            if not np.all(np.isfinite(data)):
+                raise WeightFileError(f"dataset {name!r} in {weights_path!r} holds NaN or inf values")
+            # a file that already holds the zero padding row (262 rows) is taken as is
+            updates.extend(zip(variables, [data] if already_padded else from_file(data)))
+    for var, array in updates:
+        var.assign(array.astype(var.dtype))
 
 
 def save_bilm_weights(model, weights_path):

@@ -6,6 +6,14 @@ from keras import ops
 from elmo_tf.layers.highway import Highway
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
 
+def _padding_row_zero(initializer):
+    """Row 0 of the char embedding is the padding row: zero, as in the weight files."""
+    def init(shape, dtype=None):
+        values = initializer(shape, dtype=dtype)
+        return ops.concatenate([ops.zeros_like(values[:1]), values[1:]], axis=0)
+    return init
+
+
 ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
@@ -26,7 +34,8 @@ class CharCNN(keras.layers.Layer):
         char_embedding_dim: size of each char vector.
         num_chars: rows of the char embedding (262: row 0 is the padding row, kept at zero by the data).
         max_chars: chars per token (50).
-        activation: after the max-pool and in the highway transform ("relu").
+        activation: after the max-pool ("relu" or "tanh"); the highway transform is always relu, as in
+            the original.
     Call arguments:
         inputs: int32 char ids `(batch, tokens, max_chars)`, all-zero rows for padding.
     Returns:
@@ -59,13 +68,13 @@ class CharCNN(keras.layers.Layer):
 
     def build(self, input_shape):
         self.char_embedding = self.add_weight(name="char_embedding", shape=(self.num_chars, self.char_embedding_dim),
-                                              initializer=keras.initializers.RandomUniform(-1.0, 1.0))
+                                              initializer=_padding_row_zero(keras.initializers.RandomUniform(-1.0, 1.0)))
         self.conv_kernels, self.conv_biases = [], []
         for k, (width, n) in enumerate(self.filters):
             self.conv_kernels.append(self.add_weight(name=f"conv_kernel_{k}", shape=(width, self.char_embedding_dim, n),
                                                      initializer="glorot_uniform"))
             self.conv_biases.append(self.add_weight(name=f"conv_bias_{k}", shape=(n,), initializer="zeros"))
-        self.highway = Highway(self.num_highway, activation=self.activation, name="highway")
+        self.highway = Highway(self.num_highway, activation="relu", name="highway")  # relu in bilm-tf and AllenNLP
         self.highway.build((None, self.num_filters))
         if self.use_projection:
             self.projection = keras.layers.Dense(self.projection_dim, name="projection")
