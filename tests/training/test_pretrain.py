@@ -1,0 +1,447 @@
+"""training/pretrain.py and elmo_tf/pretrain.py: loss falls, 2 replicas, 2 workers, kill -9 and resume, the
+exported weights.hdf5 reproduces the in-memory model, perplexity on the training sentences, NaN stop,
+--init-from, bad arguments.
+
+Every run is a tiny model (char filters 8+8+16, 1 highway, LSTM 64 -> 16, 2 layers) on 40 short sentences
+written into a temporary directory, so a run is mostly process start-up. Every subprocess has a timeout so
+a hang (a stuck collective, a run that never stops) fails the test instead of blocking CI.
+"""
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
+from elmo_tf.models import ELMo
+from elmo_tf.pretrain import NonFiniteLossError, TrainConfig, Trainer
+from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PRETRAIN = REPO_ROOT / "training" / "pretrain.py"
+EVALUATE = REPO_ROOT / "training" / "evaluate_lm.py"
+ALLENNLP = REPO_ROOT.parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
+TIMEOUT = 300  # seconds for one run of the CLI; the tiny runs take 10-30 s on 2 busy cores
+
+TINY_OPTIONS = {
+    "lstm": {"dim": 64, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+             "use_skip_connections": True},
+    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
+                 "activation": "relu", "max_characters_per_token": 50, "n_characters": 262},
+}
+# Adam at 0.02 without dropout memorizes the 40 sentences in ~200 steps (loss 2.9 -> 0.7, perplexity ~5 of
+# a 93-word vocabulary); Adagrad's default 0.2 needs several times more steps.
+FAST = ["--batch-size", "16", "--num-sampled", "16", "--optimizer", "adam", "--learning-rate", "0.02",
+        "--dropout", "0"]
+
+
+def subprocess_env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(script, *args, timeout=TIMEOUT, env=None):
+    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_ROOT,
+                          env=env or subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def run_pretrain(data, output, *args, config=None, timeout=TIMEOUT, env=None):
+    return run_cli(PRETRAIN, "--train", data["train"], "--vocab", data["vocab"], "--config",
+                   config or data["options"], "--output", output, *args, timeout=timeout, env=env)
+
+
+def read_log(output):
+    with open(Path(output) / "log.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], [(int(r[0]), float(r[1])) for r in rows[1:]]
+
+
+def done_line(stderr):
+    """`done: step N, train loss X (perplexity Y)` without the tokens/s, which differs between processes."""
+    match = re.search(r"done: step \d+, train loss [-\d.naif]+ \(perplexity [-\d.naif]+\)", stderr)
+    assert match, stderr[-3000:]
+    return match.group(0)
+
+
+def write_sentences(path, n_sentences=40, n_words=100, seed=0):
+    rng = np.random.default_rng(seed)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    words = sorted({"".join(rng.choice(letters, size=rng.integers(3, 8))) for _ in range(n_words)})
+    lines = [" ".join(rng.choice(words, size=rng.integers(4, 9))) for _ in range(n_sentences)]
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """40 sentences over ~90 made-up words, their vocabulary and the tiny options.json."""
+    d = tmp_path_factory.mktemp("corpus")
+    lines = write_sentences(d / "train.txt")
+    vocab = build_vocabulary(count_words([str(d / "train.txt")]))
+    vocab.save(str(d / "vocab.txt"))
+    (d / "options.json").write_text(json.dumps(TINY_OPTIONS))
+    return {"dir": d, "train": d / "train.txt", "vocab": d / "vocab.txt", "options": d / "options.json",
+            "lines": lines, "vocab_size": len(vocab), "words": vocab}
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    """One 200-step run of the CLI on the default strategy (MirroredStrategy over the one CPU), logging
+    every step: shared by the loss, perplexity and --init-from tests."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    proc = run_pretrain(data, out, "--steps", 200, "--log-every", 1, "--checkpoint-every", 100, *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"dir": out, "stderr": proc.stderr}
+
+
+def assert_model_dir(out):
+    for name in ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt", "metrics.json", "train_config.json",
+                 "log.csv"):
+        assert (Path(out) / name).is_file(), f"{name} missing in {out}"
+    assert list((Path(out) / "tensorboard").iterdir()), "no TensorBoard events"
+    assert json.loads((Path(out) / "options.json").read_text()) == BiLMConfig.from_options(TINY_OPTIONS).to_options()
+
+
+# (a) ---------------------------------------------------------------------------------------------------
+def test_loss_falls_on_a_small_corpus(trained, data):
+    header, rows = read_log(trained["dir"])
+    assert header == ["step", "loss", "perplexity", "tokens_per_s", "valid_perplexity"]
+    steps = [s for s, _ in rows]
+    assert steps == list(range(1, 201))
+    losses = np.array([loss for _, loss in rows])
+    first, last = losses[:10].mean(), losses[-10:].mean()
+    # sampled softmax over 16 negatives + the target: an untrained model is near log(17) = 2.83
+    assert 2.0 < first < 4.0, first
+    assert last < 0.6 * first, (first, last)
+    metrics = json.loads((trained["dir"] / "metrics.json").read_text())
+    assert metrics["step"] == 200 and math.isclose(metrics["loss"], losses[-1], rel_tol=1e-3)
+    assert_model_dir(trained["dir"])
+    assert "1 replicas" in trained["stderr"]
+
+
+# (f) ---------------------------------------------------------------------------------------------------
+def test_perplexity_on_own_training_sentences_far_below_vocab_size(trained, data):
+    proc = run_cli(EVALUATE, "--model", trained["dir"], "--test", data["train"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    n_targets = sum(len(line.split()) + 1 for line in data["lines"])  # words + </S> (forward) / <S> (backward)
+    assert result["tokens"] == n_targets
+    for key in ("forward", "backward", "average"):
+        assert 1.0 < result[key] < data["vocab_size"] / 5, result
+    # average = exp of the mean of the two mean NLLs = geometric mean of the two perplexities
+    assert math.isclose(result["average"], math.sqrt(result["forward"] * result["backward"]), rel_tol=1e-6)
+
+
+def test_perplexity_of_an_untrained_model_is_near_vocab_size(data, tmp_path):
+    """The control for the test above: one step at a tiny learning rate leaves perplexity ~ |V|."""
+    out = tmp_path / "run"
+    proc = run_pretrain(data, out, "--steps", 1, "--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd",
+                        "--learning-rate", 1e-9)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(run_cli(EVALUATE, "--model", out, "--test", data["train"]).stdout)
+    assert data["vocab_size"] / 2 < result["average"] < 2 * data["vocab_size"], result
+
+
+# (b) ---------------------------------------------------------------------------------------------------
+def test_two_replicas_train_and_write_outputs(data, tmp_path):
+    out = tmp_path / "run"
+    proc = run_pretrain(data, out, "--cpu-replicas", 2, "--steps", 60, "--log-every", 1, "--checkpoint-every", 30,
+                        *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 replicas" in proc.stderr
+    assert json.loads((out / "train_config.json").read_text())["replicas"] == 2
+    assert_model_dir(out)
+    _, rows = read_log(out)
+    losses = np.array([loss for _, loss in rows])
+    assert len(losses) == 60 and np.isfinite(losses).all()
+    assert losses[-10:].mean() < losses[:10].mean() - 0.1, losses
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index")) == ["ckpt-30.index", "ckpt-60.index"]
+
+
+# (c) ---------------------------------------------------------------------------------------------------
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_two_workers_train_in_step(data, tmp_path):
+    out = tmp_path / "run"
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs, logs = [], []
+    args = ["--strategy", "multi_worker", "--steps", 20, "--log-every", 5, "--checkpoint-every", 10, *FAST]
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        log = open(tmp_path / f"worker{index}.log", "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(PRETRAIN), "--train", str(data["train"]), "--vocab", str(data["vocab"]),
+             "--config", str(data["options"]), "--output", str(out), *map(str, args)],
+            cwd=REPO_ROOT, env=subprocess_env(TF_CONFIG=tf_config), stdout=subprocess.DEVNULL, stderr=log))
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pytest.fail("a worker hung (collective never completed)")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stderr = []
+    for log in logs:
+        log.seek(0)
+        stderr.append(log.read())
+        log.close()
+    assert [p.returncode for p in procs] == [0, 0], [s[-2000:] for s in stderr]
+    assert all("2 replicas" in s for s in stderr)
+    assert done_line(stderr[0]) == done_line(stderr[1])  # the all-reduced loss, identical on both workers
+    assert done_line(stderr[0]).startswith("done: step 20,")
+    assert_model_dir(out)  # the chief (worker 0) writes the outputs
+    assert [s for s, _ in read_log(out)[1]] == [5, 10, 15, 20]  # one log, not one per worker
+    assert not list(out.glob(".worker_*"))  # the non-chief's scratch checkpoints are cleaned up
+
+
+# (d) ---------------------------------------------------------------------------------------------------
+def test_kill_9_then_same_command_resumes(data, tmp_path):
+    out = tmp_path / "run"
+    total = 150
+    args = [sys.executable, str(PRETRAIN), "--train", str(data["train"]), "--vocab", str(data["vocab"]),
+            "--config", str(data["options"]), "--output", str(out), "--steps", str(total), "--log-every", "5",
+            "--checkpoint-every", "10", *FAST]
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
+        state = out / "checkpoints" / "checkpoint"  # written by the manager after the checkpoint's files
+        deadline = time.monotonic() + TIMEOUT
+        try:
+            while not state.exists():
+                assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint appeared"
+                time.sleep(0.02)
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "weights.hdf5").exists()  # it really died mid-run
+    _, rows_before = read_log(out)
+
+    second = subprocess.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert second.returncode == 0, second.stderr[-3000:]
+    match = re.search(r"resumed from (\S+) at step (\d+)", second.stderr)
+    assert match, second.stderr[-3000:]
+    resumed_at = int(match.group(2))
+    assert resumed_at > 0 and resumed_at % 10 == 0 and match.group(1).endswith(f"ckpt-{resumed_at}")
+    assert f"{total} steps (from step {resumed_at})" in second.stderr
+    assert done_line(second.stderr).startswith(f"done: step {total},")
+    assert json.loads((out / "metrics.json").read_text())["step"] == total
+    assert_model_dir(out)
+    # log.csv continues: one header, the first run's rows, then the rerun's from the checkpoint to the end
+    header, rows = read_log(out)
+    with open(out / "log.csv") as f:
+        assert f.read().count("step,loss") == 1
+    steps = [s for s, _ in rows]
+    assert steps[:len(rows_before)] == [s for s, _ in rows_before]
+    assert steps[len(rows_before):] == list(range(resumed_at + 5, total + 1, 5))
+
+
+# (e) ---------------------------------------------------------------------------------------------------
+def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
+    vocab = data["words"]
+    config = BiLMConfig.from_options(TINY_OPTIONS)
+    out = tmp_path / "run"
+    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), config,
+                      TrainConfig(batch_size=8, steps=5, num_sampled=16, optimizer="adam", learning_rate=0.02),
+                      vocab, [str(data["train"])], str(out))
+    result = trainer.train()
+    assert result["step"] == 5 and math.isfinite(result["loss"])
+
+    sentences = [data["lines"][0].split(), data["lines"][1].split()[:3], ["unseen", "wörds", "."]]
+    n = max(len(s) for s in sentences) + 2  # extra padding
+    char_ids = np.zeros([len(sentences), n, 50], np.int32)
+    for k, s in enumerate(sentences):
+        char_ids[k, :len(s)] = tokens_to_char_ids_numpy(s)
+    mask = (char_ids > 0).any(-1)
+
+    loaded = load_elmo(str(out / "options.json"), str(out / "weights.hdf5"))
+    from_disk = loaded(char_ids)
+    # the same biLM, its weights copied from the trainer's model in memory
+    copied = ELMo(config)
+    for (name, src, _, _), (name2, dst, _, _) in zip(weight_map(trainer.model), weight_map(copied)):
+        assert name == name2
+        for s, d in zip(src, dst):
+            d.assign(s.numpy())
+    in_memory = copied(char_ids)
+    assert len(from_disk["activations"]) == 3
+    for a, b in zip(from_disk["activations"], in_memory["activations"]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
+        assert np.abs(a.numpy()).max() > 1e-2  # not a vacuous comparison of zeros
+
+    # and the trainer's own forward pass (no dropout at inference): top layer, forward and backward halves
+    p = config.projection_dim
+    own = trainer.model({"char_ids": char_ids, "token_ids": np.zeros(char_ids.shape[:2], np.int32)}, training=False)
+    top = from_disk["activations"][-1].numpy()
+    np.testing.assert_allclose(top[..., :p][mask], own["forward"].numpy()[:, 1:][mask], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(top[..., p:][mask], own["backward"].numpy()[:, :-1][mask], rtol=0, atol=1e-6)
+    # the model files were trained: they differ from a fresh initialization
+    fresh = ELMo(config)
+    fresh_top = fresh(char_ids)["activations"][-1].numpy()
+    assert np.abs(fresh_top - top)[mask].max() > 1e-3
+
+
+# (g) ---------------------------------------------------------------------------------------------------
+def checkpoint_digests(out):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "checkpoints").iterdir())}
+
+
+def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
+    out = tmp_path / "run"
+    # SGD at 1e30 without clipping: step 1 has a finite loss (the initial weights) and a huge update
+    args = ["--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e30, "--clip-norm", 0,
+            "--log-every", 1, "--checkpoint-every", 1000]
+    first = run_pretrain(data, out, "--steps", 1, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = checkpoint_digests(out)
+    assert "ckpt-1.index" in before
+    weights_before = hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest()
+
+    second = run_pretrain(data, out, "--steps", 20, *args)
+    assert second.returncode == 3, second.stderr[-3000:]
+    assert re.search(r"loss is (nan|-?inf) at step 2; stopped without saving: the last good checkpoint \(\S*ckpt-1\) "
+                     r"is kept", second.stderr), second.stderr[-3000:]
+    assert "Traceback" not in second.stderr
+    assert checkpoint_digests(out) == before
+    assert hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest() == weights_before
+    assert [s for s, _ in read_log(out)[1]] == [1]
+
+
+def _trainer(data, out, **train):
+    config = dict(batch_size=8, num_sampled=16, optimizer="sgd", learning_rate=0.5, checkpoint_every=1000, steps=4)
+    config.update(train)
+    return Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), BiLMConfig.from_options(TINY_OPTIONS),
+                   TrainConfig(**config), data["words"], [str(data["train"])], str(out))
+
+
+@pytest.mark.xfail(strict=True, reason="library bug: on resume the optimizer's learning rate is restored from the "
+                                       "checkpoint, so --learning-rate on the rerun is silently ignored")
+def test_learning_rate_flag_applies_on_resume(data, tmp_path):
+    _trainer(data, tmp_path / "run", learning_rate=0.5, steps=2).train()
+    resumed = _trainer(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=4)
+    assert not resumed.fresh_start
+    assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(1e30)
+
+
+def test_nan_after_a_good_checkpoint_keeps_it(data, tmp_path):
+    """In-process: a run from a good checkpoint diverges; NonFiniteLossError, checkpoint files untouched."""
+    _trainer(data, tmp_path / "run", steps=4, checkpoint_every=2).train()
+    before = checkpoint_digests(tmp_path / "run")
+    assert {"ckpt-2.index", "ckpt-4.index"} <= set(before)
+    resumed = _trainer(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1000)
+    resumed.optimizer.learning_rate.assign(1e30)  # see test_learning_rate_flag_applies_on_resume
+    with pytest.raises(NonFiniteLossError, match=r"loss is (nan|-?inf) at step (5|6|7).*ckpt-4\) is kept"):
+        resumed.train()
+    assert checkpoint_digests(tmp_path / "run") == before
+
+
+@pytest.mark.xfail(strict=True, reason="library bug: the NaN check looks at the loss, computed before the update; a "
+                                       "checkpoint saved right after a diverging update holds the diverged weights and "
+                                       "is then reported as 'the last good checkpoint'")
+def test_last_good_checkpoint_is_really_good(data, tmp_path):
+    trainer = _trainer(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1)
+    with pytest.raises(NonFiniteLossError):
+        trainer.train()
+    kept = _trainer(data, tmp_path / "run")  # restores the checkpoint the message calls good
+    batch = next(iter(kept._dataset(0)))
+    fwd, bwd, count = kept.model.losses_sum(batch, training=False, sampled=False)
+    assert math.isfinite(float(fwd + bwd)) and float(fwd + bwd) / float(count) < 2 * math.log(data["vocab_size"])
+
+
+# (h) ---------------------------------------------------------------------------------------------------
+def _datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+@pytest.mark.skipif(not (ALLENNLP / "lm_weights.hdf5").is_file(), reason=f"no reference weights in {ALLENNLP}")
+def test_init_from_released_weights(data, tmp_path):
+    out = tmp_path / "run"
+    options, weights = ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"
+    proc = run_pretrain(data, out, "--init-from", options, weights, "--steps", 1, "--batch-size", 8,
+                        "--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e-6, config=options)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"initialized the biLM from \S*lm_weights.hdf5; the softmax starts fresh", proc.stderr)
+    initial, written = _datasets(weights), _datasets(out / "weights.hdf5")
+    assert set(written) == set(initial)
+    for name, value in initial.items():
+        np.testing.assert_allclose(written[name], value, rtol=0, atol=1e-5, err_msg=name)
+    # the softmax is new: sized to this vocabulary, zero biases moved by at most one tiny step
+    softmax = _datasets(out / "softmax.hdf5")
+    assert softmax["softmax/W"].shape == (data["vocab_size"], 16)
+    assert np.abs(softmax["softmax/b"]).max() < 1e-4
+
+
+def test_init_from_a_run_dir_takes_its_softmax_too(trained, data, tmp_path):
+    out = tmp_path / "run"
+    src = trained["dir"]
+    proc = run_pretrain(data, out, "--init-from", src / "options.json", src / "weights.hdf5", "--steps", 1,
+                        "--batch-size", 8, "--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e-6,
+                        config=src / "options.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "initialized biLM and softmax from" in proc.stderr
+    for name in ("weights.hdf5", "softmax.hdf5"):
+        initial, written = _datasets(src / name), _datasets(out / name)
+        for key, value in initial.items():
+            np.testing.assert_allclose(written[key], value, rtol=0, atol=1e-5, err_msg=f"{name}:{key}")
+
+
+def test_init_from_a_different_architecture_is_refused(data, tmp_path):
+    if not (ALLENNLP / "lm_weights.hdf5").is_file():
+        pytest.skip(f"no reference weights in {ALLENNLP}")
+    proc = run_pretrain(data, tmp_path / "run", "--init-from", ALLENNLP / "options.json",
+                        ALLENNLP / "lm_weights.hdf5", "--steps", 1)
+    assert proc.returncode != 0
+    assert "different architecture" in proc.stderr
+
+
+# (i) ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("flag, replace, message", [
+    ("--train", "{dir}/nothing-*.txt", "no files match"),
+    ("--config", "huge", "unknown config 'huge'"),
+    ("--vocab", "{dir}/missing-vocab.txt", "cannot read vocabulary"),
+    ("--strategy", "multi_worker", "TF_CONFIG"),
+])
+def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, message):
+    args = {"--train": str(data["train"]), "--vocab": str(data["vocab"]), "--config": str(data["options"]),
+            "--output": str(tmp_path / "run")}
+    args[flag] = replace.format(dir=tmp_path)
+    argv = [x for pair in args.items() for x in pair] + ["--steps", "1"]
+    proc = run_cli(PRETRAIN, *argv, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"error: {flag}" in proc.stderr and message in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
