@@ -132,7 +132,9 @@ class CRF(keras.layers.Layer):
         best_score = tf.reduce_max(final, axis=1)
 
         def back(tag, pointer_t):
-            return tf.gather(pointer_t, tag, batch_dims=1)
+            previous = tf.gather(pointer_t, tag, batch_dims=1)
+            previous.set_shape(tag.shape)
+            return previous
 
         earlier = tf.scan(back, pointers, initializer=best_last, reverse=True)  # tags at 0..T-2
         path = tf.concat([tf.transpose(earlier), best_last[:, None]], axis=1)
