@@ -1,0 +1,256 @@
+"""Penn Treebank language modelling with the elmo_tf biLM: train a ~5M-parameter model for a CPU budget,
+then full-softmax perplexity (forward, backward, average) on valid and test, next to published anchors.
+
+Data: ../shared/data/ptb/ptb.{train,valid,test}.txt (Mikolov's preprocessed PTB: a 10k vocabulary with
+<unk> and <eos>, numbers as N; read in place, never copied). Vocabulary: every training word type (9,999;
+the "10k" counts <eos>, which is our </S>) plus <S>, </S>, <UNK>: 10,002 entries, built with
+`elmo_tf.io.build_vocabulary`; valid and test hold no other words.
+
+Model (`PTB_5M`, parameters counted by Keras, softmax included): Kim et al.'s small char CNN (char
+embedding 15, filters 25 x width for widths 1-6 = 525, one highway layer), 2-layer LSTM 384 units with
+192-dim projection in each direction, one softmax (10,002 x 192 + bias) shared by both directions:
+5,282,610 parameters, of which 1.93M softmax, 0.69M char CNN, 2.66M LSTMs (1.33M per direction).
+
+Training: `elmo_tf.pretrain.Trainer` in this process (the same loop as training/pretrain.py), default
+MirroredStrategy (--cpu-replicas N splits the CPU), sampled softmax with --num-sampled log-uniform negatives,
+Adagrad 0.2 / clip 10 / dropout 0.1 (the original recipe) unless flags say otherwise, sentences of up to
+--max-tokens (100: every PTB sentence whole). It stops after --steps, or when --minutes of wall-clock
+training time are spent (checked after every step; start-up and evaluation are not counted). The run
+directory keeps checkpoints; --resume continues it (the budget then counts from the resume).
+
+Evaluation: `elmo_tf.pretrain.evaluate_perplexity`, full softmax over the 10,002 entries. Each sentence is
+scored on its own from <S> (no state carried across sentences), targets = words + </S> (forward) or
+words + <S> (backward): 73,760 targets on valid and 82,430 on test, the same counts as the usual
+stream evaluation (words + <eos>). Carrying no context across sentence boundaries makes our numbers
+slightly pessimistic against the anchors, which evaluate the test set as one stream.
+
+Anchors (test perplexity, forward LMs, as published):
+  Kim et al. 2016, "Character-Aware Neural Language Models", LSTM-Char-Small: 92.3 (5M parameters;
+    25 epochs of SGD, batch 20, BPTT 35, dropout 0.5)
+  Zaremba et al. 2014, "Recurrent Neural Network Regularization", medium LSTM: valid 86.2, test 82.7
+    (20M parameters, 39 epochs)
+The JSON and the table also give the epochs trained and the time 25 epochs would take at the measured speed.
+
+usage: .venv/bin/python bench/pretrain_ptb.py --minutes 60                # the real run: alone on the machine
+       .venv/bin/python bench/pretrain_ptb.py --steps 20 --eval-lines 200 # smoke run (a minute)
+Writes bench/results/pretrain_ptb.json (--out) and the model under bench/results/pretrain_ptb_run/ (--run-dir).
+"""
+import argparse
+import csv
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb"))
+DEFAULT_OUT = os.path.join(REPO, "bench", "results", "pretrain_ptb.json")
+DEFAULT_RUN_DIR = os.path.join(REPO, "bench", "results", "pretrain_ptb_run")
+log = logging.getLogger("pretrain_ptb")
+
+KIM_FILTERS = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
+PTB_5M = dict(char_embedding_dim=15, filters=KIM_FILTERS, num_highway=1, lstm_dim=384, projection_dim=192,
+              num_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True)
+ANCHORS = [
+    {"model": "Kim et al. 2016 LSTM-Char-Small (forward)", "params": 5.0e6, "valid": None, "test": 92.3,
+     "epochs": 25},
+    {"model": "Zaremba et al. 2014 medium LSTM (forward)", "params": 20e6, "valid": 86.2, "test": 82.7,
+     "epochs": 39},
+]
+DEFAULT_LR = {"adagrad": 0.2, "adam": 1e-3, "sgd": 1.0}
+
+
+class BudgetSpent(Exception):
+    """Raised from the progress callback when the training time budget is spent."""
+
+
+def head_file(path, n_lines, tmp_dir):
+    """`path` itself, or a temporary copy of its first `n_lines` lines (smoke runs)."""
+    if not n_lines:
+        return path
+    out = os.path.join(tmp_dir, f"head{n_lines}-{os.path.basename(path)}")
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        for k, line in enumerate(src):
+            if k >= n_lines:
+                break
+            dst.write(line)
+    return out
+
+
+def session_rows(run_dir, first_step):
+    """log.csv rows of this session (steps after `first_step`)."""
+    path = os.path.join(run_dir, "log.csv")
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="") as f:
+        return [r for r in csv.DictReader(f) if int(r["step"]) > first_step]
+
+
+def fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=DEFAULT_DATA, help="folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, default=60.0, help="wall-clock training budget (60)")
+    budget.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per step, all replicas (64)")
+    p.add_argument("--max-tokens", type=int, default=100)
+    p.add_argument("--num-sampled", type=int, default=2048, help="sampled-softmax negatives (2048 of 10,002)")
+    p.add_argument("--optimizer", default="adagrad", choices=sorted(DEFAULT_LR))
+    p.add_argument("--learning-rate", type=float, default=None, help="default 0.2 adagrad, 1e-3 adam, 1.0 sgd")
+    p.add_argument("--clip-norm", type=float, default=10.0)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--cpu-replicas", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's default)")
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=int, default=500)
+    p.add_argument("--eval-batch-size", type=int, default=64)
+    p.add_argument("--eval-lines", type=int, default=0, help="evaluate on the first N lines only (smoke runs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help="checkpoints, logs and the final model")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir (default: start fresh)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="JSON results")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    files = {split: os.path.join(args.data, f"ptb.{split}.txt") for split in ("train", "valid", "test")}
+    missing = [f for f in files.values() if not os.path.isfile(f)]
+    if missing:
+        log.error("PTB files not found: %s", missing)
+        return 2
+    import tensorflow as tf
+
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.distribute import get_strategy, set_cpu_replicas
+    from elmo_tf.io.vocabulary import build_vocabulary, count_words
+    from elmo_tf.pretrain import TrainConfig, Trainer, evaluate_perplexity, write_model_dir
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    set_cpu_replicas(args.cpu_replicas)  # before any op
+    import keras
+
+    keras.utils.set_random_seed(args.seed)
+    vocab = build_vocabulary(count_words([files["train"]]))
+    log.info("vocabulary: %d entries (%d word types + 3 specials)", len(vocab), len(vocab) - 3)
+    if not args.resume and os.path.isdir(args.run_dir):
+        shutil.rmtree(args.run_dir)
+    bilm_config = BiLMConfig(**PTB_5M)
+    lr = args.learning_rate or DEFAULT_LR[args.optimizer]
+    train_config = TrainConfig(batch_size=args.batch_size, max_tokens=args.max_tokens,
+                               steps=args.steps or 10 ** 9, optimizer=args.optimizer, learning_rate=lr,
+                               clip_norm=args.clip_norm, dropout=args.dropout, num_sampled=args.num_sampled,
+                               checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+                               shuffle_buffer=50000, seed=args.seed)
+    strategy = get_strategy("mirrored")
+    trainer = Trainer(strategy, bilm_config, train_config, vocab, [files["train"]], args.run_dir)
+    model = trainer.model
+    params = {"total": model.count_params(),
+              "softmax": int(model.softmax_kernel.shape[0] * (model.softmax_kernel.shape[1] + 1)),
+              "char_cnn": model.char_cnn.count_params(), "bilm_lstms": model.bilm.count_params()}
+    first_step = int(trainer.step.numpy())
+    log.info("%s parameters (softmax %s, char CNN %s, LSTMs %s); %d replicas; from step %d; budget %s",
+             f"{params['total']:,}", f"{params['softmax']:,}", f"{params['char_cnn']:,}",
+             f"{params['bilm_lstms']:,}", strategy.num_replicas_in_sync, first_step,
+             f"{args.steps} steps" if args.steps else f"{args.minutes:g} min")
+
+    clock = {"start": None, "cpu": None}
+    budget_s = None if args.steps else args.minutes * 60.0
+
+    def progress(step, loss):
+        now = time.perf_counter()
+        if clock["start"] is None:  # the first step includes tracing: the clock starts after it
+            clock["start"], clock["cpu"], clock["first_step"] = now, time.process_time(), step
+        if step % args.log_every == 0:
+            log.info("step %d loss %.3f (%.0f s)", step, loss, now - clock["start"])
+        if budget_s is not None and now - clock["start"] >= budget_s:
+            raise BudgetSpent()
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    try:
+        trainer.train(progress=progress)
+        stopped = "steps"
+    except BudgetSpent:
+        stopped = "budget"
+        trainer.save_checkpoint()
+        write_model_dir(model, vocab, args.run_dir)
+    train_wall, train_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    last_step = int(trainer.step.numpy())
+    steps_done = last_step - first_step
+    rows = session_rows(args.run_dir, first_step)
+    speeds = [float(r["tokens_per_s"]) for r in rows[1:]]  # the first window includes tracing
+    tokens_per_s = sorted(speeds)[len(speeds) // 2] if speeds else None
+    train_loss = float(rows[-1]["loss"]) if rows else None
+    sentences_per_epoch = 42068  # ptb.train.txt lines; none is cut at --max-tokens 100
+    targets_per_epoch = 887521 + sentences_per_epoch
+    epochs = last_step * args.batch_size / sentences_per_epoch
+    hours_for_25 = 25 * targets_per_epoch / tokens_per_s / 3600 if tokens_per_s else None
+    log.info("trained %d steps (%s) in %.0f s wall, %.0f s CPU; median %s targets/s; %.3f epochs in all",
+             steps_done, stopped, train_wall, train_cpu, fmt(tokens_per_s, ".0f"), epochs)
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for split in ("valid", "test"):
+            path = head_file(files[split], args.eval_lines, tmp)
+            t0 = time.perf_counter()
+            results[split] = evaluate_perplexity(model, vocab, [path], batch_size=args.eval_batch_size,
+                                                 max_tokens=args.max_tokens)
+            results[split]["seconds"] = time.perf_counter() - t0
+            results[split]["lines"] = args.eval_lines or None
+            log.info("%s: forward %.2f backward %.2f average %.2f (%d targets, %.0f s)", split,
+                     results[split]["forward"], results[split]["backward"], results[split]["average"],
+                     results[split]["tokens"], results[split]["seconds"])
+
+    name = f"elmo_tf biLM, {last_step} steps ({epochs:.2f} epochs)"
+    print()
+    print(f"Penn Treebank, full-softmax perplexity{' (first %d lines only)' % args.eval_lines if args.eval_lines else ''}")
+    print("| model | params | valid fwd | valid bwd | valid avg | test fwd | test bwd | test avg |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    v, t = results["valid"], results["test"]
+    print(f"| {name} | {params['total'] / 1e6:.2f}M | {v['forward']:.1f} | {v['backward']:.1f} | {v['average']:.1f} "
+          f"| {t['forward']:.1f} | {t['backward']:.1f} | {t['average']:.1f} |")
+    for a in ANCHORS:
+        print(f"| {a['model']}, {a['epochs']} epochs | {a['params'] / 1e6:.0f}M | {fmt(a['valid'])} | - | - "
+              f"| {fmt(a['test'])} | - | - |")
+    print(f"\ntraining: {steps_done} steps this session in {train_wall / 60:.1f} min wall ({train_cpu / 60:.1f} min "
+          f"CPU), median {fmt(tokens_per_s, '.0f')} targets/s, last train loss (sampled softmax) "
+          f"{fmt(train_loss, '.3f')}; 25 epochs at this speed: {fmt(hours_for_25, '.1f')} h")
+
+    record = {
+        "benchmark": "pretrain_ptb", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+                    "tensorflow": tf.__version__, "keras": keras.__version__},
+        "options": bilm_config.to_options(), "params": params, "vocab_size": len(vocab),
+        "train_config": {k: getattr(train_config, k) for k in ("batch_size", "max_tokens", "optimizer",
+                                                                "learning_rate", "clip_norm", "dropout",
+                                                                "num_sampled", "seed")},
+        "replicas": strategy.num_replicas_in_sync, "stopped_by": stopped,
+        "budget_minutes": None if args.steps else args.minutes,
+        "steps": {"first": first_step, "last": last_step}, "epochs": epochs,
+        "train_seconds": {"wall": train_wall, "cpu": train_cpu}, "targets_per_s_median": tokens_per_s,
+        "train_loss_sampled": train_loss, "hours_for_25_epochs": hours_for_25,
+        "valid": results["valid"], "test": results["test"], "anchors": ANCHORS, "run_dir": args.run_dir,
+        "eval_note": "each sentence scored from <S> with zero state; anchors evaluate the test set as one stream",
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=2)
+    log.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
