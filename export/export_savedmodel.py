@@ -304,6 +304,28 @@ def export_elmo(model, base_dir, version=None, tokenizer="whitespace", max_token
     """
     _check_tokenizer(tokenizer)
     _check_max_tokens(max_tokens)
+
+    def write(tmp):
+        logger.info("tracing signatures (tokenizer %s, max_tokens %s)", tokenizer, max_tokens)
+        archive = build_archive(model, tokenizer, max_tokens)
+        logger.info("writing %s", tmp)
+        archive.write_out(tmp, verbose=False)
+        if check:
+            logger.info("checking the reloaded SavedModel against the Keras model")
+            results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)
+            worst = max(d for diffs in results.values() for d in diffs.values())
+            logger.info("parity ok: max |diff| %.3g over signatures %s", worst, sorted(results))
+
+    return publish_version(base_dir, version, write)
+
+
+def publish_version(base_dir, version, write):
+    """Creates `<base_dir>/<version>/` atomically: `write(tmp_dir)` fills a hidden temporary directory
+    (and may check it), which is renamed into place only when `write` returns. Returns the final path.
+
+    Raises:
+        FileExistsError: the version exists (versions are never overwritten).
+    """
     base_dir = os.path.abspath(base_dir)
     os.makedirs(base_dir, exist_ok=True)
     if version is None:
@@ -319,15 +341,7 @@ def export_elmo(model, base_dir, version=None, tokenizer="whitespace", max_token
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the version from a server running as another user
-        logger.info("tracing signatures (tokenizer %s, max_tokens %s)", tokenizer, max_tokens)
-        archive = build_archive(model, tokenizer, max_tokens)
-        logger.info("writing %s", tmp)
-        archive.write_out(tmp, verbose=False)
-        if check:
-            logger.info("checking the reloaded SavedModel against the Keras model")
-            results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)
-            worst = max(d for diffs in results.values() for d in diffs.values())
-            logger.info("parity ok: max |diff| %.3g over signatures %s", worst, sorted(results))
+        write(tmp)
         if os.path.exists(final):
             raise FileExistsError(f"version {version} appeared at {final} during the export; not overwritten")
         os.rename(tmp, final)
