@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
 
 import h5py
@@ -135,7 +134,8 @@ def evaluate_perplexity(model, vocab, files, batch_size=64, max_tokens=50, progr
     table = vocabulary_table(vocab.words)
     ds = lm_dataset(files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(input_signature=[{"char_ids": tf.TensorSpec([None, None, 50], tf.int32),
+                                   "token_ids": tf.TensorSpec([None, None], tf.int32)}])
     def step(batch):
         return model.losses_sum(batch, training=False, sampled=False)
 
@@ -181,6 +181,9 @@ class Trainer:
         self.valid_files = list(valid_files or [])
         self.output_dir = output_dir
         self.chief = is_chief(strategy)
+        if init_from and BiLMConfig.from_json(init_from[0]) != bilm_config:
+            raise ValueError(f"--init-from options {init_from[0]!r} describe a different architecture than the "
+                             f"run's config; pass the same options as --config")
         os.makedirs(output_dir, exist_ok=True)
         with strategy.scope():
             self.model = BiLMPretrainer(bilm_config, len(vocab), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
@@ -197,13 +200,13 @@ class Trainer:
         if self.manager.latest_checkpoint:
             self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
             self.fresh_start = False
+            restored_lr = float(self.optimizer.learning_rate.numpy())
+            if restored_lr != train_config.learning_rate:  # the flag wins over the checkpoint's value
+                log.info("learning rate %g from the checkpoint replaced by %g", restored_lr, train_config.learning_rate)
+                self.optimizer.learning_rate.assign(train_config.learning_rate)
             log.info("resumed from %s at step %d", self.manager.latest_checkpoint, int(self.step.numpy()))
         elif init_from:
             options, weights = init_from
-            init_config = BiLMConfig.from_json(options)
-            if init_config != bilm_config:
-                raise ValueError(f"--init-from options {options!r} describe a different architecture than the "
-                                 f"run's config; pass the same options as --config")
             load_bilm_weights(self.model, weights)
             softmax = os.path.join(os.path.dirname(weights), "softmax.hdf5")
             vocab_file = os.path.join(os.path.dirname(weights), "vocab.txt")
@@ -222,6 +225,25 @@ class Trainer:
             log.info("%d training sentences per epoch -> %d steps for %.3g epochs", pieces, self.total_steps,
                      train_config.epochs)
         self._train_step = self._build_train_step()
+        self._check_workers_agree()
+        # a fixed probe batch: a checkpoint is written only when the weights give a finite loss on it
+        probe = lm_dataset(self.train_files, vocabulary_table(vocab.words), 8, max_tokens=train_config.max_tokens,
+                           shuffle_buffer=0, repeat=False)
+        self._probe_batch = next(iter(probe))
+        self._probe_loss = tf.function(lambda batch: self.model.losses_sum(batch, training=False, sampled=False))
+
+    def _check_workers_agree(self):
+        """All workers must resume from the same step, or their collectives pair up out of step."""
+        if getattr(self.strategy.extended, "_num_workers", 1) <= 1:
+            return
+        step = tf.cast(self.step, tf.float64)
+        moments = self.strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.MEAN, tf.stack([step, step * step])))
+        mean, mean_square = [float(v) for v in self.strategy.experimental_local_results(moments)[0]]
+        if mean_square - mean * mean > 1e-6:  # a non-zero variance: not every worker is at the same step
+            raise ValueError(f"workers restored different steps (this one {int(self.step.numpy())}, mean {mean:g}): "
+                             f"every worker must keep "
+                             f"its checkpoint directory under {self.output_dir!r} between runs")
 
     def _dataset(self, start_step):
         config, table = self.config, vocabulary_table(self.vocab.words)
@@ -270,8 +292,14 @@ class Trainer:
         return train_step
 
     def save_checkpoint(self):
-        path = self.manager.save(checkpoint_number=int(self.step.numpy()))
-        return path
+        """Saves the current state, unless its weights give a non-finite loss on the probe batch (then
+        `NonFiniteLossError`: divergence shows in the weights one step before it shows in a training loss)."""
+        fwd, bwd, _ = self._probe_loss(self._probe_batch)
+        if not math.isfinite(float(fwd) + float(bwd)):
+            raise NonFiniteLossError(
+                f"the weights after step {int(self.step.numpy())} give a non-finite loss; not saved: the last good "
+                f"checkpoint ({self.manager.latest_checkpoint}) is kept. Lower --learning-rate or --clip-norm.")
+        return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
     def validate(self):
         if not self.valid_files:
@@ -346,8 +374,6 @@ class Trainer:
             write_model_dir(self.model, self.vocab, self.output_dir)
             with open(os.path.join(self.output_dir, "metrics.json"), "w") as f:
                 json.dump(result, f, indent=2)
-        else:
-            shutil.rmtree(os.path.dirname(self.manager.directory + "/"), ignore_errors=True)
         return result
 
 

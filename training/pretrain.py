@@ -115,8 +115,11 @@ def main(argv=None):
     import keras
 
     keras.utils.set_random_seed(args.seed)
-    trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, args.output,
-                      valid_files=[args.valid] if args.valid else None, init_from=args.init_from)
+    try:
+        trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, args.output,
+                          valid_files=[args.valid] if args.valid else None, init_from=args.init_from)
+    except ValueError as e:
+        fail("--init-from" if args.init_from and "init-from" in str(e) else "--output", e)
     logging.info("%d replicas, %s parameters, %d steps (from step %d), output %s", strategy.num_replicas_in_sync,
                  f"{trainer.model.count_params():,}", trainer.total_steps, int(trainer.step.numpy()), args.output)
     bar = keras.utils.Progbar(trainer.total_steps, stateful_metrics=["loss", "perplexity"])
