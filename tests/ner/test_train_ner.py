@@ -1,0 +1,262 @@
+"""training/train_ner.py and training/tag.py end to end (subprocesses on tiny CoNLL files written here), and
+elmo_tf.ner.span_scores against seqeval (conlleval counting) on random perturbations of the real tag sequences.
+
+train_ner.py runs once per module (fixture ELMo in process, 2 epochs, biLSTM 16): model.keras, encoder.json,
+metrics.json (dev and test, overall and per type), config.json. tag.py then tags the dev and test sentences
+from that directory (conll from stdin, json from --input) and must reproduce metrics.json's scores exactly,
+which it only does if it reloads the trained weights and the same ELMo.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
+
+from elmo_tf.io.conll import read_conll
+from elmo_tf.ner import span_scores
+from elmo_tf.preprocessing.tags import spans
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+ALLENNLP = DATA_DIR / "elmo_fixtures" / "allennlp"
+TRAIN_NER = REPO_ROOT / "training" / "train_ner.py"
+TAG = REPO_ROOT / "training" / "tag.py"
+TIMEOUT = 300  # seconds for one CLI run; the tiny runs take 5-15 s on 2 busy cores
+
+PEOPLE = ["John Smith", "Mary", "Ahmed Khan", "Li Wei", "Peter Blackburn", "Anna", "Jose Maria Aznar"]
+PLACES = ["Paris", "New York", "Berlin", "Tokyo", "Cape Town", "Lima"]
+ORGS = ["Reuters", "United Nations", "Siemens", "FIFA", "Bank of Japan"]
+TEMPLATES = ["{PER} visited {LOC} on Monday .", "{ORG} said {PER} will leave {LOC} .", "{PER} joined {ORG} in {LOC} .",
+             "Shares of {ORG} rose 3 percent .", "It rained in {LOC} .", "{PER} and {PER} met ."]
+
+
+def synthetic_sentence(rng):
+    tokens, tags = [], []
+    for part in rng.choice(TEMPLATES).split():
+        if part.startswith("{"):
+            kind = part[1:4]
+            for word in rng.choice({"PER": PEOPLE, "LOC": PLACES, "ORG": ORGS}[kind]).split():
+                tokens.append(word)
+                tags.append(f"I-{kind}")
+        else:
+            tokens.append(part)
+            tags.append("O")
+    return tokens, tags
+
+
+def write_corpus(directory, sizes=(("train", 40), ("dev", 12), ("test", 12)), seed=0):
+    """CoNLL-2003-like files (4 columns, IOB1, -DOCSTART-) of template sentences; returns {split: path}."""
+    paths = {}
+    for k, (split, n) in enumerate(sizes):
+        rng = np.random.default_rng(seed + k)
+        path = Path(directory) / f"{split}.txt"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("-DOCSTART- -X- O O\n\n")
+            for _ in range(n):
+                tokens, tags = synthetic_sentence(rng)
+                f.writelines(f"{t} NNP I-NP {g}\n" for t, g in zip(tokens, tags))
+                f.write("\n")
+        paths[split] = path
+    return paths
+
+
+def subprocess_env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def run_cli(script, *args, input=None, timeout=TIMEOUT):
+    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_ROOT, env=subprocess_env(),
+                          input=input, capture_output=True, text=True, timeout=timeout)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def error_line(result):
+    """The last stderr line (argparse's one-line error)."""
+    return result.stderr.strip().splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------------------------ span_scores
+
+def seqeval_scores(gold, predicted):
+    report = classification_report(gold, predicted, output_dict=True, zero_division=0)
+    per_type = {k: v for k, v in report.items() if not k.endswith(" avg")}
+    return (100 * precision_score(gold, predicted, zero_division=0), 100 * recall_score(gold, predicted, zero_division=0),
+            100 * f1_score(gold, predicted, zero_division=0), per_type)
+
+
+def perturb(rng, tags, rate, types):
+    out = list(tags)
+    for i in range(len(out)):
+        if rng.random() < rate:
+            out[i] = "O" if rng.random() < 0.3 else f"{rng.choice(list('BIES'))}-{rng.choice(types)}"
+    return out
+
+
+@pytest.mark.parametrize("relative,scheme,types", [
+    ("conll2003/eng.testa", "iob1", ["PER", "LOC", "ORG", "MISC", "NEW"]),
+    ("wnut17/emerging.dev.conll", "iob2", ["person", "location", "corporation", "product", "group",
+                                           "creative-work", "other"]),
+])
+def test_span_scores_equal_seqeval(relative, scheme, types):
+    """Overall and per-type precision, recall, F1 and support, on the gold tags with 0-50 % of the tokens
+    replaced by random O/B-/I-/E-/S- tags (a type absent from gold included)."""
+    path = DATA_DIR / relative
+    if not path.is_file():
+        pytest.skip(f"{path} not found (the shared data is not checked out)")
+    gold = [s.tags for s in read_conll(path)[:400]]
+    rng = np.random.default_rng(0)
+    for rate in (0.0, 0.03, 0.15, 0.5):
+        predicted = [perturb(rng, g, rate, types) for g in gold]
+        ours = span_scores(gold, predicted, scheme)
+        precision, recall, f1, per_type = seqeval_scores(gold, predicted)
+        assert ours["precision"] == pytest.approx(precision, abs=1e-9)
+        assert ours["recall"] == pytest.approx(recall, abs=1e-9)
+        assert ours["f1"] == pytest.approx(f1, abs=1e-9)
+        assert set(ours["per_type"]) == set(per_type)
+        for kind, expected in per_type.items():
+            got = ours["per_type"][kind]
+            assert got["support"] == expected["support"], kind
+            for key, theirs in (("precision", "precision"), ("recall", "recall"), ("f1", "f1-score")):
+                assert got[key] == pytest.approx(100 * expected[theirs], abs=1e-9), (rate, kind, key)
+        if rate == 0.0:
+            assert ours["f1"] == 100.0
+
+
+def test_span_scores_edge_cases():
+    assert span_scores([], [])["f1"] == 0.0
+    nothing = span_scores([["O", "O"]], [["O", "O"]])
+    assert (nothing["precision"], nothing["recall"], nothing["f1"], nothing["per_type"]) == (0.0, 0.0, 0.0, {})
+    spurious = span_scores([["O", "O"]], [["B-PER", "O"]])
+    assert spurious["per_type"]["PER"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    half = span_scores([["B-PER", "I-PER", "O", "B-LOC"]], [["B-PER", "O", "O", "B-LOC"]])
+    assert half["precision"] == half["recall"] == half["f1"] == 50.0  # a partly matched span counts as wrong
+    with pytest.raises(ValueError, match="sentences"):
+        span_scores([["O"]], [])
+    with pytest.raises(ValueError, match="tags"):
+        span_scores([["O"]], [["O", "O"]])
+
+
+# ------------------------------------------------------------------------------------------------ train_ner.py
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    if not (ALLENNLP / "lm_weights.hdf5").is_file():
+        pytest.skip(f"{ALLENNLP} not found (the reference fixtures are not checked out)")
+    root = tmp_path_factory.mktemp("train_ner")
+    paths = write_corpus(root)
+    output = root / "ner"
+    result = run_cli(TRAIN_NER, "--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"],
+                     "--elmo", ALLENNLP / "lm_weights.hdf5", "--epochs", 2, "--lstm-units", 16, "--batch-size", 8,
+                     "--learning-rate", 0.02, "--output", output)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(paths=paths, output=output, log=result.stderr)
+
+
+def test_train_ner_writes_model_labels_and_metrics(trained):
+    output = trained["output"]
+    assert {"model.keras", "encoder.json", "metrics.json", "config.json"} <= set(os.listdir(output))
+    metrics = json.loads((output / "metrics.json").read_text())
+    encoder = json.loads((output / "encoder.json").read_text())
+    assert encoder["scheme"] == "bioes" and encoder["source_scheme"] == "iob1" and encoder["labels"][0] == "O"
+    assert {"S-PER", "B-LOC", "E-LOC", "B-ORG"} <= set(encoder["labels"])
+    assert metrics["best_epoch"] in (1, 2)
+    for split in ("dev", "test"):
+        scores = metrics[split]
+        gold = [s.tags for s in read_conll(trained["paths"][split])]
+        gold_counts = {}
+        for tags in gold:
+            for kind, _, _ in spans(tags, "iob1"):
+                gold_counts[kind] = gold_counts.get(kind, 0) + 1
+        assert set(gold_counts) <= set(scores["per_type"]) <= {"PER", "LOC", "ORG"}
+        for kind, per in scores["per_type"].items():
+            assert per["support"] == gold_counts.get(kind, 0)
+            assert set(per) == {"precision", "recall", "f1", "support"}
+        p, r = scores["precision"], scores["recall"]
+        assert scores["f1"] == pytest.approx(2 * p * r / (p + r) if p + r else 0.0)
+        assert 0.0 < scores["f1"] < 100.0  # 2 epochs: learning, not done (makes the tag.py checks below sharp)
+    config = json.loads((output / "config.json").read_text())
+    assert config["elmo_source"]["kind"] == "in_process" and config["tag_scheme_resolved"] == "iob1"
+    assert "dev span F1" in trained["log"]
+
+
+def parse_conll_output(text):
+    blocks = text.split("\n\n")
+    assert blocks[-1] == "", "the output ends with a blank line"
+    return [[line.split("\t") for line in block.split("\n")] for block in blocks[:-1]]
+
+
+def test_tag_py_conll_from_stdin_reproduces_the_dev_scores(trained):
+    """The dev sentences 22 times (264 sentences: a progress bar; other batch-mates, same tags)."""
+    dev = read_conll(trained["paths"]["dev"])
+    copies = 22
+    text = "".join(" ".join(s.tokens) + "\n" for s in dev) * copies
+    result = run_cli(TAG, "--model", trained["output"], input=text)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = parse_conll_output(result.stdout)
+    assert len(rows) == copies * len(dev)
+    assert [[token for token, _ in row] for row in rows] == [s.tokens for s in dev] * copies
+    predicted = [[tag for _, tag in row] for row in rows]
+    assert predicted == predicted[:len(dev)] * copies
+    metrics = json.loads((trained["output"] / "metrics.json").read_text())
+    assert span_scores([s.tags for s in dev], predicted[:len(dev)], "iob1") == metrics["dev"]
+    assert f"{copies * len(dev)}/{copies * len(dev)}" in result.stderr  # the progress bar, on stderr
+
+
+def test_tag_py_json_from_file_reproduces_the_test_scores(trained, tmp_path):
+    test = read_conll(trained["paths"]["test"])
+    lines = [" ".join(s.tokens) for s in test]
+    (tmp_path / "in.txt").write_text("\n".join(lines[:5] + [""] + lines[5:]) + "\n", encoding="utf-8")
+    result = run_cli(TAG, "--model", trained["output"], "--input", tmp_path / "in.txt", "--format", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == len(test) + 1
+    assert rows[5] == {"tokens": [], "tags": [], "spans": []}  # an empty line is an empty sentence
+    rows = rows[:5] + rows[6:]
+    for row, s in zip(rows, test):
+        assert row["tokens"] == s.tokens and len(row["tags"]) == len(s.tokens)
+        assert [(x["type"], x["start"], x["end"]) for x in row["spans"]] == spans(row["tags"], "iob1")
+        assert all(x["text"] == " ".join(s.tokens[x["start"]:x["end"]]) for x in row["spans"])
+    metrics = json.loads((trained["output"] / "metrics.json").read_text())
+    assert span_scores([s.tags for s in test], [r["tags"] for r in rows], "iob1") == metrics["test"]
+
+
+def test_tag_py_errors_name_the_argument(trained, tmp_path):
+    missing = run_cli(TAG, "--model", tmp_path / "nowhere", input="a b\n")
+    assert missing.returncode == 2 and "--model" in error_line(missing) and "model.keras" in error_line(missing)
+    no_input = run_cli(TAG, "--model", trained["output"], "--input", tmp_path / "missing.txt")
+    assert no_input.returncode == 2 and "--input" in error_line(no_input)
+    # the ELMo recorded in config.json is gone: the error says so and names --elmo
+    moved = tmp_path / "ner"
+    shutil.copytree(trained["output"], moved)
+    config = json.loads((moved / "config.json").read_text())
+    config["elmo_source"]["weights"] = str(tmp_path / "gone" / "weights.hdf5")
+    (moved / "config.json").write_text(json.dumps(config))
+    gone = run_cli(TAG, "--model", moved, input="a b\n")
+    assert gone.returncode == 2, gone.stderr[-2000:]
+    assert "--elmo" in error_line(gone) and "config.json" in error_line(gone) and gone.stdout == ""
+    dead = run_cli(TAG, "--model", trained["output"], "--elmo-server", f"127.0.0.1:{free_port()}", input="a b\n")
+    assert dead.returncode == 2 and "--elmo-server" in error_line(dead) and dead.stdout == ""
+    help_text = run_cli(TAG, "--help")
+    assert help_text.returncode == 0 and "examples:" in help_text.stdout and "--elmo-server" in help_text.stdout
+
+
+def test_train_ner_bad_train_path_exits_2_naming_train(tmp_path):
+    paths = write_corpus(tmp_path, sizes=(("dev", 2),))
+    result = run_cli(TRAIN_NER, "--train", tmp_path / "missing.txt", "--dev", paths["dev"], "--no-elmo",
+                     "--output", tmp_path / "out", timeout=120)
+    assert result.returncode == 2
+    assert "--train" in error_line(result) and "missing.txt" in error_line(result)
+    assert not (tmp_path / "out").exists()
