@@ -23,8 +23,6 @@ import json
 import logging
 import os
 import sys
-import warnings
-import zipfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -102,36 +100,15 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
 
 # ------------------------------------------------------------------------------------------------ model
 
-def saved_activation_dim(model_path):
-    """The biLM activation width the saved tagger was built for (from the .keras build config), or None."""
-    with zipfile.ZipFile(model_path) as archive:
-        saved = json.loads(archive.read("config.json"))
-    shapes = (saved.get("build_config") or {}).get("input_shape") or {}
-    return shapes["activations"][-1] if "activations" in shapes else None
-
-
 def load_tagger(model_dir):
-    """(NERTagger with its trained weights, Encoder, activation dim or None) from a train_ner.py directory.
-
-    `keras.saving.load_model` alone restores an `NERTagger` with char features (train_ner.py's default) wrongly:
-    the model defines no `build_from_config`, Keras's default cannot build it, and only the weights that exist
-    (the CRF's, built in `__init__`) get their saved values. So the model is built with a dummy batch of the
-    saved shapes and the weights are loaded again (harmless where load_model did build it).
-    """
+    """(NERTagger with its trained weights, Encoder, activation dim or None) from a train_ner.py directory."""
     import keras
 
     import elmo_tf.models.ner_tagger  # noqa: F401  (registers NERTagger, CRF for deserialization)
     from elmo_tf.ner import Encoder
 
-    path = os.path.join(model_dir, "model.keras")
-    dim = saved_activation_dim(path)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*build_from_config.*")
-        warnings.filterwarnings("ignore", message=".*cannot be built automatically.*")
-        model = keras.saving.load_model(path, compile=False)
-        if dim is not None or not model.num_elmo_layers:
-            model.build_for(dim)
-            model.load_weights(path)
+    model = keras.saving.load_model(os.path.join(model_dir, "model.keras"), compile=False)
+    dim = model.get_build_config()["activation_dim"]
     return model, Encoder.load(os.path.join(model_dir, "encoder.json")), dim
 
 

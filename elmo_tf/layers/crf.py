@@ -63,19 +63,25 @@ class CRF(keras.layers.Layer):
                 apply(self.end_transitions, self.allowed_end))
 
     @staticmethod
-    def _prepare(potentials, mask):
+    def _prepare(potentials, mask, tags=None):
+        """Checks shapes; a batch with no time steps gets one masked step (scores 0, no tags)."""
         potentials = tf.convert_to_tensor(potentials)
         if potentials.shape.rank != 3:
             raise ValueError(f"CRF potentials must have shape (batch, time, num_tags), got {potentials.shape}")
         if mask is None:
             mask = tf.ones(tf.shape(potentials)[:2], tf.bool)
-        return potentials, tf.cast(mask, tf.bool)
+        mask = tf.cast(mask, tf.bool)
+        extra = tf.maximum(1 - tf.shape(potentials)[1], 0)
+        potentials = tf.pad(potentials, [[0, 0], [0, extra], [0, 0]])
+        mask = tf.pad(mask, [[0, 0], [0, extra]])
+        if tags is not None:
+            tags = tf.pad(tf.cast(tags, tf.int32), [[0, 0], [0, extra]])
+        return potentials, mask, tags
 
     def log_likelihood(self, potentials, tags, mask=None):
         """`log p(tags | potentials)` per sentence, float `(batch,)` (0 for an empty sentence)."""
-        potentials, mask = self._prepare(potentials, mask)
+        potentials, mask, tags = self._prepare(potentials, mask, tags)
         trans, start, end = self._constrained()
-        tags = tf.cast(tags, tf.int32)
         maskf = tf.cast(mask, potentials.dtype)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         # score of the given path
@@ -102,7 +108,8 @@ class CRF(keras.layers.Layer):
 
     def decode(self, potentials, mask=None):
         """Viterbi: `(tags int32 (batch, time), best score (batch,))`; tags are 0 at padding."""
-        potentials, mask = self._prepare(potentials, mask)
+        steps_in = tf.shape(potentials)[1]
+        potentials, mask, _ = self._prepare(potentials, mask)
         trans, start, end = self._constrained()
         batch, steps = tf.shape(potentials)[0], tf.shape(potentials)[1]
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
@@ -139,7 +146,7 @@ class CRF(keras.layers.Layer):
         earlier = tf.scan(back, pointers, initializer=best_last, reverse=True)  # tags at 0..T-2
         path = tf.concat([tf.transpose(earlier), best_last[:, None]], axis=1)
         # identity pointers past each end carry the last real tag back to position length-1
-        path = tf.where(mask, path, 0)
+        path = tf.where(mask, path, 0)[:, :steps_in]
         nonempty = lengths > 0
         return path, tf.where(nonempty, best_score, 0.0)
 

@@ -124,8 +124,16 @@ class NERTagger(keras.Model):
     def metrics(self):
         return [self.loss_tracker]
 
+    def get_build_config(self):
+        return {"activation_dim": getattr(self, "_activation_dim", None)}
+
+    def build_from_config(self, config):
+        # Keras's default would build from float placeholders; the char CNN needs int ids and the mix the width
+        self.build_for(config.get("activation_dim"))
+
     def build_for(self, activation_dim=None):
         """Creates every weight by running a dummy batch (so weights can be loaded or counted)."""
+        self._activation_dim = activation_dim
         dummy = {"mask": tf.ones([1, 2], tf.bool)}
         if self.num_elmo_layers:
             if activation_dim is None:

@@ -117,14 +117,11 @@ def potentials_and_tags(model, batches):
     return out
 
 
-LOAD_BUG = pytest.mark.xfail(strict=True, reason="NERTagger has no build_from_config: Keras's default builds it from "
-                             "float32 placeholders, the char CNN fails on them, and keras.saving.load_model then loads "
-                             "only the weights that exist (the CRF's, built in __init__) and leaves the rest random")
 FEATURE_SETS = [  # (id, NERTagger feature arguments, marks)
     ("elmo", dict(num_elmo_layers=3), ()),
     ("elmo+words", dict(num_elmo_layers=3, word_vocab_size=30), ()),
-    ("elmo+words+chars", dict(num_elmo_layers=3, word_vocab_size=30, char_filters=((2, 8),)), LOAD_BUG),
-    ("words+chars", dict(num_elmo_layers=0, word_vocab_size=30, char_filters=((2, 8),)), LOAD_BUG),  # --no-elmo
+    ("elmo+words+chars", dict(num_elmo_layers=3, word_vocab_size=30, char_filters=((2, 8),)), ()),
+    ("words+chars", dict(num_elmo_layers=0, word_vocab_size=30, char_filters=((2, 8),)), ()),  # --no-elmo
 ]
 
 
