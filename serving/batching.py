@@ -1,0 +1,226 @@
+"""Server-side batching: concurrent requests to the same signature are merged into one model call.
+
+Like TF Serving's `--enable_batching` (a shared batch scheduler with `max_batch_size`, `batch_timeout_micros`,
+`num_batch_threads`, and `pad_variable_length_inputs`): each of `num_threads` workers takes the oldest waiting
+request, adds the requests queued behind it for the same signature while the merged batch stays within
+`max_batch_size` rows (a single larger request runs alone, never split), optionally waits up to `batch_timeout`
+for more, and runs them in one call (`SignatureRunner.run_batch`, which pads, merges and splits the outputs back).
+With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
+which is when merging pays, and a lone request pays no delay.
+
+`BatchStats` counts requests and model calls (`stats.snapshot()`; the REST server prints them at
+`/monitoring/prometheus/metrics`): `model_calls < requests` shows merging at work.
+"""
+import collections
+import dataclasses
+import logging
+import threading
+import time
+
+import grpc
+
+from serving.status import ServingError
+
+logger = logging.getLogger("serving.batching")
+
+
+class BatchStats:
+    """Thread-safe counters: requests, model calls, rows, and requests that shared a call, per signature."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counters = collections.defaultdict(lambda: collections.Counter())
+
+    def record_call(self, model_name, signature_name, num_requests, num_rows):
+        with self._lock:
+            c = self._counters[(model_name, signature_name)]
+            c["requests"] += num_requests
+            c["model_calls"] += 1
+            c["rows"] += num_rows
+            if num_requests > 1:
+                c["merged_requests"] += num_requests
+            c["max_requests_per_call"] = max(c["max_requests_per_call"], num_requests)
+
+    def snapshot(self):
+        """`{"requests", "model_calls", "rows", "merged_requests", "max_requests_per_call", "by_signature":
+        {"model/signature": {...}}}` summed over models and signatures."""
+        with self._lock:
+            by_signature = {f"{m}/{s}": dict(c) for (m, s), c in sorted(self._counters.items())}
+        total = collections.Counter()
+        for c in by_signature.values():
+            for key, value in c.items():
+                if key == "max_requests_per_call":
+                    total[key] = max(total[key], value)
+                else:
+                    total[key] += value
+        keys = ("requests", "model_calls", "rows", "merged_requests", "max_requests_per_call")
+        return {**{k: int(total[k]) for k in keys}, "by_signature": by_signature}
+
+
+@dataclasses.dataclass
+class BatchingOptions:
+    """Args:
+        max_batch_size: rows (sentences) of a merged call.
+        batch_timeout: seconds a worker waits for more requests once it holds one (0: merge only what queued).
+        num_threads: workers, i.e. model calls that may run at once.
+    """
+    max_batch_size: int = 32
+    batch_timeout: float = 0.0
+    num_threads: int = 2
+
+    def __post_init__(self):
+        if isinstance(self.max_batch_size, bool) or not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be a positive int, got {self.max_batch_size!r}")
+        if not self.batch_timeout >= 0:
+            raise ValueError(f"batch_timeout must be >= 0 seconds, got {self.batch_timeout!r}")
+        if isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 1:
+            raise ValueError(f"num_threads must be a positive int, got {self.num_threads!r}")
+
+
+class _Task:
+    __slots__ = ("request", "cancelled", "enqueued", "done", "result", "abandoned")
+
+    def __init__(self, request, cancelled):
+        self.request = request
+        self.cancelled = cancelled
+        self.enqueued = time.monotonic()
+        self.done = threading.Event()
+        self.result = None
+        self.abandoned = False
+
+    def skip(self):
+        return self.abandoned or (self.cancelled is not None and self.cancelled())
+
+
+class BatchScheduler:
+    """Queues per signature and worker threads that run merged calls. One per loaded model version.
+
+    Args:
+        options: `BatchingOptions`.
+        stats: `BatchStats` to count into.
+        model_name, version: the model version served (for stats, thread names and logs).
+    """
+
+    def __init__(self, options, stats, model_name, version):
+        self.options = options
+        self.stats = stats
+        self.model_name = model_name
+        self.name = f"{model_name}/{version}"
+        self._cond = threading.Condition()
+        self._queues = collections.OrderedDict()  # runner -> deque of _Task
+        self._stopping = False
+        self._threads = [threading.Thread(target=self._work, name=f"batch-{self.name}-{k}", daemon=True)
+                         for k in range(options.num_threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, request, timeout=None, cancelled=None):
+        """Queues `request` (a `servable.Request`) and waits for its outputs (alias -> array, all outputs).
+
+        Args:
+            timeout: seconds to wait (None: no limit); past it, DEADLINE_EXCEEDED and the request is dropped if it
+                has not started.
+            cancelled: optional callable, True when the caller went away (the request is then skipped).
+        Raises:
+            ServingError: the request's own error, DEADLINE_EXCEEDED, or UNAVAILABLE after `stop()`.
+        """
+        if timeout is not None and timeout > 1e6:  # Event.wait overflows on "no deadline" values
+            timeout = None
+        task = _Task(request, cancelled)
+        with self._cond:
+            if self._stopping:
+                raise ServingError(grpc.StatusCode.UNAVAILABLE, f"model {self.name} is unloading; retry")
+            self._queues.setdefault(request.runner, collections.deque()).append(task)
+            self._cond.notify()
+        if not task.done.wait(timeout):
+            task.abandoned = True
+            raise ServingError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"deadline exceeded after {timeout:.3f} s waiting for the model (queued or running)")
+        if isinstance(task.result, ServingError):
+            raise task.result
+        return task.result
+
+    def stop(self, timeout=None):
+        """Runs what is queued, then ends the workers (waits up to `timeout` seconds for them)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # ------------------------------------------------------------------------------------------------ workers
+
+    @staticmethod
+    def _drop(task):
+        task.result = ServingError(grpc.StatusCode.CANCELLED, "request cancelled or past its deadline")
+        task.done.set()
+
+    def _pop_live(self, queue):
+        while queue:
+            task = queue.popleft()
+            if not task.skip():
+                return task
+            self._drop(task)
+        return None
+
+    def _take(self):
+        """Under the lock: the next batch (runner, tasks), or None when stopping and nothing is left."""
+        while True:
+            heads = [(queue[0].enqueued, k, runner) for k, (runner, queue) in enumerate(self._queues.items()) if queue]
+            if heads:
+                _, _, runner = min(heads)
+                queue = self._queues[runner]
+                first = self._pop_live(queue)
+                if first is None:
+                    continue
+                break
+            if self._stopping:
+                return None
+            self._cond.wait()
+        tasks, rows = [first], first.request.batch
+        if not runner.mergeable:
+            return runner, tasks
+
+        def fill():
+            nonlocal rows
+            while queue:
+                head = queue[0]
+                if head.skip():
+                    self._drop(queue.popleft())
+                    continue
+                if rows + head.request.batch > self.options.max_batch_size:
+                    break
+                tasks.append(queue.popleft())
+                rows += head.request.batch
+
+        fill()
+        if self.options.batch_timeout > 0:
+            deadline = first.enqueued + self.options.batch_timeout
+            while rows < self.options.max_batch_size and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+                fill()
+        return runner, tasks
+
+    def _work(self):
+        while True:
+            with self._cond:
+                taken = self._take()
+            if taken is None:
+                return
+            runner, tasks = taken
+            try:
+                results = runner.run_batch([t.request for t in tasks])
+            except Exception as e:  # run_batch catches per request; this is a bug guard
+                logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
+                results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
+            self.stats.record_call(self.model_name, runner.name, len(tasks),
+                                   sum(t.request.batch for t in tasks))
+            if len(tasks) > 1:
+                logger.debug("%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks),
+                             sum(t.request.batch for t in tasks), runner.name)
+            for task, result in zip(tasks, results):
+                task.result = result
+                task.done.set()
