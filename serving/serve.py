@@ -1,0 +1,305 @@
+"""Serves SavedModel exports over TF Serving's gRPC and REST APIs: the stock model server when installed, else the
+embedded one (`serving.server`).
+
+    python serving/serve.py --model_base_path models/elmo --model_name elmo --port 8500 [--rest_api_port 8501]
+
+With `tensorflow_model_server` on PATH (and no --embedded), this script replaces itself with it (exec), passing
+the TF Serving flags it was given as `--flag=value` plus any flags it does not know verbatim (e.g.
+--monitoring_config_file); the embedded server's own flags (--host, --max_*, --num_batch_threads, ...) are
+dropped with a warning. Note the stock server listens on all interfaces and its batching is off unless
+--enable_batching is given.
+
+Otherwise the embedded server runs (see serving/server.py for the API, versions and errors): it binds
+127.0.0.1 unless --host says otherwise, batches concurrent requests unless --enable_batching=false, polls
+--model_base_path for new versions every --file_system_poll_wait_seconds, and stops gracefully on SIGTERM or
+SIGINT (no new requests, running ones finish, exit status 0).
+"""
+import argparse
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+logger = logging.getLogger("serve")
+
+STOCK_BINARY = "tensorflow_model_server"
+MiB = 1 << 20
+
+# flags TF Serving's model server has (passed to it as --name=value)
+TF_SERVING_FLAGS = ("port", "rest_api_port", "rest_api_num_threads", "rest_api_timeout_in_ms", "model_name",
+                    "model_base_path", "model_config_file", "enable_batching", "batching_parameters_file",
+                    "file_system_poll_wait_seconds", "max_num_load_retries", "tensorflow_intra_op_parallelism",
+                    "tensorflow_inter_op_parallelism", "grpc_max_threads", "enable_model_warmup")
+# the embedded server's own flags (dropped when running the stock server)
+EMBEDDED_FLAGS = ("host", "max_batch_size", "batch_timeout_micros", "num_batch_threads", "max_request_sentences",
+                  "max_tokens_per_sentence", "max_message_bytes", "embedded", "verbose")
+BATCHING_FIELDS = ("max_batch_size", "batch_timeout_micros", "num_batch_threads")
+BATCHING_IGNORED = ("max_enqueued_batches", "pad_variable_length_inputs", "allowed_batch_sizes", "thread_pool_name",
+                    "enable_large_batch_splitting", "max_execution_batch_size")
+
+EXAMPLES = """examples:
+  python serving/serve.py --model_base_path models/elmo --model_name elmo --port 8500 --rest_api_port 8501
+  python serving/serve.py --model_config_file models.config --batching_parameters_file batching.config
+  python serving/serve.py --embedded --model_base_path models/elmo --model_name elmo --host 0.0.0.0 \\
+      --max_tokens_per_sentence 400 --enable_batching=false
+
+request limits of the embedded server (RESOURCE_EXHAUSTED above them, before the model runs):
+  --max_request_sentences rows per request; --max_tokens_per_sentence the width of a `tokens` input and the
+  whitespace-separated tokens of each sentence of a `sentences` input (0: no limit); --max_message_bytes the gRPC
+  message size both ways, the REST body, and the estimated response.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, naming the argument
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _bool(text):
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _int_at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def build_parser():
+    """All defaults are SUPPRESS, so the namespace holds only the flags given (see `DEFAULTS`)."""
+    p = _Parser(prog="serve.py", description=__doc__.split("\n")[0], epilog=EXAMPLES, allow_abbrev=False,
+                argument_default=argparse.SUPPRESS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tf_serving = p.add_argument_group("TF Serving flags (passed to tensorflow_model_server as --name=value)")
+    tf_serving.add_argument("--port", type=_int_at_least(0), help="gRPC port (8500; 0: any free port)")
+    tf_serving.add_argument("--rest_api_port", type=_int_at_least(0), help="REST port (0: no REST API)")
+    tf_serving.add_argument("--rest_api_num_threads", type=_int_at_least(1), help="REST handler threads (32)")
+    tf_serving.add_argument("--rest_api_timeout_in_ms", type=_int_at_least(1), help="REST request deadline (30000)")
+    tf_serving.add_argument("--model_name", help='name clients ask for ("default", as TF Serving)')
+    tf_serving.add_argument("--model_base_path", help="directory of integer version subdirectories")
+    tf_serving.add_argument("--model_config_file", help="ModelServerConfig text proto (model_config_list); "
+                                                        "instead of --model_name/--model_base_path")
+    tf_serving.add_argument("--enable_batching", type=_bool, nargs="?", const=True,
+                            help="merge concurrent requests (embedded: on by default; stock: off by default)")
+    tf_serving.add_argument("--batching_parameters_file",
+                            help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, "
+                                 "num_batch_threads)")
+    tf_serving.add_argument("--file_system_poll_wait_seconds", type=_positive_float,
+                            help="seconds between polls of the base path for new versions (1)")
+    tf_serving.add_argument("--max_num_load_retries", type=_int_at_least(0), help="retries of a failed load (5)")
+    tf_serving.add_argument("--tensorflow_intra_op_parallelism", type=_int_at_least(0), help="TF threads (0: auto)")
+    tf_serving.add_argument("--tensorflow_inter_op_parallelism", type=_int_at_least(0), help="TF threads (0: auto)")
+    tf_serving.add_argument("--grpc_max_threads", type=_int_at_least(1), help="gRPC handler threads (64)")
+    tf_serving.add_argument("--enable_model_warmup", type=_bool, nargs="?", const=True,
+                            help="(the embedded server always runs every signature once after loading)")
+    embedded = p.add_argument_group("embedded server only (dropped for tensorflow_model_server)")
+    embedded.add_argument("--embedded", action="store_true", help="run the embedded server even if "
+                                                                   "tensorflow_model_server is on PATH")
+    embedded.add_argument("--host", help="interface to bind (127.0.0.1; 0.0.0.0 for all)")
+    embedded.add_argument("--max_batch_size", type=_int_at_least(1), help="rows of a merged model call (32)")
+    embedded.add_argument("--batch_timeout_micros", type=_int_at_least(0),
+                          help="wait for more requests once one is held (0: merge only what queued)")
+    embedded.add_argument("--num_batch_threads", type=_int_at_least(1), help="model calls at once (CPU count)")
+    embedded.add_argument("--max_request_sentences", type=_int_at_least(1), help="rows per request (256)")
+    embedded.add_argument("--max_tokens_per_sentence", type=_int_at_least(0),
+                          help="tokens per sentence (1000; 0: no limit)")
+    embedded.add_argument("--max_message_bytes", type=_int_at_least(1), help=f"gRPC message size ({256 * MiB})")
+    embedded.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+DEFAULTS = dict(port=8500, rest_api_port=0, rest_api_num_threads=32, rest_api_timeout_in_ms=30000,
+                model_name="default", model_base_path=None, model_config_file=None, enable_batching=True,
+                batching_parameters_file=None, file_system_poll_wait_seconds=1.0, max_num_load_retries=5,
+                tensorflow_intra_op_parallelism=0, tensorflow_inter_op_parallelism=0, grpc_max_threads=64,
+                enable_model_warmup=True, embedded=False, host="127.0.0.1", max_batch_size=None,
+                batch_timeout_micros=None, num_batch_threads=None, max_request_sentences=256,
+                max_tokens_per_sentence=1000, max_message_bytes=256 * MiB, verbose=False)
+
+
+def _flag_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def stock_command(binary, given, extra):
+    """argv for tensorflow_model_server: the TF Serving flags given, as --name=value, then `extra` verbatim."""
+    return [binary] + [f"--{name}={_flag_value(given[name])}" for name in TF_SERVING_FLAGS if name in given] + extra
+
+
+def parse_batching_parameters(path):
+    """max_batch_size, batch_timeout_micros, num_batch_threads from a TF Serving BatchingParameters text proto."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = re.sub(r"#.*", "", f.read())
+    except OSError as e:
+        raise ValueError(f"--batching_parameters_file: cannot read {path!r}: {e}") from None
+    values = {}
+    for name, value in re.findall(r"(\w+)\s*\{\s*value\s*:\s*([^\s}]+)\s*\}", text) + \
+            re.findall(r"(\w+)\s*:\s*([^\s{}]+)", re.sub(r"\w+\s*\{[^}]*\}", "", text)):
+        if name in BATCHING_FIELDS:
+            try:
+                values[name] = int(value)
+            except ValueError:
+                raise ValueError(f"--batching_parameters_file: {name} must be an integer, got {value!r}") from None
+        elif name in BATCHING_IGNORED:
+            logger.info("batching parameter %s is not used by the embedded server (it always pads and trims "
+                        "variable-length inputs)", name)
+        else:
+            raise ValueError(f"--batching_parameters_file: unknown field {name!r} in {path!r}")
+    return values
+
+
+def parse_model_config(path):
+    """{name: base_path} from a TF Serving ModelServerConfig text proto (model_config_list)."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text_format.Parse(f.read(), config)
+    except (OSError, text_format.ParseError) as e:
+        raise ValueError(f"--model_config_file: cannot read {path!r}: {e}") from None
+    models = {}
+    for model in config.model_config_list.config:
+        if not model.name or not model.base_path:
+            raise ValueError(f"--model_config_file: every config needs a name and a base_path ({path!r})")
+        if model.model_platform not in ("", "tensorflow"):
+            raise ValueError(f"--model_config_file: model_platform {model.model_platform!r} is not supported")
+        if model.HasField("model_version_policy"):
+            logger.warning("model %s: model_version_policy is ignored; the embedded server serves the latest version",
+                           model.name)
+        models[model.name] = model.base_path
+    if not models:
+        raise ValueError(f"--model_config_file: no model_config_list entries in {path!r}")
+    return models
+
+
+def run_embedded(args, parser):
+    """Builds `ServerOptions` from the flags, runs the server until SIGTERM/SIGINT; returns the exit status."""
+    import tensorflow as tf
+
+    if args.tensorflow_intra_op_parallelism:
+        tf.config.threading.set_intra_op_parallelism_threads(args.tensorflow_intra_op_parallelism)
+    if args.tensorflow_inter_op_parallelism:
+        tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
+    from serving.batching import BatchingOptions
+    from serving.server import ModelServer, ServerOptions
+
+    try:
+        batching = parse_batching_parameters(args.batching_parameters_file) if args.batching_parameters_file else {}
+        models = (parse_model_config(args.model_config_file) if args.model_config_file
+                  else {args.model_name: args.model_base_path})
+    except ValueError as e:
+        parser.error(str(e))
+    for name in BATCHING_FIELDS:  # flags win over the file
+        if getattr(args, name) is not None:
+            batching[name] = getattr(args, name)
+    try:
+        options = ServerOptions(
+            host=args.host, port=args.port, rest_api_port=args.rest_api_port or None,
+            enable_batching=args.enable_batching,
+            batching=BatchingOptions(max_batch_size=batching.get("max_batch_size", 32),
+                                     batch_timeout=batching.get("batch_timeout_micros", 0) / 1e6,
+                                     num_threads=batching.get("num_batch_threads", os.cpu_count() or 1)),
+            max_request_sentences=args.max_request_sentences,
+            max_tokens_per_sentence=args.max_tokens_per_sentence or None,
+            max_message_bytes=args.max_message_bytes,
+            file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
+            max_num_load_retries=args.max_num_load_retries, grpc_max_threads=args.grpc_max_threads,
+            rest_api_num_threads=args.rest_api_num_threads, rest_api_timeout_in_ms=args.rest_api_timeout_in_ms)
+    except ValueError as e:
+        parser.error(str(e))
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logger.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = ModelServer(models, options)
+    try:
+        server.start()
+    except OSError as e:
+        logger.error("%s", e)
+        server.stop(0)
+        return 1
+    logger.info("embedded model server ready: models %s, gRPC %s:%d%s, batching %s", sorted(models), options.host,
+                server.grpc_port, f", REST {options.host}:{server.rest_port}" if server.rest_port else "",
+                "on" if options.enable_batching else "off")
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace=10.0)
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    given_ns, extra = parser.parse_known_args(argv)
+    given = vars(given_ns)
+    logging.basicConfig(level=logging.DEBUG if given.get("verbose") else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    binary = shutil.which(STOCK_BINARY)
+    if binary and not given.get("embedded"):
+        dropped = [f"--{name}" for name in EMBEDDED_FLAGS if name in given]
+        if dropped:
+            logger.warning("%s does not know %s: dropped", STOCK_BINARY, " ".join(dropped))
+        command = stock_command(binary, given, extra)
+        logger.info("running the stock model server: %s", " ".join(command))
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        try:
+            os.execv(binary, command)
+        except OSError as e:
+            logger.error("cannot run %s: %s", binary, e)
+            return 1
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)} (flags the embedded server does not know are "
+                     f"passed through only to {STOCK_BINARY})")
+    args = argparse.Namespace(**{**DEFAULTS, **given})
+    if args.model_config_file and "model_base_path" in given:
+        parser.error("argument --model_config_file: not allowed with --model_base_path")
+    if not args.model_config_file:
+        if not args.model_base_path:
+            parser.error("argument --model_base_path: required (or --model_config_file)")
+        if not os.path.isdir(args.model_base_path):
+            parser.error(f"argument --model_base_path: not a directory: {args.model_base_path!r}")
+    return run_embedded(args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
