@@ -1,0 +1,68 @@
+"""Helpers of the serving tests: the test model, free ports, servers, Keras reference outputs, parity checks.
+
+The model has projection 32 so that 16 sentences of 400 tokens with all outputs (about 5.7 MB) exceed gRPC's
+4 MiB default message size.
+"""
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from export import export_savedmodel as ex  # noqa: E402
+
+ATOL = 1e-5
+SERVING_CONFIG = dict(char_embedding_dim=4, filters=((1, 8), (2, 8), (3, 16)), num_highway=1, lstm_dim=64,
+                      projection_dim=32, num_layers=2)
+
+
+def make_model(seed):
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+
+    keras.utils.set_random_seed(seed)
+    return ELMo(BiLMConfig(**SERVING_CONFIG))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reference_sentences(model, sentences):
+    """The Keras model's outputs for sentences (str/bytes), whitespace-tokenized as the export does."""
+    return ex.reference_outputs(model, ex.reference_tokens(sentences))
+
+
+def reference_tokens(model, token_lists):
+    """The Keras model's outputs for token lists (str/bytes)."""
+    return ex.reference_outputs(model, [[t.encode() if isinstance(t, str) else t for t in row] for row in token_lists])
+
+
+def assert_parity(expected, actual, keys=None, atol=ATOL):
+    """Same keys (or `keys`), same shapes, floats within `atol`, ints and bools equal."""
+    keys = sorted(expected) if keys is None else sorted(keys)
+    assert sorted(actual) == keys, f"outputs {sorted(actual)}, expected {keys}"
+    for key in keys:
+        want, got = np.asarray(expected[key]), np.asarray(actual[key])
+        assert got.shape == want.shape, f"{key}: shape {got.shape}, expected {want.shape}"
+        if want.dtype.kind == "f":
+            assert got.dtype == np.float32, f"{key}: dtype {got.dtype}"
+            if want.size:
+                np.testing.assert_allclose(got, want, atol=atol, rtol=0, err_msg=key)
+        else:
+            np.testing.assert_array_equal(got.astype(want.dtype), want, err_msg=key)
+
+
+def start_server(base, **options):
+    from serving.server import ModelServer, ServerOptions
+
+    options.setdefault("port", 0)
+    options.setdefault("rest_api_port", 0)
+    return ModelServer({"elmo": base}, ServerOptions(**options)).start()

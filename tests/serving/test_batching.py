@@ -1,0 +1,117 @@
+"""serving/batching.py: concurrent requests merge into fewer model calls (the real model over gRPC, and a fake
+signature), each request gets exactly its own outputs, big requests run alone, deadlines and stop are handled."""
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+from serving_fake import fake_runner
+from serving_testlib import assert_parity, reference_sentences, reference_tokens, start_server
+
+from serving.batching import BatchingOptions, BatchScheduler, BatchStats
+from serving.client import ElmoClient
+from serving.status import ServingError
+
+
+def test_scheduler_merges_up_to_max_batch_size_and_runs_big_requests_alone():
+    calls = []
+    runner = fake_runner(delay=0.05, calls=calls)
+    stats = BatchStats()
+    scheduler = BatchScheduler(BatchingOptions(max_batch_size=4, batch_timeout=0.3, num_threads=1), stats, "fake", 1)
+    results = {}
+
+    def send(k, rows):
+        results[k] = scheduler.submit(runner.prepare({"x": np.full((rows, 2), k, np.float32)}), timeout=30)
+
+    try:
+        threads = [threading.Thread(target=send, args=(k, rows)) for k, rows in enumerate([1, 1, 1, 1, 6, 2])]
+        for t in threads:
+            t.start()
+            time.sleep(0.01)
+        for t in threads:
+            t.join(30)
+    finally:
+        scheduler.stop(5)
+    for k, rows in enumerate([1, 1, 1, 1, 6, 2]):
+        np.testing.assert_array_equal(results[k]["y"], np.full((rows, 2), 2 * k))
+    assert max(shape[0] for shape in calls) == 6  # the 6-row request ran alone, never split
+    assert all(shape[0] <= 4 for shape in calls if shape[0] != 6)
+    snapshot = stats.snapshot()
+    assert snapshot["requests"] == 6 and snapshot["model_calls"] < 6 and snapshot["merged_requests"] >= 2
+
+
+def test_scheduler_deadline_and_stop():
+    runner = fake_runner(delay=0.5)
+    scheduler = BatchScheduler(BatchingOptions(max_batch_size=1, num_threads=1), BatchStats(), "fake", 1)
+    request = runner.prepare({"x": np.ones((1, 1), np.float32)})
+    blocker = threading.Thread(target=scheduler.submit, args=(request,), kwargs={"timeout": 30})
+    blocker.start()
+    time.sleep(0.1)
+    with pytest.raises(ServingError) as info:
+        scheduler.submit(request, timeout=0.1)  # queued behind a 0.5 s call
+    assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    blocker.join(30)
+    scheduler.stop(5)
+    with pytest.raises(ServingError) as info:
+        scheduler.submit(request, timeout=1)
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+# ---------------------------------------------------------------------------------------------------- the real model
+
+@pytest.fixture(scope="module")
+def batching_server(base_path):
+    """One batch thread that waits 300 ms for batch-mates, and no token limit."""
+    server = start_server(base_path, batching=BatchingOptions(max_batch_size=64, batch_timeout=0.3, num_threads=1),
+                          max_tokens_per_sentence=None)
+    yield server
+    server.stop(grace=1.0)
+
+
+def test_concurrent_requests_merge_into_fewer_model_calls(batching_server, model):
+    before = batching_server.stats()
+    jobs = []
+    for k in range(8):
+        sentences = [" ".join(f"m{k}w{i}" for i in range(2 + 3 * k + j)) for j in range(1 + k % 3)]
+        if k == 6:  # only empty sentences: its outputs have width 0 even when merged with longer ones
+            jobs.append(("default", ["", "   "]))
+        elif k % 2:
+            jobs.append(("tokens", [s.split() for s in sentences]))
+        else:
+            jobs.append(("default", sentences))
+    expected = [reference_tokens(model, x) if sig == "tokens" else reference_sentences(model, x) for sig, x in jobs]
+    results, failures = {}, []
+    barrier = threading.Barrier(8)
+
+    def worker(k):
+        signature, inputs = jobs[k]
+        try:
+            with ElmoClient(f"127.0.0.1:{batching_server.grpc_port}", "elmo", timeout=60) as c:
+                barrier.wait(timeout=30)
+                results[k] = c.embed_tokens(inputs) if signature == "tokens" else c.embed(inputs)
+        except Exception as e:
+            failures.append(f"{k}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
+    for k in range(8):  # each request gets its own rows, at its own width
+        assert_parity(expected[k], results[k])
+    after = batching_server.stats()
+    requests = after["requests"] - before["requests"]
+    calls = after["model_calls"] - before["model_calls"]
+    assert requests == 8
+    assert calls < requests, after
+    assert after["max_requests_per_call"] >= 2
+
+
+def test_10000_token_sentence_served_without_a_token_limit(batching_server, model):
+    sentence = " ".join(f"t{i % 97}" for i in range(10000))
+    with ElmoClient(f"127.0.0.1:{batching_server.grpc_port}", "elmo", timeout=120) as c:
+        out = c.embed([sentence], output_filter=["default", "sequence_len", "elmo"])
+    assert out["elmo"].shape == (1, 10000, 64)
+    assert_parity(reference_sentences(model, [sentence]), out, keys=["default", "sequence_len", "elmo"])
