@@ -1,0 +1,471 @@
+"""Serving latency and throughput: the embedded model server over gRPC and REST vs the same model in-process.
+
+Spec: for each model size (--presets, default small and original: `elmo_tf.config.PRESETS`, random weights), requests
+of --request-batch sentences (8) of natural English (bench/sentences.py), at concurrency 1, 8 and 32 (client
+threads, each sending requests back to back), measured
+    in-process    the SavedModel's `default` signature called directly by the client threads (no server);
+    grpc          `ElmoClient.embed` against `serving/serve.py --embedded` (batching on, the default);
+    rest          `ElmoRestClient.embed` (JSON "inputs" format) against the same server;
+    grpc-nobatch  `ElmoClient.embed` against the server with --enable_batching=false;
+p50/p99 latency per request and sentences/s, all in one run, with the serving overhead as ratios to in-process
+(p50 latency ratio, throughput ratio). All outputs are returned unless --output-filter names some.
+Targets: gRPC p50 under 1.10 x in-process at concurrency 1 (batch 8), and batching raises throughput at
+concurrency 32 (grpc sentences/s > grpc-nobatch sentences/s).
+
+How it is measured:
+  - the model is exported once per preset (seeded random weights, `export.export_savedmodel.export_elmo`) into
+    --cache (bench/results/cache/serving/<preset>-seed<seed>/elmo/1) and reused;
+  - the server is a subprocess (`serving/serve.py --embedded`, its default threads and batching settings, REST on);
+    clients run in this process, one gRPC channel or HTTP connection per client thread, so client work
+    (serialization, JSON) is part of the measured latency, as it is for a real caller on the same machine;
+  - every client first sends one untimed request (all at once); a timed phase starts when all threads are
+    ready; throughput = timed sentences / wall time of the timed phases;
+  - transports are interleaved: per concurrency, --rounds rounds (3) each run a block of every transport in turn
+    (servers idle meanwhile), and results are pooled, so load drifts of a shared machine hit all alike.
+Run it on an otherwise idle machine: client and server share the CPU (the JSON records the load average).
+
+usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,original] [--concurrency 1,8,32]
+       [--request-batch 8] [--requests 40] [--rounds 3] [--transports in-process,grpc,rest,grpc-nobatch]
+       [--output-filter elmo,default] [--out bench/results/serving_latency.json]
+--quick: the small model, fewer requests (about a minute).
+"""
+import argparse
+import json
+import logging
+import os
+import platform
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH)
+sys.path.insert(0, REPO)
+sys.path.insert(0, BENCH)
+
+import numpy as np  # noqa: E402
+
+from sentences import load_sentences  # noqa: E402
+
+DEFAULT_OUT = os.path.join(REPO, "bench", "results", "serving_latency.json")
+DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache", "serving")
+SERVE = os.path.join(REPO, "serving", "serve.py")
+TRANSPORTS = ("in-process", "grpc", "rest", "grpc-nobatch")
+TARGET_GRPC_OVERHEAD = 1.10
+
+log = logging.getLogger("serving_latency")
+
+
+def parse_list(text, kind, name):
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: cannot parse {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{name}: empty list")
+    return values
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def bench_sentences(n, data):
+    """Natural sentences from the shared corpus; synthetic ones (recorded as such) when it is missing."""
+    try:
+        return load_sentences(n, data), "corpus"
+    except (FileNotFoundError, ValueError) as e:
+        log.warning("%s: using synthetic sentences", e)
+        rng = np.random.default_rng(0)
+        words = ["the", "market", "said", "on", "Tuesday", "government", "officials", ",", ".", "people", "in"]
+        return [" ".join(rng.choice(words, size=int(rng.integers(5, 45)))) for _ in range(n)], "synthetic"
+
+
+def ensure_export(preset, seed, cache):
+    """`<cache>/<preset>-seed<seed>/elmo` with version 1 (exported once)."""
+    base = os.path.join(cache, f"{preset}-seed{seed}", "elmo")
+    if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
+        return base
+    import keras
+
+    from elmo_tf import ELMo, get_config
+    from export.export_savedmodel import export_elmo
+
+    log.info("exporting a random %s model to %s (once)", preset, base)
+    keras.utils.set_random_seed(seed)
+    export_elmo(ELMo(get_config(preset)), base, version=1)
+    return base
+
+
+# ---------------------------------------------------------------------------------------------------- measuring
+
+def batch_at(sentences, request_batch, k, i):
+    """The i-th request of client k: `request_batch` consecutive sentences from a spread-out start."""
+    start = ((k * 7919 + i * 104729) * request_batch) % (len(sentences) - request_batch)
+    return sentences[start:start + request_batch]
+
+
+def _parallel(functions):
+    errors = []
+
+    def run(f):
+        try:
+            f()
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=run, args=(f,), daemon=True) for f in functions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def make_callers(make_caller, concurrency, sentences, request_batch):
+    """`concurrency` callers (`make_caller() -> call(list_of_sentences)`, one connection each), each warmed up
+    with one untimed request, all at once."""
+    callers = [make_caller() for _ in range(concurrency)]
+    errors = _parallel([lambda k=k: callers[k](batch_at(sentences, request_batch, k, -1)) for k in range(concurrency)])
+    if errors:
+        raise RuntimeError(f"warm-up failed: {errors[:3]}")
+    return callers
+
+
+def close_callers(callers):
+    for call in callers:
+        close = getattr(call, "close", None)
+        if close is not None:
+            close()
+
+
+def measure(callers, requests, sentences, request_batch, offset=0):
+    """Runs `requests` timed requests spread over the callers, one thread each, started together.
+    Returns latencies (s), wall time (s) and errors."""
+    concurrency = len(callers)
+    per_thread = [requests // concurrency + (1 if k < requests % concurrency else 0) for k in range(concurrency)]
+    latencies, errors = [], []
+    lock = threading.Lock()
+    ready = threading.Barrier(concurrency + 1)
+    done = threading.Barrier(concurrency + 1)
+
+    def worker(k):
+        mine, failed = [], []
+        ready.wait()
+        for i in range(per_thread[k]):
+            batch = batch_at(sentences, request_batch, k, offset + i)
+            t0 = time.perf_counter()
+            try:
+                callers[k](batch)
+                mine.append(time.perf_counter() - t0)
+            except Exception as e:
+                failed.append(f"{type(e).__name__}: {e}")
+        with lock:
+            latencies.extend(mine)
+            errors.extend(failed)
+        done.wait()
+
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    t0 = time.perf_counter()
+    done.wait()
+    wall = time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    return latencies, wall, errors
+
+
+def summarize(latencies, wall, errors, request_batch):
+    lat = np.asarray(latencies) * 1000.0
+    return {"requests": int(lat.size), "errors": len(errors), "first_errors": errors[:3],
+            "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
+            "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
+            "mean_ms": float(lat.mean()) if lat.size else None,
+            "sentences_per_s": lat.size * request_batch / wall if wall > 0 else None, "wall_s": wall}
+
+
+class Server:
+    """`serving/serve.py --embedded` as a subprocess on free ports."""
+
+    def __init__(self, base, batching, log_path, extra=()):
+        self.port, self.rest_port = free_port(), free_port()
+        self.log_file = open(log_path, "w")
+        command = [sys.executable, SERVE, "--embedded", "--model_base_path", base, "--model_name", "elmo",
+                   "--port", str(self.port), "--rest_api_port", str(self.rest_port), "--rest_api_num_threads", "64",
+                   f"--enable_batching={'true' if batching else 'false'}", *extra]
+        log.info("starting %s", " ".join(command))
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout):
+        from serving.client import ElmoClient
+
+        with ElmoClient(f"127.0.0.1:{self.port}", "elmo") as client:
+            client.wait_for_model(timeout=timeout)
+
+    def metrics(self):
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}/monitoring/prometheus/metrics",
+                                        timeout=10) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        totals = {}
+        for line in text.splitlines():
+            if line.startswith("elmo_serving_") and "_total{" in line:
+                name = line.split("{")[0][len("elmo_serving_"):-len("_total")]
+                totals[name] = totals.get(name, 0) + int(line.split()[-1])
+        return totals
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+
+
+def run_preset(args, preset, sentences, results_dir):
+    """Measures every transport at every concurrency, interleaved: for each concurrency, `--rounds` rounds that
+    each run a block of every transport in turn (both servers stay up, idle while not measured), so drifts of
+    the machine's load touch all transports alike. Latencies and wall times are pooled over the rounds."""
+    base = ensure_export(preset, args.seed, args.cache)
+    output_filter = args.output_filter or None
+    servers, callers = {}, {}
+    loaded = None
+    try:
+        if "in-process" in args.transports:
+            import tensorflow as tf
+
+            loaded = tf.saved_model.load(os.path.join(base, "1"))
+            function = loaded.signatures["default"]
+            wanted = set(output_filter) if output_filter else None
+
+            def make_inprocess():
+                def call(batch):
+                    out = function(sentences=tf.constant(batch))
+                    return {k: v.numpy() for k, v in out.items() if wanted is None or k in wanted}
+                return call
+
+            callers["in-process"] = make_inprocess
+        from serving.client import ElmoClient, ElmoRestClient
+
+        for batching, names in ((True, ("grpc", "rest")), (False, ("grpc-nobatch",))):
+            if not set(names) & set(args.transports):
+                continue
+            log_path = os.path.join(results_dir, f"server-{preset}-{'batch' if batching else 'nobatch'}.log")
+            server = servers[batching] = Server(base, batching, log_path, args.server_flags)
+            server.wait(args.server_timeout)
+            for name in (n for n in names if n in args.transports):
+                def make(server=server, rest=name == "rest"):
+                    client = (ElmoRestClient(f"http://127.0.0.1:{server.rest_port}", "elmo", timeout=600) if rest
+                              else ElmoClient(f"127.0.0.1:{server.port}", "elmo", timeout=600))
+
+                    def call(batch):
+                        return client.embed(batch, output_filter=output_filter)
+                    call.close = client.close
+                    return call
+                callers[name] = make
+        rows = []
+        names = [t for t in TRANSPORTS if t in callers]
+        for c in args.concurrency:
+            pooled = {name: ([], 0.0, [], {}) for name in names}
+            per_round = -(-requests_for(args, c) // args.rounds)
+            ready = {name: make_callers(callers[name], c, sentences, args.request_batch) for name in names}
+            for round_ in range(args.rounds):
+                for name in names:
+                    server = servers.get(name != "grpc-nobatch") if name != "in-process" else None
+                    before = server.metrics() if server else {}
+                    latencies, wall, errors = measure(ready[name], per_round, sentences, args.request_batch,
+                                                      offset=round_ * per_round)
+                    after = server.metrics() if server else {}
+                    lat, total, errs, counters = pooled[name]
+                    lat.extend(latencies)
+                    errs.extend(errors)
+                    for k in after:
+                        counters[k] = counters.get(k, 0) + after[k] - before.get(k, 0)
+                    pooled[name] = (lat, total + wall, errs, counters)
+            for name in names:
+                close_callers(ready[name])
+                lat, wall, errs, counters = pooled[name]
+                row = {"preset": preset, "transport": name, "concurrency": c, "request_batch": args.request_batch,
+                       "rounds": args.rounds, **summarize(lat, wall, errs, args.request_batch)}
+                if name != "in-process":
+                    row["server_counters"] = counters
+                rows.append(row)
+                log.info("%s %-12s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)", preset,
+                         name, c, row["p50_ms"] or float("nan"), row["p99_ms"] or float("nan"),
+                         row["sentences_per_s"] or float("nan"), row["errors"])
+        return rows
+    finally:
+        for server in servers.values():
+            server.stop()
+        del loaded
+
+
+def requests_for(args, concurrency):
+    return max(args.requests, args.min_per_client * concurrency)
+
+
+def overheads(rows):
+    """p50 and throughput ratios of each served transport to in-process, per preset and concurrency."""
+    base = {(r["preset"], r["concurrency"]): r for r in rows if r["transport"] == "in-process"}
+    out = []
+    for r in rows:
+        ref = base.get((r["preset"], r["concurrency"]))
+        if r["transport"] == "in-process" or ref is None or not r["p50_ms"] or not ref["p50_ms"]:
+            continue
+        out.append({"preset": r["preset"], "transport": r["transport"], "concurrency": r["concurrency"],
+                    "p50_ratio": r["p50_ms"] / ref["p50_ms"],
+                    "throughput_ratio": r["sentences_per_s"] / ref["sentences_per_s"]})
+    return out
+
+
+def check_targets(rows):
+    targets = []
+    index = {(r["preset"], r["transport"], r["concurrency"]): r for r in rows}
+    for preset in sorted({r["preset"] for r in rows}):
+        grpc1, inproc1 = index.get((preset, "grpc", 1)), index.get((preset, "in-process", 1))
+        if grpc1 and inproc1 and grpc1["p50_ms"] and inproc1["p50_ms"]:
+            ratio = grpc1["p50_ms"] / inproc1["p50_ms"]
+            targets.append({"preset": preset, "target": f"gRPC p50 < {TARGET_GRPC_OVERHEAD} x in-process at "
+                                                        f"concurrency 1", "value": ratio,
+                            "met": ratio < TARGET_GRPC_OVERHEAD})
+        on, off = index.get((preset, "grpc", 32)), index.get((preset, "grpc-nobatch", 32))
+        if on and off and on["sentences_per_s"] and off["sentences_per_s"]:
+            ratio = on["sentences_per_s"] / off["sentences_per_s"]
+            targets.append({"preset": preset, "target": "batching raises gRPC throughput at concurrency 32",
+                            "value": ratio, "met": ratio > 1.0})
+    return targets
+
+
+def print_table(rows, ratios, targets):
+    ratio_of = {(x["preset"], x["transport"], x["concurrency"]): x for x in ratios}
+    header = (f"{'preset':<9} {'transport':<13} {'conc':>4} {'p50 ms':>9} {'p99 ms':>9} {'sent/s':>8} "
+              f"{'p50 / in-proc':>13} {'sent/s / in-proc':>16} {'calls/req':>9}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        x = ratio_of.get((r["preset"], r["transport"], r["concurrency"]))
+        counters = r.get("server_counters") or {}
+        calls = (f"{counters['model_calls'] / counters['requests']:.2f}" if counters.get("requests") else "")
+        p50 = f"{r['p50_ms']:9.1f}" if r["p50_ms"] is not None else f"{'-':>9}"
+        p99 = f"{r['p99_ms']:9.1f}" if r["p99_ms"] is not None else f"{'-':>9}"
+        sps = f"{r['sentences_per_s']:8.1f}" if r["sentences_per_s"] is not None else f"{'-':>8}"
+        p50_ratio = "{:.2f}x".format(x["p50_ratio"]) if x else ""
+        throughput_ratio = "{:.2f}x".format(x["throughput_ratio"]) if x else ""
+        errors = f"  ({r['errors']} errors)" if r["errors"] else ""
+        print(f"{r['preset']:<9} {r['transport']:<13} {r['concurrency']:>4} {p50} {p99} {sps} "
+              f"{p50_ratio:>13} {throughput_ratio:>16} {calls:>9}{errors}")
+    for t in targets:
+        print(f"target [{t['preset']}] {t['target']}: {t['value']:.3f} -> {'met' if t['met'] else 'MISSED'}")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small model, fewer requests (about a minute)")
+    parser.add_argument("--presets", default=None, help="comma-separated BiLMConfig presets (small,original)")
+    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client threads (1,8,32)")
+    parser.add_argument("--request-batch", type=int, default=8, help="sentences per request (8)")
+    parser.add_argument("--requests", type=int, default=None, help="timed requests per configuration, at least "
+                                                                   "(60; --quick 24)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per concurrency, each running every transport in turn (3; --quick 2)")
+    parser.add_argument("--min-per-client", type=int, default=None,
+                        help="timed requests per client thread, at least (4; --quick 2)")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS), help=f"subset of {','.join(TRANSPORTS)}")
+    parser.add_argument("--output-filter", default="", help="comma-separated outputs to return (default: all)")
+    parser.add_argument("--n-sentences", type=int, default=2000, help="corpus sentences to draw from (2000)")
+    parser.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
+    parser.add_argument("--cache", default=DEFAULT_CACHE, help="where exports are kept (bench/results/cache/serving)")
+    parser.add_argument("--server-flag", action="append", default=[], dest="server_flags",
+                        help="extra serve.py flag for both servers, e.g. --server-flag=--max_batch_size=64")
+    parser.add_argument("--server-timeout", type=float, default=600, help="seconds to wait for a server (600)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/serving_latency.json)")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        args.concurrency = parse_list(args.concurrency, int, "--concurrency")
+        args.transports = parse_list(args.transports, str, "--transports")
+        args.presets = parse_list(args.presets or ("small" if args.quick else "small,original"), str, "--presets")
+    except argparse.ArgumentTypeError as e:
+        print(f"serving_latency.py: error: {e}", file=sys.stderr)
+        return 2
+    unknown = set(args.transports) - set(TRANSPORTS)
+    if unknown:
+        print(f"serving_latency.py: error: --transports: unknown {sorted(unknown)}", file=sys.stderr)
+        return 2
+    if args.request_batch < 1 or min(args.concurrency) < 1:
+        print("serving_latency.py: error: --request-batch and --concurrency must be >= 1", file=sys.stderr)
+        return 2
+    args.requests = args.requests or (24 if args.quick else 60)
+    args.min_per_client = args.min_per_client or (2 if args.quick else 4)
+    args.rounds = args.rounds or (2 if args.quick else 3)
+    args.output_filter = [x for x in args.output_filter.split(",") if x]
+    from elmo_tf.config import PRESETS
+
+    for preset in args.presets:
+        if preset not in PRESETS:
+            print(f"serving_latency.py: error: --presets: unknown {preset!r} (choose from {sorted(PRESETS)})",
+                  file=sys.stderr)
+            return 2
+    results_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(results_dir, exist_ok=True)
+    sentences, source = bench_sentences(max(args.n_sentences, 4 * args.request_batch), args.data)
+    load_before = os.getloadavg()
+    started = time.time()
+    rows = []
+    for preset in args.presets:
+        rows += run_preset(args, preset, sentences, results_dir)
+    ratios = overheads(rows)
+    targets = check_targets(rows)
+    print_table(rows, ratios, targets)
+    result = {"benchmark": "serving_latency", "commit": git_commit(), "quick": args.quick,
+              "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                       "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+              "settings": {"presets": args.presets, "concurrency": args.concurrency,
+                           "request_batch": args.request_batch, "requests": args.requests,
+                           "min_per_client": args.min_per_client, "rounds": args.rounds,
+                           "transports": args.transports,
+                           "output_filter": args.output_filter or "all", "sentences": source,
+                           "server_flags": args.server_flags, "seed": args.seed},
+              "duration_s": time.time() - started, "rows": rows, "overheads": ratios, "targets": targets}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out}")
+    if any(r["errors"] for r in rows):
+        log.error("some requests failed (see first_errors in %s)", args.out)
+        return 1
+    if args.check and not all(t["met"] for t in targets):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
