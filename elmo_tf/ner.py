@@ -264,13 +264,20 @@ class SpanF1Callback(keras.callbacks.Callback):
                 w.assign(value)
 
 
-def cached_features(source, sentences, cache_path=None, key="features"):
-    """Per-sentence activations from `source`, stored in / read from an hdf5 cache when `cache_path` is set."""
+def cached_features(source, sentences, cache_path=None, key="features", source_info=""):
+    """Per-sentence activations from `source`, stored in / read from an hdf5 cache when `cache_path` is set.
+
+    A cached entry is used only when it was made for the same number of sentences, the same tokens and the
+    same `source_info` (a description of the feature source); otherwise it is recomputed and replaced.
+    """
+    import hashlib
+
     import h5py
 
+    digest = hashlib.sha256(json.dumps([source_info, [s.tokens for s in sentences]]).encode()).hexdigest()
     if cache_path and os.path.exists(cache_path):
         with h5py.File(cache_path, "r") as f:
-            if key in f and f[key].attrs.get("n") == len(sentences):
+            if key in f and f[key].attrs.get("digest") == digest:
                 return [f[key][str(i)][...] for i in range(len(sentences))]
     features = source([s.tokens for s in sentences])
     if cache_path:
@@ -278,7 +285,7 @@ def cached_features(source, sentences, cache_path=None, key="features"):
             if key in f:
                 del f[key]
             group = f.create_group(key)
-            group.attrs["n"] = len(sentences)
+            group.attrs["digest"] = digest
             for i, array in enumerate(features):
                 group.create_dataset(str(i), data=array)
     return features

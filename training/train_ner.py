@@ -63,6 +63,7 @@ def detect_scheme(path):
 
 
 def main(argv=None):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tag.py, beside this script
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
@@ -96,32 +97,25 @@ def main(argv=None):
     encoder = Encoder.fit(splits["train"], scheme, args.crf_scheme)
     log.info("%s; %d labels in %s: %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
              len(encoder.labels), args.crf_scheme, " ".join(encoder.labels))
+    for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-training
+        try:
+            for s in sentences:
+                encoder.encode_tags(s.tags)
+        except ValueError as e:
+            parser.error(f"--{name}: {e}")
     features, source_info = {k: None for k in splits}, {"kind": "none"}
     if not args.no_elmo:
-        if args.elmo:
-            from elmo_tf.io import load_elmo
-            from elmo_tf.ner import InProcessFeatures
+        from tag import open_feature_source
 
-            folder = args.elmo if os.path.isdir(args.elmo) else os.path.dirname(args.elmo)
-            weights = args.elmo if args.elmo.endswith(".hdf5") else os.path.join(folder, "weights.hdf5")
-            options = os.path.join(folder, "options.json")
-            try:
-                source = InProcessFeatures(load_elmo(options, weights))
-            except ValueError as e:
-                parser.error(f"--elmo: {e}")
-            source_info = {"kind": "in_process", "options": options, "weights": weights}
-        else:
-            from serving.client import ElmoClient
-            from elmo_tf.ner import ServedFeatures
-
-            try:
-                source = ServedFeatures(ElmoClient(args.elmo_server, model_name=args.model_name))
-            except Exception as e:  # the client's errors carry the gRPC status
-                parser.error(f"--elmo-server: cannot get features from {args.elmo_server!r}: {e}")
-            source_info = {"kind": "server", "address": args.elmo_server, "model_name": args.model_name}
+        try:
+            source, source_info = open_feature_source(elmo=args.elmo, elmo_server=args.elmo_server,
+                                                      model_name=args.model_name)
+        except ValueError as e:
+            parser.error(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}")
         for name, sentences in splits.items():
             start = time.perf_counter()
-            features[name] = cached_features(source, sentences, args.cache, key=name)
+            features[name] = cached_features(source, sentences, args.cache, key=name,
+                                             source_info=json.dumps(source_info, sort_keys=True))
             log.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences), time.perf_counter() - start)
     use_words, use_chars = not args.no_word_features, not args.no_char_features
     batches = {name: NERBatches(sentences, encoder, features[name], batch_size=args.batch_size,

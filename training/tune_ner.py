@@ -268,7 +268,8 @@ def prepare_data(args, parser):
         num_layers, dim = source.num_layers, source.dim
         for name, sentences in splits.items():  # once, shared by every trial and the retraining
             start = time.perf_counter()
-            features[name] = cached_features(source, sentences, args.cache, key=name)
+            features[name] = cached_features(source, sentences, args.cache, key=name,
+                                             source_info=json.dumps(source_info, sort_keys=True))
             logger.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences),
                         time.perf_counter() - start)
     inputs = {"use_words": not args.no_word_features, "use_chars": not args.no_char_features}

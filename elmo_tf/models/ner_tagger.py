@@ -129,7 +129,7 @@ class NERTagger(keras.Model):
 
     def build_from_config(self, config):
         # Keras's default would build from float placeholders; the char CNN needs int ids and the mix the width
-        self.build_for(config.get("activation_dim"))
+        self.build_for(config.get("activation_dim", (config.get("input_shape") or {}).get("activations", [None])[-1]))
 
     def build_for(self, activation_dim=None):
         """Creates every weight by running a dummy batch (so weights can be loaded or counted)."""
