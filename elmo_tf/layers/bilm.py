@@ -103,6 +103,9 @@ class BiLM(keras.layers.Layer):
                 [initial_state[i] for i in state_index], [initial_state[i + 1] for i in state_index],
                 lstms[0].cell_clip, lstms[0].proj_clip)
             for k, d in enumerate(DIRECTIONS):
+                outs[k].set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
+                cs[k].set_shape([None, self.units])
+                hs[k].set_shape([None, self.projection_dim])
                 final_states[d, layer] = [cs[k], hs[k]]
                 stream[d] = outs[k] + stream[d] if self.use_skip_connections and layer > 0 else outs[k]
             backward = tf.reverse_sequence(stream["backward"], lengths, seq_axis=0, batch_axis=1)

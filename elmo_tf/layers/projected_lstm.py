@@ -92,6 +92,7 @@ class ProjectedLSTM(keras.layers.Layer):
             [self.input_gates(x_tm, training)], mask_tm, [tf.convert_to_tensor(self.recurrent_kernel)],
             [tf.convert_to_tensor(self.projection_kernel)],
             [initial_state[0]], [initial_state[1]], self.cell_clip, self.proj_clip)
+        out.set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
         if self.go_backwards:
             out = tf.reverse_sequence(out, lengths, seq_axis=0, batch_axis=1)
         out = tf.transpose(out, [1, 0, 2])

@@ -319,23 +319,33 @@ def checkpoint_digests(out):
 
 def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     out = tmp_path / "run"
-    # SGD at 1e30 without clipping: step 1 has a finite loss (the initial weights) and a huge update
-    args = ["--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e30, "--clip-norm", 0,
-            "--log-every", 1, "--checkpoint-every", 1000]
-    first = run_pretrain(data, out, "--steps", 1, *args)
+    common = ["--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd", "--clip-norm", 0, "--log-every", 1,
+              "--checkpoint-every", 1000]
+    first = run_pretrain(data, out, "--steps", 1, *common, "--learning-rate", 0.1)
     assert first.returncode == 0, first.stderr[-3000:]
     before = checkpoint_digests(out)
     assert "ckpt-1.index" in before
     weights_before = hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest()
-
-    second = run_pretrain(data, out, "--steps", 20, *args)
+    # resumed with SGD at 1e30 (the flag wins over the checkpoint): step 2 has a finite loss (the saved weights)
+    # and a huge update; the loss of step 3 is not finite
+    second = run_pretrain(data, out, "--steps", 20, *common, "--learning-rate", 1e30)
     assert second.returncode == 3, second.stderr[-3000:]
-    assert re.search(r"loss is (nan|-?inf) at step 2; stopped without saving: the last good checkpoint \(\S*ckpt-1\) "
+    assert re.search(r"loss is (nan|-?inf) at step 3; stopped without saving: the last good checkpoint \(\S*ckpt-1\) "
                      r"is kept", second.stderr), second.stderr[-3000:]
     assert "Traceback" not in second.stderr
     assert checkpoint_digests(out) == before
     assert hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest() == weights_before
-    assert [s for s, _ in read_log(out)[1]] == [1]
+    assert [s for s, _ in read_log(out)[1]] == [1, 2]
+
+
+def test_diverged_weights_are_never_checkpointed(data, tmp_path):
+    """SGD at 1e30 from the start: the weights after step 1 are finite but give a NaN loss; not saved."""
+    out = tmp_path / "run"
+    proc = run_pretrain(data, out, "--steps", 5, "--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd",
+                        "--learning-rate", 1e30, "--clip-norm", 0, "--checkpoint-every", 1)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert re.search(r"(weights after step 1 give a non-finite loss|loss is (nan|-?inf) at step 2)", proc.stderr)
+    assert not list((out / "checkpoints").glob("ckpt-*.index")) if (out / "checkpoints").exists() else True
 
 
 def _trainer(data, out, **train):
