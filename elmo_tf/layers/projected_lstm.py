@@ -2,6 +2,7 @@
 import keras
 import tensorflow as tf
 
+from elmo_tf.layers import recurrence
 from elmo_tf.layers.recurrence import projected_lstm_scan
 
 
@@ -66,10 +67,10 @@ class ProjectedLSTM(keras.layers.Layer):
                                                  initializer="glorot_uniform")
 
     def input_gates(self, x_time_major, training=None):
-        """`x W_x + b` for all steps at once: `(time, batch, input_dim)` -> `(time, batch, 4 * units)`."""
+        """`x W_x + b` for all steps at once, feature-major: `(time, batch, input_dim)` -> `(time, 4 * units, batch)`."""
         if training and self.dropout > 0:
             x_time_major = tf.nn.dropout(x_time_major, rate=self.dropout)
-        return tf.einsum("tbi,ig->tbg", x_time_major, self.input_kernel) + self.bias
+        return recurrence.input_gates(x_time_major, tf.convert_to_tensor(self.input_kernel), self.bias)
 
     def zero_state(self, batch_size, dtype=tf.float32):
         return [tf.zeros([batch_size, self.units], dtype), tf.zeros([batch_size, self.projection_dim], dtype)]
