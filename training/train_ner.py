@@ -62,6 +62,30 @@ def detect_scheme(path):
     return "iob2"
 
 
+def read_splits(args, parser):
+    """(files' tag scheme, {split: sentences}, Encoder): reads --train/--dev/--test, fits the label map on train
+    and checks every dev/test label is known, with errors through `parser.error` naming the file or flag."""
+    from elmo_tf.io.conll import ConllFormatError, read_conll
+    from elmo_tf.ner import Encoder
+
+    scheme = detect_scheme(args.train) if args.tag_scheme == "auto" else args.tag_scheme
+    try:
+        splits = {name: read_conll(path) for name, path in (("train", args.train), ("dev", args.dev),
+                                                           ("test", args.test)) if path}
+    except ConllFormatError as e:
+        parser.error(str(e))
+    if args.max_sentences:
+        splits = {k: v[:args.max_sentences] for k, v in splits.items()}
+    encoder = Encoder.fit(splits["train"], scheme, args.crf_scheme)
+    for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-training
+        try:
+            for s in sentences:
+                encoder.encode_tags(s.tags)
+        except ValueError as e:
+            parser.error(f"--{name}: {e}")
+    return scheme, splits, encoder
+
+
 def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tag.py, beside this script
     parser = build_parser()
@@ -81,28 +105,13 @@ def main(argv=None):
         parser.error("--no-elmo: with --no-word-features and --no-char-features the tagger has no features")
     import keras
 
-    from elmo_tf.io.conll import ConllFormatError, read_conll
     from elmo_tf.models.ner_tagger import NERTagger
-    from elmo_tf.ner import (Encoder, NERBatches, SpanF1Callback, cached_features, predict_tags, span_scores)
+    from elmo_tf.ner import NERBatches, SpanF1Callback, cached_features, predict_tags, span_scores
 
     keras.utils.set_random_seed(args.seed)
-    scheme = detect_scheme(args.train) if args.tag_scheme == "auto" else args.tag_scheme
-    try:
-        splits = {name: read_conll(path) for name, path in (("train", args.train), ("dev", args.dev),
-                                                           ("test", args.test)) if path}
-    except ConllFormatError as e:
-        parser.error(str(e))
-    if args.max_sentences:
-        splits = {k: v[:args.max_sentences] for k, v in splits.items()}
-    encoder = Encoder.fit(splits["train"], scheme, args.crf_scheme)
+    scheme, splits, encoder = read_splits(args, parser)
     log.info("%s; %d labels in %s: %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
              len(encoder.labels), args.crf_scheme, " ".join(encoder.labels))
-    for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-training
-        try:
-            for s in sentences:
-                encoder.encode_tags(s.tags)
-        except ValueError as e:
-            parser.error(f"--{name}: {e}")
     features, source_info = {k: None for k in splits}, {"kind": "none"}
     if not args.no_elmo:
         from tag import open_feature_source

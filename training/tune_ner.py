@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the repository (and train
     sys.path.insert(1, _HERE)
 
 from tag import open_feature_source  # noqa: E402  (training/tag.py)
-from train_ner import detect_scheme  # noqa: E402  (training/train_ner.py)
+from train_ner import read_splits  # noqa: E402  (training/train_ner.py)
 
 OBJECTIVE = "val_span_f1"
 GAMMA_RANGE = (0.01, 10.0)
@@ -234,25 +234,10 @@ def prepare_data(args, parser):
     inputs (use_words/use_chars), use_elmo, num_layers, dim, source_info. Errors go to `parser.error`."""
     import keras
 
-    from elmo_tf.io.conll import ConllFormatError, read_conll
-    from elmo_tf.ner import Encoder, NERBatches, cached_features
+    from elmo_tf.ner import NERBatches, cached_features
 
     keras.utils.set_random_seed(args.seed)
-    scheme = detect_scheme(args.train) if args.tag_scheme == "auto" else args.tag_scheme
-    try:
-        splits = {name: read_conll(path) for name, path in (("train", args.train), ("dev", args.dev),
-                                                           ("test", args.test)) if path}
-    except ConllFormatError as e:
-        parser.error(str(e))
-    if args.max_sentences:
-        splits = {k: v[:args.max_sentences] for k, v in splits.items()}
-    encoder = Encoder.fit(splits["train"], scheme, args.crf_scheme)
-    for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-search
-        try:
-            for s in sentences:
-                encoder.encode_tags(s.tags)
-        except ValueError as e:
-            parser.error(f"--{name}: {e}")
+    scheme, splits, encoder = read_splits(args, parser)
     logger.info("%s; %d labels in %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
                 len(encoder.labels), args.crf_scheme)
 
