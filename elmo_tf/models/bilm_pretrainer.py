@@ -3,9 +3,8 @@ import keras
 import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
-from elmo_tf.layers.bilm import BiLM
-from elmo_tf.layers.char_cnn import CharCNN
-from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
+from elmo_tf.models.elmo import build_bilm_layers
+from elmo_tf.preprocessing.chars import add_sentence_boundaries
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -54,14 +53,7 @@ class BiLMPretrainer(keras.Model):
         self.eos_id = eos_id
         self.num_sampled = min(num_sampled, vocab_size - 1)
         self.dropout = float(dropout)
-        self.char_cnn = CharCNN(config.filters, config.num_highway, config.projection_dim, config.char_embedding_dim,
-                                num_chars=config.num_characters, max_chars=config.max_characters_per_token,
-                                activation=config.activation, name="char_cnn")
-        self.bilm = BiLM(config.num_layers, config.lstm_dim, config.projection_dim, cell_clip=config.cell_clip,
-                         proj_clip=config.proj_clip, use_skip_connections=config.use_skip_connections,
-                         dropout=dropout, name="bilm")
-        self.char_cnn.build((None, None, MAX_CHARS))
-        self.bilm.build((None, None, config.projection_dim))
+        self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
         p = config.projection_dim
         self.softmax_kernel = self.add_weight(name="softmax_kernel", shape=(vocab_size, p),
                                               initializer=keras.initializers.RandomNormal(stddev=1.0 / p ** 0.5))

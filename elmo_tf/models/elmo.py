@@ -9,6 +9,22 @@ from elmo_tf.layers.scalar_mix import ScalarMix
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries, tokens_to_char_ids
 
 
+def build_bilm_layers(config, dropout=0.0):
+    """The built `CharCNN` ("char_cnn") and `BiLM` ("bilm") of a `BiLMConfig`, named as the weight converter expects.
+
+    Built right away, so models holding them never show loaders and savers a half-built state.
+    """
+    char_cnn = CharCNN(config.filters, config.num_highway, config.projection_dim, config.char_embedding_dim,
+                       num_chars=config.num_characters, max_chars=config.max_characters_per_token,
+                       activation=config.activation, name="char_cnn")
+    bilm = BiLM(config.num_layers, config.lstm_dim, config.projection_dim, cell_clip=config.cell_clip,
+                proj_clip=config.proj_clip, use_skip_connections=config.use_skip_connections, dropout=dropout,
+                name="bilm")
+    char_cnn.build((None, None, MAX_CHARS))
+    bilm.build((None, None, config.projection_dim))
+    return char_cnn, bilm
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class ELMo(keras.Model):
     """ELMo (Peters et al. 2018): `CharCNN` token vectors -> `BiLM` -> `ScalarMix` per named mix.
@@ -54,17 +70,9 @@ class ELMo(keras.Model):
         self.mixes = mixes
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
-        self.char_cnn = CharCNN(config.filters, config.num_highway, config.projection_dim, config.char_embedding_dim,
-                                num_chars=config.num_characters, max_chars=config.max_characters_per_token,
-                                activation=config.activation, name="char_cnn")
-        self.bilm = BiLM(config.num_layers, config.lstm_dim, config.projection_dim, cell_clip=config.cell_clip,
-                         proj_clip=config.proj_clip, use_skip_connections=config.use_skip_connections,
-                         dropout=dropout, name="bilm")
+        self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
         self.scalar_mixes = [ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}")
                              for name in mixes]
-        # weights exist right after construction: loaders and savers never see a half-built model
-        self.char_cnn.build((None, None, MAX_CHARS))
-        self.bilm.build((None, None, config.projection_dim))
         for mix in self.scalar_mixes:
             mix.build([(None, None, 2 * config.projection_dim)] * (config.num_layers + 1))
         self.built = True
