@@ -53,6 +53,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import keras  # noqa: E402
 
+from elmo_tf.cli import positive_int  # noqa: E402
 from elmo_tf.preprocessing.chars import BOW, EOW, MAX_CHARS, PAD, tokens_to_char_ids  # noqa: E402
 from elmo_tf.preprocessing.tokenizer import whitespace_tokenize  # noqa: E402
 
@@ -128,16 +129,13 @@ def make_tokenizer(tokenizer="whitespace", max_tokens=None):
 
 
 def _model_outputs(model, char_ids):
-    # an empty batch gets one empty sentence for the model (its char CNN fails on zero tokens), sliced off after
-    batch = tf.shape(char_ids)[0]
-    char_ids = tf.pad(char_ids, [[0, tf.cast(tf.equal(batch, 0), tf.int32)], [0, 0], [0, 0]])
-    out = model(char_ids, training=False)
+    out = model(char_ids, training=False)  # an empty batch works as is: the char CNN handles zero tokens
     result = {"word_emb": out["word_emb"]}
     for layer in range(1, model.config.num_layers + 1):
         result[f"lstm_outputs{layer}"] = out[f"lstm_outputs{layer}"]
     result.update(elmo=out[model.mixes[0]], default=out["default"], sequence_len=out["sequence_len"],
                   mask=out["mask"])
-    return {key: value[:batch] for key, value in result.items()}
+    return result
 
 
 def tokens_char_ids(tokens, sequence_len, max_tokens=None):
@@ -388,18 +386,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
-        return value
-    return parse
-
-
 def parse_args(argv=None):
     parser = _Parser(prog="export_savedmodel.py", description=__doc__.split("\n")[0], epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -408,10 +394,10 @@ def parse_args(argv=None):
     parser.add_argument("--model-dir", help="a directory holding options.json and weights.hdf5 (a pretraining "
                                             "output directory), instead of --options/--weights")
     parser.add_argument("--output", required=True, help="base path of the model: versions go to OUTPUT/<version>/")
-    parser.add_argument("--version", type=_positive_int("--version"), help="version number (default: next integer)")
+    parser.add_argument("--version", type=positive_int("--version"), help="version number (default: next integer)")
     parser.add_argument("--tokenizer", choices=TOKENIZERS, default="whitespace",
                         help="in-graph tokenizer of the default signature (default: whitespace)")
-    parser.add_argument("--max-tokens", type=_positive_int("--max-tokens"),
+    parser.add_argument("--max-tokens", type=positive_int("--max-tokens"),
                         help="cut every sentence to its first N tokens, in both signatures")
     parser.add_argument("--no-check", action="store_true", help="skip the reload-and-compare check (not advised)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
