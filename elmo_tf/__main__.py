@@ -5,6 +5,8 @@ import os
 import sys
 import time
 
+from elmo_tf.cli import positive_int
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 EXAMPLES = """examples:
@@ -21,18 +23,6 @@ the same vectors whatever it is batched with.
 """
 
 
-def _positive(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
-        return value
-    return parse
-
-
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m elmo_tf", description="ELMo tools.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,11 +34,11 @@ def build_parser():
     p.add_argument("--weights", required=True, help="bilm-tf/AllenNLP weights.hdf5")
     p.add_argument("--input", required=True, help="text file, one whitespace-tokenized sentence per line")
     p.add_argument("--output", required=True, help="hdf5 file to write")
-    p.add_argument("--batch-size", type=_positive("--batch-size"), default=64, help="sentences per batch (64)")
+    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="sentences per batch (64)")
     p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
-    p.add_argument("--max-batch-tokens", type=_positive("--max-batch-tokens"), default=None,
+    p.add_argument("--max-batch-tokens", type=positive_int("--max-batch-tokens"), default=None,
                    help="cap on rows x longest sentence per batch (default 128 x batch size)")
-    p.add_argument("--max-sentence-tokens", type=_positive("--max-sentence-tokens"), default=None,
+    p.add_argument("--max-sentence-tokens", type=positive_int("--max-sentence-tokens"), default=None,
                    help="cut longer sentences to this many tokens (default: never cut)")
     p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)")
