@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 
+from common import git_commit, parse_list
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -225,15 +226,6 @@ def ensure_weights(args, work):
         return json.load(f)
 
 
-def parse_list(text, kind, name):
-    try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: cannot parse {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"{name}: empty list")
-    return values
-
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -326,7 +318,7 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
 
     roofline = max(m["best_gflops"] for m in matmul)
-    summary, missed = [], []
+    missed = []
     for run in runs:
         ours = run["ours"]
         ours["gflops"] = ours["tokens_per_s"] * fpp / 1e9
@@ -373,7 +365,7 @@ def main(argv=None):
         "targets": {"ratio_vs_peer": TARGET_RATIO, "fraction_of_roofline": TARGET_ROOFLINE, "missed": missed},
         "quick": args.quick, "load_average_before": load_before, "load_average_after": load_after,
         "cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(REPO),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
@@ -381,13 +373,6 @@ def main(argv=None):
     print(f"wrote {args.out}")
     return 1 if args.check and missed else 0
 
-
-def _git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ import time
 import h5py
 import numpy as np
 
+from common import git_commit
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -281,7 +282,7 @@ def main(argv=None):
               "random_model": {"preset": args.random_preset, "seed": args.seed, "lstm_scale": args.lstm_scale,
                                "recurrent_scale": args.recurrent_scale,
                                "bias_std": BIAS_STD},
-              "git_commit": _git_commit(), "platform": platform.platform(),
+              "git_commit": git_commit(REPO), "platform": platform.platform(),
               "passed": status == 0, "weight_sets": results}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
@@ -289,13 +290,6 @@ def main(argv=None):
     print(f"\n{'PASS' if status == 0 else 'FAIL'}; wrote {args.out}")
     return status
 
-
-def _git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 if __name__ == "__main__":

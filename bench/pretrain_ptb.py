@@ -39,7 +39,6 @@ import argparse
 import csv
 import json
 import logging
-import math
 import os
 import platform
 import shutil

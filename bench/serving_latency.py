@@ -49,6 +49,7 @@ sys.path.insert(0, BENCH)
 
 import numpy as np  # noqa: E402
 
+from common import git_commit, parse_list  # noqa: E402
 from sentences import load_sentences  # noqa: E402
 
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "serving_latency.json")
@@ -60,28 +61,10 @@ TARGET_GRPC_OVERHEAD = 1.10
 log = logging.getLogger("serving_latency")
 
 
-def parse_list(text, kind, name):
-    try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: cannot parse {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"{name}: empty list")
-    return values
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
-    except OSError:
-        return None
 
 
 def bench_sentences(n, data):
@@ -446,7 +429,7 @@ def main(argv=None):
     ratios = overheads(rows)
     targets = check_targets(rows)
     print_table(rows, ratios, targets)
-    result = {"benchmark": "serving_latency", "commit": git_commit(), "quick": args.quick,
+    result = {"benchmark": "serving_latency", "commit": git_commit(REPO), "quick": args.quick,
               "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                        "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
               "settings": {"presets": args.presets, "concurrency": args.concurrency,
