@@ -24,7 +24,10 @@ the same vectors whatever it is batched with.
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m elmo_tf", description="ELMo tools.")
+    parser = argparse.ArgumentParser(
+        prog="python -m elmo_tf", description="ELMo tools.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  python -m elmo_tf embed --options options.json --weights weights.hdf5 "
+               "--input sentences.txt --output out.hdf5\n  python -m elmo_tf embed --help      # all options of embed")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("embed", help="write ELMo activations for every line of a text file to hdf5",
                        description="Write ELMo activations for every sentence of a file (like bilm-tf's "
