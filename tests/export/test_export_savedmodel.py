@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from export import export_savedmodel as ex  # noqa: E402
+from export_testlib import load_test_model  # noqa: E402
 
-FIXTURES = REPO.parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
 PYTHON = sys.executable
 SAVED_MODEL_CLI = str(Path(sys.executable).parent / "saved_model_cli")
 ATOL = 1e-5
@@ -31,20 +31,6 @@ SENTENCE_BYTES = [
     "Zürich \t naïve  café\n!".encode(),
     b"bad \xff\xfe bytes " + LONG_TOKEN.encode(),  # invalid UTF-8 is mapped byte by byte
 ]
-
-
-def load_test_model():
-    """The AllenNLP test biLM (2 layers, projection 16) when the shared fixtures exist, else a tiny random ELMo."""
-    import keras
-
-    from elmo_tf import BiLMConfig, ELMo
-    from elmo_tf.io.bilm_hdf5 import load_elmo
-
-    if (FIXTURES / "options.json").is_file() and (FIXTURES / "lm_weights.hdf5").is_file():
-        return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"))
-    keras.utils.set_random_seed(0)
-    return ELMo(BiLMConfig(char_embedding_dim=4, filters=((1, 4), (2, 8), (3, 8)), num_highway=1, lstm_dim=16,
-                           projection_dim=8, num_layers=2))
 
 
 @pytest.fixture(scope="module")
