@@ -125,8 +125,24 @@ class ELMo(keras.Model):
         config = super().get_config()
         config.update(config=self.config.to_options(), mixes=list(self.mixes), mix_layer_norm=self.mix_layer_norm,
                       dropout=self.dropout)
+        frozen = [key for key, layer in self._parts().items() if not layer.trainable]
+        if frozen:  # `elmo.bilm.trainable = False` is part of the model: it survives .keras saving
+            config["frozen"] = frozen
         return config
+
+    def _parts(self):
+        parts = {"char_cnn": self.char_cnn, "bilm": self.bilm}
+        parts.update((f"mix_{name}", mix) for name, mix in zip(self.mixes, self.scalar_mixes))
+        return parts
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        config = dict(config)
+        frozen = config.pop("frozen", [])
+        model = cls(**config)
+        parts = model._parts()
+        for key in frozen:
+            if key not in parts:
+                raise ValueError(f"frozen: unknown part {key!r}; ELMo has {sorted(parts)}")
+            parts[key].trainable = False
+        return model

@@ -184,6 +184,20 @@ def test_keras_save_load_round_trip(tiny_elmo, to_char_ids, tmp_path):
         np.testing.assert_array_equal(w1.numpy(), w2.numpy(), err_msg=w1.path)
 
 
+def test_frozen_parts_survive_save_load(tiny_elmo, tmp_path):
+    tiny_elmo.char_cnn.trainable = tiny_elmo.bilm.trainable = False
+    path = tmp_path / "frozen.keras"
+    keras.saving.save_model(tiny_elmo, path)
+    loaded = keras.saving.load_model(path)
+    assert not loaded.char_cnn.trainable and not loaded.bilm.trainable
+    assert [w.path for w in loaded.trainable_weights] == [w.path for w in tiny_elmo.trainable_weights]
+    assert loaded.trainable_weights and all("mix" in w.path for w in loaded.trainable_weights)
+    config = tiny_elmo.get_config()
+    assert config["frozen"] == ["char_cnn", "bilm"]
+    with pytest.raises(ValueError, match="frozen: unknown part 'lstm'"):
+        ELMo.from_config(dict(config, frozen=["lstm"]))
+
+
 def test_functional_model_with_elmo_save_load_round_trip(tiny_elmo, to_char_ids, tmp_path):
     inputs = keras.Input(shape=(None, 50), dtype="int32")
     model = keras.Model(inputs, keras.layers.Dense(3)(tiny_elmo(inputs)["elmo"]))
