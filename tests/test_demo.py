@@ -6,11 +6,11 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-
+REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 import demo  # noqa: E402
 import demo_data  # noqa: E402

@@ -45,9 +45,10 @@ def test_new_version_while_clients_run(fresh_base, model):
         with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=60, max_retries=0) as c:
             while not stop.is_set():
                 try:
+                    sent = time.monotonic()
                     out = c.embed(SENTENCES)
                     assert_parity(expected[out.model_version], out)
-                    served.append(out.model_version)
+                    served.append((k, sent, out.model_version))
                 except Exception as e:  # any failure counts, wrong numbers included
                     failures.append(f"client {k}: {type(e).__name__}: {e}")
                     return
@@ -61,6 +62,7 @@ def test_new_version_while_clients_run(fresh_base, model):
         with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo") as c:
             wait_for(lambda: c.model_status()[0] == {"version": 2, "state": "AVAILABLE", "error_code": "OK",
                                                      "error_message": ""}, 60, "version 2 AVAILABLE")
+            swapped = time.monotonic()  # every request sent from now on must be answered by version 2
             count = len(served)
             wait_for(lambda: len(served) >= count + 8 or failures, 60, "answers after the swap")
             wait_for(lambda: [s["state"] for s in c.model_status()] == ["AVAILABLE", "END"], 30, "version 1 END")
@@ -70,8 +72,13 @@ def test_new_version_while_clients_run(fresh_base, model):
             t.join(60)
         server.stop(grace=1.0)
     assert not failures, failures
-    assert served[0] == 1 and served[-1] == 2 and 2 in served
-    assert served.index(2) > 0 and all(v == 2 for v in served[served.index(2) + 8:]), "version went back to 1"
+    versions = [v for _, _, v in served]
+    assert versions[0] == 1 and versions[-1] == 2
+    assert [v for _, sent, v in served if sent > swapped] and all(v == 2 for _, sent, v in served if sent > swapped), \
+        "a request sent after version 2 became AVAILABLE was answered by version 1"
+    for k in range(4):  # per client, versions never go back (requests in flight at the swap may end on 1)
+        mine = [v for client, _, v in served if client == k]
+        assert mine == sorted(mine), f"client {k} went back to version 1: {mine}"
 
 
 def test_old_version_kept_until_its_requests_end(fresh_base, model):
