@@ -19,6 +19,17 @@ from elmo_tf.preprocessing.tags import convert, spans
 PAD_WORD, UNK_WORD = 0, 1
 
 
+def _in_batches(fetch, sentences, batch_size, progress=None):
+    """Per-sentence arrays of `fetch` called on chunks of `batch_size`; `progress(n)` after each chunk."""
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        chunk = sentences[start:start + batch_size]
+        out.extend(fetch(chunk))
+        if progress:
+            progress(len(chunk))
+    return out
+
+
 class InProcessFeatures:
     """biLM activations from an `ELMo` model run in this process."""
 
@@ -30,12 +41,9 @@ class InProcessFeatures:
         self.dim = 2 * elmo.config.projection_dim
         self.num_layers = elmo.num_output_layers
 
-    def __call__(self, sentences):
-        out = []
-        for start in range(0, len(sentences), self.batch_size):
-            batch = [[t.encode("utf-8") for t in s] for s in sentences[start:start + self.batch_size]]
-            out.extend(self.embedder.embed_batch(batch))
-        return out
+    def __call__(self, sentences, progress=None):
+        return _in_batches(lambda chunk: self.embedder.embed_batch([[t.encode("utf-8") for t in s] for s in chunk]),
+                           sentences, self.batch_size, progress)
 
 
 class ServedFeatures:
@@ -61,11 +69,8 @@ class ServedFeatures:
         stacked = np.stack(layers, axis=1)  # (batch, L+1, T, 2P)
         return [stacked[i, :, :n] for i, n in enumerate(lengths)]
 
-    def __call__(self, sentences):
-        out = []
-        for start in range(0, len(sentences), self.batch_size):
-            out.extend(self._fetch(sentences[start:start + self.batch_size]))
-        return out
+    def __call__(self, sentences, progress=None):
+        return _in_batches(self._fetch, sentences, self.batch_size, progress)
 
 
 class Encoder:
@@ -264,11 +269,12 @@ class SpanF1Callback(keras.callbacks.Callback):
                 w.assign(value)
 
 
-def cached_features(source, sentences, cache_path=None, key="features", source_info=""):
+def cached_features(source, sentences, cache_path=None, key="features", source_info="", progress=None):
     """Per-sentence activations from `source`, stored in / read from an hdf5 cache when `cache_path` is set.
 
     A cached entry is used only when it was made for the same number of sentences, the same tokens and the
     same `source_info` (a description of the feature source); otherwise it is recomputed and replaced.
+    `progress(n)`, when given, is passed to the source and called as sentences are computed.
     """
     import hashlib
 
@@ -279,7 +285,8 @@ def cached_features(source, sentences, cache_path=None, key="features", source_i
         with h5py.File(cache_path, "r") as f:
             if key in f and f[key].attrs.get("digest") == digest:
                 return [f[key][str(i)][...] for i in range(len(sentences))]
-    features = source([s.tokens for s in sentences])
+    tokens = [s.tokens for s in sentences]
+    features = source(tokens, progress=progress) if progress else source(tokens)
     if cache_path:
         with h5py.File(cache_path, "a") as f:
             if key in f:

@@ -86,6 +86,32 @@ def read_splits(args, parser):
     return scheme, splits, encoder
 
 
+def load_features(args, parser, splits, log):
+    """(source or None, source_info, {split: per-sentence activations or None}): opens --elmo / --elmo-server
+    (errors through `parser.error` naming the flag) and computes each split's features once, through the
+    --cache file, with a progress bar on stderr."""
+    features, source_info = {k: None for k in splits}, {"kind": "none"}
+    if args.no_elmo:
+        return None, source_info, features
+    from tag import open_feature_source
+    from tqdm import tqdm
+
+    from elmo_tf.ner import cached_features
+
+    try:
+        source, source_info = open_feature_source(elmo=args.elmo, elmo_server=args.elmo_server,
+                                                  model_name=args.model_name)
+    except ValueError as e:
+        parser.error(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}")
+    for name, sentences in splits.items():
+        start = time.perf_counter()
+        with tqdm(total=len(sentences), unit="sent", desc=f"ELMo features ({name})", file=sys.stderr) as bar:
+            features[name] = cached_features(source, sentences, args.cache, key=name,
+                                             source_info=json.dumps(source_info, sort_keys=True), progress=bar.update)
+        log.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences), time.perf_counter() - start)
+    return source, source_info, features
+
+
 def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tag.py, beside this script
     parser = build_parser()
@@ -106,26 +132,13 @@ def main(argv=None):
     import keras
 
     from elmo_tf.models.ner_tagger import NERTagger
-    from elmo_tf.ner import NERBatches, SpanF1Callback, cached_features, predict_tags, span_scores
+    from elmo_tf.ner import NERBatches, SpanF1Callback, predict_tags, span_scores
 
     keras.utils.set_random_seed(args.seed)
     scheme, splits, encoder = read_splits(args, parser)
     log.info("%s; %d labels in %s: %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
              len(encoder.labels), args.crf_scheme, " ".join(encoder.labels))
-    features, source_info = {k: None for k in splits}, {"kind": "none"}
-    if not args.no_elmo:
-        from tag import open_feature_source
-
-        try:
-            source, source_info = open_feature_source(elmo=args.elmo, elmo_server=args.elmo_server,
-                                                      model_name=args.model_name)
-        except ValueError as e:
-            parser.error(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}")
-        for name, sentences in splits.items():
-            start = time.perf_counter()
-            features[name] = cached_features(source, sentences, args.cache, key=name,
-                                             source_info=json.dumps(source_info, sort_keys=True))
-            log.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences), time.perf_counter() - start)
+    source, source_info, features = load_features(args, parser, splits, log)
     use_words, use_chars = not args.no_word_features, not args.no_char_features
     batches = {name: NERBatches(sentences, encoder, features[name], batch_size=args.batch_size,
                                 shuffle=name == "train", use_words=use_words, use_chars=use_chars, seed=args.seed)

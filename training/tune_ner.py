@@ -37,8 +37,7 @@ if __package__ in (None, ""):  # run as a script: make the repository (and train
     sys.path.insert(0, os.path.dirname(_HERE))
     sys.path.insert(1, _HERE)
 
-from tag import open_feature_source  # noqa: E402  (training/tag.py)
-from train_ner import read_splits  # noqa: E402  (training/train_ner.py)
+from train_ner import load_features, read_splits  # noqa: E402  (training/train_ner.py)
 
 OBJECTIVE = "val_span_f1"
 GAMMA_RANGE = (0.01, 10.0)
@@ -234,7 +233,7 @@ def prepare_data(args, parser):
     inputs (use_words/use_chars), use_elmo, num_layers, dim, source_info. Errors go to `parser.error`."""
     import keras
 
-    from elmo_tf.ner import NERBatches, cached_features
+    from elmo_tf.ner import NERBatches
 
     keras.utils.set_random_seed(args.seed)
     scheme, splits, encoder = read_splits(args, parser)
@@ -242,21 +241,8 @@ def prepare_data(args, parser):
                 len(encoder.labels), args.crf_scheme)
 
     use_elmo = not args.no_elmo
-    features, source_info, num_layers, dim = {k: None for k in splits}, {"kind": "none"}, 0, None
-    if use_elmo:
-        flag = "--elmo-server" if args.elmo_server else "--elmo"
-        try:
-            source, source_info = open_feature_source(elmo=args.elmo, elmo_server=args.elmo_server,
-                                                      model_name=args.model_name)
-        except ValueError as e:
-            parser.error(f"{flag}: {e}")
-        num_layers, dim = source.num_layers, source.dim
-        for name, sentences in splits.items():  # once, shared by every trial and the retraining
-            start = time.perf_counter()
-            features[name] = cached_features(source, sentences, args.cache, key=name,
-                                             source_info=json.dumps(source_info, sort_keys=True))
-            logger.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences),
-                        time.perf_counter() - start)
+    source, source_info, features = load_features(args, parser, splits, logger)  # shared by all trials
+    num_layers, dim = (source.num_layers, source.dim) if use_elmo else (0, None)
     inputs = {"use_words": not args.no_word_features, "use_chars": not args.no_char_features}
     batches = {name: NERBatches(splits[name], encoder, features[name], batch_size=args.batch_size, shuffle=False,
                                 **inputs) for name in splits if name != "train"}

@@ -190,6 +190,8 @@ def test_train_ner_writes_model_labels_and_metrics(trained):
     config = json.loads((output / "config.json").read_text())
     assert config["elmo_source"]["kind"] == "in_process" and config["tag_scheme_resolved"] == "iob1"
     assert "dev span F1" in trained["log"]
+    n_train = len(read_conll(trained["paths"]["train"]))
+    assert "ELMo features (train): 100%" in trained["log"] and f"{n_train}/{n_train}" in trained["log"]  # progress
 
 
 def parse_conll_output(text):
