@@ -95,7 +95,7 @@ def build_parser():
         description="The elmo_tf pipeline end to end: pretrain -> export -> serve -> NER over gRPC -> tag.",
         epilog=__doc__.split("\n\n", 1)[1] + """
 examples:
-  python demo.py                                   # demo data written by the project, about 3 min on 2 cores
+  python demo.py                                   # demo data written by the project, about 2 min on 2 cores
   python demo.py --data ../shared/data             # real corpora (5M-token pretraining text, CoNLL-2003)
   python demo.py --data ../shared/data --pretrain-steps 3000 --ner-epochs 10 --max-sentences 0
   make demo DATA=../shared/data                    # the same through make""",
