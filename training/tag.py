@@ -35,13 +35,15 @@ PROGRESS_MIN_SENTENCES = 256  # a progress bar on stderr from this many sentence
 logger = logging.getLogger("tag")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, naming the argument
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with a one-line error (`prog: error: --flag: ...`) instead of usage + error."""
+
+    def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser():
-    p = _Parser(prog="tag.py", description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+    p = OneLineParser(prog="tag.py", description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="NER directory: model.keras, encoder.json (config.json)")
     p.add_argument("--input", default=None, help="text file, one sentence per line (default: stdin)")

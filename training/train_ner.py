@@ -132,7 +132,7 @@ def main(argv=None):
     import keras
 
     from elmo_tf.models.ner_tagger import NERTagger
-    from elmo_tf.ner import NERBatches, SpanF1Callback, predict_tags, span_scores
+    from elmo_tf.ner import NERBatches, SpanF1Callback
 
     keras.utils.set_random_seed(args.seed)
     scheme, splits, encoder = read_splits(args, parser)
@@ -156,20 +156,30 @@ def main(argv=None):
     start = time.perf_counter()
     model.fit(batches["train"], epochs=args.epochs, callbacks=[callback], verbose=2)
     metrics = {"best_epoch": callback.best_epoch + 1, "train_seconds": time.perf_counter() - start}
+    write_results(model, encoder, splits, batches, scheme, args.output, metrics,
+                  dict(vars(args), tag_scheme_resolved=scheme, elmo_source=source_info), log)
+    return 0
+
+
+def write_results(model, encoder, splits, batches, scheme, output, metrics, config, log, json_default=None):
+    """Scores dev/test (span F1 in the files' scheme) into `metrics`, then writes the output directory:
+    model.keras, encoder.json, metrics.json, config.json."""
+    from elmo_tf.ner import predict_tags, span_scores
+
     for name in ("dev", "test"):
         if name in batches:
             gold = [s.tags for s in splits[name]]
             metrics[name] = span_scores(gold, predict_tags(model, batches[name]), scheme)
             log.info("%s span F1 %.2f (P %.2f R %.2f)", name, metrics[name]["f1"], metrics[name]["precision"],
                      metrics[name]["recall"])
-    model.save(os.path.join(args.output, "model.keras"))
-    encoder.save(os.path.join(args.output, "encoder.json"))
-    with open(os.path.join(args.output, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
-    with open(os.path.join(args.output, "config.json"), "w") as f:
-        json.dump(dict(vars(args), tag_scheme_resolved=scheme, elmo_source=source_info), f, indent=2)
-    log.info("wrote %s", args.output)
-    return 0
+    os.makedirs(output, exist_ok=True)
+    model.save(os.path.join(output, "model.keras"))
+    encoder.save(os.path.join(output, "encoder.json"))
+    with open(os.path.join(output, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, default=json_default)
+    with open(os.path.join(output, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    log.info("wrote %s", output)
 
 
 if __name__ == "__main__":

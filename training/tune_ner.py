@@ -37,7 +37,8 @@ if __package__ in (None, ""):  # run as a script: make the repository (and train
     sys.path.insert(0, os.path.dirname(_HERE))
     sys.path.insert(1, _HERE)
 
-from train_ner import load_features, read_splits  # noqa: E402  (training/train_ner.py)
+from tag import OneLineParser  # noqa: E402  (training/tag.py)
+from train_ner import load_features, read_splits, write_results  # noqa: E402  (training/train_ner.py)
 
 OBJECTIVE = "val_span_f1"
 GAMMA_RANGE = (0.01, 10.0)
@@ -52,13 +53,8 @@ SEARCH_FLAGS = ("train", "dev", "elmo", "elmo_server", "no_elmo", "model_name", 
 logger = logging.getLogger("tune_ner")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, naming the argument
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser():
-    p = _Parser(prog="tune_ner.py", description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+    p = OneLineParser(prog="tune_ner.py", description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data and features (as train_ner.py)")
     data.add_argument("--train", required=True, help="training file (CoNLL-2003 or WNUT-17 format)")
@@ -261,8 +257,6 @@ def main(argv=None):
 
     import keras_tuner
 
-    from elmo_tf.ner import predict_tags, span_scores
-
     data = prepare_data(args, parser)
     splits, encoder, batches = data["splits"], data["encoder"], data["batches"]
     scheme, use_elmo, num_layers = data["scheme"], data["use_elmo"], data["num_layers"]
@@ -305,23 +299,11 @@ def main(argv=None):
                "best_hyperparameters": best, "best_trial": {"trial_id": best_trial.trial_id,
                                                             "score": best_trial.score},
                "search_seconds": search_seconds, "trials": trials}
-    for name in ("dev", "test"):
-        if name in batches:
-            gold = [s.tags for s in splits[name]]
-            metrics[name] = span_scores(gold, predict_tags(model, batches[name]), scheme)
-            logger.info("%s span F1 %.2f (P %.2f R %.2f)", name, metrics[name]["f1"], metrics[name]["precision"],
-                        metrics[name]["recall"])
-    os.makedirs(args.output, exist_ok=True)
-    model.save(os.path.join(args.output, "model.keras"))
-    encoder.save(os.path.join(args.output, "encoder.json"))
-    with open(os.path.join(args.output, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, default=_json_default)
     config = dict(vars(args), tag_scheme_resolved=scheme, elmo_source=data["source_info"], dropout=best["dropout"],
                   gamma=best.get("gamma", 1.0), fixed_gamma=not best.get("gamma_trainable", True),
                   mix_l2=best.get("mix_l2", 0.0))
-    with open(os.path.join(args.output, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-    logger.info("wrote %s", args.output)
+    write_results(model, encoder, splits, batches, scheme, args.output, metrics, config, logger,
+                  json_default=_json_default)
     return 0
 
 
