@@ -274,19 +274,19 @@ def cached_features(source, sentences, cache_path=None, key="features", source_i
 
     A cached entry is used only when it was made for the same number of sentences, the same tokens and the
     same `source_info` (a description of the feature source); otherwise it is recomputed and replaced.
-    `progress(n)`, when given, is passed to the source and called as sentences are computed.
+    `progress(n)`, when given, is passed to the source, which calls it as sentences are computed.
     """
     import hashlib
 
     import h5py
 
-    digest = hashlib.sha256(json.dumps([source_info, [s.tokens for s in sentences]]).encode()).hexdigest()
+    tokens = [s.tokens for s in sentences]
+    digest = hashlib.sha256(json.dumps([source_info, tokens]).encode()).hexdigest()
     if cache_path and os.path.exists(cache_path):
         with h5py.File(cache_path, "r") as f:
             if key in f and f[key].attrs.get("digest") == digest:
                 return [f[key][str(i)][...] for i in range(len(sentences))]
-    tokens = [s.tokens for s in sentences]
-    features = source(tokens, progress=progress) if progress else source(tokens)
+    features = source(tokens, progress=progress)
     if cache_path:
         with h5py.File(cache_path, "a") as f:
             if key in f:

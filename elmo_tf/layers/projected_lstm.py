@@ -70,7 +70,7 @@ class ProjectedLSTM(keras.layers.Layer):
         """`x W_x + b` for all steps at once, feature-major: `(time, batch, input_dim)` -> `(time, 4 * units, batch)`."""
         if training and self.dropout > 0:
             x_time_major = tf.nn.dropout(x_time_major, rate=self.dropout)
-        return recurrence.input_gates(x_time_major, tf.convert_to_tensor(self.input_kernel), self.bias)
+        return recurrence.input_gates(x_time_major, self.input_kernel, self.bias)
 
     def zero_state(self, batch_size, dtype=tf.float32):
         return [tf.zeros([batch_size, self.units], dtype), tf.zeros([batch_size, self.projection_dim], dtype)]

@@ -59,11 +59,12 @@ def projected_lstm_scan(gates, mask, recurrent_kernels, projection_kernels, init
     w_p = tf.stack([tf.transpose(k) for k in projection_kernels])     # (D, projection_dim, units)
     c0 = tf.stack([tf.transpose(c) for c in initial_c])               # (D, units, batch)
     h0 = tf.stack([tf.transpose(h) for h in initial_h])               # (D, projection_dim, batch)
+    gates_all = tf.stack(gates, axis=1)                                # (time, D, 4 * units, batch), once
     outputs = tf.TensorArray(h0.dtype, size=steps, element_shape=h0.shape)
 
     def step(t, c, h, out):
         keep = mask[t][None, None, :]
-        z = tf.stack([g[t] for g in gates]) + tf.matmul(w_h, h)
+        z = gates_all[t] + tf.matmul(w_h, h)
         c_new, m = lstm_step(z, c, w_p, cell_clip, proj_clip)
         return (t + 1, tf.where(keep, c_new, c), tf.where(keep, m, h),
                 out.write(t, tf.where(keep, m, tf.zeros_like(m))))
