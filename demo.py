@@ -84,6 +84,11 @@ def run_filtered(argv):
         signal.signal(signal.SIGINT, previous)
 
 
+def shown(cmd):
+    """A command as echoed to the user: paths inside the repository relative to it."""
+    return " ".join(os.path.relpath(c, HERE) if c.startswith(HERE + os.sep) else c for c in cmd)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,8 +126,7 @@ class Demo:
     def run(self, step, what, cmd, **kwargs):
         """Runs one tool, its progress on this terminal; a failure stops the demo naming the command."""
         self.log.info("%s %s", step, what)
-        self.log.info("    $ %s", " ".join(os.path.relpath(c, HERE) if os.path.isabs(c) and c.startswith(HERE)
-                                           else c for c in cmd))
+        self.log.info("    $ %s", shown(cmd))
         proc = subprocess.run(cmd, cwd=HERE, env=self.env, **kwargs)
         if proc.returncode != 0:
             if kwargs.get("capture_output"):
@@ -134,7 +138,7 @@ class Demo:
         cmd = [sys.executable, os.path.join(HERE, "serving", "serve.py"), "--model_base_path", base,
                "--model_name", "elmo", "--port", str(port), "--rest_api_port", str(rest_port), "--host", "127.0.0.1"]
         self.log.info("5/9 starting the model server on 127.0.0.1:%d (gRPC), :%d (REST)", port, rest_port)
-        self.log.info("    $ %s", " ".join(os.path.relpath(c, HERE) if c.startswith(HERE) else c for c in cmd[1:]))
+        self.log.info("    $ %s", shown(cmd[1:]))
         self.server_log = open(os.path.join(self.args.out, "server.log"), "w")
         self.server = subprocess.Popen(cmd, cwd=HERE, env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT,
                                        start_new_session=True)

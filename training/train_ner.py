@@ -131,7 +131,6 @@ def main(argv=None):
         parser.error("--no-elmo: with --no-word-features and --no-char-features the tagger has no features")
     import keras
 
-    from elmo_tf.models.ner_tagger import NERTagger
     from elmo_tf.ner import NERBatches, SpanF1Callback
 
     keras.utils.set_random_seed(args.seed)
@@ -143,12 +142,8 @@ def main(argv=None):
     batches = {name: NERBatches(sentences, encoder, features[name], batch_size=args.batch_size,
                                 shuffle=name == "train", use_words=use_words, use_chars=use_chars, seed=args.seed)
                for name, sentences in splits.items()}
-    model = NERTagger(encoder.labels, args.crf_scheme,
-                      num_elmo_layers=0 if args.no_elmo else source.num_layers,
-                      word_vocab_size=len(encoder.words) + 2 if use_words else 0,
-                      char_filters=((3, 50),) if use_chars else (), lstm_units=args.lstm_units,
-                      dropout=args.dropout, gamma=args.gamma, gamma_trainable=not args.fixed_gamma,
-                      mix_l2=args.mix_l2)
+    model = new_tagger(args, encoder, 0 if args.no_elmo else source.num_layers, dropout=args.dropout,
+                       gamma=args.gamma, gamma_trainable=not args.fixed_gamma, mix_l2=args.mix_l2)
     model.build_for(None if args.no_elmo else source.dim)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=5.0))
     os.makedirs(args.output, exist_ok=True)
@@ -159,6 +154,17 @@ def main(argv=None):
     write_results(model, encoder, splits, batches, scheme, args.output, metrics,
                   dict(vars(args), tag_scheme_resolved=scheme, elmo_source=source_info), log)
     return 0
+
+
+def new_tagger(args, encoder, num_layers, **values):
+    """The NERTagger the data/feature flags describe (not built, not compiled); `values`: dropout, gamma,
+    gamma_trainable, mix_l2."""
+    from elmo_tf.models.ner_tagger import NERTagger
+
+    return NERTagger(encoder.labels, args.crf_scheme, num_elmo_layers=num_layers,
+                     word_vocab_size=len(encoder.words) + 2 if not args.no_word_features else 0,
+                     char_filters=((3, 50),) if not args.no_char_features else (), lstm_units=args.lstm_units,
+                     **values)
 
 
 def write_results(model, encoder, splits, batches, scheme, output, metrics, config, log, json_default=None):

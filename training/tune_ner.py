@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the repository (and train
     sys.path.insert(1, _HERE)
 
 from tag import OneLineParser  # noqa: E402  (training/tag.py)
-from train_ner import load_features, read_splits, write_results  # noqa: E402  (training/train_ner.py)
+from train_ner import load_features, new_tagger, read_splits, write_results  # noqa: E402  (training/train_ner.py)
 
 OBJECTIVE = "val_span_f1"
 GAMMA_RANGE = (0.01, 10.0)
@@ -163,14 +163,9 @@ def make_tagger(args, encoder, num_layers, values):
     start from the same random state (the dropout layers draw their seeds when they are constructed)."""
     import keras
 
-    from elmo_tf.models.ner_tagger import NERTagger
-
     keras.backend.clear_session()
     keras.utils.set_random_seed(args.seed)
-    model = NERTagger(encoder.labels, args.crf_scheme, num_elmo_layers=num_layers,
-                      word_vocab_size=len(encoder.words) + 2 if not args.no_word_features else 0,
-                      char_filters=((3, 50),) if not args.no_char_features else (), lstm_units=args.lstm_units,
-                      **values)
+    model = new_tagger(args, encoder, num_layers, **values)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=5.0))
     return model
 
@@ -180,7 +175,7 @@ def prepare_training(model, args, data, log=None):
     from elmo_tf.ner import NERBatches, SpanF1Callback
 
     model.build_for(data["dim"])
-    train_batches = NERBatches(data["train"], data["encoder"], data["features"]["train"], batch_size=args.batch_size,
+    train_batches = NERBatches(data["splits"]["train"], data["encoder"], data["features"]["train"], batch_size=args.batch_size,
                                shuffle=True, seed=args.seed, **data["inputs"])
     span_f1 = SpanF1Callback(data["batches"]["dev"], patience=args.patience, log=log)
     return span_f1, train_batches
@@ -193,7 +188,7 @@ def make_hypermodel(args, data):
         """Builds an NERTagger from the trial's hyperparameters; `fit` trains it on the shared features."""
 
         def build(self, hp):
-            return make_tagger(args, data["encoder"], data["num_layers"], hyperparameter_values(hp, data["use_elmo"]))
+            return make_tagger(args, data["encoder"], data["num_layers"], hyperparameter_values(hp, not args.no_elmo))
 
         def fit(self, hp, model, *fit_args, callbacks=(), **kwargs):
             span_f1, train_batches = prepare_training(model, args, data)
@@ -236,14 +231,13 @@ def prepare_data(args, parser):
     logger.info("%s; %d labels in %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
                 len(encoder.labels), args.crf_scheme)
 
-    use_elmo = not args.no_elmo
     source, source_info, features = load_features(args, parser, splits, logger)  # shared by all trials
-    num_layers, dim = (source.num_layers, source.dim) if use_elmo else (0, None)
+    num_layers, dim = (source.num_layers, source.dim) if source is not None else (0, None)
     inputs = {"use_words": not args.no_word_features, "use_chars": not args.no_char_features}
     batches = {name: NERBatches(splits[name], encoder, features[name], batch_size=args.batch_size, shuffle=False,
                                 **inputs) for name in splits if name != "train"}
-    return {"splits": splits, "train": splits["train"], "encoder": encoder, "scheme": scheme, "features": features,
-            "batches": batches, "inputs": inputs, "use_elmo": use_elmo, "num_layers": num_layers, "dim": dim,
+    return {"splits": splits, "encoder": encoder, "scheme": scheme, "features": features,
+            "batches": batches, "inputs": inputs, "num_layers": num_layers, "dim": dim,
             "source_info": source_info}
 
 
@@ -259,7 +253,7 @@ def main(argv=None):
 
     data = prepare_data(args, parser)
     splits, encoder, batches = data["splits"], data["encoder"], data["batches"]
-    scheme, use_elmo, num_layers = data["scheme"], data["use_elmo"], data["num_layers"]
+    scheme, use_elmo, num_layers = data["scheme"], not args.no_elmo, data["num_layers"]
 
     objective = keras_tuner.Objective(OBJECTIVE, direction="max")
     tuner_class = keras_tuner.RandomSearch if args.tuner == "random" else keras_tuner.BayesianOptimization
