@@ -226,7 +226,6 @@ def ensure_weights(args, work):
         return json.load(f)
 
 
-
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes (32,64)")
@@ -372,7 +371,6 @@ def main(argv=None):
         json.dump(report, f, indent=2)
     print(f"wrote {args.out}")
     return 1 if args.check and missed else 0
-
 
 
 if __name__ == "__main__":

@@ -291,6 +291,5 @@ def main(argv=None):
     return status
 
 
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,6 +3,7 @@
 sequences are always valid; padding invariance; ScalarMix settings reach the model; features from the model
 server (serving/serve.py over gRPC, serving/client.py) equal the in-process ones and give identical tags.
 """
+import functools
 import json
 import os
 import socket
@@ -14,7 +15,6 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from elmo_tf.io import load_elmo
 from elmo_tf.io.conll import Sentence, read_conll
@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO_ROOT / "training"))
 MAX_EPOCHS = 120  # the ELMo-only head reaches F1 100 after ~50 epochs of 2 batches, the word-only one after ~20
 
 
+@functools.lru_cache(maxsize=None)  # eng.train is parsed once for the tests that share these sentences
 def twenty_sentences():
     if not CONLL_TRAIN.is_file():
         pytest.skip(f"{CONLL_TRAIN} not found (the shared data is not checked out)")
