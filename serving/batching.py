@@ -29,7 +29,7 @@ class BatchStats:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._counters = collections.defaultdict(lambda: collections.Counter())
+        self._counters = collections.defaultdict(collections.Counter)
 
     def record_call(self, model_name, signature_name, num_requests, num_rows):
         with self._lock:
@@ -216,11 +216,11 @@ class BatchScheduler:
             except Exception as e:  # run_batch catches per request; this is a bug guard
                 logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
                 results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
-            self.stats.record_call(self.model_name, runner.name, len(tasks),
-                                   sum(t.request.batch for t in tasks))
+            rows = sum(t.request.batch for t in tasks)
+            self.stats.record_call(self.model_name, runner.name, len(tasks), rows)
             if len(tasks) > 1:
-                logger.debug("%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks),
-                             sum(t.request.batch for t in tasks), runner.name)
+                logger.debug("%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks), rows,
+                             runner.name)
             for task, result in zip(tasks, results):
                 task.result = result
                 task.done.set()

@@ -69,9 +69,9 @@ def _short(value, limit=80):
 
 # ---------------------------------------------------------------------------------------------------- JSON -> tensors
 
-def _leaf(value, spec, alias):
-    """One JSON scalar -> a Python value of the spec's dtype; INVALID_ARGUMENT if it does not fit."""
-    np_dtype = np.dtype(object) if spec.is_string else np.dtype(spec.tf_dtype.as_numpy_dtype)
+def _leaf(value, spec, alias, np_dtype):
+    """One JSON scalar -> a Python value of the spec's dtype (`np_dtype`, worked out once per input);
+    INVALID_ARGUMENT if it does not fit."""
     if spec.is_string:
         if isinstance(value, str):
             try:
@@ -110,6 +110,7 @@ def json_to_array(value, spec, alias):
     Raises:
         ServingError: INVALID_ARGUMENT for ragged lists, wrong leaf types, or undecodable b64.
     """
+    np_dtype = np.dtype(object) if spec.is_string else np.dtype(spec.tf_dtype.as_numpy_dtype)
     shape = []
     probe = value
     while isinstance(probe, list):
@@ -135,14 +136,14 @@ def json_to_array(value, spec, alias):
             if level != len(shape):
                 raise invalid_argument(f"input '{alias}': JSON Value: {_short(item)} found at incorrect level: "
                                        f"{level + 1} in the JSON DOM. Expected at level: {len(shape)}")
-            flat.append(_leaf(item, spec, alias))
+            flat.append(_leaf(item, spec, alias, np_dtype))
 
     walk(value, 0)
     if spec.is_string:
         array = np.empty(len(flat), dtype=object)
         array[:] = flat
     else:
-        array = np.array(flat, dtype=spec.tf_dtype.as_numpy_dtype)
+        array = np.array(flat, dtype=np_dtype)
     return array.reshape(shape)
 
 

@@ -84,8 +84,8 @@ class ServerOptions:
     rest_api_port: int = None
     enable_batching: bool = True
     batching: BatchingOptions = dataclasses.field(default_factory=BatchingOptions)
-    max_request_sentences: int = 256
-    max_tokens_per_sentence: int = 1000
+    max_request_sentences: int = Limits.max_request_sentences
+    max_tokens_per_sentence: int = Limits.max_tokens_per_sentence
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     file_system_poll_wait_seconds: float = 1.0
     max_num_load_retries: int = 5
@@ -463,10 +463,9 @@ class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer)
     def Predict(self, request, context):
         def work():
             name, version = _model_spec(request)
-            remaining = context.time_remaining()  # about 9.2e18 s when the client set no deadline
-            served, signature, outputs = self.server.predict(
+            served, signature, outputs = self.server.predict(  # "no deadline" (~9.2e18 s): BatchScheduler.submit
                 name, version, request.model_spec.signature_name, _decode_tensor_protos(request.inputs),
-                tuple(request.output_filter), timeout=remaining if remaining is not None and remaining < 1e6 else None,
+                tuple(request.output_filter), timeout=context.time_remaining(),
                 cancelled=lambda: not context.is_active())
             response = predict_pb2.PredictResponse()
             response.model_spec.name = name
