@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA ?=
 
-.PHONY: venv demo test test-slow bench clean
+.PHONY: venv lint demo test test-slow bench clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,11 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) demo.py $(if $(DATA),--data $(DATA),)
 
-test: venv
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
 	$(PY) -m pytest -q tests
 
 test-slow: venv

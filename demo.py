@@ -14,6 +14,7 @@
 per line) for the biLM, DIR/conll2003/eng.{train,testa,testb} for NER. Budgets (--pretrain-steps,
 --ner-epochs, --max-sentences) keep it bounded; raise them for real models.
 """
+
 import argparse
 import codecs
 import glob
@@ -32,10 +33,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARKER = ".elmo_tf_demo"
 CHILD_ENV = "ELMO_TF_DEMO_CHILD"
 DEMO_CONFIG = {
-    "lstm": {"dim": 256, "projection_dim": 64, "n_layers": 2, "cell_clip": 3.0, "proj_clip": 3.0,
-             "use_skip_connections": True},
-    "char_cnn": {"embedding": {"dim": 16}, "filters": [[1, 32], [2, 32], [3, 64], [4, 64], [5, 64]],
-                 "n_highway": 1, "activation": "relu", "max_characters_per_token": 50, "n_characters": 262},
+    "lstm": {
+        "dim": 256,
+        "projection_dim": 64,
+        "n_layers": 2,
+        "cell_clip": 3.0,
+        "proj_clip": 3.0,
+        "use_skip_connections": True,
+    },
+    "char_cnn": {
+        "embedding": {"dim": 16},
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 64], [5, 64]],
+        "n_highway": 1,
+        "activation": "relu",
+        "max_characters_per_token": 50,
+        "n_characters": 262,
+    },
 }
 TAG_SENTENCES = [
     "Ingrid Andersen met officials from Samsung in Prague on Monday .",
@@ -44,8 +57,10 @@ TAG_SENTENCES = [
 ]
 
 
-NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl|"
-                   r"To enable the following instructions:)")
+NOISE = re.compile(
+    r"^([IWE]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl|"
+    r"To enable the following instructions:)"
+)
 
 
 def pass_through(stream, sink):
@@ -74,8 +89,12 @@ def run_filtered(argv):
     """Runs the demo in a child process (this script again) and shows its output through `pass_through`:
     the demo's own TensorFlow import prints the same notices. Ctrl-C reaches the child, which stops the server."""
     env = dict(os.environ, **{CHILD_ENV: "1"})
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__)] + list(argv), env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    child = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__)] + list(argv),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         pass_through(child.stdout, sys.stderr)
@@ -98,19 +117,20 @@ def free_port():
 def build_parser():
     p = argparse.ArgumentParser(
         description="The elmo_tf pipeline end to end: pretrain -> export -> serve -> NER over gRPC -> tag.",
-        epilog=__doc__.split("\n\n", 1)[1] + """
+        epilog=__doc__.split("\n\n", 1)[1]
+        + """
 examples:
   python demo.py                                   # demo data written by the project, about 2 min on 2 cores
   python demo.py --data ../shared/data             # real corpora (5M-token pretraining text, CoNLL-2003)
   python demo.py --data ../shared/data --pretrain-steps 3000 --ner-epochs 10 --max-sentences 0
   make demo DATA=../shared/data                    # the same through make""",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default="demo_out", help="where everything is written (demo_out; replaced on rerun)")
     p.add_argument("--data", default=None, help="real corpora: DIR/pretrain/*.txt and DIR/conll2003/")
     p.add_argument("--pretrain-steps", type=int, default=None, help="biLM steps (600 demo data, 400 with --data)")
     p.add_argument("--ner-epochs", type=int, default=None, help="NER epochs (12 demo data, 3 with --data)")
-    p.add_argument("--max-sentences", type=int, default=None,
-                   help="NER sentences per split with --data (2000; 0: all)")
+    p.add_argument("--max-sentences", type=int, default=None, help="NER sentences per split with --data (2000; 0: all)")
     p.add_argument("--threads", type=int, default=0, help="TF threads for every step (0: TensorFlow's default)")
     return p
 
@@ -118,8 +138,9 @@ examples:
 class Demo:
     def __init__(self, args, log):
         self.args, self.log, self.server = args, log, None
-        self.env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=HERE + os.pathsep
-                        + os.environ.get("PYTHONPATH", ""))
+        self.env = dict(
+            os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", "")
+        )
         if args.threads:
             self.env["TF_NUM_INTRAOP_THREADS"] = self.env["TF_NUM_INTEROP_THREADS"] = str(args.threads)
 
@@ -135,28 +156,43 @@ class Demo:
         return proc
 
     def start_server(self, base, port, rest_port):
-        cmd = [sys.executable, os.path.join(HERE, "serving", "serve.py"), "--model_base_path", base,
-               "--model_name", "elmo", "--port", str(port), "--rest_api_port", str(rest_port), "--host", "127.0.0.1"]
+        cmd = [
+            sys.executable,
+            os.path.join(HERE, "serving", "serve.py"),
+            "--model_base_path",
+            base,
+            "--model_name",
+            "elmo",
+            "--port",
+            str(port),
+            "--rest_api_port",
+            str(rest_port),
+            "--host",
+            "127.0.0.1",
+        ]
         self.log.info("5/9 starting the model server on 127.0.0.1:%d (gRPC), :%d (REST)", port, rest_port)
         self.log.info("    $ %s", shown(cmd[1:]))
         self.server_log = open(os.path.join(self.args.out, "server.log"), "w")
-        self.server = subprocess.Popen(cmd, cwd=HERE, env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+        self.server = subprocess.Popen(
+            cmd, cwd=HERE, env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         from serving.client import ElmoClient, ServingError
 
         deadline = time.monotonic() + 180
         with ElmoClient(f"127.0.0.1:{port}", model_name="elmo", timeout=10) as client:
             while True:
                 if self.server.poll() is not None:
-                    raise SystemExit(f"demo: the model server exited ({self.server.returncode}); "
-                                     f"see {self.server_log.name}")
+                    raise SystemExit(
+                        f"demo: the model server exited ({self.server.returncode}); see {self.server_log.name}"
+                    )
                 try:
                     status = client.wait_for_model(timeout=5)
                     break
                 except ServingError:
                     if time.monotonic() > deadline:
-                        raise SystemExit(f"demo: the model server did not load the model in 180 s; "
-                                         f"see {self.server_log.name}") from None
+                        raise SystemExit(
+                            f"demo: the model server did not load the model in 180 s; see {self.server_log.name}"
+                        ) from None
         self.log.info("    model 'elmo' version %s AVAILABLE", status[0]["version"])
 
     def stop_server(self):
@@ -209,8 +245,9 @@ def main(argv=None):
         prepare_out(args.out, parser)
         return run_filtered(sys.argv[1:] if argv is None else argv)
     args.out = os.path.abspath(args.out)
-    logging.basicConfig(level=logging.INFO, format="[demo %(asctime)s] %(message)s", datefmt="%H:%M:%S",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="[demo %(asctime)s] %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+    )
     log = logging.getLogger("demo")
     demo = Demo(args, log)
     start = time.perf_counter()
@@ -220,55 +257,132 @@ def main(argv=None):
         if args.data:
             lm_train, lm_valid = os.path.join(args.data, "pretrain", "*.txt"), None
             ner_train, ner_dev, ner_test = ner
-            log.info("1/9 data: pretraining text %s (%d files); NER %s", lm_train, len(lm_files),
-                     os.path.dirname(ner_train))
+            log.info(
+                "1/9 data: pretraining text %s (%d files); NER %s", lm_train, len(lm_files), os.path.dirname(ner_train)
+            )
         else:
             import demo_data
 
             paths = demo_data.write_demo_data(os.path.join(out, "data"))
             lm_train, lm_valid = paths["lm_train"], paths["lm_valid"]
             ner_train, ner_dev, ner_test = paths["ner_train"], paths["ner_dev"], paths["ner_test"]
-            log.info("1/9 data: wrote demo text and NER files (PER/LOC/ORG/MISC; test names unseen in "
-                     "training) under %s", os.path.join(out, "data"))
+            log.info(
+                "1/9 data: wrote demo text and NER files (PER/LOC/ORG/MISC; test names unseen in training) under %s",
+                os.path.join(out, "data"),
+            )
         vocab = os.path.join(out, "vocab.txt")
-        demo.run("2/9", "building the vocabulary", [py, "training/build_vocab.py", "--train", lm_train, "--output",
-                                                    vocab, "--min-count", "3" if args.data else "1"])
+        demo.run(
+            "2/9",
+            "building the vocabulary",
+            [
+                py,
+                "training/build_vocab.py",
+                "--train",
+                lm_train,
+                "--output",
+                vocab,
+                "--min-count",
+                "3" if args.data else "1",
+            ],
+        )
         config = os.path.join(out, "bilm_options.json")
         with open(config, "w") as f:
             json.dump(DEMO_CONFIG, f, indent=2)
         bilm = os.path.join(out, "bilm")
-        cmd = [py, "training/pretrain.py", "--train", lm_train, "--vocab", vocab, "--config", config,
-               "--output", bilm, "--steps", str(steps), "--batch-size", "32", "--num-sampled", "512",
-               "--checkpoint-every", "200", "--log-every", "50"]
+        cmd = [
+            py,
+            "training/pretrain.py",
+            "--train",
+            lm_train,
+            "--vocab",
+            vocab,
+            "--config",
+            config,
+            "--output",
+            bilm,
+            "--steps",
+            str(steps),
+            "--batch-size",
+            "32",
+            "--num-sampled",
+            "512",
+            "--checkpoint-every",
+            "200",
+            "--log-every",
+            "50",
+        ]
         if lm_valid:
             cmd += ["--valid", lm_valid]
         demo.run("3/9", f"pretraining a {DEMO_CONFIG['lstm']['n_layers']}-layer biLM ({steps} steps)", cmd)
         with open(os.path.join(bilm, "metrics.json")) as f:
             metrics = json.load(f)
         if "valid" in metrics:
-            log.info("    held-out perplexity forward %.1f, backward %.1f", metrics["valid"]["forward"],
-                     metrics["valid"]["backward"])
+            log.info(
+                "    held-out perplexity forward %.1f, backward %.1f",
+                metrics["valid"]["forward"],
+                metrics["valid"]["backward"],
+            )
         models = os.path.join(out, "models", "elmo")
-        demo.run("4/9", "exporting the SavedModel for TF Serving",
-                 [py, "export/export_savedmodel.py", "--model-dir", bilm, "--output", models])
+        demo.run(
+            "4/9",
+            "exporting the SavedModel for TF Serving",
+            [py, "export/export_savedmodel.py", "--model-dir", bilm, "--output", models],
+        )
         port, rest_port = free_port(), free_port()
         demo.start_server(models, port, rest_port)
         check_served(log, bilm, port, rest_port)
         ner_dir = os.path.join(out, "ner")
-        cmd = [py, "training/train_ner.py", "--train", ner_train, "--dev", ner_dev, "--test", ner_test,
-               "--elmo-server", f"127.0.0.1:{port}", "--model-name", "elmo", "--output", ner_dir,
-               "--epochs", str(epochs), "--patience", str(epochs), "--cache", os.path.join(out, "ner_features.h5")]
+        cmd = [
+            py,
+            "training/train_ner.py",
+            "--train",
+            ner_train,
+            "--dev",
+            ner_dev,
+            "--test",
+            ner_test,
+            "--elmo-server",
+            f"127.0.0.1:{port}",
+            "--model-name",
+            "elmo",
+            "--output",
+            ner_dir,
+            "--epochs",
+            str(epochs),
+            "--patience",
+            str(epochs),
+            "--cache",
+            os.path.join(out, "ner_features.h5"),
+        ]
         if max_sentences:
             cmd += ["--max-sentences", str(max_sentences)]
         demo.run("7/9", "training the NER head on ELMo features fetched over gRPC", cmd)
         with open(os.path.join(ner_dir, "metrics.json")) as f:
             ner_metrics = json.load(f)
-        log.info("    dev span F1 %.1f, test span F1 %.1f (best epoch %d)", ner_metrics["dev"]["f1"],
-                 ner_metrics["test"]["f1"], ner_metrics["best_epoch"])
-        tagged = demo.run("8/9", "tagging new sentences through the server",
-                          [py, "training/tag.py", "--model", ner_dir, "--elmo-server", f"127.0.0.1:{port}",
-                           "--format", "json", "--quiet"], input="\n".join(TAG_SENTENCES) + "\n",
-                          capture_output=True, text=True)
+        log.info(
+            "    dev span F1 %.1f, test span F1 %.1f (best epoch %d)",
+            ner_metrics["dev"]["f1"],
+            ner_metrics["test"]["f1"],
+            ner_metrics["best_epoch"],
+        )
+        tagged = demo.run(
+            "8/9",
+            "tagging new sentences through the server",
+            [
+                py,
+                "training/tag.py",
+                "--model",
+                ner_dir,
+                "--elmo-server",
+                f"127.0.0.1:{port}",
+                "--format",
+                "json",
+                "--quiet",
+            ],
+            input="\n".join(TAG_SENTENCES) + "\n",
+            capture_output=True,
+            text=True,
+        )
         with open(os.path.join(out, "tagged.jsonl"), "w") as f:
             f.write(tagged.stdout)
         for line in tagged.stdout.splitlines():
@@ -278,10 +392,13 @@ def main(argv=None):
     finally:
         demo.stop_server()
     log.info("done in %.1f min. Written under %s:", (time.perf_counter() - start) / 60, out)
-    for name, what in (("bilm/", "the biLM: options.json + weights.hdf5 (bilm-tf layout), vocab, checkpoints, log"),
-                       ("models/elmo/1/", "the SavedModel TF Serving loads"),
-                       ("ner/", "the NER head: model.keras, encoder.json, metrics.json"),
-                       ("tagged.jsonl", "tags of the example sentences"), ("server.log", "the model server's log")):
+    for name, what in (
+        ("bilm/", "the biLM: options.json + weights.hdf5 (bilm-tf layout), vocab, checkpoints, log"),
+        ("models/elmo/1/", "the SavedModel TF Serving loads"),
+        ("ner/", "the NER head: model.keras, encoder.json, metrics.json"),
+        ("tagged.jsonl", "tags of the example sentences"),
+        ("server.log", "the model server's log"),
+    ):
         log.info("    %-16s %s", name, what)
     return 0
 
@@ -308,9 +425,13 @@ def check_served(log, bilm, port, rest_port):
         tokens = sentence.split()
         alone = elmo(tokens_to_char_ids_numpy(tokens)[None])["elmo"][0].numpy()
         for answer in (served, rested):
-            worst = max(worst, float(np.abs(np.asarray(answer["elmo"])[i, :len(tokens)] - alone).max()))
-    log.info("6/9 gRPC and REST answers vs the biLM in this process: max |diff| %.1e over %d sentences (shape %s)",
-             worst, len(sentences), tuple(served["elmo"].shape))
+            worst = max(worst, float(np.abs(np.asarray(answer["elmo"])[i, : len(tokens)] - alone).max()))
+    log.info(
+        "6/9 gRPC and REST answers vs the biLM in this process: max |diff| %.1e over %d sentences (shape %s)",
+        worst,
+        len(sentences),
+        tuple(served["elmo"].shape),
+    )
     if worst > 1e-4:
         raise SystemExit(f"demo: served vectors differ from in-process vectors by {worst:.2e}")
 

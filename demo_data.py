@@ -10,21 +10,114 @@ only scores on them through context and spelling, which is what ELMo features ar
 Generation is deterministic for a seed. This is a toy corpus for exercising the pipeline, not a benchmark:
 use `--data` with real corpora for numbers.
 """
+
 import os
 import random
 
-FIRST = ["Anna", "Maria", "John", "Peter", "Laura", "David", "Sofia", "Ahmed", "Mei", "Carlos", "Elena", "Tom",
-         "Fatima", "Lars", "Yuki", "Olga", "Samuel", "Priya", "Hans", "Grace"]
-LAST = ["Smith", "Schmidt", "Garcia", "Rossi", "Novak", "Tanaka", "Okafor", "Kowalski", "Dubois", "Jensen",
-        "Silva", "Chen", "Haddad", "Murphy", "Ivanova", "Berg", "Costa", "Meyer", "Patel", "Larsen"]
-LOC = ["Berlin", "Paris", "Madrid", "Lisbon", "Warsaw", "Nairobi", "Lima", "Oslo", "Cairo", "Toronto", "Vienna",
-       "Dublin", "Seoul", "Jakarta", "Chile", "Kenya", "Norway", "Canada", "Brazil", "Japan", "New York",
-       "Buenos Aires", "South Africa", "Hong Kong"]
-ORG = ["Siemens", "Reuters", "Oxfam", "Toyota", "Nestle", "Interpol", "UNESCO", "Fiat", "Nokia", "Airbus",
-       "Greenpeace", "Unilever", "the World Bank", "the Red Cross", "General Motors", "Deutsche Bank",
-       "the European Union", "Real Madrid"]
-MISC = ["German", "French", "Olympic", "Japanese", "Brazilian", "Christian", "Kenyan", "Canadian", "Euro",
-        "Nobel", "Irish", "Korean"]
+FIRST = [
+    "Anna",
+    "Maria",
+    "John",
+    "Peter",
+    "Laura",
+    "David",
+    "Sofia",
+    "Ahmed",
+    "Mei",
+    "Carlos",
+    "Elena",
+    "Tom",
+    "Fatima",
+    "Lars",
+    "Yuki",
+    "Olga",
+    "Samuel",
+    "Priya",
+    "Hans",
+    "Grace",
+]
+LAST = [
+    "Smith",
+    "Schmidt",
+    "Garcia",
+    "Rossi",
+    "Novak",
+    "Tanaka",
+    "Okafor",
+    "Kowalski",
+    "Dubois",
+    "Jensen",
+    "Silva",
+    "Chen",
+    "Haddad",
+    "Murphy",
+    "Ivanova",
+    "Berg",
+    "Costa",
+    "Meyer",
+    "Patel",
+    "Larsen",
+]
+LOC = [
+    "Berlin",
+    "Paris",
+    "Madrid",
+    "Lisbon",
+    "Warsaw",
+    "Nairobi",
+    "Lima",
+    "Oslo",
+    "Cairo",
+    "Toronto",
+    "Vienna",
+    "Dublin",
+    "Seoul",
+    "Jakarta",
+    "Chile",
+    "Kenya",
+    "Norway",
+    "Canada",
+    "Brazil",
+    "Japan",
+    "New York",
+    "Buenos Aires",
+    "South Africa",
+    "Hong Kong",
+]
+ORG = [
+    "Siemens",
+    "Reuters",
+    "Oxfam",
+    "Toyota",
+    "Nestle",
+    "Interpol",
+    "UNESCO",
+    "Fiat",
+    "Nokia",
+    "Airbus",
+    "Greenpeace",
+    "Unilever",
+    "the World Bank",
+    "the Red Cross",
+    "General Motors",
+    "Deutsche Bank",
+    "the European Union",
+    "Real Madrid",
+]
+MISC = [
+    "German",
+    "French",
+    "Olympic",
+    "Japanese",
+    "Brazilian",
+    "Christian",
+    "Kenyan",
+    "Canadian",
+    "Euro",
+    "Nobel",
+    "Irish",
+    "Korean",
+]
 HELD_OUT = {
     "FIRST": ["Ingrid", "Kofi", "Lucia", "Ravi", "Nadia", "Felix"],
     "LAST": ["Andersen", "Mensah", "Ferrari", "Sharma", "Popescu", "Weber"],
@@ -32,10 +125,35 @@ HELD_OUT = {
     "ORG": ["Philips", "Samsung", "Heineken", "Amnesty International", "the United Nations"],
     "MISC": ["Dutch", "Italian", "Swedish", "Mexican"],
 }
-NOUNS = ["talks", "agreement", "report", "plan", "deal", "election", "match", "contract", "strike", "merger",
-         "budget", "summit", "project", "investigation", "festival"]
-VERBS = ["announced", "criticized", "welcomed", "rejected", "signed", "discussed", "postponed", "praised",
-         "questioned", "supported"]
+NOUNS = [
+    "talks",
+    "agreement",
+    "report",
+    "plan",
+    "deal",
+    "election",
+    "match",
+    "contract",
+    "strike",
+    "merger",
+    "budget",
+    "summit",
+    "project",
+    "investigation",
+    "festival",
+]
+VERBS = [
+    "announced",
+    "criticized",
+    "welcomed",
+    "rejected",
+    "signed",
+    "discussed",
+    "postponed",
+    "praised",
+    "questioned",
+    "supported",
+]
 TIMES = ["on Monday", "on Tuesday", "last week", "in March", "this year", "on Friday", "in 2019", "yesterday"]
 NUMBERS = ["two", "three", "five", "12", "40", "several", "hundreds of", "1,200"]
 
@@ -69,8 +187,10 @@ def _fill(rng, slot, names):
         return [rng.choice(names[slot])], ["B-PER"]
     if slot in ("LOC", "ORG", "MISC"):
         words = rng.choice(names[slot]).split()
-        tags = ["O" if w == "the" and i == 0 else f"{'B' if i == (1 if words[0] == 'the' else 0) else 'I'}-{slot}"
-                for i, w in enumerate(words)]
+        tags = [
+            "O" if w == "the" and i == 0 else f"{'B' if i == (1 if words[0] == 'the' else 0) else 'I'}-{slot}"
+            for i, w in enumerate(words)
+        ]
         return words, tags
     pool = {"NOUN": NOUNS, "VERB": VERBS, "TIME": TIMES, "NUM": NUMBERS}[slot]
     words = rng.choice(pool).split()
@@ -117,9 +237,13 @@ def write_demo_data(out_dir, lm_sentences=4000, ner_train=400, ner_dev=100, ner_
     """Writes lm/train.txt, lm/valid.txt and ner/{train,dev,test}.conll under `out_dir`; returns their paths."""
     os.makedirs(os.path.join(out_dir, "lm"), exist_ok=True)
     os.makedirs(os.path.join(out_dir, "ner"), exist_ok=True)
-    paths = {"lm_train": os.path.join(out_dir, "lm", "train.txt"), "lm_valid": os.path.join(out_dir, "lm", "valid.txt"),
-             "ner_train": os.path.join(out_dir, "ner", "train.conll"),
-             "ner_dev": os.path.join(out_dir, "ner", "dev.conll"), "ner_test": os.path.join(out_dir, "ner", "test.conll")}
+    paths = {
+        "lm_train": os.path.join(out_dir, "lm", "train.txt"),
+        "lm_valid": os.path.join(out_dir, "lm", "valid.txt"),
+        "ner_train": os.path.join(out_dir, "ner", "train.conll"),
+        "ner_dev": os.path.join(out_dir, "ner", "dev.conll"),
+        "ner_test": os.path.join(out_dir, "ner", "test.conll"),
+    }
     # the biLM sees seen and unseen names in running text (as a real pretraining corpus would hold them)
     write_text(paths["lm_train"], generate(lm_sentences, seed) + generate(lm_sentences // 4, seed + 1, held_out=True))
     write_text(paths["lm_valid"], generate(200, seed + 2))

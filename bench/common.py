@@ -1,4 +1,5 @@
 """Small helpers shared by the benchmark scripts (flag parsing, provenance)."""
+
 import argparse
 import subprocess
 
@@ -17,7 +18,8 @@ def parse_list(text, kind, name):
 def git_commit(repo):
     """The checked-out commit of `repo`, or None outside a git checkout."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None

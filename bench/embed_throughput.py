@@ -29,6 +29,7 @@ usage: .venv/bin/python bench/embed_throughput.py [--batch-sizes 32,64] [--order
 Run it on an otherwise idle machine: both tools are pinned to the same thread count, but other load
 changes the numbers (the JSON records the load average before and after).
 """
+
 import argparse
 import json
 import logging
@@ -90,6 +91,7 @@ def count_parameters(options):
 
 # ---------------------------------------------------------------------------------------------- workers
 
+
 def _set_threads(threads):
     import tensorflow as tf
 
@@ -126,10 +128,15 @@ def worker_matmul(args):
         c = matmul(a, b)
         float(c[0, 0])
         times.append(time.perf_counter() - start)
-    flop = 2 * MATMUL_N ** 3
+    flop = 2 * MATMUL_N**3
     times.sort()
-    return {"n": MATMUL_N, "threads": args.threads, "repeats": args.matmul_repeats,
-            "best_gflops": flop / times[0] / 1e9, "median_gflops": flop / times[len(times) // 2] / 1e9}
+    return {
+        "n": MATMUL_N,
+        "threads": args.threads,
+        "repeats": args.matmul_repeats,
+        "best_gflops": flop / times[0] / 1e9,
+        "median_gflops": flop / times[len(times) // 2] / 1e9,
+    }
 
 
 def worker_ours(args):
@@ -157,15 +164,23 @@ def worker_ours(args):
     tokens = sum(lengths)
     if len(results) != sum(n > 0 for n in lengths):
         raise RuntimeError(f"embedded {len(results)} sentences, expected {sum(n > 0 for n in lengths)}")
-    return {"tokens": tokens, "sentences": len(results), "batches": len(batches), "seconds": seconds,
-            "tokens_per_s": tokens / seconds, "load_seconds": load_seconds, "warmup_seconds": warmup_seconds,
-            "max_rss_mib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "tokens": tokens,
+        "sentences": len(results),
+        "batches": len(batches),
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "load_seconds": load_seconds,
+        "warmup_seconds": warmup_seconds,
+        "max_rss_mib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 WORKERS = {"weights": worker_weights, "matmul": worker_matmul, "ours": worker_ours}
 
 
 # ------------------------------------------------------------------------------------------ main process
+
 
 def run_measured(command, cwd=REPO):
     """Runs a subprocess; returns (exit code, stdout, stderr, wall seconds, peak RSS MiB, CPU seconds)."""
@@ -177,14 +192,30 @@ def run_measured(command, cwd=REPO):
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return (proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
+        return (
+            proc.returncode,
+            out.read().decode("utf-8", "replace"),
+            err.read().decode("utf-8", "replace"),
+            wall,
+            usage.ru_maxrss / 1024,
+            usage.ru_utime + usage.ru_stime,
+        )
 
 
 def run_worker(args, mode, extra, work):
     result_path = os.path.join(work, f"{mode}-{time.monotonic_ns()}.json")
-    command = [args.python, os.path.abspath(__file__), "--worker", mode, "--result", result_path,
-               "--threads", str(args.threads), "--weights-dir", args.weights_dir] + extra
+    command = [
+        args.python,
+        os.path.abspath(__file__),
+        "--worker",
+        mode,
+        "--result",
+        result_path,
+        "--threads",
+        str(args.threads),
+        "--weights-dir",
+        args.weights_dir,
+    ] + extra
     rc, _, err, wall, rss, cpu = run_measured(command)
     if rc != 0 or not os.path.isfile(result_path):
         raise RuntimeError(f"worker {mode} failed with exit status {rc}:\n{err[-4000:]}")
@@ -196,9 +227,22 @@ def run_worker(args, mode, extra, work):
 
 def run_peer(args, input_path, batch_size, order, work):
     output = os.path.join(work, "peer_out.hdf5")
-    command = [args.peer_python, args.peer_script, "--options", os.path.join(args.weights_dir, "options.json"),
-               "--weights", os.path.join(args.weights_dir, "weights.hdf5"), "--input", input_path,
-               "--output", output, "--batch-size", str(batch_size), "--threads", str(args.threads)]
+    command = [
+        args.peer_python,
+        args.peer_script,
+        "--options",
+        os.path.join(args.weights_dir, "options.json"),
+        "--weights",
+        os.path.join(args.weights_dir, "weights.hdf5"),
+        "--input",
+        input_path,
+        "--output",
+        output,
+        "--batch-size",
+        str(batch_size),
+        "--threads",
+        str(args.threads),
+    ]
     if order == "sorted":
         command.append("--sort")
     try:
@@ -210,8 +254,15 @@ def run_peer(args, input_path, batch_size, order, work):
     if rc != 0 or not match:
         raise RuntimeError(f"peer failed with exit status {rc}:\n{err[-4000:]}")
     tokens, seconds, _ = match.groups()
-    return {"tokens": int(tokens), "seconds": float(seconds), "tokens_per_s": int(tokens) / float(seconds),
-            "process_seconds": wall, "peak_rss_mib": rss, "cpu_seconds": cpu, "cpu_utilization": cpu / wall}
+    return {
+        "tokens": int(tokens),
+        "seconds": float(seconds),
+        "tokens_per_s": int(tokens) / float(seconds),
+        "process_seconds": wall,
+        "peak_rss_mib": rss,
+        "cpu_seconds": cpu,
+        "cpu_utilization": cpu / wall,
+    }
 
 
 def ensure_weights(args, work):
@@ -236,15 +287,21 @@ def build_parser():
     parser.add_argument("--repeats", type=int, default=1, help="runs of each tool per configuration (1)")
     parser.add_argument("--matmul-repeats", type=int, default=5, help="timed 4096^3 matmuls, best counts (5)")
     parser.add_argument("--skip-peer", action="store_true", help="run ours only")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 100 sentences, batch 32, sorted (explicit flags still win)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 100 sentences, batch 32, sorted (explicit flags still win)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--preset", default="original", help="BiLMConfig preset of the random model (original)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
-    parser.add_argument("--weights-dir", default=None,
-                        help="where the random weights are cached (bench/results/cache/<preset>-seed<seed>)")
+    parser.add_argument(
+        "--weights-dir",
+        default=None,
+        help="where the random weights are cached (bench/results/cache/<preset>-seed<seed>)",
+    )
     parser.add_argument("--python", default=sys.executable, help="python with elmo_tf installed (this one)")
-    parser.add_argument("--peer-python", default=DEFAULT_PEER_PYTHON, help=f"python of the AllenNLP venv ({DEFAULT_PEER_PYTHON})")
+    parser.add_argument(
+        "--peer-python", default=DEFAULT_PEER_PYTHON, help=f"python of the AllenNLP venv ({DEFAULT_PEER_PYTHON})"
+    )
     parser.add_argument("--peer-script", default=DEFAULT_PEER_SCRIPT, help="the peer's embed script")
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/embed_throughput.json)")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -280,8 +337,11 @@ def main(argv=None):
     if not args.skip_peer:
         for path, flag in ((args.peer_python, "--peer-python"), (args.peer_script, "--peer-script")):
             if not os.path.isfile(path):
-                print(f"error: {flag}: no such file: {path!r} (run ../shared/peer/setup_allennlp.sh, "
-                      f"or pass --skip-peer)", file=sys.stderr)
+                print(
+                    f"error: {flag}: no such file: {path!r} (run ../shared/peer/setup_allennlp.sh, "
+                    f"or pass --skip-peer)",
+                    file=sys.stderr,
+                )
                 return 2
 
     sentences = load_sentences(n_sentences, args.data)
@@ -293,17 +353,29 @@ def main(argv=None):
     try:
         options = ensure_weights(args, work)
         fpp = matmul_flops_per_position(options)
-        log.info("%s: %.1fM parameters, %.1f MFLOP of matmul per position; %d sentences, %d tokens",
-                 args.preset, count_parameters(options) / 1e6, fpp / 1e6, len(sentences), n_tokens)
+        log.info(
+            "%s: %.1fM parameters, %.1f MFLOP of matmul per position; %d sentences, %d tokens",
+            args.preset,
+            count_parameters(options) / 1e6,
+            fpp / 1e6,
+            len(sentences),
+            n_tokens,
+        )
         matmul = [run_worker(args, "matmul", ["--matmul-repeats", str(args.matmul_repeats)], work)]
-        log.info("matmul %d^3, %d threads: %.0f GFLOP/s (best of %d)", MATMUL_N, args.threads,
-                 matmul[0]["best_gflops"], args.matmul_repeats)
+        log.info(
+            "matmul %d^3, %d threads: %.0f GFLOP/s (best of %d)",
+            MATMUL_N,
+            args.threads,
+            matmul[0]["best_gflops"],
+            args.matmul_repeats,
+        )
         for batch_size in batch_sizes:
             for order in orders:
                 for repeat in range(args.repeats):
                     run = {"batch_size": batch_size, "order": order, "repeat": repeat}
-                    run["ours"] = run_worker(args, "ours", ["--input", input_path, "--batch-size", str(batch_size),
-                                                            "--order", order], work)
+                    run["ours"] = run_worker(
+                        args, "ours", ["--input", input_path, "--batch-size", str(batch_size), "--order", order], work
+                    )
                     log.info("ours  batch %d %s: %.0f tokens/s", batch_size, order, run["ours"]["tokens_per_s"])
                     if not args.skip_peer:
                         run["peer"] = run_peer(args, input_path, batch_size, order, work)
@@ -327,18 +399,28 @@ def main(argv=None):
             run["peer"]["gflops"] = run["peer"]["tokens_per_s"] * fpp / 1e9
             run["ratio"] = ours["tokens_per_s"] / run["peer"]["tokens_per_s"]
             if run["ratio"] < TARGET_RATIO:
-                missed.append(f"batch {run['batch_size']} {run['order']}: {run['ratio']:.2f}x AllenNLP < {TARGET_RATIO}x")
+                missed.append(
+                    f"batch {run['batch_size']} {run['order']}: {run['ratio']:.2f}x AllenNLP < {TARGET_RATIO}x"
+                )
         if ours["fraction_of_roofline"] < TARGET_ROOFLINE:
-            missed.append(f"batch {run['batch_size']} {run['order']}: {ours['fraction_of_roofline']:.0%} of roofline "
-                          f"< {TARGET_ROOFLINE:.0%}")
+            missed.append(
+                f"batch {run['batch_size']} {run['order']}: {ours['fraction_of_roofline']:.0%} of roofline "
+                f"< {TARGET_ROOFLINE:.0%}"
+            )
 
-    print(f"\nELMo embed throughput, {args.preset} architecture ({count_parameters(options) / 1e6:.1f}M parameters, "
-          f"random weights), {len(sentences)} sentences / {n_tokens} tokens, {args.threads} threads")
+    print(
+        f"\nELMo embed throughput, {args.preset} architecture ({count_parameters(options) / 1e6:.1f}M parameters, "
+        f"random weights), {len(sentences)} sentences / {n_tokens} tokens, {args.threads} threads"
+    )
     before_after = ", ".join(f"{m['best_gflops']:.0f}" for m in matmul)
-    print(f"roofline: TF float32 matmul {MATMUL_N}^3 = {roofline:.0f} GFLOP/s (best of before/after: "
-          f"{before_after}); {fpp / 1e6:.1f} MFLOP matmul per token")
-    header = (f"{'config':<16} {'ours tok/s':>10} {'peer tok/s':>10} {'ratio':>6} {'ours GFLOP/s':>12} "
-              f"{'% roofline':>10} {'ours RSS MiB':>12} {'peer RSS MiB':>12}")
+    print(
+        f"roofline: TF float32 matmul {MATMUL_N}^3 = {roofline:.0f} GFLOP/s (best of before/after: "
+        f"{before_after}); {fpp / 1e6:.1f} MFLOP matmul per token"
+    )
+    header = (
+        f"{'config':<16} {'ours tok/s':>10} {'peer tok/s':>10} {'ratio':>6} {'ours GFLOP/s':>12} "
+        f"{'% roofline':>10} {'ours RSS MiB':>12} {'peer RSS MiB':>12}"
+    )
     print(header)
     for run in runs:
         ours, peer = run["ours"], run.get("peer")
@@ -346,24 +428,41 @@ def main(argv=None):
         peer_tps = f"{peer['tokens_per_s']:.0f}" if peer else "-"
         ratio = f"{run['ratio']:.2f}" if peer else "-"
         peer_rss = f"{peer['peak_rss_mib']:.0f}" if peer else "-"
-        print(f"{config:<16} {ours['tokens_per_s']:>10.0f} {peer_tps:>10} {ratio:>6} {ours['gflops']:>12.0f} "
-              f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12}")
+        print(
+            f"{config:<16} {ours['tokens_per_s']:>10.0f} {peer_tps:>10} {ratio:>6} {ours['gflops']:>12.0f} "
+            f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12}"
+        )
     load_after = os.getloadavg()
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} CPUs")
     if max(load_before[0], load_after[0]) > 0.5:
-        print("warning: the machine was not idle: other processes competed for the cores, so these numbers "
-              "(and the ratio) are not those of an idle machine; rerun alone")
-    print(f"targets: >= {TARGET_RATIO}x AllenNLP, >= {TARGET_ROOFLINE:.0%} of roofline: "
-          + ("met" if not missed else "missed: " + "; ".join(missed)))
+        print(
+            "warning: the machine was not idle: other processes competed for the cores, so these numbers "
+            "(and the ratio) are not those of an idle machine; rerun alone"
+        )
+    print(
+        f"targets: >= {TARGET_RATIO}x AllenNLP, >= {TARGET_ROOFLINE:.0%} of roofline: "
+        + ("met" if not missed else "missed: " + "; ".join(missed))
+    )
 
     report = {
-        "preset": args.preset, "parameters": count_parameters(options), "seed": args.seed,
-        "matmul_flops_per_position": fpp, "n_sentences": len(sentences), "n_tokens": n_tokens,
-        "data": args.data or "default (bench/sentences.py)", "threads": args.threads,
-        "roofline_gflops": roofline, "matmul": matmul, "runs": runs,
+        "preset": args.preset,
+        "parameters": count_parameters(options),
+        "seed": args.seed,
+        "matmul_flops_per_position": fpp,
+        "n_sentences": len(sentences),
+        "n_tokens": n_tokens,
+        "data": args.data or "default (bench/sentences.py)",
+        "threads": args.threads,
+        "roofline_gflops": roofline,
+        "matmul": matmul,
+        "runs": runs,
         "targets": {"ratio_vs_peer": TARGET_RATIO, "fraction_of_roofline": TARGET_ROOFLINE, "missed": missed},
-        "quick": args.quick, "load_average_before": load_before, "load_average_after": load_after,
-        "cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
+        "quick": args.quick,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.processor(),
         "git_commit": git_commit(REPO),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

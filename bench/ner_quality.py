@@ -16,6 +16,7 @@ usage: .venv/bin/python bench/ner_quality.py --bilm runs/ner_bilm [--data ../sha
        [--workdir bench/results/ner_runs] [--out bench/results/ner_quality.json] [--dry-run]
 Writes the JSON record and prints a markdown table.
 """
+
 import argparse
 import json
 import os
@@ -38,8 +39,11 @@ PAPER = {"conll2003": {"no-elmo": 90.15, "elmo": 92.22}}
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--bilm", help="training/pretrain.py output dir (needed for the elmo variant)")
     p.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data"), help="dir with conll2003/, wnut17/")
     p.add_argument("--datasets", default=list(DATASETS), type=lambda s: parse_list(s, str, "--datasets"))
@@ -61,10 +65,28 @@ def run_one(args, dataset, variant, seed):
     out_dir = os.path.join(args.workdir, dataset, variant, f"seed{seed}")
     metrics_path = os.path.join(out_dir, "metrics.json")
     train, dev, test = (os.path.join(args.data, p) for p in DATASETS[dataset])
-    cmd = [sys.executable, os.path.join(ROOT, "training", "train_ner.py"), "--train", train, "--dev", dev,
-           "--test", test, "--output", out_dir, "--seed", str(seed), "--epochs", str(args.epochs),
-           "--patience", str(args.patience), "--lstm-units", str(args.lstm_units),
-           "--batch-size", str(args.batch_size)]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "training", "train_ner.py"),
+        "--train",
+        train,
+        "--dev",
+        dev,
+        "--test",
+        test,
+        "--output",
+        out_dir,
+        "--seed",
+        str(seed),
+        "--epochs",
+        str(args.epochs),
+        "--patience",
+        str(args.patience),
+        "--lstm-units",
+        str(args.lstm_units),
+        "--batch-size",
+        str(args.batch_size),
+    ]
     if variant == "elmo":
         cmd += ["--elmo", args.bilm, "--cache", os.path.join(args.workdir, dataset, "elmo_features.h5")]
     else:
@@ -84,20 +106,30 @@ def run_one(args, dataset, variant, seed):
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         after = os.times()
         if proc.returncode != 0:
-            raise SystemExit(f"{dataset} {variant} seed {seed}: train_ner.py exited {proc.returncode}; "
-                             f"see {os.path.join(out_dir, 'train.log')}")
+            raise SystemExit(
+                f"{dataset} {variant} seed {seed}: train_ner.py exited {proc.returncode}; "
+                f"see {os.path.join(out_dir, 'train.log')}"
+            )
         with open(os.path.join(out_dir, "bench_time.json"), "w") as f:
-            json.dump({"wall_s": time.perf_counter() - start,
-                       "cpu_s": (after.children_user - before.children_user)
-                       + (after.children_system - before.children_system)}, f)
+            json.dump(
+                {
+                    "wall_s": time.perf_counter() - start,
+                    "cpu_s": (after.children_user - before.children_user)
+                    + (after.children_system - before.children_system),
+                },
+                f,
+            )
     with open(metrics_path) as f:
         metrics = json.load(f)
     timing_path = os.path.join(out_dir, "bench_time.json")
     if os.path.exists(timing_path):
         with open(timing_path) as f:
             metrics["timing"] = json.load(f)
-    print(f"  {dataset} {variant} seed {seed}: dev F1 {metrics['dev']['f1']:.2f}, test F1 "
-          f"{metrics['test']['f1']:.2f}, best epoch {metrics['best_epoch']}", flush=True)
+    print(
+        f"  {dataset} {variant} seed {seed}: dev F1 {metrics['dev']['f1']:.2f}, test F1 "
+        f"{metrics['test']['f1']:.2f}, best epoch {metrics['best_epoch']}",
+        flush=True,
+    )
     return metrics
 
 
@@ -137,19 +169,29 @@ def main(argv=None):
             ms = list(runs[d][v].values())
             dev, test = mean_std([m["dev"]["f1"] for m in ms]), mean_std([m["test"]["f1"] for m in ms])
             minutes = [m["timing"]["wall_s"] / 60 for m in ms if "timing" in m]
-            summary[d][v] = {"dev_f1": dev, "test_f1": test, "best_epochs": [m["best_epoch"] for m in ms],
-                             "wall_minutes_mean": statistics.mean(minutes) if minutes else None,
-                             "per_type_test_f1": {t: statistics.mean(m["test"]["per_type"][t]["f1"] for m in ms)
-                                                  for t in ms[0]["test"].get("per_type", {})}}
+            summary[d][v] = {
+                "dev_f1": dev,
+                "test_f1": test,
+                "best_epochs": [m["best_epoch"] for m in ms],
+                "wall_minutes_mean": statistics.mean(minutes) if minutes else None,
+                "per_type_test_f1": {
+                    t: statistics.mean(m["test"]["per_type"][t]["f1"] for m in ms)
+                    for t in ms[0]["test"].get("per_type", {})
+                },
+            }
             paper = PAPER.get(d, {}).get(v)
-            print(f"| {d} | {v} | {len(ms)} | {dev[0]:.2f} ± {dev[1]:.2f} | {test[0]:.2f} ± {test[1]:.2f} "
-                  f"| {','.join(str(m['best_epoch']) for m in ms)} "
-                  f"| {statistics.mean(minutes) if minutes else float('nan'):.1f} | {paper if paper else '-'} |")
+            print(
+                f"| {d} | {v} | {len(ms)} | {dev[0]:.2f} ± {dev[1]:.2f} | {test[0]:.2f} ± {test[1]:.2f} "
+                f"| {','.join(str(m['best_epoch']) for m in ms)} "
+                f"| {statistics.mean(minutes) if minutes else float('nan'):.1f} | {paper if paper else '-'} |"
+            )
         if set(VARIANTS) <= set(args.variants):
             gain = {k: summary[d]["elmo"][k][0] - summary[d]["no-elmo"][k][0] for k in ("dev_f1", "test_f1")}
             summary[d]["elmo_gain"] = gain
-            print(f"| {d} | **ELMo gain** | | {gain['dev_f1']:+.2f} | {gain['test_f1']:+.2f} | | "
-                  f"| {'+2.06' if d == 'conll2003' else '-'} |")
+            print(
+                f"| {d} | **ELMo gain** | | {gain['dev_f1']:+.2f} | {gain['test_f1']:+.2f} | | "
+                f"| {'+2.06' if d == 'conll2003' else '-'} |"
+            )
     bilm_info = {}
     if args.bilm:
         for name in ("options.json", "train_config.json", "metrics.json"):
@@ -157,12 +199,19 @@ def main(argv=None):
             if os.path.exists(path):
                 with open(path) as f:
                     bilm_info[name] = json.load(f)
-    record = {"benchmark": "ner_quality", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": git_commit(ROOT),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-              "settings": {k: getattr(args, k) for k in ("datasets", "variants", "seeds", "epochs", "patience",
-                                                          "lstm_units", "batch_size", "bilm", "data")},
-              "bilm": bilm_info, "summary": summary,
-              "runs": {d: {v: {str(s): m for s, m in r.items()} for v, r in vs.items()} for d, vs in runs.items()}}
+    record = {
+        "benchmark": "ner_quality",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "commit": git_commit(ROOT),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "settings": {
+            k: getattr(args, k)
+            for k in ("datasets", "variants", "seeds", "epochs", "patience", "lstm_units", "batch_size", "bilm", "data")
+        },
+        "bilm": bilm_info,
+        "summary": summary,
+        "runs": {d: {v: {str(s): m for s, m in r.items()} for v, r in vs.items()} for d, vs in runs.items()},
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(record, f, indent=2)

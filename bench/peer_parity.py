@@ -33,6 +33,7 @@ usage: .venv/bin/python bench/peer_parity.py [--peer-python /tmp/allennlp-peer/b
        [--peer-script ../shared/peer/allennlp_embed.py] [--out bench/results/peer_parity.json]
 The peer's virtualenv comes from `bash ../shared/peer/setup_allennlp.sh /tmp/allennlp-peer`.
 """
+
 import argparse
 import json
 import logging
@@ -46,7 +47,6 @@ import time
 
 import h5py
 import numpy as np
-
 from common import git_commit
 from sentences import REPO, load_sentences, write_sentences
 
@@ -67,7 +67,7 @@ def edge_case_sentences(natural):
     long_sentence = " ".join(" ".join(natural).split()[:150])
     return [
         "Supercalifragilisticexpialidocious-antidisestablishmentarianism-pneumonoultramicroscopic words .",
-        "a" + "\u00e9" * 30 + " na\u00efve caf\u00e9 \u201cquoted\u201d \u6771\u4eac\u90fd \U0001F600 \u2014 end",
+        "a" + "\u00e9" * 30 + " na\u00efve caf\u00e9 \u201cquoted\u201d \u6771\u4eac\u90fd \U0001f600 \u2014 end",
         "<S> the boundary tokens </S> as plain text </S> <S>",
         "Hello",
         long_sentence,
@@ -128,8 +128,19 @@ def compare(ours_path, peer_path, n_sentences, clip=None):
                 problems.append(f"sentence {i}: shape ours {a.shape} vs peer {b.shape}")
                 continue
             if layers is None:
-                layers = [dict(layer=k, max_abs_diff=0.0, worst_sentence=None, sum_abs_diff=0.0, count=0,
-                               max_abs_value=0.0, sum_sq=0.0, at_clip=0) for k in range(a.shape[0])]
+                layers = [
+                    dict(
+                        layer=k,
+                        max_abs_diff=0.0,
+                        worst_sentence=None,
+                        sum_abs_diff=0.0,
+                        count=0,
+                        max_abs_value=0.0,
+                        sum_sq=0.0,
+                        at_clip=0,
+                    )
+                    for k in range(a.shape[0])
+                ]
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
             for k, entry in enumerate(layers):
                 d = float(diff[k].max()) if diff[k].size else 0.0
@@ -151,21 +162,28 @@ def compare(ours_path, peer_path, n_sentences, clip=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--peer-python", default=DEFAULT_PEER_PYTHON, help=f"python of the AllenNLP venv ({DEFAULT_PEER_PYTHON})")
+    parser.add_argument(
+        "--peer-python", default=DEFAULT_PEER_PYTHON, help=f"python of the AllenNLP venv ({DEFAULT_PEER_PYTHON})"
+    )
     parser.add_argument("--peer-script", default=DEFAULT_PEER_SCRIPT, help="the peer's embed script")
     parser.add_argument("--python", default=sys.executable, help="python with elmo_tf installed (this one)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/peer_parity.json)")
     parser.add_argument("--n-sentences", type=int, default=300, help="natural sentences (300)")
     parser.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
     parser.add_argument("--no-edge-cases", action="store_true", help="natural sentences only")
-    parser.add_argument("--weight-sets", default="fixture_allennlp,fixture_bilm_tf,random",
-                        help="comma-separated subset of fixture_allennlp, fixture_bilm_tf, random")
+    parser.add_argument(
+        "--weight-sets",
+        default="fixture_allennlp,fixture_bilm_tf,random",
+        help="comma-separated subset of fixture_allennlp, fixture_bilm_tf, random",
+    )
     parser.add_argument("--random-preset", default="small", help="BiLMConfig preset of the random model (small)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random model (0)")
-    parser.add_argument("--lstm-scale", type=float, default=4.0,
-                        help="factor on the random LSTM input and projection kernels (4.0)")
-    parser.add_argument("--recurrent-scale", type=float, default=1.0,
-                        help="factor on the random (orthogonal) recurrent kernels (1.0)")
+    parser.add_argument(
+        "--lstm-scale", type=float, default=4.0, help="factor on the random LSTM input and projection kernels (4.0)"
+    )
+    parser.add_argument(
+        "--recurrent-scale", type=float, default=1.0, help="factor on the random (orthogonal) recurrent kernels (1.0)"
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="our batch size, length-sorted (64)")
     parser.add_argument("--peer-batch-size", type=int, default=32, help="peer batch size, corpus order (32)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of both tools (2)")
@@ -176,8 +194,9 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
 
     if args.write_random_weights:
-        write_random_weights(args.write_random_weights, args.random_preset, args.seed, args.lstm_scale,
-                             args.recurrent_scale)
+        write_random_weights(
+            args.write_random_weights, args.random_preset, args.seed, args.lstm_scale, args.recurrent_scale
+        )
         return 0
 
     for path, flag in ((args.peer_python, "--peer-python"), (args.peer_script, "--peer-script")):
@@ -195,8 +214,13 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="elmo_peer_parity_")
     input_path = write_sentences(sentences, os.path.join(work, "sentences.txt"))
     n_tokens = sum(len(s.split()) for s in sentences)
-    log.info("%d sentences (%d edge cases), %d tokens; work dir %s", len(sentences), len(sentences) - len(natural),
-             n_tokens, work)
+    log.info(
+        "%d sentences (%d edge cases), %d tokens; work dir %s",
+        len(sentences),
+        len(sentences) - len(natural),
+        n_tokens,
+        work,
+    )
 
     weight_sets = []
     if "fixture_allennlp" in wanted:
@@ -210,31 +234,89 @@ def main(argv=None):
     try:
         if "random" in wanted:
             d = os.path.join(work, f"random_{args.random_preset}")
-            subprocess.run([args.python, os.path.abspath(__file__), "--write-random-weights", d,
-                            "--random-preset", args.random_preset, "--seed", str(args.seed),
-                            "--lstm-scale", str(args.lstm_scale), "--recurrent-scale", str(args.recurrent_scale)],
-                           check=True, cwd=REPO)
-            weight_sets.append((f"random_{args.random_preset}", os.path.join(d, "options.json"),
-                                os.path.join(d, "weights.hdf5")))
+            subprocess.run(
+                [
+                    args.python,
+                    os.path.abspath(__file__),
+                    "--write-random-weights",
+                    d,
+                    "--random-preset",
+                    args.random_preset,
+                    "--seed",
+                    str(args.seed),
+                    "--lstm-scale",
+                    str(args.lstm_scale),
+                    "--recurrent-scale",
+                    str(args.recurrent_scale),
+                ],
+                check=True,
+                cwd=REPO,
+            )
+            weight_sets.append(
+                (f"random_{args.random_preset}", os.path.join(d, "options.json"), os.path.join(d, "weights.hdf5"))
+            )
         for name, options, weights in weight_sets:
             with open(options, encoding="utf-8") as f:
                 lstm_options = json.load(f)["lstm"]
             ours_out, peer_out = os.path.join(work, f"ours_{name}.hdf5"), os.path.join(work, f"peer_{name}.hdf5")
-            t_ours = run_tool("ours", [args.python, "-m", "elmo_tf", "embed", "--options", options, "--weights", weights,
-                                       "--input", input_path, "--output", ours_out, "--layers", "all",
-                                       "--batch-size", str(args.batch_size), "--threads", str(args.threads)], REPO)
+            t_ours = run_tool(
+                "ours",
+                [
+                    args.python,
+                    "-m",
+                    "elmo_tf",
+                    "embed",
+                    "--options",
+                    options,
+                    "--weights",
+                    weights,
+                    "--input",
+                    input_path,
+                    "--output",
+                    ours_out,
+                    "--layers",
+                    "all",
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--threads",
+                    str(args.threads),
+                ],
+                REPO,
+            )
             try:
-                t_peer = run_tool("peer", [args.peer_python, args.peer_script, "--options", options, "--weights",
-                                           weights, "--input", input_path, "--output", peer_out, "--batch-size",
-                                           str(args.peer_batch_size), "--threads", str(args.threads)], REPO)
+                t_peer = run_tool(
+                    "peer",
+                    [
+                        args.peer_python,
+                        args.peer_script,
+                        "--options",
+                        options,
+                        "--weights",
+                        weights,
+                        "--input",
+                        input_path,
+                        "--output",
+                        peer_out,
+                        "--batch-size",
+                        str(args.peer_batch_size),
+                        "--threads",
+                        str(args.threads),
+                    ],
+                    REPO,
+                )
             except RuntimeError as e:
                 if PEER_NO_RESIDUAL not in str(e) or lstm_options.get("use_skip_connections"):
                     raise
                 # AllenNLP refuses biLMs without residual connections: record that, and compare the same
                 # weights with the skip connections switched on in both tools instead
                 log.warning("peer: %s; comparing %s with use_skip_connections=true instead", PEER_NO_RESIDUAL, name)
-                results[name] = {"options": options, "weights": weights, "lstm": lstm_options, "passed": None,
-                                 "peer_unsupported": f"AllenNLP: {PEER_NO_RESIDUAL}"}
+                results[name] = {
+                    "options": options,
+                    "weights": weights,
+                    "lstm": lstm_options,
+                    "passed": None,
+                    "peer_unsupported": f"AllenNLP: {PEER_NO_RESIDUAL}",
+                }
                 variant = os.path.join(work, f"{name}_with_skip")
                 os.makedirs(variant)
                 with open(options, encoding="utf-8") as f:
@@ -247,9 +329,18 @@ def main(argv=None):
             layers, problems = compare(ours_out, peer_out, len(sentences), lstm_options.get("proj_clip"))
             worst = max((entry["max_abs_diff"] for entry in layers), default=float("inf"))
             passed = not problems and bool(layers) and worst <= args.tolerance
-            results[name] = {"options": options, "weights": weights, "lstm": lstm_options, "layers": layers,
-                             "problems": problems[:20], "n_problems": len(problems), "max_abs_diff": worst,
-                             "passed": passed, "seconds_ours": t_ours, "seconds_peer": t_peer}
+            results[name] = {
+                "options": options,
+                "weights": weights,
+                "lstm": lstm_options,
+                "layers": layers,
+                "problems": problems[:20],
+                "n_problems": len(problems),
+                "max_abs_diff": worst,
+                "passed": passed,
+                "seconds_ours": t_ours,
+                "seconds_peer": t_peer,
+            }
             if not passed:
                 status = 1
     except (RuntimeError, subprocess.CalledProcessError) as e:
@@ -261,29 +352,50 @@ def main(argv=None):
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nparity of elmo_tf embed vs AllenNLP: {len(sentences)} sentences, {n_tokens} tokens, "
-          f"tolerance max |diff| <= {args.tolerance:g}")
-    print(f"{'weights':<22} {'layer':>5} {'max |diff|':>11} {'mean |diff|':>11} {'worst sent':>10} "
-          f"{'max |peer|':>10} {'rms peer':>9} {'|v|>=clip':>8}  result")
+    print(
+        f"\nparity of elmo_tf embed vs AllenNLP: {len(sentences)} sentences, {n_tokens} tokens, "
+        f"tolerance max |diff| <= {args.tolerance:g}"
+    )
+    print(
+        f"{'weights':<22} {'layer':>5} {'max |diff|':>11} {'mean |diff|':>11} {'worst sent':>10} "
+        f"{'max |peer|':>10} {'rms peer':>9} {'|v|>=clip':>8}  result"
+    )
     for name, r in results.items():
         if r.get("peer_unsupported"):
             print(f"{name:<22} {'-':>5} {'peer cannot run it: ' + r['peer_unsupported']}")
         for entry in r.get("layers", []):
-            print(f"{name:<22} {entry['layer']:>5} {entry['max_abs_diff']:>11.3e} {entry['mean_abs_diff']:>11.3e} "
-                  f"{entry['worst_sentence']:>10} {entry['max_abs_value']:>10.4f} {entry['rms_value']:>9.4f} "
-                  f"{entry['fraction_abs_ge_proj_clip']:>8.2%}  {'ok' if entry['max_abs_diff'] <= args.tolerance else 'FAIL'}")
+            print(
+                f"{name:<22} {entry['layer']:>5} {entry['max_abs_diff']:>11.3e} {entry['mean_abs_diff']:>11.3e} "
+                f"{entry['worst_sentence']:>10} {entry['max_abs_value']:>10.4f} {entry['rms_value']:>9.4f} "
+                f"{entry['fraction_abs_ge_proj_clip']:>8.2%}  "
+                f"{'ok' if entry['max_abs_diff'] <= args.tolerance else 'FAIL'}"
+            )
         for problem in r.get("problems", []):
             print(f"{name:<22} problem: {problem}")
 
-    report = {"tolerance": args.tolerance, "n_sentences": len(sentences), "n_edge_cases": len(sentences) - len(natural),
-              "n_tokens": n_tokens, "data": args.data or "default (bench/sentences.py)",
-              "batch_size_ours": args.batch_size, "batch_size_peer": args.peer_batch_size,
-              "order_ours": "length-sorted", "order_peer": "corpus", "threads": args.threads,
-              "random_model": {"preset": args.random_preset, "seed": args.seed, "lstm_scale": args.lstm_scale,
-                               "recurrent_scale": args.recurrent_scale,
-                               "bias_std": BIAS_STD},
-              "git_commit": git_commit(REPO), "platform": platform.platform(),
-              "passed": status == 0, "weight_sets": results}
+    report = {
+        "tolerance": args.tolerance,
+        "n_sentences": len(sentences),
+        "n_edge_cases": len(sentences) - len(natural),
+        "n_tokens": n_tokens,
+        "data": args.data or "default (bench/sentences.py)",
+        "batch_size_ours": args.batch_size,
+        "batch_size_peer": args.peer_batch_size,
+        "order_ours": "length-sorted",
+        "order_peer": "corpus",
+        "threads": args.threads,
+        "random_model": {
+            "preset": args.random_preset,
+            "seed": args.seed,
+            "lstm_scale": args.lstm_scale,
+            "recurrent_scale": args.recurrent_scale,
+            "bias_std": BIAS_STD,
+        },
+        "git_commit": git_commit(REPO),
+        "platform": platform.platform(),
+        "passed": status == 0,
+        "weight_sets": results,
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)

@@ -35,6 +35,7 @@ usage: .venv/bin/python bench/pretrain_ptb.py --minutes 60                # the 
        .venv/bin/python bench/pretrain_ptb.py --steps 20 --eval-lines 200 # smoke run (a minute)
 Writes bench/results/pretrain_ptb.json (--out) and the model under bench/results/pretrain_ptb_run/ (--run-dir).
 """
+
 import argparse
 import csv
 import json
@@ -55,13 +56,20 @@ DEFAULT_RUN_DIR = os.path.join(REPO, "bench", "results", "pretrain_ptb_run")
 log = logging.getLogger("pretrain_ptb")
 
 KIM_FILTERS = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
-PTB_5M = dict(char_embedding_dim=15, filters=KIM_FILTERS, num_highway=1, lstm_dim=384, projection_dim=192,
-              num_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True)
+PTB_5M = dict(
+    char_embedding_dim=15,
+    filters=KIM_FILTERS,
+    num_highway=1,
+    lstm_dim=384,
+    projection_dim=192,
+    num_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    use_skip_connections=True,
+)
 ANCHORS = [
-    {"model": "Kim et al. 2016 LSTM-Char-Small (forward)", "params": 5.0e6, "valid": None, "test": 92.3,
-     "epochs": 25},
-    {"model": "Zaremba et al. 2014 medium LSTM (forward)", "params": 20e6, "valid": 86.2, "test": 82.7,
-     "epochs": 39},
+    {"model": "Kim et al. 2016 LSTM-Char-Small (forward)", "params": 5.0e6, "valid": None, "test": 92.3, "epochs": 25},
+    {"model": "Zaremba et al. 2014 medium LSTM (forward)", "params": 20e6, "valid": 86.2, "test": 82.7, "epochs": 39},
 ]
 DEFAULT_LR = {"adagrad": 0.2, "adam": 1e-3, "sgd": 1.0}
 
@@ -149,22 +157,40 @@ def main(argv=None):
         shutil.rmtree(args.run_dir)
     bilm_config = BiLMConfig(**PTB_5M)
     lr = args.learning_rate or DEFAULT_LR[args.optimizer]
-    train_config = TrainConfig(batch_size=args.batch_size, max_tokens=args.max_tokens,
-                               steps=args.steps or 10 ** 9, optimizer=args.optimizer, learning_rate=lr,
-                               clip_norm=args.clip_norm, dropout=args.dropout, num_sampled=args.num_sampled,
-                               checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-                               shuffle_buffer=50000, seed=args.seed)
+    train_config = TrainConfig(
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        steps=args.steps or 10**9,
+        optimizer=args.optimizer,
+        learning_rate=lr,
+        clip_norm=args.clip_norm,
+        dropout=args.dropout,
+        num_sampled=args.num_sampled,
+        checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every,
+        shuffle_buffer=50000,
+        seed=args.seed,
+    )
     strategy = get_strategy("mirrored")
     trainer = Trainer(strategy, bilm_config, train_config, vocab, [files["train"]], args.run_dir)
     model = trainer.model
-    params = {"total": model.count_params(),
-              "softmax": int(model.softmax_kernel.shape[0] * (model.softmax_kernel.shape[1] + 1)),
-              "char_cnn": model.char_cnn.count_params(), "bilm_lstms": model.bilm.count_params()}
+    params = {
+        "total": model.count_params(),
+        "softmax": int(model.softmax_kernel.shape[0] * (model.softmax_kernel.shape[1] + 1)),
+        "char_cnn": model.char_cnn.count_params(),
+        "bilm_lstms": model.bilm.count_params(),
+    }
     first_step = int(trainer.step.numpy())
-    log.info("%s parameters (softmax %s, char CNN %s, LSTMs %s); %d replicas; from step %d; budget %s",
-             f"{params['total']:,}", f"{params['softmax']:,}", f"{params['char_cnn']:,}",
-             f"{params['bilm_lstms']:,}", strategy.num_replicas_in_sync, first_step,
-             f"{args.steps} steps" if args.steps else f"{args.minutes:g} min")
+    log.info(
+        "%s parameters (softmax %s, char CNN %s, LSTMs %s); %d replicas; from step %d; budget %s",
+        f"{params['total']:,}",
+        f"{params['softmax']:,}",
+        f"{params['char_cnn']:,}",
+        f"{params['bilm_lstms']:,}",
+        strategy.num_replicas_in_sync,
+        first_step,
+        f"{args.steps} steps" if args.steps else f"{args.minutes:g} min",
+    )
 
     clock = {"start": None, "cpu": None}
     budget_s = None if args.steps else args.minutes * 60.0
@@ -199,55 +225,106 @@ def main(argv=None):
     # speed after the first (tracing) step: sentences/s x the corpus's mean targets per sentence
     timed_steps = last_step - clock.get("first_step", last_step)
     timed_s = clock["last"] - clock["start"] if clock["start"] is not None else 0.0
-    tokens_per_s = (timed_steps * args.batch_size * targets_per_epoch / sentences_per_epoch / timed_s
-                    if timed_steps > 0 and timed_s > 0 else None)
+    tokens_per_s = (
+        timed_steps * args.batch_size * targets_per_epoch / sentences_per_epoch / timed_s
+        if timed_steps > 0 and timed_s > 0
+        else None
+    )
     epochs = last_step * args.batch_size / sentences_per_epoch
     hours_for_25 = 25 * targets_per_epoch / tokens_per_s / 3600 if tokens_per_s else None
-    log.info("trained %d steps (%s) in %.0f s wall, %.0f s CPU; %s targets/s; %.3f epochs in all",
-             steps_done, stopped, train_wall, train_cpu, fmt(tokens_per_s, ".0f"), epochs)
+    log.info(
+        "trained %d steps (%s) in %.0f s wall, %.0f s CPU; %s targets/s; %.3f epochs in all",
+        steps_done,
+        stopped,
+        train_wall,
+        train_cpu,
+        fmt(tokens_per_s, ".0f"),
+        epochs,
+    )
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for split in ("valid", "test"):
             path = head_file(files[split], args.eval_lines, tmp)
             t0 = time.perf_counter()
-            results[split] = evaluate_perplexity(model, vocab, [path], batch_size=args.eval_batch_size,
-                                                 max_tokens=args.max_tokens)
+            results[split] = evaluate_perplexity(
+                model, vocab, [path], batch_size=args.eval_batch_size, max_tokens=args.max_tokens
+            )
             results[split]["seconds"] = time.perf_counter() - t0
             results[split]["lines"] = args.eval_lines or None
-            log.info("%s: forward %.2f backward %.2f average %.2f (%d targets, %.0f s)", split,
-                     results[split]["forward"], results[split]["backward"], results[split]["average"],
-                     results[split]["tokens"], results[split]["seconds"])
+            log.info(
+                "%s: forward %.2f backward %.2f average %.2f (%d targets, %.0f s)",
+                split,
+                results[split]["forward"],
+                results[split]["backward"],
+                results[split]["average"],
+                results[split]["tokens"],
+                results[split]["seconds"],
+            )
 
     name = f"elmo_tf biLM, {last_step} steps ({epochs:.2f} epochs)"
     print()
-    print(f"Penn Treebank, full-softmax perplexity{' (first %d lines only)' % args.eval_lines if args.eval_lines else ''}")
+    print(
+        "Penn Treebank, full-softmax perplexity" + (f" (first {args.eval_lines} lines only)" if args.eval_lines else "")
+    )
     print("| model | params | valid fwd | valid bwd | valid avg | test fwd | test bwd | test avg |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     v, t = results["valid"], results["test"]
-    print(f"| {name} | {params['total'] / 1e6:.2f}M | {v['forward']:.1f} | {v['backward']:.1f} | {v['average']:.1f} "
-          f"| {t['forward']:.1f} | {t['backward']:.1f} | {t['average']:.1f} |")
+    print(
+        f"| {name} | {params['total'] / 1e6:.2f}M | {v['forward']:.1f} | {v['backward']:.1f} | {v['average']:.1f} "
+        f"| {t['forward']:.1f} | {t['backward']:.1f} | {t['average']:.1f} |"
+    )
     for a in ANCHORS:
-        print(f"| {a['model']}, {a['epochs']} epochs | {a['params'] / 1e6:.0f}M | {fmt(a['valid'])} | - | - "
-              f"| {fmt(a['test'])} | - | - |")
-    print(f"\ntraining: {steps_done} steps this session in {train_wall / 60:.1f} min wall ({train_cpu / 60:.1f} min "
-          f"CPU, the first step's tracing included), {fmt(tokens_per_s, '.0f')} targets/s after it, last train "
-          f"loss (sampled softmax) {fmt(train_loss, '.3f')}; 25 epochs at this speed: {fmt(hours_for_25, '.1f')} h")
+        print(
+            f"| {a['model']}, {a['epochs']} epochs | {a['params'] / 1e6:.0f}M | {fmt(a['valid'])} | - | - "
+            f"| {fmt(a['test'])} | - | - |"
+        )
+    print(
+        f"\ntraining: {steps_done} steps this session in {train_wall / 60:.1f} min wall ({train_cpu / 60:.1f} min "
+        f"CPU, the first step's tracing included), {fmt(tokens_per_s, '.0f')} targets/s after it, last train "
+        f"loss (sampled softmax) {fmt(train_loss, '.3f')}; 25 epochs at this speed: {fmt(hours_for_25, '.1f')} h"
+    )
 
     record = {
-        "benchmark": "pretrain_ptb", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
-                    "tensorflow": tf.__version__, "keras": keras.__version__},
-        "options": bilm_config.to_options(), "params": params, "vocab_size": len(vocab),
-        "train_config": {k: getattr(train_config, k) for k in ("batch_size", "max_tokens", "optimizer",
-                                                                "learning_rate", "clip_norm", "dropout",
-                                                                "num_sampled", "seed")},
-        "replicas": strategy.num_replicas_in_sync, "stopped_by": stopped,
+        "benchmark": "pretrain_ptb",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+        },
+        "options": bilm_config.to_options(),
+        "params": params,
+        "vocab_size": len(vocab),
+        "train_config": {
+            k: getattr(train_config, k)
+            for k in (
+                "batch_size",
+                "max_tokens",
+                "optimizer",
+                "learning_rate",
+                "clip_norm",
+                "dropout",
+                "num_sampled",
+                "seed",
+            )
+        },
+        "replicas": strategy.num_replicas_in_sync,
+        "stopped_by": stopped,
         "budget_minutes": None if args.steps else args.minutes,
-        "steps": {"first": first_step, "last": last_step}, "epochs": epochs,
-        "train_seconds": {"wall": train_wall, "cpu": train_cpu}, "targets_per_s": tokens_per_s,
-        "targets_per_s_log_median": log_median, "train_loss_sampled": train_loss, "hours_for_25_epochs": hours_for_25,
-        "valid": results["valid"], "test": results["test"], "anchors": ANCHORS, "run_dir": args.run_dir,
+        "steps": {"first": first_step, "last": last_step},
+        "epochs": epochs,
+        "train_seconds": {"wall": train_wall, "cpu": train_cpu},
+        "targets_per_s": tokens_per_s,
+        "targets_per_s_log_median": log_median,
+        "train_loss_sampled": train_loss,
+        "hours_for_25_epochs": hours_for_25,
+        "valid": results["valid"],
+        "test": results["test"],
+        "anchors": ANCHORS,
+        "run_dir": args.run_dir,
         "eval_note": "each sentence scored from <S> with zero state; anchors evaluate the test set as one stream",
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

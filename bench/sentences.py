@@ -8,6 +8,7 @@ give the same tokens.
 
 usage: python bench/sentences.py [--n 1000] [--data PATH] --output sentences.txt
 """
+
 import argparse
 import os
 import sys
@@ -64,8 +65,9 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     write_sentences(sentences, args.output)
-    print(f"{len(sentences)} sentences, {sum(len(s.split()) for s in sentences)} tokens -> {args.output}",
-          file=sys.stderr)
+    print(
+        f"{len(sentences)} sentences, {sum(len(s.split()) for s in sentences)} tokens -> {args.output}", file=sys.stderr
+    )
     return 0
 
 

@@ -29,6 +29,7 @@ usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,orig
        [--output-filter elmo,default] [--out bench/results/serving_latency.json]
 --quick: the small model, fewer requests (about a minute).
 """
+
 import argparse
 import json
 import logging
@@ -48,7 +49,6 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, BENCH)
 
 import numpy as np  # noqa: E402
-
 from common import git_commit, parse_list  # noqa: E402
 from sentences import load_sentences  # noqa: E402
 
@@ -96,10 +96,11 @@ def ensure_export(preset, seed, cache):
 
 # ---------------------------------------------------------------------------------------------------- measuring
 
+
 def batch_at(sentences, request_batch, k, i):
     """The i-th request of client k: `request_batch` consecutive sentences from a spread-out start."""
     start = ((k * 7919 + i * 104729) * request_batch) % (len(sentences) - request_batch)
-    return sentences[start:start + request_batch]
+    return sentences[start : start + request_batch]
 
 
 def _parallel(functions):
@@ -176,11 +177,16 @@ def measure(callers, requests, sentences, request_batch, offset=0):
 
 def summarize(latencies, wall, errors, request_batch):
     lat = np.asarray(latencies) * 1000.0
-    return {"requests": int(lat.size), "errors": len(errors), "first_errors": errors[:3],
-            "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
-            "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
-            "mean_ms": float(lat.mean()) if lat.size else None,
-            "sentences_per_s": lat.size * request_batch / wall if wall > 0 else None, "wall_s": wall}
+    return {
+        "requests": int(lat.size),
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
+        "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
+        "mean_ms": float(lat.mean()) if lat.size else None,
+        "sentences_per_s": lat.size * request_batch / wall if wall > 0 else None,
+        "wall_s": wall,
+    }
 
 
 class Server:
@@ -189,9 +195,23 @@ class Server:
     def __init__(self, base, batching, log_path, extra=()):
         self.port, self.rest_port = free_port(), free_port()
         self.log_file = open(log_path, "w")
-        command = [sys.executable, SERVE, "--embedded", "--model_base_path", base, "--model_name", "elmo",
-                   "--port", str(self.port), "--rest_api_port", str(self.rest_port), "--rest_api_num_threads", "64",
-                   f"--enable_batching={'true' if batching else 'false'}", *extra]
+        command = [
+            sys.executable,
+            SERVE,
+            "--embedded",
+            "--model_base_path",
+            base,
+            "--model_name",
+            "elmo",
+            "--port",
+            str(self.port),
+            "--rest_api_port",
+            str(self.rest_port),
+            "--rest_api_num_threads",
+            "64",
+            f"--enable_batching={'true' if batching else 'false'}",
+            *extra,
+        ]
         log.info("starting %s", " ".join(command))
         self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
 
@@ -205,15 +225,16 @@ class Server:
         import urllib.request
 
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}/monitoring/prometheus/metrics",
-                                        timeout=10) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.rest_port}/monitoring/prometheus/metrics", timeout=10
+            ) as r:
                 text = r.read().decode()
         except OSError:
             return {}
         totals = {}
         for line in text.splitlines():
             if line.startswith("elmo_serving_") and "_total{" in line:
-                name = line.split("{")[0][len("elmo_serving_"):-len("_total")]
+                name = line.split("{")[0][len("elmo_serving_") : -len("_total")]
                 totals[name] = totals.get(name, 0) + int(line.split()[-1])
         return totals
 
@@ -248,6 +269,7 @@ def run_preset(args, preset, sentences, results_dir):
                 def call(batch):
                     out = function(sentences=tf.constant(batch))
                     return {k: v.numpy() for k, v in out.items() if wanted is None or k in wanted}
+
                 return call
 
             callers["in-process"] = make_inprocess
@@ -260,14 +282,20 @@ def run_preset(args, preset, sentences, results_dir):
             server = servers[batching] = Server(base, batching, log_path, args.server_flags)
             server.wait(args.server_timeout)
             for name in (n for n in names if n in args.transports):
+
                 def make(server=server, rest=name == "rest"):
-                    client = (ElmoRestClient(f"http://127.0.0.1:{server.rest_port}", "elmo", timeout=600) if rest
-                              else ElmoClient(f"127.0.0.1:{server.port}", "elmo", timeout=600))
+                    client = (
+                        ElmoRestClient(f"http://127.0.0.1:{server.rest_port}", "elmo", timeout=600)
+                        if rest
+                        else ElmoClient(f"127.0.0.1:{server.port}", "elmo", timeout=600)
+                    )
 
                     def call(batch):
                         return client.embed(batch, output_filter=output_filter)
+
                     call.close = client.close
                     return call
+
                 callers[name] = make
         rows = []
         names = [t for t in TRANSPORTS if t in callers]
@@ -279,8 +307,9 @@ def run_preset(args, preset, sentences, results_dir):
                 for name in names:
                     server = servers.get(name != "grpc-nobatch") if name != "in-process" else None
                     before = server.metrics() if server else {}
-                    latencies, wall, errors = measure(ready[name], per_round, sentences, args.request_batch,
-                                                      offset=round_ * per_round)
+                    latencies, wall, errors = measure(
+                        ready[name], per_round, sentences, args.request_batch, offset=round_ * per_round
+                    )
                     after = server.metrics() if server else {}
                     lat, total, errs, counters = pooled[name]
                     lat.extend(latencies)
@@ -291,14 +320,27 @@ def run_preset(args, preset, sentences, results_dir):
             for name in names:
                 close_callers(ready[name])
                 lat, wall, errs, counters = pooled[name]
-                row = {"preset": preset, "transport": name, "concurrency": c, "request_batch": args.request_batch,
-                       "rounds": args.rounds, **summarize(lat, wall, errs, args.request_batch)}
+                row = {
+                    "preset": preset,
+                    "transport": name,
+                    "concurrency": c,
+                    "request_batch": args.request_batch,
+                    "rounds": args.rounds,
+                    **summarize(lat, wall, errs, args.request_batch),
+                }
                 if name != "in-process":
                     row["server_counters"] = counters
                 rows.append(row)
-                log.info("%s %-12s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)", preset,
-                         name, c, row["p50_ms"] or float("nan"), row["p99_ms"] or float("nan"),
-                         row["sentences_per_s"] or float("nan"), row["errors"])
+                log.info(
+                    "%s %-12s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)",
+                    preset,
+                    name,
+                    c,
+                    row["p50_ms"] or float("nan"),
+                    row["p99_ms"] or float("nan"),
+                    row["sentences_per_s"] or float("nan"),
+                    row["errors"],
+                )
         return rows
     finally:
         for server in servers.values():
@@ -318,9 +360,15 @@ def overheads(rows):
         ref = base.get((r["preset"], r["concurrency"]))
         if r["transport"] == "in-process" or ref is None or not r["p50_ms"] or not ref["p50_ms"]:
             continue
-        out.append({"preset": r["preset"], "transport": r["transport"], "concurrency": r["concurrency"],
-                    "p50_ratio": r["p50_ms"] / ref["p50_ms"],
-                    "throughput_ratio": r["sentences_per_s"] / ref["sentences_per_s"]})
+        out.append(
+            {
+                "preset": r["preset"],
+                "transport": r["transport"],
+                "concurrency": r["concurrency"],
+                "p50_ratio": r["p50_ms"] / ref["p50_ms"],
+                "throughput_ratio": r["sentences_per_s"] / ref["sentences_per_s"],
+            }
+        )
     return out
 
 
@@ -331,35 +379,50 @@ def check_targets(rows):
         grpc1, inproc1 = index.get((preset, "grpc", 1)), index.get((preset, "in-process", 1))
         if grpc1 and inproc1 and grpc1["p50_ms"] and inproc1["p50_ms"]:
             ratio = grpc1["p50_ms"] / inproc1["p50_ms"]
-            targets.append({"preset": preset, "target": f"gRPC p50 < {TARGET_GRPC_OVERHEAD} x in-process at "
-                                                        f"concurrency 1", "value": ratio,
-                            "met": ratio < TARGET_GRPC_OVERHEAD})
+            targets.append(
+                {
+                    "preset": preset,
+                    "target": f"gRPC p50 < {TARGET_GRPC_OVERHEAD} x in-process at concurrency 1",
+                    "value": ratio,
+                    "met": ratio < TARGET_GRPC_OVERHEAD,
+                }
+            )
         on, off = index.get((preset, "grpc", 32)), index.get((preset, "grpc-nobatch", 32))
         if on and off and on["sentences_per_s"] and off["sentences_per_s"]:
             ratio = on["sentences_per_s"] / off["sentences_per_s"]
-            targets.append({"preset": preset, "target": "batching raises gRPC throughput at concurrency 32",
-                            "value": ratio, "met": ratio > 1.0})
+            targets.append(
+                {
+                    "preset": preset,
+                    "target": "batching raises gRPC throughput at concurrency 32",
+                    "value": ratio,
+                    "met": ratio > 1.0,
+                }
+            )
     return targets
 
 
 def print_table(rows, ratios, targets):
     ratio_of = {(x["preset"], x["transport"], x["concurrency"]): x for x in ratios}
-    header = (f"{'preset':<9} {'transport':<13} {'conc':>4} {'p50 ms':>9} {'p99 ms':>9} {'sent/s':>8} "
-              f"{'p50 / in-proc':>13} {'sent/s / in-proc':>16} {'calls/req':>9}")
+    header = (
+        f"{'preset':<9} {'transport':<13} {'conc':>4} {'p50 ms':>9} {'p99 ms':>9} {'sent/s':>8} "
+        f"{'p50 / in-proc':>13} {'sent/s / in-proc':>16} {'calls/req':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         x = ratio_of.get((r["preset"], r["transport"], r["concurrency"]))
         counters = r.get("server_counters") or {}
-        calls = (f"{counters['model_calls'] / counters['requests']:.2f}" if counters.get("requests") else "")
+        calls = f"{counters['model_calls'] / counters['requests']:.2f}" if counters.get("requests") else ""
         p50 = f"{r['p50_ms']:9.1f}" if r["p50_ms"] is not None else f"{'-':>9}"
         p99 = f"{r['p99_ms']:9.1f}" if r["p99_ms"] is not None else f"{'-':>9}"
         sps = f"{r['sentences_per_s']:8.1f}" if r["sentences_per_s"] is not None else f"{'-':>8}"
         p50_ratio = "{:.2f}x".format(x["p50_ratio"]) if x else ""
         throughput_ratio = "{:.2f}x".format(x["throughput_ratio"]) if x else ""
         errors = f"  ({r['errors']} errors)" if r["errors"] else ""
-        print(f"{r['preset']:<9} {r['transport']:<13} {r['concurrency']:>4} {p50} {p99} {sps} "
-              f"{p50_ratio:>13} {throughput_ratio:>16} {calls:>9}{errors}")
+        print(
+            f"{r['preset']:<9} {r['transport']:<13} {r['concurrency']:>4} {p50} {p99} {sps} "
+            f"{p50_ratio:>13} {throughput_ratio:>16} {calls:>9}{errors}"
+        )
     for t in targets:
         print(f"target [{t['preset']}] {t['target']}: {t['value']:.3f} -> {'met' if t['met'] else 'MISSED'}")
 
@@ -370,20 +433,31 @@ def build_parser():
     parser.add_argument("--presets", default=None, help="comma-separated BiLMConfig presets (small,original)")
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client threads (1,8,32)")
     parser.add_argument("--request-batch", type=int, default=8, help="sentences per request (8)")
-    parser.add_argument("--requests", type=int, default=None, help="timed requests per configuration, at least "
-                                                                   "(60; --quick 24)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds per concurrency, each running every transport in turn (3; --quick 2)")
-    parser.add_argument("--min-per-client", type=int, default=None,
-                        help="timed requests per client thread, at least (4; --quick 2)")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="timed requests per configuration, at least (60; --quick 24)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds per concurrency, each running every transport in turn (3; --quick 2)",
+    )
+    parser.add_argument(
+        "--min-per-client", type=int, default=None, help="timed requests per client thread, at least (4; --quick 2)"
+    )
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help=f"subset of {','.join(TRANSPORTS)}")
     parser.add_argument("--output-filter", default="", help="comma-separated outputs to return (default: all)")
     parser.add_argument("--n-sentences", type=int, default=2000, help="corpus sentences to draw from (2000)")
     parser.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
     parser.add_argument("--cache", default=DEFAULT_CACHE, help="where exports are kept (bench/results/cache/serving)")
-    parser.add_argument("--server-flag", action="append", default=[], dest="server_flags",
-                        help="extra serve.py flag for both servers, e.g. --server-flag=--max_batch_size=64")
+    parser.add_argument(
+        "--server-flag",
+        action="append",
+        default=[],
+        dest="server_flags",
+        help="extra serve.py flag for both servers, e.g. --server-flag=--max_batch_size=64",
+    )
     parser.add_argument("--server-timeout", type=float, default=600, help="seconds to wait for a server (600)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/serving_latency.json)")
@@ -415,8 +489,10 @@ def main(argv=None):
 
     for preset in args.presets:
         if preset not in PRESETS:
-            print(f"serving_latency.py: error: --presets: unknown {preset!r} (choose from {sorted(PRESETS)})",
-                  file=sys.stderr)
+            print(
+                f"serving_latency.py: error: --presets: unknown {preset!r} (choose from {sorted(PRESETS)})",
+                file=sys.stderr,
+            )
             return 2
     results_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(results_dir, exist_ok=True)
@@ -429,16 +505,35 @@ def main(argv=None):
     ratios = overheads(rows)
     targets = check_targets(rows)
     print_table(rows, ratios, targets)
-    result = {"benchmark": "serving_latency", "commit": git_commit(REPO), "quick": args.quick,
-              "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                       "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-              "settings": {"presets": args.presets, "concurrency": args.concurrency,
-                           "request_batch": args.request_batch, "requests": args.requests,
-                           "min_per_client": args.min_per_client, "rounds": args.rounds,
-                           "transports": args.transports,
-                           "output_filter": args.output_filter or "all", "sentences": source,
-                           "server_flags": args.server_flags, "seed": args.seed},
-              "duration_s": time.time() - started, "rows": rows, "overheads": ratios, "targets": targets}
+    result = {
+        "benchmark": "serving_latency",
+        "commit": git_commit(REPO),
+        "quick": args.quick,
+        "host": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "settings": {
+            "presets": args.presets,
+            "concurrency": args.concurrency,
+            "request_batch": args.request_batch,
+            "requests": args.requests,
+            "min_per_client": args.min_per_client,
+            "rounds": args.rounds,
+            "transports": args.transports,
+            "output_filter": args.output_filter or "all",
+            "sentences": source,
+            "server_flags": args.server_flags,
+            "seed": args.seed,
+        },
+        "duration_s": time.time() - started,
+        "rows": rows,
+        "overheads": ratios,
+        "targets": targets,
+    }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out}")

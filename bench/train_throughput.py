@@ -28,6 +28,7 @@ usage: .venv/bin/python bench/train_throughput.py --quick          # smoke run: 
        [--configs small,original] [--replicas 1,2] [--batch-size 64] [--threads 0] [--out PATH]
 Writes bench/results/train_throughput.json.
 """
+
 import argparse
 import json
 import logging
@@ -89,8 +90,13 @@ def worker(args):
                 if k >= args.lines:
                     break
                 dst.write(line)
-        train_config = TrainConfig(batch_size=args.batch_size, max_tokens=args.max_tokens, steps=10 ** 6,
-                                   num_sampled=args.num_sampled, shuffle_buffer=args.lines)
+        train_config = TrainConfig(
+            batch_size=args.batch_size,
+            max_tokens=args.max_tokens,
+            steps=10**6,
+            num_sampled=args.num_sampled,
+            shuffle_buffer=args.lines,
+        )
         trainer = Trainer(strategy, config, train_config, vocab, [corpus], os.path.join(tmp, "run"))
         iterator = iter(trainer._dataset(0))
         t0 = time.perf_counter()
@@ -105,29 +111,60 @@ def worker(args):
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         params = trainer.model.count_params()
     fpp = forward_flops_per_position(config.to_options(), min(args.num_sampled, len(vocab) - 1))
-    result = {"config": args.worker_config, "replicas": strategy.num_replicas_in_sync, "params": params,
-              "batch_size": args.batch_size, "steps": args.steps, "warmup_steps": args.warmup,
-              "warmup_seconds": warmup_s, "seconds": wall, "cpu_seconds": cpu, "targets": targets,
-              "targets_per_s": targets / wall, "seconds_per_step": wall / args.steps,
-              "cpu_utilization": cpu / wall, "gflops_estimate": 3 * fpp * targets / wall / 1e9,
-              "forward_mflop_per_position": fpp / 1e6,
-              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    result = {
+        "config": args.worker_config,
+        "replicas": strategy.num_replicas_in_sync,
+        "params": params,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "warmup_steps": args.warmup,
+        "warmup_seconds": warmup_s,
+        "seconds": wall,
+        "cpu_seconds": cpu,
+        "targets": targets,
+        "targets_per_s": targets / wall,
+        "seconds_per_step": wall / args.steps,
+        "cpu_utilization": cpu / wall,
+        "gflops_estimate": 3 * fpp * targets / wall / 1e9,
+        "forward_mflop_per_position": fpp / 1e6,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 
 
 def run_setting(args, config, replicas, steps, warmup):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker-config", config, "--worker-replicas", str(replicas),
-           "--data", args.data, "--lines", str(args.lines), "--batch-size", str(args.batch_size),
-           "--max-tokens", str(args.max_tokens), "--num-sampled", str(args.num_sampled), "--steps", str(steps),
-           "--warmup", str(warmup), "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker-config",
+        config,
+        "--worker-replicas",
+        str(replicas),
+        "--data",
+        args.data,
+        "--lines",
+        str(args.lines),
+        "--batch-size",
+        str(args.batch_size),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--num-sampled",
+        str(args.num_sampled),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--threads",
+        str(args.threads),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         log.error("%s x%d failed (exit %d):\n%s", config, replicas, proc.returncode, proc.stderr[-3000:])
         return {"config": config, "replicas": replicas, "error": proc.stderr[-3000:], "returncode": proc.returncode}
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     result["process_seconds"] = time.perf_counter() - t0
     return result
 
@@ -176,13 +213,24 @@ def main(argv=None):
         steps = args.steps or ((3 if args.quick else 20) if config == "small" else (2 if args.quick else 6))
         warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
         for replicas in replica_counts:
-            log.info("%s, %d replica(s): %d warm-up + %d timed steps of %d sentences", config, replicas, warmup,
-                     steps, args.batch_size)
+            log.info(
+                "%s, %d replica(s): %d warm-up + %d timed steps of %d sentences",
+                config,
+                replicas,
+                warmup,
+                steps,
+                args.batch_size,
+            )
             result = run_setting(args, config, replicas, steps, warmup)
             if "error" not in result:
-                log.info("  %.0f targets/s, %.2f s/step, ~%.1f GFLOP/s, CPU %.0f%%, peak RSS %.0f MB",
-                         result["targets_per_s"], result["seconds_per_step"], result["gflops_estimate"],
-                         100 * result["cpu_utilization"], result["peak_rss_mb"])
+                log.info(
+                    "  %.0f targets/s, %.2f s/step, ~%.1f GFLOP/s, CPU %.0f%%, peak RSS %.0f MB",
+                    result["targets_per_s"],
+                    result["seconds_per_step"],
+                    result["gflops_estimate"],
+                    100 * result["cpu_utilization"],
+                    result["peak_rss_mb"],
+                )
             results.append(result)
     load_after = os.getloadavg()
     base = {r["config"]: r["targets_per_s"] for r in results if r.get("replicas") == 1 and "error" not in r}
@@ -191,29 +239,49 @@ def main(argv=None):
             r["speedup_vs_1"] = r["targets_per_s"] / base[r["config"]]
 
     print()
-    print(f"biLM training throughput (forward + backward + Adagrad update, sampled softmax {args.num_sampled}), "
-          f"batch {args.batch_size} sentences, {os.cpu_count()} CPUs")
+    print(
+        f"biLM training throughput (forward + backward + Adagrad update, sampled softmax {args.num_sampled}), "
+        f"batch {args.batch_size} sentences, {os.cpu_count()} CPUs"
+    )
     print("| config | params | replicas | targets/s | s/step | vs 1 replica | ~GFLOP/s | CPU util | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         if "error" in r:
             print(f"| {r['config']} | - | {r['replicas']} | failed (exit {r['returncode']}) | | | | | |")
             continue
-        print(f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['replicas']} | {r['targets_per_s']:.0f} | "
-              f"{r['seconds_per_step']:.2f} | {r.get('speedup_vs_1', float('nan')):.2f}x | {r['gflops_estimate']:.1f} "
-              f"| {100 * r['cpu_utilization']:.0f}% | {r['peak_rss_mb']:.0f} |")
-    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}"
-          + ("  (busy machine: numbers are only a smoke test)" if max(load_before[0], load_after[0]) > 1.5 else ""))
+        print(
+            f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['replicas']} | {r['targets_per_s']:.0f} | "
+            f"{r['seconds_per_step']:.2f} | {r.get('speedup_vs_1', float('nan')):.2f}x | {r['gflops_estimate']:.1f} "
+            f"| {100 * r['cpu_utilization']:.0f}% | {r['peak_rss_mb']:.0f} |"
+        )
+    print(
+        f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}"
+        + ("  (busy machine: numbers are only a smoke test)" if max(load_before[0], load_after[0]) > 1.5 else "")
+    )
 
     from importlib.metadata import version
 
-    record = {"benchmark": "train_throughput", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "tensorflow": version("tensorflow"),
-                          "load_average_before": load_before, "load_average_after": load_after},
-              "settings": {"batch_size": args.batch_size, "max_tokens": args.max_tokens,
-                           "num_sampled": args.num_sampled, "lines": args.lines, "data": args.data,
-                           "threads": args.threads, "quick": args.quick},
-              "results": results}
+    record = {
+        "benchmark": "train_throughput",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "tensorflow": version("tensorflow"),
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+        },
+        "settings": {
+            "batch_size": args.batch_size,
+            "max_tokens": args.max_tokens,
+            "num_sampled": args.num_sampled,
+            "lines": args.lines,
+            "data": args.data,
+            "threads": args.threads,
+            "quick": args.quick,
+        },
+        "results": results,
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(record, f, indent=2)

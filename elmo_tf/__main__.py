@@ -1,4 +1,5 @@
 """Command line: `python -m elmo_tf embed ...`."""
+
 import argparse
 import logging
 import os
@@ -25,26 +26,43 @@ the same vectors whatever it is batched with.
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m elmo_tf", description="ELMo tools.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m elmo_tf",
+        description="ELMo tools.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  python -m elmo_tf embed --options options.json --weights weights.hdf5 "
-               "--input sentences.txt --output out.hdf5\n  python -m elmo_tf embed --help      # all options of embed")
+        "--input sentences.txt --output out.hdf5\n  python -m elmo_tf embed --help      # all options of embed",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("embed", help="write ELMo activations for every line of a text file to hdf5",
-                       description="Write ELMo activations for every sentence of a file (like bilm-tf's "
-                                   "dump_bilm_embeddings and AllenNLP's `elmo --all`).",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "embed",
+        help="write ELMo activations for every line of a text file to hdf5",
+        description="Write ELMo activations for every sentence of a file (like bilm-tf's "
+        "dump_bilm_embeddings and AllenNLP's `elmo --all`).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--options", required=True, help="bilm-tf/AllenNLP options.json")
     p.add_argument("--weights", required=True, help="bilm-tf/AllenNLP weights.hdf5")
     p.add_argument("--input", required=True, help="text file, one whitespace-tokenized sentence per line")
     p.add_argument("--output", required=True, help="hdf5 file to write")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="sentences per batch (64)")
     p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
-    p.add_argument("--max-batch-tokens", type=positive_int("--max-batch-tokens"), default=None,
-                   help="cap on rows x longest sentence per batch (default 128 x batch size)")
-    p.add_argument("--max-sentence-tokens", type=positive_int("--max-sentence-tokens"), default=None,
-                   help="cut longer sentences to this many tokens (default: never cut)")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=positive_int("--max-batch-tokens"),
+        default=None,
+        help="cap on rows x longest sentence per batch (default 128 x batch size)",
+    )
+    p.add_argument(
+        "--max-sentence-tokens",
+        type=positive_int("--max-sentence-tokens"),
+        default=None,
+        help="cut longer sentences to this many tokens (default: never cut)",
+    )
     p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length")
-    p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)"
+    )
     return parser
 
 
@@ -77,13 +95,28 @@ def main(argv=None):
     total = len(read_sentences(args.input)[0])
     start = time.perf_counter()
     with tqdm(total=total, unit="sent", file=sys.stderr, desc="embed") as bar:
-        stats = embed_file(model, args.input, args.output, batch_size=args.batch_size, layers=args.layers,
-                           max_batch_tokens=args.max_batch_tokens, sort=not args.no_sort,
-                           max_sentence_tokens=args.max_sentence_tokens, progress=bar.update)
+        stats = embed_file(
+            model,
+            args.input,
+            args.output,
+            batch_size=args.batch_size,
+            layers=args.layers,
+            max_batch_tokens=args.max_batch_tokens,
+            sort=not args.no_sort,
+            max_sentence_tokens=args.max_sentence_tokens,
+            progress=bar.update,
+        )
     seconds = time.perf_counter() - start
-    log.info("%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; wrote %s", stats["sentences"],
-             stats["tokens"], seconds, stats["tokens"] / max(seconds, 1e-9), stats["empty"], stats["truncated"],
-             args.output)
+    log.info(
+        "%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; wrote %s",
+        stats["sentences"],
+        stats["tokens"],
+        seconds,
+        stats["tokens"] / max(seconds, 1e-9),
+        stats["empty"],
+        stats["truncated"],
+        args.output,
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """`tf.distribute` strategies by name."""
+
 import json
 import os
 
@@ -30,7 +31,8 @@ def get_strategy(name="mirrored"):
         except json.JSONDecodeError as e:
             raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     if name == "one_device":
         gpus = tf.config.list_logical_devices("GPU")
@@ -44,5 +46,8 @@ def is_chief(strategy):
     if resolver is None or not resolver.cluster_spec().as_dict():
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
-    return task_type is None or task_type == "chief" or (task_type == "worker" and task_id == 0 and
-                                                          "chief" not in resolver.cluster_spec().as_dict())
+    return (
+        task_type is None
+        or task_type == "chief"
+        or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())
+    )

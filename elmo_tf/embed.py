@@ -2,6 +2,7 @@
 
 The library side of `python -m elmo_tf embed`; nothing here prints.
 """
+
 import json
 import os
 
@@ -31,14 +32,16 @@ def plan_batches(lengths, batch_size=64, max_batch_tokens=None, sort=True, windo
     indices = [i for i, n in enumerate(lengths) if n > 0]
     batches = []
     for start in range(0, len(indices), window):
-        chunk = indices[start:start + window]
+        chunk = indices[start : start + window]
         if sort:
             chunk = sorted(chunk, key=lambda i: lengths[i])
         batch, longest = [], 0
         for i in chunk:
             new_longest = max(longest, lengths[i])
-            if batch and (len(batch) == batch_size or
-                          (max_batch_tokens is not None and (len(batch) + 1) * new_longest > max_batch_tokens)):
+            if batch and (
+                len(batch) == batch_size
+                or (max_batch_tokens is not None and (len(batch) + 1) * new_longest > max_batch_tokens)
+            ):
                 batches.append(batch)
                 batch, new_longest = [], lengths[i]
             batch.append(i)
@@ -86,8 +89,8 @@ class Embedder:
         padded = [list(s) + [b""] * (longest - len(s)) for s in sentences]
         out = self._run(tf.constant(padded, tf.string)).numpy()
         if self.layers == "all":
-            return [out[k, :, :len(s)] for k, s in enumerate(sentences)]
-        return [out[k, :len(s)] for k, s in enumerate(sentences)]
+            return [out[k, :, : len(s)] for k, s in enumerate(sentences)]
+        return [out[k, : len(s)] for k, s in enumerate(sentences)]
 
 
 def read_sentences(path):
@@ -101,8 +104,17 @@ def read_sentences(path):
     return [line.split() for line in lines], lines
 
 
-def embed_file(model, input_path, output_path, batch_size=64, layers="all", max_batch_tokens=None, sort=True,
-               max_sentence_tokens=None, progress=None):
+def embed_file(
+    model,
+    input_path,
+    output_path,
+    batch_size=64,
+    layers="all",
+    max_batch_tokens=None,
+    sort=True,
+    max_sentence_tokens=None,
+    progress=None,
+):
     """Writes one dataset per input line ("0", "1", ...) plus `sentence_to_index` to `output_path` (hdf5).
 
     Empty lines give a dataset with 0 tokens; sentences longer than `max_sentence_tokens` (when set)
@@ -139,8 +151,9 @@ def embed_file(model, input_path, output_path, batch_size=64, layers="all", max_
                 if progress:
                     progress(len(batch))
             index = {line.decode("utf-8", "replace"): str(i) for i, line in enumerate(lines)}
-            f.create_dataset("sentence_to_index", data=np.array([json.dumps(index)], dtype=object),
-                             dtype=h5py.string_dtype())
+            f.create_dataset(
+                "sentence_to_index", data=np.array([json.dumps(index)], dtype=object), dtype=h5py.string_dtype()
+            )
         os.replace(tmp, output_path)
     finally:
         if os.path.exists(tmp):

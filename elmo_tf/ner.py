@@ -5,6 +5,7 @@ The same `NERTagger` head trains on features from either source: `InProcessFeatu
 Both give, per sentence, the biLM activations `(L+1, n_tokens, 2P)` with the token layer duplicated,
 exactly the layout of `python -m elmo_tf embed --layers all`.
 """
+
 import collections
 import json
 import math
@@ -23,7 +24,7 @@ def _in_batches(fetch, sentences, batch_size, progress=None):
     """Per-sentence arrays of `fetch` called on chunks of `batch_size`; `progress(n)` after each chunk."""
     out = []
     for start in range(0, len(sentences), batch_size):
-        chunk = sentences[start:start + batch_size]
+        chunk = sentences[start : start + batch_size]
         out.extend(fetch(chunk))
         if progress:
             progress(len(chunk))
@@ -42,8 +43,12 @@ class InProcessFeatures:
         self.num_layers = elmo.num_output_layers
 
     def __call__(self, sentences, progress=None):
-        return _in_batches(lambda chunk: self.embedder.embed_batch([[t.encode("utf-8") for t in s] for s in chunk]),
-                           sentences, self.batch_size, progress)
+        return _in_batches(
+            lambda chunk: self.embedder.embed_batch([[t.encode("utf-8") for t in s] for s in chunk]),
+            sentences,
+            self.batch_size,
+            progress,
+        )
 
 
 class ServedFeatures:
@@ -103,8 +108,7 @@ class Encoder:
         return convert([self.labels[i] for i in ids], self.scheme, self.source_scheme)
 
     def to_json(self):
-        return {"labels": self.labels, "scheme": self.scheme, "source_scheme": self.source_scheme,
-                "words": self.words}
+        return {"labels": self.labels, "scheme": self.scheme, "source_scheme": self.source_scheme, "words": self.words}
 
     @classmethod
     def from_json(cls, data):
@@ -130,8 +134,19 @@ class NERBatches(keras.utils.PyDataset):
         use_words, use_chars: add `word_ids` / `char_ids` inputs.
     """
 
-    def __init__(self, sentences, encoder, features=None, batch_size=32, shuffle=True, use_words=True,
-                 use_chars=True, seed=0, with_tags=True, **kwargs):
+    def __init__(
+        self,
+        sentences,
+        encoder,
+        features=None,
+        batch_size=32,
+        shuffle=True,
+        use_words=True,
+        use_chars=True,
+        seed=0,
+        with_tags=True,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.sentences, self.encoder, self.features = sentences, encoder, features
         self.batch_size, self.shuffle = batch_size, shuffle
@@ -141,7 +156,7 @@ class NERBatches(keras.utils.PyDataset):
 
     def _plan(self):
         idx = sorted(range(len(self.sentences)), key=lambda i: len(self.sentences[i].tokens))
-        batches = [idx[i:i + self.batch_size] for i in range(0, len(idx), self.batch_size)]
+        batches = [idx[i : i + self.batch_size] for i in range(0, len(idx), self.batch_size)]
         if self.shuffle:
             self.rng.shuffle(batches)
         return batches
@@ -234,8 +249,9 @@ def span_scores(gold, predicted, scheme="iob2"):
         return {"precision": precision, "recall": recall, "f1": f1}
 
     result = prf(sum(correct.values()), sum(n_pred.values()), sum(n_gold.values()))
-    result["per_type"] = {k: dict(prf(correct[k], n_pred[k], n_gold[k]), support=n_gold[k])
-                          for k in sorted(set(n_gold) | set(n_pred))}
+    result["per_type"] = {
+        k: dict(prf(correct[k], n_pred[k], n_gold[k]), support=n_gold[k]) for k in sorted(set(n_gold) | set(n_pred))
+    }
     return result
 
 

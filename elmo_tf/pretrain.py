@@ -7,6 +7,7 @@ and multiple workers alike. Loss per step = mean over all target tokens of all r
 Gradients are all-reduced, then clipped by their global norm (Keras would clip per replica, before the
 all-reduce), then applied.
 """
+
 import csv
 import dataclasses
 import json
@@ -37,9 +38,10 @@ class NonFiniteLossError(RuntimeError):
 class TrainConfig:
     """How to train (the architecture is a `BiLMConfig`). Defaults follow the original recipe where it
     fits a CPU: Adagrad lr 0.2 (initial accumulator 1.0), global-norm clip 10, dropout 0.1."""
-    batch_size: int = 128            # sentences per step, all replicas together
-    max_tokens: int = 50             # longer lines are cut into pieces of this many tokens
-    steps: int = 0                   # total steps (0: from epochs)
+
+    batch_size: int = 128  # sentences per step, all replicas together
+    max_tokens: int = 50  # longer lines are cut into pieces of this many tokens
+    steps: int = 0  # total steps (0: from epochs)
     epochs: float = 0.0
     optimizer: str = "adagrad"
     learning_rate: float = 0.2
@@ -48,7 +50,7 @@ class TrainConfig:
     num_sampled: int = 8192
     checkpoint_every: int = 200
     log_every: int = 10
-    validate_every: int = 0          # 0: only at the end
+    validate_every: int = 0  # 0: only at the end
     shuffle_buffer: int = 10000
     seed: int = 0
 
@@ -134,8 +136,11 @@ def evaluate_perplexity(model, vocab, files, batch_size=64, max_tokens=50, progr
     table = vocabulary_table(vocab.words)
     ds = lm_dataset(files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False)
 
-    @tf.function(input_signature=[{"char_ids": tf.TensorSpec([None, None, 50], tf.int32),
-                                   "token_ids": tf.TensorSpec([None, None], tf.int32)}])
+    @tf.function(
+        input_signature=[
+            {"char_ids": tf.TensorSpec([None, None, 50], tf.int32), "token_ids": tf.TensorSpec([None, None], tf.int32)}
+        ]
+    )
     def step(batch):
         return model.losses_sum(batch, training=False, sampled=False)
 
@@ -147,8 +152,12 @@ def evaluate_perplexity(model, vocab, files, batch_size=64, max_tokens=50, progr
             progress(int(batch["token_ids"].shape[0]))
     if count == 0:
         raise ValueError(f"no tokens to evaluate in {files}")
-    return {"forward": math.exp(fwd / count), "backward": math.exp(bwd / count),
-            "average": math.exp(0.5 * (fwd + bwd) / count), "tokens": int(count)}
+    return {
+        "forward": math.exp(fwd / count),
+        "backward": math.exp(bwd / count),
+        "average": math.exp(0.5 * (fwd + bwd) / count),
+        "tokens": int(count),
+    }
 
 
 def _scale(grad, factor):
@@ -171,8 +180,9 @@ class Trainer:
         init_from: optional `(options.json, weights.hdf5)` of an existing biLM to start from.
     """
 
-    def __init__(self, strategy, bilm_config, train_config, vocab, train_files, output_dir, valid_files=None,
-                 init_from=None):
+    def __init__(
+        self, strategy, bilm_config, train_config, vocab, train_files, output_dir, valid_files=None, init_from=None
+    ):
         self.strategy = strategy
         self.bilm_config = bilm_config
         self.config = train_config
@@ -182,12 +192,20 @@ class Trainer:
         self.output_dir = output_dir
         self.chief = is_chief(strategy)
         if init_from and BiLMConfig.from_json(init_from[0]) != bilm_config:
-            raise ValueError(f"--init-from options {init_from[0]!r} describe a different architecture than the "
-                             f"run's config; pass the same options as --config")
+            raise ValueError(
+                f"--init-from options {init_from[0]!r} describe a different architecture than the "
+                f"run's config; pass the same options as --config"
+            )
         os.makedirs(output_dir, exist_ok=True)
         with strategy.scope():
-            self.model = BiLMPretrainer(bilm_config, len(vocab), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-                                        num_sampled=train_config.num_sampled, dropout=train_config.dropout)
+            self.model = BiLMPretrainer(
+                bilm_config,
+                len(vocab),
+                bos_id=vocab.bos_id,
+                eos_id=vocab.eos_id,
+                num_sampled=train_config.num_sampled,
+                dropout=train_config.dropout,
+            )
             self.optimizer = make_optimizer(train_config)
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -210,25 +228,41 @@ class Trainer:
             load_bilm_weights(self.model, weights)
             softmax = os.path.join(os.path.dirname(weights), "softmax.hdf5")
             vocab_file = os.path.join(os.path.dirname(weights), "vocab.txt")
-            if os.path.isfile(softmax) and os.path.isfile(vocab_file) and \
-                    Vocabulary.load(vocab_file).words == vocab.words:
+            if (
+                os.path.isfile(softmax)
+                and os.path.isfile(vocab_file)
+                and Vocabulary.load(vocab_file).words == vocab.words
+            ):
                 load_softmax(self.model, softmax)
                 log.info("initialized biLM and softmax from %s", os.path.dirname(weights))
             else:
-                log.info("initialized the biLM from %s; the softmax starts fresh (no softmax.hdf5 with the "
-                         "same vocabulary beside it)", weights)
+                log.info(
+                    "initialized the biLM from %s; the softmax starts fresh (no softmax.hdf5 with the "
+                    "same vocabulary beside it)",
+                    weights,
+                )
         if train_config.steps:
             self.total_steps = train_config.steps
         else:
             pieces = count_pieces(self.train_files, train_config.max_tokens)
             self.total_steps = max(1, math.ceil(train_config.epochs * pieces / train_config.batch_size))
-            log.info("%d training sentences per epoch -> %d steps for %.3g epochs", pieces, self.total_steps,
-                     train_config.epochs)
+            log.info(
+                "%d training sentences per epoch -> %d steps for %.3g epochs",
+                pieces,
+                self.total_steps,
+                train_config.epochs,
+            )
         self._train_step = self._build_train_step()
         self._check_workers_agree()
         # a fixed probe batch: a checkpoint is written only when the weights give a finite loss on it
-        probe = lm_dataset(self.train_files, vocabulary_table(vocab.words), 8, max_tokens=train_config.max_tokens,
-                           shuffle_buffer=0, repeat=False)
+        probe = lm_dataset(
+            self.train_files,
+            vocabulary_table(vocab.words),
+            8,
+            max_tokens=train_config.max_tokens,
+            shuffle_buffer=0,
+            repeat=False,
+        )
         self._probe_batch = next(iter(probe))
         self._probe_loss = tf.function(lambda batch: self.model.losses_sum(batch, training=False, sampled=False))
 
@@ -237,29 +271,43 @@ class Trainer:
         if getattr(self.strategy.extended, "_num_workers", 1) <= 1:
             return
         step = tf.cast(self.step, tf.float64)
-        moments = self.strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.MEAN, tf.stack([step, step * step])))
+        moments = self.strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.MEAN, tf.stack([step, step * step])
+            )
+        )
         mean, mean_square = [float(v) for v in self.strategy.experimental_local_results(moments)[0]]
         if mean_square - mean * mean > 1e-6:  # a non-zero variance: not every worker is at the same step
-            raise ValueError(f"workers restored different steps (this one {int(self.step.numpy())}, mean {mean:g}): "
-                             f"every worker must keep "
-                             f"its checkpoint directory under {self.output_dir!r} between runs")
+            raise ValueError(
+                f"workers restored different steps (this one {int(self.step.numpy())}, mean {mean:g}): "
+                f"every worker must keep "
+                f"its checkpoint directory under {self.output_dir!r} between runs"
+            )
 
     def _dataset(self, start_step):
         config, table = self.config, vocabulary_table(self.vocab.words)
 
         def make(ctx):
             per_replica = ctx.get_per_replica_batch_size(config.batch_size)
-            ds = lm_dataset(self.train_files, table, per_replica, max_tokens=config.max_tokens,
-                            shuffle_buffer=config.shuffle_buffer, seed=config.seed + ctx.input_pipeline_id,
-                            num_shards=ctx.num_input_pipelines, shard_index=ctx.input_pipeline_id)
+            ds = lm_dataset(
+                self.train_files,
+                table,
+                per_replica,
+                max_tokens=config.max_tokens,
+                shuffle_buffer=config.shuffle_buffer,
+                seed=config.seed + ctx.input_pipeline_id,
+                num_shards=ctx.num_input_pipelines,
+                shard_index=ctx.input_pipeline_id,
+            )
             # each step takes one batch per replica of this pipeline: skip what was trained already
             per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
             return ds.skip(start_step * per_step)
 
         if self.config.batch_size % self.strategy.num_replicas_in_sync:
-            raise ValueError(f"batch_size {self.config.batch_size} must divide evenly over "
-                             f"{self.strategy.num_replicas_in_sync} replicas")
+            raise ValueError(
+                f"batch_size {self.config.batch_size} must divide evenly over "
+                f"{self.strategy.num_replicas_in_sync} replicas"
+            )
         return self.strategy.distribute_datasets_from_function(make)
 
     def _build_train_step(self):
@@ -298,7 +346,8 @@ class Trainer:
         if not math.isfinite(float(fwd) + float(bwd)):
             raise NonFiniteLossError(
                 f"the weights after step {int(self.step.numpy())} give a non-finite loss; not saved: the last good "
-                f"checkpoint ({self.manager.latest_checkpoint}) is kept. Lower --learning-rate or --clip-norm.")
+                f"checkpoint ({self.manager.latest_checkpoint}) is kept. Lower --learning-rate or --clip-norm."
+            )
         return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
     def validate(self):
@@ -311,9 +360,18 @@ class Trainer:
         start_step = int(self.step.numpy())
         if self.chief:
             with open(os.path.join(self.output_dir, "train_config.json"), "w") as f:
-                json.dump({"train": dataclasses.asdict(self.config), "options": self.bilm_config.to_options(),
-                           "total_steps": self.total_steps, "replicas": self.strategy.num_replicas_in_sync,
-                           "train_files": self.train_files, "valid_files": self.valid_files}, f, indent=2)
+                json.dump(
+                    {
+                        "train": dataclasses.asdict(self.config),
+                        "options": self.bilm_config.to_options(),
+                        "total_steps": self.total_steps,
+                        "replicas": self.strategy.num_replicas_in_sync,
+                        "train_files": self.train_files,
+                        "valid_files": self.valid_files,
+                    },
+                    f,
+                    indent=2,
+                )
         iterator = iter(self._dataset(start_step))
         csv_path = os.path.join(self.output_dir, "log.csv")
         new_csv = not os.path.exists(csv_path)
@@ -331,7 +389,8 @@ class Trainer:
                 if not math.isfinite(fwd + bwd):
                     raise NonFiniteLossError(
                         f"loss is {fwd + bwd} at step {step}; stopped without saving: the last good checkpoint "
-                        f"({self.manager.latest_checkpoint}) is kept. Lower --learning-rate or --clip-norm.")
+                        f"({self.manager.latest_checkpoint}) is kept. Lower --learning-rate or --clip-norm."
+                    )
                 window["loss"] += 0.5 * (fwd + bwd)
                 window["count"] += count
                 if progress:
@@ -339,14 +398,24 @@ class Trainer:
                 if step % self.config.log_every == 0 or step == self.total_steps:
                     elapsed = time.perf_counter() - window["time"]
                     loss = window["loss"] / max(window["count"], 1.0)
-                    last = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                            "tokens_per_s": window["count"] / max(elapsed, 1e-9)}
+                    last = {
+                        "loss": loss,
+                        "perplexity": math.exp(min(loss, 50.0)),
+                        "tokens_per_s": window["count"] / max(elapsed, 1e-9),
+                    }
                     valid = None
                     if self.config.validate_every and step % self.config.validate_every == 0:
                         valid = self.validate()
                     if writer:
-                        writer.writerow([step, f"{loss:.5f}", f"{last['perplexity']:.3f}",
-                                         f"{last['tokens_per_s']:.1f}", f"{valid['average']:.3f}" if valid else ""])
+                        writer.writerow(
+                            [
+                                step,
+                                f"{loss:.5f}",
+                                f"{last['perplexity']:.3f}",
+                                f"{last['tokens_per_s']:.1f}",
+                                f"{valid['average']:.3f}" if valid else "",
+                            ]
+                        )
                         csv_file.flush()
                         with summary.as_default():
                             tf.summary.scalar("loss", loss, step=step)
@@ -377,5 +446,12 @@ class Trainer:
         return result
 
 
-__all__ = ["NonFiniteLossError", "TrainConfig", "Trainer", "evaluate_perplexity", "load_model_dir",
-           "make_optimizer", "write_model_dir"]
+__all__ = [
+    "NonFiniteLossError",
+    "TrainConfig",
+    "Trainer",
+    "evaluate_perplexity",
+    "load_model_dir",
+    "make_optimizer",
+    "write_model_dir",
+]

@@ -35,6 +35,7 @@ holding a Keras 3 model loads in Python but fails in TF Serving's C++ loader (te
 A version is written to a hidden temporary directory next to it, checked, then renamed into place, so a
 model server polling `<base>` never sees a half-written version; an existing version is never overwritten.
 """
+
 import argparse
 import logging
 import os
@@ -84,8 +85,11 @@ class ExportError(RuntimeError):
 
 def output_keys(num_layers):
     """The output names of every signature, for an L-layer biLM."""
-    return (["word_emb"] + [f"lstm_outputs{layer}" for layer in range(1, num_layers + 1)]
-            + ["elmo", "default", "sequence_len", "mask"])
+    return (
+        ["word_emb"]
+        + [f"lstm_outputs{layer}" for layer in range(1, num_layers + 1)]
+        + ["elmo", "default", "sequence_len", "mask"]
+    )
 
 
 def tf_text_op_library():
@@ -104,8 +108,7 @@ def _check_tokenizer(tokenizer):
 
 
 def _check_max_tokens(max_tokens):
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                   or max_tokens < 1):
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f"max_tokens must be None or a positive int, got {max_tokens!r}")
 
 
@@ -133,8 +136,7 @@ def _model_outputs(model, char_ids):
     result = {"word_emb": out["word_emb"]}
     for layer in range(1, model.config.num_layers + 1):
         result[f"lstm_outputs{layer}"] = out[f"lstm_outputs{layer}"]
-    result.update(elmo=out[model.mixes[0]], default=out["default"], sequence_len=out["sequence_len"],
-                  mask=out["mask"])
+    result.update(elmo=out[model.mixes[0]], default=out["default"], sequence_len=out["sequence_len"], mask=out["mask"])
     return result
 
 
@@ -149,11 +151,13 @@ def tokens_char_ids(tokens, sequence_len, max_tokens=None):
     sequence_len = tf.convert_to_tensor(sequence_len, tf.int32)
     width = tf.shape(tokens)[1]
     checks = [
-        tf.debugging.assert_equal(tf.shape(sequence_len)[0], tf.shape(tokens)[0],
-                                  message="sequence_len must have one entry per row of tokens"),
+        tf.debugging.assert_equal(
+            tf.shape(sequence_len)[0], tf.shape(tokens)[0], message="sequence_len must have one entry per row of tokens"
+        ),
         tf.debugging.assert_non_negative(sequence_len, message="sequence_len must be >= 0"),
-        tf.debugging.assert_less_equal(sequence_len, width,
-                                       message="sequence_len must be <= the width of tokens (axis 1)"),
+        tf.debugging.assert_less_equal(
+            sequence_len, width, message="sequence_len must be <= the width of tokens (axis 1)"
+        ),
     ]
     with tf.control_dependencies(checks):
         tokens = tf.identity(tokens)
@@ -185,11 +189,17 @@ def build_archive(model, tokenizer="whitespace", max_tokens=None):
     archive = keras.export.ExportArchive()
     archive.track(model)
     # the first endpoint is also written as `serving_default` (the same function, traced once)
-    archive.add_endpoint(SENTENCES_SIGNATURE, default,
-                         input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
-    archive.add_endpoint(TOKENS_SIGNATURE, tokens_fn,
-                         input_signature=[tf.TensorSpec([None, None], tf.string, name="tokens"),
-                                          tf.TensorSpec([None], tf.int32, name="sequence_len")])
+    archive.add_endpoint(
+        SENTENCES_SIGNATURE, default, input_signature=[tf.TensorSpec([None], tf.string, name="sentences")]
+    )
+    archive.add_endpoint(
+        TOKENS_SIGNATURE,
+        tokens_fn,
+        input_signature=[
+            tf.TensorSpec([None, None], tf.string, name="tokens"),
+            tf.TensorSpec([None], tf.int32, name="sequence_len"),
+        ],
+    )
     return archive
 
 
@@ -197,8 +207,11 @@ def existing_versions(base_dir):
     """The integer version directories under `base_dir`, sorted."""
     if not os.path.isdir(base_dir):
         return []
-    return sorted(int(name) for name in os.listdir(base_dir)
-                  if re.fullmatch(r"[0-9]+", name) and os.path.isdir(os.path.join(base_dir, name)))
+    return sorted(
+        int(name)
+        for name in os.listdir(base_dir)
+        if re.fullmatch(r"[0-9]+", name) and os.path.isdir(os.path.join(base_dir, name))
+    )
 
 
 def next_version(base_dir):
@@ -208,6 +221,7 @@ def next_version(base_dir):
 
 
 # ---------------------------------------------------------------------------------------------------- parity
+
 
 def _pad(token_lists):
     width = max([len(t) for t in token_lists], default=0)
@@ -249,8 +263,9 @@ def compare_outputs(expected, actual):
     return diffs
 
 
-def check_export(model, export_dir, tokenizer="whitespace", max_tokens=None, sentences=CHECK_SENTENCES,
-                 atol=PARITY_ATOL):
+def check_export(
+    model, export_dir, tokenizer="whitespace", max_tokens=None, sentences=CHECK_SENTENCES, atol=PARITY_ATOL
+):
     """Reloads `export_dir` with `tf.saved_model.load` and compares every signature with the Keras model.
 
     The `tokens` signature also gets junk beyond each `sequence_len`, which must not change anything.
@@ -267,14 +282,18 @@ def check_export(model, export_dir, tokenizer="whitespace", max_tokens=None, sen
     junk = np.where(tokens == b"", b"junk", tokens)  # beyond sequence_len: ignored
     results = {}
     for name in (SENTENCES_SIGNATURE, SERVING_DEFAULT):
-        out = loaded.signatures[name](sentences=tf.constant([s.encode("utf-8") if isinstance(s, str) else s
-                                                             for s in sentences], tf.string))
+        out = loaded.signatures[name](
+            sentences=tf.constant([s.encode("utf-8") if isinstance(s, str) else s for s in sentences], tf.string)
+        )
         results[name] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
-    out = loaded.signatures[TOKENS_SIGNATURE](tokens=tf.constant(junk, tf.string),
-                                              sequence_len=tf.constant(lengths))
+    out = loaded.signatures[TOKENS_SIGNATURE](tokens=tf.constant(junk, tf.string), sequence_len=tf.constant(lengths))
     results[TOKENS_SIGNATURE] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
-    bad = {f"{sig}/{key}": diff for sig, diffs in results.items() for key, diff in diffs.items()
-           if diff > (atol if np.asarray(expected[key]).dtype.kind == "f" else 0)}
+    bad = {
+        f"{sig}/{key}": diff
+        for sig, diffs in results.items()
+        for key, diff in diffs.items()
+        if diff > (atol if np.asarray(expected[key]).dtype.kind == "f" else 0)
+    }
     if bad:
         raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (atol {atol}): {bad}")
     return results
@@ -282,8 +301,10 @@ def check_export(model, export_dir, tokenizer="whitespace", max_tokens=None, sen
 
 # ---------------------------------------------------------------------------------------------------- export
 
-def export_elmo(model, base_dir, version=None, tokenizer="whitespace", max_tokens=None, check=True,
-                check_sentences=CHECK_SENTENCES):
+
+def export_elmo(
+    model, base_dir, version=None, tokenizer="whitespace", max_tokens=None, check=True, check_sentences=CHECK_SENTENCES
+):
     """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures; returns its path.
 
     Args:
@@ -387,18 +408,32 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None):
-    parser = _Parser(prog="export_savedmodel.py", description=__doc__.split("\n")[0], epilog=EXAMPLES,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="export_savedmodel.py",
+        description=__doc__.split("\n")[0],
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--options", help="bilm-tf options.json (with --weights)")
     parser.add_argument("--weights", help="bilm-tf/AllenNLP weights.hdf5 (with --options)")
-    parser.add_argument("--model-dir", help="a directory holding options.json and weights.hdf5 (a pretraining "
-                                            "output directory), instead of --options/--weights")
+    parser.add_argument(
+        "--model-dir",
+        help="a directory holding options.json and weights.hdf5 (a pretraining "
+        "output directory), instead of --options/--weights",
+    )
     parser.add_argument("--output", required=True, help="base path of the model: versions go to OUTPUT/<version>/")
     parser.add_argument("--version", type=positive_int("--version"), help="version number (default: next integer)")
-    parser.add_argument("--tokenizer", choices=TOKENIZERS, default="whitespace",
-                        help="in-graph tokenizer of the default signature (default: whitespace)")
-    parser.add_argument("--max-tokens", type=positive_int("--max-tokens"),
-                        help="cut every sentence to its first N tokens, in both signatures")
+    parser.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        default="whitespace",
+        help="in-graph tokenizer of the default signature (default: whitespace)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_int("--max-tokens"),
+        help="cut every sentence to its first N tokens, in both signatures",
+    )
     parser.add_argument("--no-check", action="store_true", help="skip the reload-and-compare check (not advised)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
@@ -423,8 +458,10 @@ def parse_args(argv=None):
     if os.path.exists(args.output) and not os.path.isdir(args.output):
         parser.error(f"argument --output: exists and is not a directory: {args.output!r}")
     if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
-        parser.error(f"argument --version: version {args.version} already exists at "
-                     f"{os.path.join(args.output, str(args.version))}; versions are never overwritten")
+        parser.error(
+            f"argument --version: version {args.version} already exists at "
+            f"{os.path.join(args.output, str(args.version))}; versions are never overwritten"
+        )
     if args.tokenizer == "unicode_script":
         try:
             import tensorflow_text  # noqa: F401
@@ -435,8 +472,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from elmo_tf.io.bilm_hdf5 import WeightFileError, load_elmo
 
     try:
@@ -446,8 +484,14 @@ def main(argv=None):
         logger.error("cannot load the model: %s", e)
         return 1
     try:
-        path = export_elmo(model, args.output, version=args.version, tokenizer=args.tokenizer,
-                           max_tokens=args.max_tokens, check=not args.no_check)
+        path = export_elmo(
+            model,
+            args.output,
+            version=args.version,
+            tokenizer=args.tokenizer,
+            max_tokens=args.max_tokens,
+            check=not args.no_check,
+        )
     except FileExistsError as e:
         logger.error("--version: %s", e)
         return 1

@@ -13,6 +13,7 @@ examples:
   python export/export_tagger.py --ner runs/ner --elmo runs/small --output models/tagger
   python export/export_tagger.py --ner runs/ner_base --output models/tagger_base    # a --no-elmo tagger
 """
+
 import argparse
 import json
 import logging
@@ -51,8 +52,13 @@ def spans_from_tags(tag_ids, mask, labels):
     next_prefix = tf.concat([prefix[:, 1:], tf.fill([tf.shape(prefix)[0], 1], "O")], axis=1)
     next_kind = tf.concat([kind[:, 1:], tf.fill([tf.shape(kind)[0], 1], "")], axis=1)
     next_mask = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
-    continues = (next_mask & ((next_prefix == "I") | (next_prefix == "E")) & (next_kind == kind)
-                 & (prefix != "E") & (prefix != "S"))
+    continues = (
+        next_mask
+        & ((next_prefix == "I") | (next_prefix == "E"))
+        & (next_kind == kind)
+        & (prefix != "E")
+        & (prefix != "S")
+    )
     ends = inside & ~continues
     positions = tf.broadcast_to(tf.range(tf.shape(tag_ids)[1])[None], tf.shape(tag_ids))
     start = tf.ragged.boolean_mask(positions, starts).to_tensor(-1)
@@ -74,9 +80,12 @@ def build_tagger_archive(head, encoder, elmo=None, tokenizer="whitespace", max_t
     table = None
     if head.word_vocab_size:
         table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(tf.constant(encoder.words or [""], tf.string),
-                                                tf.range(2, max(len(encoder.words), 1) + 2, dtype=tf.int32)),
-            default_value=1)
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(encoder.words or [""], tf.string),
+                tf.range(2, max(len(encoder.words), 1) + 2, dtype=tf.int32),
+            ),
+            default_value=1,
+        )
         archive.track(table)
     labels = list(encoder.labels)
 
@@ -93,15 +102,30 @@ def build_tagger_archive(head, encoder, elmo=None, tokenizer="whitespace", max_t
             inputs["char_ids"] = char_ids
         ids = head(inputs, training=False)
         num, start, end, span_type = spans_from_tags(ids, mask, labels)
-        return {"tokens": tokens, "sequence_len": lengths, "tags": tf.where(mask, tf.gather(labels, ids), ""),
-                "num_spans": num, "span_start": start, "span_end": end, "span_type": span_type}
+        return {
+            "tokens": tokens,
+            "sequence_len": lengths,
+            "tags": tf.where(mask, tf.gather(labels, ids), ""),
+            "num_spans": num,
+            "span_start": start,
+            "span_end": end,
+            "span_type": span_type,
+        }
 
     archive.add_endpoint(SIGNATURE, tag, input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
     return archive, tag
 
 
-def export_tagger(head, encoder, base_dir, elmo=None, version=None, tokenizer="whitespace", max_tokens=None,
-                  check_sentences=("EU rejects German call to boycott British lamb .", "", "Peter Blackburn")):
+def export_tagger(
+    head,
+    encoder,
+    base_dir,
+    elmo=None,
+    version=None,
+    tokenizer="whitespace",
+    max_tokens=None,
+    check_sentences=("EU rejects German call to boycott British lamb .", "", "Peter Blackburn"),
+):
     """Writes `<base_dir>/<version>/` and checks the reloaded tags equal the Keras tagger's; returns the path."""
 
     def write(tmp):
@@ -120,8 +144,11 @@ def export_tagger(head, encoder, base_dir, elmo=None, version=None, tokenizer="w
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ner", required=True, help="training/train_ner.py output dir (model.keras, encoder.json)")
-    parser.add_argument("--elmo", default=None, help="the biLM the tagger was trained on: dir or weights.hdf5 "
-                                                     "(default: what the NER dir's config.json names)")
+    parser.add_argument(
+        "--elmo",
+        default=None,
+        help="the biLM the tagger was trained on: dir or weights.hdf5 (default: what the NER dir's config.json names)",
+    )
     parser.add_argument("--output", required=True, help="base dir, e.g. models/tagger")
     parser.add_argument("--version", type=int, default=None)
     parser.add_argument("--tokenizer", default="whitespace", choices=("whitespace", "unicode_script"))
@@ -152,8 +179,15 @@ def main(argv=None):
         except ValueError as e:
             parser.error(f"--elmo: {e}")
     try:
-        path = export_tagger(head, encoder, args.output, elmo=elmo, version=args.version, tokenizer=args.tokenizer,
-                             max_tokens=args.max_tokens)
+        path = export_tagger(
+            head,
+            encoder,
+            args.output,
+            elmo=elmo,
+            version=args.version,
+            tokenizer=args.tokenizer,
+            max_tokens=args.max_tokens,
+        )
     except (FileExistsError, ValueError) as e:
         parser.error(f"--output/--version: {e}")
     logger.info("wrote %s (signature %r and serving_default)", path, SIGNATURE)

@@ -10,9 +10,17 @@
 
 Names are imported lazily, so `serve.py` can hand over to the stock server without loading TensorFlow.
 """
-_EXPORTS = {"ElmoClient": "serving.client", "ElmoRestClient": "serving.client", "Embeddings": "serving.client",
-            "ServingError": "serving.status", "ModelServer": "serving.server", "ServerOptions": "serving.server",
-            "BatchingOptions": "serving.batching", "Limits": "serving.servable"}
+
+_EXPORTS = {
+    "ElmoClient": "serving.client",
+    "ElmoRestClient": "serving.client",
+    "Embeddings": "serving.client",
+    "ServingError": "serving.status",
+    "ModelServer": "serving.server",
+    "ServerOptions": "serving.server",
+    "BatchingOptions": "serving.batching",
+    "Limits": "serving.servable",
+}
 __all__ = sorted(_EXPORTS)
 
 

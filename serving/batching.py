@@ -11,6 +11,7 @@ which is when merging pays, and a lone request pays no delay.
 `BatchStats` counts requests and model calls (`stats.snapshot()`; the REST server prints them at
 `/monitoring/prometheus/metrics`): `model_calls < requests` shows merging at work.
 """
+
 import collections
 import dataclasses
 import logging
@@ -60,10 +61,11 @@ class BatchStats:
 @dataclasses.dataclass
 class BatchingOptions:
     """Args:
-        max_batch_size: rows (sentences) of a merged call.
-        batch_timeout: seconds a worker waits for more requests once it holds one (0: merge only what queued).
-        num_threads: workers, i.e. model calls that may run at once.
+    max_batch_size: rows (sentences) of a merged call.
+    batch_timeout: seconds a worker waits for more requests once it holds one (0: merge only what queued).
+    num_threads: workers, i.e. model calls that may run at once.
     """
+
     max_batch_size: int = 32
     batch_timeout: float = 0.0
     num_threads: int = 2
@@ -109,8 +111,10 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._queues = collections.OrderedDict()  # runner -> deque of _Task
         self._stopping = False
-        self._threads = [threading.Thread(target=self._work, name=f"batch-{self.name}-{k}", daemon=True)
-                         for k in range(options.num_threads)]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"batch-{self.name}-{k}", daemon=True)
+            for k in range(options.num_threads)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -134,8 +138,10 @@ class BatchScheduler:
             self._cond.notify()
         if not task.done.wait(timeout):
             task.abandoned = True
-            raise ServingError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               f"deadline exceeded after {timeout:.3f} s waiting for the model (queued or running)")
+            raise ServingError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"deadline exceeded after {timeout:.3f} s waiting for the model (queued or running)",
+            )
         if isinstance(task.result, ServingError):
             raise task.result
         return task.result
@@ -219,8 +225,9 @@ class BatchScheduler:
             rows = sum(t.request.batch for t in tasks)
             self.stats.record_call(self.model_name, runner.name, len(tasks), rows)
             if len(tasks) > 1:
-                logger.debug("%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks), rows,
-                             runner.name)
+                logger.debug(
+                    "%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks), rows, runner.name
+                )
             for task, result in zip(tasks, results):
                 task.result = result
                 task.done.set()

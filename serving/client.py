@@ -19,6 +19,7 @@ default; the embedded server uses the same default, stock TF Serving accepts up 
 outputs you need with `output_filter` to keep responses small.
 Errors: a failed call raises `ServingError` with `.code` (a `grpc.StatusCode`) and `.details` (the server's message).
 """
+
 import base64
 import http.client
 import json
@@ -31,8 +32,13 @@ import grpc
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, types_pb2
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc)
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
 from serving.status import GRPC_CODE_OF_HTTP, ServingError, status_code
 
@@ -64,10 +70,14 @@ def _to_bytes(value, what):
 def sentences_array(sentences):
     """A list of sentences (str/bytes) -> object array of UTF-8 bytes `(batch,)`."""
     if isinstance(sentences, (str, bytes)):
-        raise TypeError(f"sentences must be a list of strings, got a single {type(sentences).__name__}; "
-                        f"wrap it in a list")
-    items = [_to_bytes(s, "each sentence") for s in np.asarray(sentences, dtype=object).reshape(-1)] \
-        if isinstance(sentences, np.ndarray) else [_to_bytes(s, "each sentence") for s in sentences]
+        raise TypeError(
+            f"sentences must be a list of strings, got a single {type(sentences).__name__}; wrap it in a list"
+        )
+    items = (
+        [_to_bytes(s, "each sentence") for s in np.asarray(sentences, dtype=object).reshape(-1)]
+        if isinstance(sentences, np.ndarray)
+        else [_to_bytes(s, "each sentence") for s in sentences]
+    )
     array = np.empty(len(items), dtype=object)
     array[:] = items
     return array
@@ -87,7 +97,7 @@ def tokens_arrays(tokens, sequence_len=None):
     width = max((len(row) for row in rows), default=0)
     array = np.full((len(rows), width), b"", dtype=object)
     for k, row in enumerate(rows):
-        array[k, :len(row)] = row
+        array[k, : len(row)] = row
     if sequence_len is None:
         lengths = [max((i + 1 for i, t in enumerate(row) if t != b""), default=0) for row in rows]
     else:
@@ -126,14 +136,25 @@ class ElmoClient:
         channel_options: extra gRPC channel options, list of (key, value).
     """
 
-    def __init__(self, target="localhost:8500", model_name="elmo", signature_name=SENTENCES_SIGNATURE, version=None,
-                 timeout=60.0, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES, max_retries=3, initial_backoff=0.1,
-                 max_backoff=2.0, credentials=None, channel_options=()):
+    def __init__(
+        self,
+        target="localhost:8500",
+        model_name="elmo",
+        signature_name=SENTENCES_SIGNATURE,
+        version=None,
+        timeout=60.0,
+        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
+        max_retries=3,
+        initial_backoff=0.1,
+        max_backoff=2.0,
+        credentials=None,
+        channel_options=(),
+    ):
         if not timeout or timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if not isinstance(max_message_bytes, int) or not 0 < max_message_bytes < 2 ** 31:
+        if not isinstance(max_message_bytes, int) or not 0 < max_message_bytes < 2**31:
             raise ValueError(f"max_message_bytes must be in [1, 2**31 - 1], got {max_message_bytes!r}")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
             raise ValueError(f"version must be None or an int >= 0, got {version!r}")
@@ -145,10 +166,16 @@ class ElmoClient:
         self.max_retries = max_retries
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
-        options = [("grpc.max_send_message_length", max_message_bytes),
-                   ("grpc.max_receive_message_length", max_message_bytes), *channel_options]
-        self.channel = (grpc.secure_channel(target, credentials, options=options) if credentials is not None
-                        else grpc.insecure_channel(target, options=options))
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            *channel_options,
+        ]
+        self.channel = (
+            grpc.secure_channel(target, credentials, options=options)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=options)
+        )
         self._predict = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
         self._models = model_service_pb2_grpc.ModelServiceStub(self.channel)
         self._random = random.Random()
@@ -172,8 +199,9 @@ class ElmoClient:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ServingError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                   f"deadline of {timeout:.3f} s exceeded after {attempt} attempts")
+                raise ServingError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline of {timeout:.3f} s exceeded after {attempt} attempts"
+                )
             try:
                 return method(request, timeout=remaining)
             except grpc.RpcError as e:
@@ -181,7 +209,7 @@ class ElmoClient:
                 details = e.details() if callable(getattr(e, "details", None)) else str(e)
                 if code != grpc.StatusCode.UNAVAILABLE or attempt >= self.max_retries:
                     raise ServingError(code, details or code.name) from None
-                pause = min(self.initial_backoff * 2 ** attempt, self.max_backoff) * self._random.uniform(0.5, 1.0)
+                pause = min(self.initial_backoff * 2**attempt, self.max_backoff) * self._random.uniform(0.5, 1.0)
                 time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
                 attempt += 1
 
@@ -208,17 +236,21 @@ class ElmoClient:
                 raise TypeError("output_filter must be a list of output names, got a single string")
             request.output_filter.extend(output_filter)
         response = self._call(self._predict.Predict, request, timeout)
-        return Embeddings({alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()},
-                          response.model_spec.name, response.model_spec.version.value,
-                          response.model_spec.signature_name)
+        return Embeddings(
+            {alias: tf.make_ndarray(proto) for alias, proto in response.outputs.items()},
+            response.model_spec.name,
+            response.model_spec.version.value,
+            response.model_spec.signature_name,
+        )
 
     def embed(self, sentences, output_filter=None, timeout=None, version=None):
         """Sentences (list of str/bytes, tokenized by the model) -> `Embeddings` of the sentence signature.
 
         Outputs have shape `(batch, T, ...)`, T the longest sentence in tokens; an empty list is a valid batch.
         """
-        return self.predict({"sentences": sentences_array(sentences)}, self.signature_name, output_filter, timeout,
-                            version)
+        return self.predict(
+            {"sentences": sentences_array(sentences)}, self.signature_name, output_filter, timeout, version
+        )
 
     def embed_tokens(self, tokens, sequence_len=None, output_filter=None, timeout=None, version=None):
         """Pre-tokenized sentences (list of token lists; ragged, or padded with "") -> `Embeddings` of "tokens".
@@ -229,8 +261,9 @@ class ElmoClient:
         Outputs have shape `(batch, width, ...)`, width the longest row of `tokens`.
         """
         array, lengths = tokens_arrays(tokens, sequence_len)
-        return self.predict({"tokens": array, "sequence_len": lengths}, TOKENS_SIGNATURE, output_filter, timeout,
-                            version)
+        return self.predict(
+            {"tokens": array, "sequence_len": lengths}, TOKENS_SIGNATURE, output_filter, timeout, version
+        )
 
     def model_status(self, version=None, timeout=None):
         """GetModelStatus: list of {"version", "state", "error_code", "error_message"}, highest version first."""
@@ -238,9 +271,15 @@ class ElmoClient:
         self._model_spec(request.model_spec, version)
         response = self._call(self._models.GetModelStatus, request, timeout)
         states = get_model_status_pb2.ModelVersionStatus.State
-        return [{"version": s.version, "state": states.Name(s.state),
-                 "error_code": status_code(s.status.error_code).name, "error_message": s.status.error_message}
-                for s in response.model_version_status]
+        return [
+            {
+                "version": s.version,
+                "state": states.Name(s.state),
+                "error_code": status_code(s.status.error_code).name,
+                "error_message": s.status.error_message,
+            }
+            for s in response.model_version_status
+        ]
 
     def metadata(self, version=None, timeout=None):
         """GetModelMetadata: {"model_name", "model_version", "signatures": {name: {"inputs": {alias: {"dtype",
@@ -253,15 +292,22 @@ class ElmoClient:
         response.metadata["signature_def"].Unpack(signature_map)
 
         def describe(infos):
-            return {alias: {"dtype": types_pb2.DataType.Name(info.dtype),
-                            "shape": None if info.tensor_shape.unknown_rank
-                            else [d.size for d in info.tensor_shape.dim]}
-                    for alias, info in sorted(infos.items())}
+            return {
+                alias: {
+                    "dtype": types_pb2.DataType.Name(info.dtype),
+                    "shape": None if info.tensor_shape.unknown_rank else [d.size for d in info.tensor_shape.dim],
+                }
+                for alias, info in sorted(infos.items())
+            }
 
-        return {"model_name": response.model_spec.name, "model_version": response.model_spec.version.value,
-                "signatures": {name: {"inputs": describe(sig.inputs), "outputs": describe(sig.outputs),
-                                      "method_name": sig.method_name}
-                               for name, sig in sorted(signature_map.signature_def.items())}}
+        return {
+            "model_name": response.model_spec.name,
+            "model_version": response.model_spec.version.value,
+            "signatures": {
+                name: {"inputs": describe(sig.inputs), "outputs": describe(sig.outputs), "method_name": sig.method_name}
+                for name, sig in sorted(signature_map.signature_def.items())
+            },
+        }
 
     def wait_for_model(self, timeout=60.0, version=None):
         """Waits until a version (or `version`) is AVAILABLE; returns the status list. Raises `ServingError`
@@ -275,24 +321,32 @@ class ElmoClient:
                     return status
                 last = status
             except ServingError as e:
-                if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND,
-                                  grpc.StatusCode.DEADLINE_EXCEEDED):
+                if e.code not in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.NOT_FOUND,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ):
                     raise
                 last = e
             time.sleep(0.1)
-        raise ServingError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                           f"model {self.model_name} not available at {self.target} after {timeout} s (last: {last})")
+        raise ServingError(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"model {self.model_name} not available at {self.target} after {timeout} s (last: {last})",
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- REST
 
+
 def _json_strings(array):
     """Object array of bytes -> nested lists of JSON strings ({"b64": ...} where not valid UTF-8)."""
+
     def one(b):
         try:
             return b.decode("utf-8")
         except UnicodeDecodeError:
             return {"b64": base64.b64encode(b).decode("ascii")}
+
     return np.vectorize(one, otypes=[object])(array).tolist() if array.size else array.tolist()
 
 
@@ -308,8 +362,14 @@ class ElmoRestClient:
         model_name, signature_name, version, timeout: as `ElmoClient`.
     """
 
-    def __init__(self, base_url="http://localhost:8501", model_name="elmo", signature_name=SENTENCES_SIGNATURE,
-                 version=None, timeout=60.0):
+    def __init__(
+        self,
+        base_url="http://localhost:8501",
+        model_name="elmo",
+        signature_name=SENTENCES_SIGNATURE,
+        version=None,
+        timeout=60.0,
+    ):
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url must look like http://host:port, got {base_url!r}")
@@ -353,8 +413,12 @@ class ElmoRestClient:
                 response = connection.getresponse()
                 data = response.read()
                 break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                    http.client.CannotSendRequest) as e:
+            except (
+                http.client.RemoteDisconnected,
+                ConnectionResetError,
+                BrokenPipeError,
+                http.client.CannotSendRequest,
+            ) as e:
                 self.close()
                 if attempt:
                     raise ServingError(grpc.StatusCode.UNAVAILABLE, f"{type(e).__name__}: {e}") from None
@@ -366,14 +430,19 @@ class ElmoRestClient:
                 message = json.loads(data)["error"]
             except (ValueError, KeyError, TypeError):
                 message = data.decode("utf-8", "replace")
-            raise ServingError(GRPC_CODE_OF_HTTP.get(response.status, grpc.StatusCode.UNKNOWN), message,
-                               http_status=response.status)
+            raise ServingError(
+                GRPC_CODE_OF_HTTP.get(response.status, grpc.StatusCode.UNKNOWN), message, http_status=response.status
+            )
         return json.loads(data)
 
     def predict(self, inputs, signature_name=None, output_filter=None, version=None):
-        body = {"signature_name": self.signature_name if signature_name is None else signature_name,
-                "inputs": {alias: (_json_strings(v) if v.dtype == object else v.tolist())
-                           for alias, v in ((a, np.asarray(x)) for a, x in inputs.items())}}
+        body = {
+            "signature_name": self.signature_name if signature_name is None else signature_name,
+            "inputs": {
+                alias: (_json_strings(v) if v.dtype == object else v.tolist())
+                for alias, v in ((a, np.asarray(x)) for a, x in inputs.items())
+            },
+        }
         if output_filter:
             body["output_filter"] = list(output_filter)
         outputs = self.request("POST", self._path(version, ":predict"), body)["outputs"]

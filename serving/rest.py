@@ -32,6 +32,7 @@ Classify and Regress answer 501; version labels answer 404 (the embedded server 
 Threads: a fixed pool of `num_threads` handler threads; each keeps one HTTP/1.1 keep-alive connection while it
 is open (idle connections close after 60 s). When all are busy, new connections wait in the listen backlog.
 """
+
 import base64
 import binascii
 import http.server
@@ -58,8 +59,10 @@ STATUS_PATH = re.compile(r"(?i)/v1/models(?:/([^/:]+))?(?:/versions/(\d+)|/label
 API_PATH = re.compile(r"(?i)/v1/.*")
 METRICS_PATH = "/monitoring/prometheus/metrics"
 IDLE_TIMEOUT = 60.0
-INT_RANGES = {np.dtype(t): (np.iinfo(t).min, np.iinfo(t).max)
-              for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
+INT_RANGES = {
+    np.dtype(t): (np.iinfo(t).min, np.iinfo(t).max)
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
 
 
 def _short(value, limit=80):
@@ -69,6 +72,7 @@ def _short(value, limit=80):
 
 # ---------------------------------------------------------------------------------------------------- JSON -> tensors
 
+
 def _leaf(value, spec, alias, np_dtype):
     """One JSON scalar -> a Python value of the spec's dtype (`np_dtype`, worked out once per input);
     INVALID_ARGUMENT if it does not fit."""
@@ -77,8 +81,10 @@ def _leaf(value, spec, alias, np_dtype):
             try:
                 return value.encode("utf-8")
             except UnicodeEncodeError:
-                raise invalid_argument(f"input '{alias}': JSON string {_short(value)} is not valid Unicode; send "
-                                       f"arbitrary bytes as {{\"b64\": \"<base64>\"}}") from None
+                raise invalid_argument(
+                    f"input '{alias}': JSON string {_short(value)} is not valid Unicode; send "
+                    f'arbitrary bytes as {{"b64": "<base64>"}}'
+                ) from None
         if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
             try:
                 return base64.b64decode(value["b64"], validate=True)
@@ -91,16 +97,20 @@ def _leaf(value, spec, alias, np_dtype):
         if isinstance(value, int) and not isinstance(value, bool):
             low, high = INT_RANGES[np_dtype]
             if not low <= value <= high:
-                raise invalid_argument(f"input '{alias}': JSON Value: {value} is out of range for "
-                                       f"{spec.describe().split()[0]}")
+                raise invalid_argument(
+                    f"input '{alias}': JSON Value: {value} is out of range for {spec.describe().split()[0]}"
+                )
             return value
     elif np_dtype.kind == "f":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
     json_type = {dict: "Object", list: "Array", str: "String", bool: "Bool", type(None): "Null"}.get(
-        type(value), "Number")
-    raise invalid_argument(f"input '{alias}': JSON Value: {_short(value)} Type: {json_type} is not of expected type: "
-                           f"{spec.describe().split()[0]}")
+        type(value), "Number"
+    )
+    raise invalid_argument(
+        f"input '{alias}': JSON Value: {_short(value)} Type: {json_type} is not of expected type: "
+        f"{spec.describe().split()[0]}"
+    )
 
 
 def json_to_array(value, spec, alias):
@@ -123,19 +133,27 @@ def json_to_array(value, spec, alias):
     def walk(item, level):
         if isinstance(item, list):
             if level >= len(shape):
-                raise invalid_argument(f"input '{alias}': Encountered list at unexpected level: {level} "
-                                       f"expected < {len(shape)}")
+                raise invalid_argument(
+                    f"input '{alias}': Encountered list at unexpected level: {level} expected < {len(shape)}"
+                )
             if len(item) != shape[level]:
-                hint = (" (rows of 'tokens' must have the same width: pad them with \"\" and give sequence_len)"
-                        if alias == "tokens" else "")
-                raise invalid_argument(f"input '{alias}': Encountered list at unexpected size: {len(item)} at "
-                                       f"level: {level} expected size: {shape[level]}{hint}")
+                hint = (
+                    " (rows of 'tokens' must have the same width: pad them with \"\" and give sequence_len)"
+                    if alias == "tokens"
+                    else ""
+                )
+                raise invalid_argument(
+                    f"input '{alias}': Encountered list at unexpected size: {len(item)} at "
+                    f"level: {level} expected size: {shape[level]}{hint}"
+                )
             for sub in item:
                 walk(sub, level + 1)
         else:
             if level != len(shape):
-                raise invalid_argument(f"input '{alias}': JSON Value: {_short(item)} found at incorrect level: "
-                                       f"{level + 1} in the JSON DOM. Expected at level: {len(shape)}")
+                raise invalid_argument(
+                    f"input '{alias}': JSON Value: {_short(item)} found at incorrect level: "
+                    f"{level + 1} in the JSON DOM. Expected at level: {len(shape)}"
+                )
             flat.append(_leaf(item, spec, alias, np_dtype))
 
     walk(value, 0)
@@ -161,16 +179,20 @@ def decode_instances(instances, runner):
     objects = isinstance(instances[0], dict) and not _is_b64(instances[0])
     if not objects:
         if len(names) > 1:
-            raise invalid_argument(f"instances is a plain list, but expecting list of objects as multiple input "
-                                   f"tensors required as per tensorinfo_map: {{{','.join(names)}}}")
+            raise invalid_argument(
+                f"instances is a plain list, but expecting list of objects as multiple input "
+                f"tensors required as per tensorinfo_map: {{{','.join(names)}}}"
+            )
         return {names[0]: json_to_array(instances, runner.inputs[names[0]], names[0])}
     columns = {name: [] for name in names}
     for k, instance in enumerate(instances):
         if not isinstance(instance, dict) or _is_b64(instance):
             raise invalid_argument(f"Expecting object but got list at item {k} of input list")
         if set(instance) != set(names):
-            raise invalid_argument(f"Failed to process element: {k} of 'instances' list. JSON object: "
-                                   f"{_short(instance)} must only have keys: {','.join(names)}")
+            raise invalid_argument(
+                f"Failed to process element: {k} of 'instances' list. JSON object: "
+                f"{_short(instance)} must only have keys: {','.join(names)}"
+            )
         for name in names:
             columns[name].append(instance[name])
     return {name: json_to_array(values, runner.inputs[name], name) for name, values in columns.items()}
@@ -181,8 +203,10 @@ def decode_inputs(inputs, runner):
     names = list(runner.inputs)
     if not isinstance(inputs, dict) or _is_b64(inputs):
         if len(names) > 1:
-            raise invalid_argument(f"inputs is a plain value/list, but expecting an object as multiple input tensors "
-                                   f"required as per tensorinfo_map: {{{','.join(names)}}}")
+            raise invalid_argument(
+                f"inputs is a plain value/list, but expecting an object as multiple input tensors "
+                f"required as per tensorinfo_map: {{{','.join(names)}}}"
+            )
         return {names[0]: json_to_array(inputs, runner.inputs[names[0]], names[0])}
     for name in names:
         if name not in inputs:
@@ -194,6 +218,7 @@ def decode_inputs(inputs, runner):
 
 
 # ---------------------------------------------------------------------------------------------------- tensors -> JSON
+
 
 def _json_value(array, alias):
     if array.dtype == object or array.dtype.kind == "S":
@@ -221,11 +246,12 @@ def outputs_to_json(outputs, row_format):
 
 # ---------------------------------------------------------------------------------------------------- API
 
+
 def _parse_version(text):
     if text is None:
         return None
     version = int(text)
-    if version >= 2 ** 63:
+    if version >= 2**63:
         raise invalid_argument(f"Failed to convert version: {text} to numeric.")
     return version
 
@@ -250,8 +276,9 @@ class RestApi:
                 if label:
                     raise not_found(f"Unrecognized servable version label: {label} (this server has no labels)")
                 if verb.lower() != "predict":
-                    raise ServingError(grpc.StatusCode.UNIMPLEMENTED,
-                                       f"{verb} is not implemented by the embedded server; use :predict")
+                    raise ServingError(
+                        grpc.StatusCode.UNIMPLEMENTED, f"{verb} is not implemented by the embedded server; use :predict"
+                    )
                 return 200, self.predict(name, _parse_version(version), body), "application/json"
             match = STATUS_PATH.fullmatch(path) if method == "GET" else None
             if match:
@@ -292,8 +319,9 @@ class RestApi:
         if not isinstance(output_filter, list) or not all(isinstance(x, str) for x in output_filter):
             raise invalid_argument("'output_filter' must be a list of output names")
         if "instances" in doc and "inputs" in doc:
-            raise invalid_argument("Not formatted correctly expecting only one of 'inputs' or 'instances' keys "
-                                   "to exist")
+            raise invalid_argument(
+                "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist"
+            )
         if "instances" in doc:
             row_format = True
             decode = lambda runner: decode_instances(doc["instances"], runner)  # noqa: E731
@@ -302,8 +330,9 @@ class RestApi:
             decode = lambda runner: decode_inputs(doc["inputs"], runner)  # noqa: E731
         else:
             raise invalid_argument("Missing 'inputs' or 'instances' key")
-        _, _, outputs = self.server.predict(name, version, signature_name, decode, tuple(output_filter),
-                                            timeout=self.timeout)
+        _, _, outputs = self.server.predict(
+            name, version, signature_name, decode, tuple(output_filter), timeout=self.timeout
+        )
         return json.dumps(outputs_to_json(outputs, row_format), separators=(",", ":")).encode("utf-8")
 
     def status(self, name, version):
@@ -315,18 +344,23 @@ class RestApi:
         signature_map = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(signature_map)
         options = dict(always_print_fields_with_no_presence=True, preserving_proto_field_name=True)
-        return json.dumps({"model_spec": json_format.MessageToDict(response.model_spec, **options),
-                           "metadata": {SIGNATURE_DEF_FIELD: json_format.MessageToDict(signature_map, **options)}},
-                          indent=1)
+        return json.dumps(
+            {
+                "model_spec": json_format.MessageToDict(response.model_spec, **options),
+                "metadata": {SIGNATURE_DEF_FIELD: json_format.MessageToDict(signature_map, **options)},
+            },
+            indent=1,
+        )
 
     def metrics(self):
         stats = self.server.stats()
         lines = []
         for metric, key, help_text in (
-                ("elmo_serving_requests_total", "requests", "Predict requests that reached the model"),
-                ("elmo_serving_model_calls_total", "model_calls", "signature function calls (merged batches)"),
-                ("elmo_serving_rows_total", "rows", "rows (sentences) run"),
-                ("elmo_serving_merged_requests_total", "merged_requests", "requests that shared a model call")):
+            ("elmo_serving_requests_total", "requests", "Predict requests that reached the model"),
+            ("elmo_serving_model_calls_total", "model_calls", "signature function calls (merged batches)"),
+            ("elmo_serving_rows_total", "rows", "rows (sentences) run"),
+            ("elmo_serving_merged_requests_total", "merged_requests", "requests that shared a model call"),
+        ):
             lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
             for label, counters in stats["by_signature"].items():
                 model, signature = label.split("/", 1)
@@ -338,6 +372,7 @@ class RestApi:
 
 
 # ---------------------------------------------------------------------------------------------------- HTTP server
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -379,9 +414,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self._reply(400, RestApi.error_body(f"bad Content-Length: {length!r}"), close=True)
                     return
                 if length > server.max_body_bytes:
-                    self._reply(429, RestApi.error_body(
-                        f"request body of {length} bytes is above the server's limit of {server.max_body_bytes} "
-                        f"bytes (--max_message_bytes)"), close=True)
+                    self._reply(
+                        429,
+                        RestApi.error_body(
+                            f"request body of {length} bytes is above the server's limit of {server.max_body_bytes} "
+                            f"bytes (--max_message_bytes)"
+                        ),
+                        close=True,
+                    )
                     return
                 body = self.rfile.read(length)
             status, payload, content_type = server.api.handle(method, path, body)
@@ -395,6 +435,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _PooledHTTPServer(http.server.HTTPServer):
     """An HTTPServer whose connections are handled by a fixed pool of daemon threads."""
+
     allow_reuse_address = True
     request_queue_size = 128
     daemon_threads = True
@@ -412,8 +453,7 @@ class _PooledHTTPServer(http.server.HTTPServer):
         self._connections = set()
         self._active = 0
         self._idle = threading.Condition(self._lock)
-        self._workers = [threading.Thread(target=self._work, name=f"rest-{k}", daemon=True)
-                         for k in range(num_threads)]
+        self._workers = [threading.Thread(target=self._work, name=f"rest-{k}", daemon=True) for k in range(num_threads)]
         for worker in self._workers:
             worker.start()
 
@@ -482,8 +522,9 @@ class RestServer:
         self._thread = None
 
     def start(self):
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="rest-accept", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="rest-accept", daemon=True
+        )
         self._thread.start()
 
     def stop(self, grace=5.0):

@@ -23,6 +23,7 @@ alone would have had: `min(own tokens width, merged width)` for `tokens`, the re
 `sentences`. A request's outputs are therefore the same, shape included, whether it was merged or not.
 If a merged call fails, its requests are run one by one, so one request's error never reaches another.
 """
+
 import dataclasses
 import logging
 import os
@@ -64,6 +65,7 @@ def shape_text(shape):
 class TensorSpec:
     """An input or output of a SignatureDef: dtype (`types_pb2.DataType`) and shape (None entries are dynamic;
     `shape` None for an unknown rank)."""
+
     dtype: int
     shape: tuple
 
@@ -95,6 +97,7 @@ class Limits:
             `sentences` input; None for no limit.
         max_response_bytes: the requested outputs' estimated size (float32 4 bytes, bool 1 byte per element).
     """
+
     max_request_sentences: int = 256
     max_tokens_per_sentence: int = 1000
     max_response_bytes: int = 256 * MiB
@@ -113,6 +116,7 @@ class Limits:
 class Request:
     """A checked request: NumPy inputs by alias, rows, the width of the padded input (or None), the estimated
     output width, and the output names to return (all outputs when the request named none)."""
+
     runner: "SignatureRunner"
     inputs: dict
     batch: int
@@ -130,9 +134,11 @@ def check_response_size(outputs, limit):
     """RESOURCE_EXHAUSTED when the arrays of `outputs` hold more than `limit` bytes (after the model ran)."""
     size = sum(value.nbytes for value in outputs.values() if value.dtype != object)
     if size > limit:
-        raise resource_exhausted(f"the response is {size_text(size)} (outputs {','.join(outputs)}), above the "
-                                 f"server's limit of {size_text(limit)} (--max_message_bytes): send fewer or shorter "
-                                 f"sentences, or fewer outputs (output_filter)")
+        raise resource_exhausted(
+            f"the response is {size_text(size)} (outputs {','.join(outputs)}), above the "
+            f"server's limit of {size_text(limit)} (--max_message_bytes): send fewer or shorter "
+            f"sentences, or fewer outputs (output_filter)"
+        )
 
 
 def _clean_tf_message(message):
@@ -159,14 +165,17 @@ class SignatureRunner:
         self.outputs = {a: TensorSpec.from_tensor_info(i) for a, i in sorted(signature_def.outputs.items())}
         padded = [a for a, s in self.inputs.items() if s.shape is not None and len(s.shape) == 2 and s.shape[1] is None]
         self.padded_input = padded[0] if len(padded) == 1 else None
-        self.time_outputs = frozenset(a for a, s in self.outputs.items()
-                                      if s.shape is not None and len(s.shape) >= 2 and s.shape[1] is None)
+        self.time_outputs = frozenset(
+            a for a, s in self.outputs.items() if s.shape is not None and len(s.shape) >= 2 and s.shape[1] is None
+        )
         specs = list(self.inputs.values()) + list(self.outputs.values())
         batch_major = bool(self.inputs) and all(s.shape and s.shape[0] is None for s in specs)
         self.inner_dims = {}  # alias -> dims after batch (and time), learned at warm-up
-        self.mergeable = (batch_major and len(padded) <= 1
-                          and (not self.time_outputs or self.padded_input is not None
-                               or "sequence_len" in self.outputs))
+        self.mergeable = (
+            batch_major
+            and len(padded) <= 1
+            and (not self.time_outputs or self.padded_input is not None or "sequence_len" in self.outputs)
+        )
 
     # ------------------------------------------------------------------------------------------------ checks
 
@@ -181,22 +190,33 @@ class SignatureRunner:
             raise self._input_error(alias, f"negative dimension in shape {shape_text(shape)}")
         if spec.shape is not None:
             if len(shape) != len(spec.shape):
-                raise self._input_error(alias, f"expected rank {len(spec.shape)} (shape {shape_text(spec.shape)}), "
-                                               f"got rank {len(shape)} (shape {shape_text(shape)})")
+                raise self._input_error(
+                    alias,
+                    f"expected rank {len(spec.shape)} (shape {shape_text(spec.shape)}), "
+                    f"got rank {len(shape)} (shape {shape_text(shape)})",
+                )
             for axis, (want, got) in enumerate(zip(spec.shape, shape)):
                 if want is not None and want != got:
-                    raise self._input_error(alias, f"expected size {want} on axis {axis} "
-                                                   f"(shape {shape_text(spec.shape)}), got shape {shape_text(shape)}")
+                    raise self._input_error(
+                        alias,
+                        f"expected size {want} on axis {axis} "
+                        f"(shape {shape_text(spec.shape)}), got shape {shape_text(shape)}",
+                    )
         if shape and shape[0] > self.limits.max_request_sentences:
             raise resource_exhausted(
                 f"input '{alias}' has {shape[0]} rows (sentences), above the server's limit of "
-                f"{self.limits.max_request_sentences} per request (--max_request_sentences): split the request")
-        if (alias == self.padded_input and self.limits.max_tokens_per_sentence is not None
-                and shape[1] > self.limits.max_tokens_per_sentence):
+                f"{self.limits.max_request_sentences} per request (--max_request_sentences): split the request"
+            )
+        if (
+            alias == self.padded_input
+            and self.limits.max_tokens_per_sentence is not None
+            and shape[1] > self.limits.max_tokens_per_sentence
+        ):
             raise resource_exhausted(
                 f"input '{alias}' is {shape[1]} tokens wide, above the server's limit of "
                 f"{self.limits.max_tokens_per_sentence} tokens per sentence (--max_tokens_per_sentence): "
-                f"split long sentences")
+                f"split long sentences"
+            )
         return shape
 
     def check_tensor_proto(self, alias, proto):
@@ -212,8 +232,10 @@ class SignatureRunner:
         self.check_shape(alias, [d.size for d in proto.tensor_shape.dim])
 
     def unknown_inputs(self, names):
-        return invalid_argument(f"input tensor alias not found in signature: {','.join(sorted(names))}. "
-                                f"Inputs expected to be in the set {{{','.join(self.inputs)}}}.")
+        return invalid_argument(
+            f"input tensor alias not found in signature: {','.join(sorted(names))}. "
+            f"Inputs expected to be in the set {{{','.join(self.inputs)}}}."
+        )
 
     def check_input_names(self, names):
         names = set(names)
@@ -225,14 +247,17 @@ class SignatureRunner:
             raise invalid_argument(
                 f"input size does not match signature: {len(names)}!={len(self.inputs)} "
                 f"len({{{','.join(sorted(names))}}}) != len({{{','.join(self.inputs)}}}). "
-                f"Sent extra: {{}}. Missing but required: {{{','.join(sorted(missing))}}}.")
+                f"Sent extra: {{}}. Missing but required: {{{','.join(sorted(missing))}}}."
+            )
 
     def check_output_filter(self, output_filter):
         seen = []
         for alias in output_filter:
             if alias not in self.outputs:
-                raise invalid_argument(f"output tensor alias not found in signature: {alias} Outputs expected to be "
-                                       f"in the set {{{','.join(self.outputs)}}}.")
+                raise invalid_argument(
+                    f"output tensor alias not found in signature: {alias} Outputs expected to be "
+                    f"in the set {{{','.join(self.outputs)}}}."
+                )
             if alias in seen:
                 raise invalid_argument(f"duplicate output tensor alias: {alias}")
             seen.append(alias)
@@ -262,10 +287,14 @@ class SignatureRunner:
         batches = {alias: a.shape[0] for alias, a in arrays.items() if a.ndim}
         if len(set(batches.values())) > 1:
             if "sequence_len" in batches and "tokens" in batches:
-                raise invalid_argument(f"sequence_len must have one entry per row of tokens: got "
-                                       f"{batches['sequence_len']} lengths for {batches['tokens']} rows")
-            raise invalid_argument("inputs must have the same size on axis 0 (the batch), got "
-                                   + ", ".join(f"{a} {n}" for a, n in sorted(batches.items())))
+                raise invalid_argument(
+                    f"sequence_len must have one entry per row of tokens: got "
+                    f"{batches['sequence_len']} lengths for {batches['tokens']} rows"
+                )
+            raise invalid_argument(
+                "inputs must have the same size on axis 0 (the batch), got "
+                + ", ".join(f"{a} {n}" for a, n in sorted(batches.items()))
+            )
         batch = next(iter(batches.values()), 1)
         width = arrays[self.padded_input].shape[1] if self.padded_input else 0
         if "tokens" in arrays and "sequence_len" in arrays and arrays["sequence_len"].ndim == 1:
@@ -273,8 +302,10 @@ class SignatureRunner:
             bad = np.flatnonzero((lengths < 0) | (lengths > width))
             if bad.size:
                 row = int(bad[0])
-                raise invalid_argument(f"sequence_len must be in [0, {width}] (the width of tokens, axis 1), got "
-                                       f"{int(lengths[row])} at row {row}")
+                raise invalid_argument(
+                    f"sequence_len must be in [0, {width}] (the width of tokens, axis 1), got "
+                    f"{int(lengths[row])} at row {row}"
+                )
         time_estimate = width
         for alias, array in arrays.items():
             spec = self.inputs[alias]
@@ -287,7 +318,8 @@ class SignatureRunner:
                     row = counts.index(longest)
                     raise resource_exhausted(
                         f"sentence {row} of input '{alias}' has {longest} tokens, above the server's limit of "
-                        f"{limit} tokens per sentence (--max_tokens_per_sentence): split long sentences")
+                        f"{limit} tokens per sentence (--max_tokens_per_sentence): split long sentences"
+                    )
         output_filter = self.check_output_filter(tuple(output_filter or ()))
         size = self.response_bytes(batch, time_estimate, output_filter)
         if size > self.limits.max_response_bytes:
@@ -295,7 +327,8 @@ class SignatureRunner:
                 f"the response would be about {size_text(size)} ({batch} sentences x {time_estimate} tokens, "
                 f"outputs {','.join(output_filter)}), above the server's limit of "
                 f"{size_text(self.limits.max_response_bytes)} (--max_message_bytes): send fewer or shorter "
-                f"sentences, or fewer outputs (output_filter)")
+                f"sentences, or fewer outputs (output_filter)"
+            )
         return Request(self, arrays, batch, width, time_estimate, output_filter)
 
     def response_bytes(self, batch, time, aliases):
@@ -360,8 +393,9 @@ class SignatureRunner:
         try:
             outputs = self.run(self._merge(requests))
         except Exception as e:  # one bad request must not fail the others: retry them alone
-            logger.warning("merged call of %d requests to %s failed (%s); running them one by one",
-                           len(requests), self.name, e)
+            logger.warning(
+                "merged call of %d requests to %s failed (%s); running them one by one", len(requests), self.name, e
+            )
             return [self._run_one(r) for r in requests]
         return self._split(outputs, requests)
 
@@ -374,7 +408,7 @@ class SignatureRunner:
                 part = r.inputs[alias]
                 if alias == self.padded_input and part.shape[1] < width:
                     padded = np.full((part.shape[0], width), b"" if spec.is_string else 0, dtype=part.dtype)
-                    padded[:, :part.shape[1]] = part
+                    padded[:, : part.shape[1]] = part
                     part = padded
                 parts.append(part)
             merged[alias] = np.concatenate(parts, axis=0)
@@ -391,8 +425,12 @@ class SignatureRunner:
             else:
                 lengths = outputs["sequence_len"][rows] if self.time_outputs else np.zeros(0)
                 own = min(int(lengths.max()) if lengths.size else 0, merged_time)
-            results.append({alias: value[rows, :own] if alias in self.time_outputs else value[rows]
-                            for alias, value in outputs.items()})
+            results.append(
+                {
+                    alias: value[rows, :own] if alias in self.time_outputs else value[rows]
+                    for alias, value in outputs.items()
+                }
+            )
         return results
 
     def warmup_inputs(self):
@@ -408,6 +446,7 @@ class SignatureRunner:
 
 
 # ---------------------------------------------------------------------------------------------------- loading
+
 
 def read_signature_defs(export_dir, tag=SERVING_TAG):
     """The SignatureDefs (name -> proto) of the MetaGraph tagged `tag` in a SavedModel directory."""
@@ -425,8 +464,10 @@ def read_signature_defs(export_dir, tag=SERVING_TAG):
     for meta_graph in saved_model.meta_graphs:
         if tag in meta_graph.meta_info_def.tags:
             return dict(meta_graph.signature_def)
-    raise ValueError(f"{export_dir}: no MetaGraph tagged {tag!r} (found "
-                     f"{[list(m.meta_info_def.tags) for m in saved_model.meta_graphs]})")
+    raise ValueError(
+        f"{export_dir}: no MetaGraph tagged {tag!r} (found "
+        f"{[list(m.meta_info_def.tags) for m in saved_model.meta_graphs]})"
+    )
 
 
 def _load_op_libraries():
@@ -462,9 +503,11 @@ class Servable:
         name = signature_name or DEFAULT_SIGNATURE
         runner = self.runners.get(name)
         if runner is None:
-            raise ServingError(grpc.StatusCode.NOT_FOUND,
-                               f"Serving signature key \"{name}\" not found. Signatures of model "
-                               f"{self.model_name} version {self.version}: {sorted(self.runners)}")
+            raise ServingError(
+                grpc.StatusCode.NOT_FOUND,
+                f'Serving signature key "{name}" not found. Signatures of model '
+                f"{self.model_name} version {self.version}: {sorted(self.runners)}",
+            )
         return runner
 
     def warm_up(self):
@@ -484,8 +527,11 @@ def load_servable(model_name, version, path, limits=None):
     limits = limits or Limits()
     signature_defs = read_signature_defs(path)
     loaded = tf.saved_model.load(path, tags=[SERVING_TAG])
-    runners = {name: SignatureRunner(name, function, signature_defs[name], limits)
-               for name, function in loaded.signatures.items() if name in signature_defs}
+    runners = {
+        name: SignatureRunner(name, function, signature_defs[name], limits)
+        for name, function in loaded.signatures.items()
+        if name in signature_defs
+    }
     if not runners:
         raise ValueError(f"{path}: the SavedModel has no callable signatures")
     servable = Servable(model_name, version, path, loaded, signature_defs, runners)

@@ -14,6 +14,7 @@ Otherwise the embedded server runs (see serving/server.py for the API, versions 
 --model_base_path for new versions every --file_system_poll_wait_seconds, and stops gracefully on SIGTERM or
 SIGINT (no new requests, running ones finish, exit status 0).
 """
+
 import argparse
 import logging
 import os
@@ -34,16 +35,44 @@ STOCK_BINARY = "tensorflow_model_server"
 MiB = 1 << 20
 
 # flags TF Serving's model server has (passed to it as --name=value)
-TF_SERVING_FLAGS = ("port", "rest_api_port", "rest_api_num_threads", "rest_api_timeout_in_ms", "model_name",
-                    "model_base_path", "model_config_file", "enable_batching", "batching_parameters_file",
-                    "file_system_poll_wait_seconds", "max_num_load_retries", "tensorflow_intra_op_parallelism",
-                    "tensorflow_inter_op_parallelism", "grpc_max_threads", "enable_model_warmup")
+TF_SERVING_FLAGS = (
+    "port",
+    "rest_api_port",
+    "rest_api_num_threads",
+    "rest_api_timeout_in_ms",
+    "model_name",
+    "model_base_path",
+    "model_config_file",
+    "enable_batching",
+    "batching_parameters_file",
+    "file_system_poll_wait_seconds",
+    "max_num_load_retries",
+    "tensorflow_intra_op_parallelism",
+    "tensorflow_inter_op_parallelism",
+    "grpc_max_threads",
+    "enable_model_warmup",
+)
 # the embedded server's own flags (dropped when running the stock server)
-EMBEDDED_FLAGS = ("host", "max_batch_size", "batch_timeout_micros", "num_batch_threads", "max_request_sentences",
-                  "max_tokens_per_sentence", "max_message_bytes", "embedded", "verbose")
+EMBEDDED_FLAGS = (
+    "host",
+    "max_batch_size",
+    "batch_timeout_micros",
+    "num_batch_threads",
+    "max_request_sentences",
+    "max_tokens_per_sentence",
+    "max_message_bytes",
+    "embedded",
+    "verbose",
+)
 BATCHING_FIELDS = ("max_batch_size", "batch_timeout_micros", "num_batch_threads")
-BATCHING_IGNORED = ("max_enqueued_batches", "pad_variable_length_inputs", "allowed_batch_sizes", "thread_pool_name",
-                    "enable_large_batch_splitting", "max_execution_batch_size")
+BATCHING_IGNORED = (
+    "max_enqueued_batches",
+    "pad_variable_length_inputs",
+    "allowed_batch_sizes",
+    "thread_pool_name",
+    "enable_large_batch_splitting",
+    "max_execution_batch_size",
+)
 
 EXAMPLES = """examples:
   python serving/serve.py --model_base_path models/elmo --model_name elmo --port 8500 --rest_api_port 8501
@@ -81,6 +110,7 @@ def _int_at_least(low):
         if value < low:
             raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
         return value
+
     return parse
 
 
@@ -96,8 +126,14 @@ def _positive_float(text):
 
 def build_parser():
     """All defaults are SUPPRESS, so the namespace holds only the flags given (see `DEFAULTS`)."""
-    p = _Parser(prog="serve.py", description=__doc__.split("\n")[0], epilog=EXAMPLES, allow_abbrev=False,
-                argument_default=argparse.SUPPRESS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(
+        prog="serve.py",
+        description=__doc__.split("\n")[0],
+        epilog=EXAMPLES,
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     tf_serving = p.add_argument_group("TF Serving flags (passed to tensorflow_model_server as --name=value)")
     tf_serving.add_argument("--port", type=_int_at_least(0), help="gRPC port (8500; 0: any free port)")
     tf_serving.add_argument("--rest_api_port", type=_int_at_least(0), help="REST port (0: no REST API)")
@@ -105,44 +141,84 @@ def build_parser():
     tf_serving.add_argument("--rest_api_timeout_in_ms", type=_int_at_least(1), help="REST request deadline (30000)")
     tf_serving.add_argument("--model_name", help='name clients ask for ("default", as TF Serving)')
     tf_serving.add_argument("--model_base_path", help="directory of integer version subdirectories")
-    tf_serving.add_argument("--model_config_file", help="ModelServerConfig text proto (model_config_list); "
-                                                        "instead of --model_name/--model_base_path")
-    tf_serving.add_argument("--enable_batching", type=_bool, nargs="?", const=True,
-                            help="merge concurrent requests (embedded: on by default; stock: off by default)")
-    tf_serving.add_argument("--batching_parameters_file",
-                            help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, "
-                                 "num_batch_threads)")
-    tf_serving.add_argument("--file_system_poll_wait_seconds", type=_positive_float,
-                            help="seconds between polls of the base path for new versions (1)")
+    tf_serving.add_argument(
+        "--model_config_file",
+        help="ModelServerConfig text proto (model_config_list); instead of --model_name/--model_base_path",
+    )
+    tf_serving.add_argument(
+        "--enable_batching",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="merge concurrent requests (embedded: on by default; stock: off by default)",
+    )
+    tf_serving.add_argument(
+        "--batching_parameters_file",
+        help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads)",
+    )
+    tf_serving.add_argument(
+        "--file_system_poll_wait_seconds",
+        type=_positive_float,
+        help="seconds between polls of the base path for new versions (1)",
+    )
     tf_serving.add_argument("--max_num_load_retries", type=_int_at_least(0), help="retries of a failed load (5)")
     tf_serving.add_argument("--tensorflow_intra_op_parallelism", type=_int_at_least(0), help="TF threads (0: auto)")
     tf_serving.add_argument("--tensorflow_inter_op_parallelism", type=_int_at_least(0), help="TF threads (0: auto)")
     tf_serving.add_argument("--grpc_max_threads", type=_int_at_least(1), help="gRPC handler threads (64)")
-    tf_serving.add_argument("--enable_model_warmup", type=_bool, nargs="?", const=True,
-                            help="(the embedded server always runs every signature once after loading)")
+    tf_serving.add_argument(
+        "--enable_model_warmup",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="(the embedded server always runs every signature once after loading)",
+    )
     embedded = p.add_argument_group("embedded server only (dropped for tensorflow_model_server)")
-    embedded.add_argument("--embedded", action="store_true", help="run the embedded server even if "
-                                                                   "tensorflow_model_server is on PATH")
+    embedded.add_argument(
+        "--embedded", action="store_true", help="run the embedded server even if tensorflow_model_server is on PATH"
+    )
     embedded.add_argument("--host", help="interface to bind (127.0.0.1; 0.0.0.0 for all)")
     embedded.add_argument("--max_batch_size", type=_int_at_least(1), help="rows of a merged model call (32)")
-    embedded.add_argument("--batch_timeout_micros", type=_int_at_least(0),
-                          help="wait for more requests once one is held (0: merge only what queued)")
+    embedded.add_argument(
+        "--batch_timeout_micros",
+        type=_int_at_least(0),
+        help="wait for more requests once one is held (0: merge only what queued)",
+    )
     embedded.add_argument("--num_batch_threads", type=_int_at_least(1), help="model calls at once (CPU count)")
     embedded.add_argument("--max_request_sentences", type=_int_at_least(1), help="rows per request (256)")
-    embedded.add_argument("--max_tokens_per_sentence", type=_int_at_least(0),
-                          help="tokens per sentence (1000; 0: no limit)")
+    embedded.add_argument(
+        "--max_tokens_per_sentence", type=_int_at_least(0), help="tokens per sentence (1000; 0: no limit)"
+    )
     embedded.add_argument("--max_message_bytes", type=_int_at_least(1), help=f"gRPC message size ({256 * MiB})")
     embedded.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
 
-DEFAULTS = dict(port=8500, rest_api_port=0, rest_api_num_threads=32, rest_api_timeout_in_ms=30000,
-                model_name="default", model_base_path=None, model_config_file=None, enable_batching=True,
-                batching_parameters_file=None, file_system_poll_wait_seconds=1.0, max_num_load_retries=5,
-                tensorflow_intra_op_parallelism=0, tensorflow_inter_op_parallelism=0, grpc_max_threads=64,
-                enable_model_warmup=True, embedded=False, host="127.0.0.1", max_batch_size=None,
-                batch_timeout_micros=None, num_batch_threads=None, max_request_sentences=256,
-                max_tokens_per_sentence=1000, max_message_bytes=256 * MiB, verbose=False)
+DEFAULTS = dict(
+    port=8500,
+    rest_api_port=0,
+    rest_api_num_threads=32,
+    rest_api_timeout_in_ms=30000,
+    model_name="default",
+    model_base_path=None,
+    model_config_file=None,
+    enable_batching=True,
+    batching_parameters_file=None,
+    file_system_poll_wait_seconds=1.0,
+    max_num_load_retries=5,
+    tensorflow_intra_op_parallelism=0,
+    tensorflow_inter_op_parallelism=0,
+    grpc_max_threads=64,
+    enable_model_warmup=True,
+    embedded=False,
+    host="127.0.0.1",
+    max_batch_size=None,
+    batch_timeout_micros=None,
+    num_batch_threads=None,
+    max_request_sentences=256,
+    max_tokens_per_sentence=1000,
+    max_message_bytes=256 * MiB,
+    verbose=False,
+)
 
 
 def _flag_value(value):
@@ -166,16 +242,20 @@ def parse_batching_parameters(path):
     except OSError as e:
         raise ValueError(f"--batching_parameters_file: cannot read {path!r}: {e}") from None
     values = {}
-    for name, value in re.findall(r"(\w+)\s*\{\s*value\s*:\s*([^\s}]+)\s*\}", text) + \
-            re.findall(r"(\w+)\s*:\s*([^\s{}]+)", re.sub(r"\w+\s*\{[^}]*\}", "", text)):
+    for name, value in re.findall(r"(\w+)\s*\{\s*value\s*:\s*([^\s}]+)\s*\}", text) + re.findall(
+        r"(\w+)\s*:\s*([^\s{}]+)", re.sub(r"\w+\s*\{[^}]*\}", "", text)
+    ):
         if name in BATCHING_FIELDS:
             try:
                 values[name] = int(value)
             except ValueError:
                 raise ValueError(f"--batching_parameters_file: {name} must be an integer, got {value!r}") from None
         elif name in BATCHING_IGNORED:
-            logger.info("batching parameter %s is not used by the embedded server (it always pads and trims "
-                        "variable-length inputs)", name)
+            logger.info(
+                "batching parameter %s is not used by the embedded server (it always pads and trims "
+                "variable-length inputs)",
+                name,
+            )
         else:
             raise ValueError(f"--batching_parameters_file: unknown field {name!r} in {path!r}")
     return values
@@ -199,8 +279,9 @@ def parse_model_config(path):
         if model.model_platform not in ("", "tensorflow"):
             raise ValueError(f"--model_config_file: model_platform {model.model_platform!r} is not supported")
         if model.HasField("model_version_policy"):
-            logger.warning("model %s: model_version_policy is ignored; the embedded server serves the latest version",
-                           model.name)
+            logger.warning(
+                "model %s: model_version_policy is ignored; the embedded server serves the latest version", model.name
+            )
         models[model.name] = model.base_path
     if not models:
         raise ValueError(f"--model_config_file: no model_config_list entries in {path!r}")
@@ -220,8 +301,11 @@ def run_embedded(args, parser):
 
     try:
         batching = parse_batching_parameters(args.batching_parameters_file) if args.batching_parameters_file else {}
-        models = (parse_model_config(args.model_config_file) if args.model_config_file
-                  else {args.model_name: args.model_base_path})
+        models = (
+            parse_model_config(args.model_config_file)
+            if args.model_config_file
+            else {args.model_name: args.model_base_path}
+        )
     except ValueError as e:
         parser.error(str(e))
     for name in BATCHING_FIELDS:  # flags win over the file
@@ -229,17 +313,24 @@ def run_embedded(args, parser):
             batching[name] = getattr(args, name)
     try:
         options = ServerOptions(
-            host=args.host, port=args.port, rest_api_port=args.rest_api_port or None,
+            host=args.host,
+            port=args.port,
+            rest_api_port=args.rest_api_port or None,
             enable_batching=args.enable_batching,
-            batching=BatchingOptions(max_batch_size=batching.get("max_batch_size", 32),
-                                     batch_timeout=batching.get("batch_timeout_micros", 0) / 1e6,
-                                     num_threads=batching.get("num_batch_threads", os.cpu_count() or 1)),
+            batching=BatchingOptions(
+                max_batch_size=batching.get("max_batch_size", 32),
+                batch_timeout=batching.get("batch_timeout_micros", 0) / 1e6,
+                num_threads=batching.get("num_batch_threads", os.cpu_count() or 1),
+            ),
             max_request_sentences=args.max_request_sentences,
             max_tokens_per_sentence=args.max_tokens_per_sentence or None,
             max_message_bytes=args.max_message_bytes,
             file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
-            max_num_load_retries=args.max_num_load_retries, grpc_max_threads=args.grpc_max_threads,
-            rest_api_num_threads=args.rest_api_num_threads, rest_api_timeout_in_ms=args.rest_api_timeout_in_ms)
+            max_num_load_retries=args.max_num_load_retries,
+            grpc_max_threads=args.grpc_max_threads,
+            rest_api_num_threads=args.rest_api_num_threads,
+            rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
+        )
     except ValueError as e:
         parser.error(str(e))
     stop = threading.Event()
@@ -257,9 +348,14 @@ def run_embedded(args, parser):
         logger.error("%s", e)
         server.stop(0)
         return 1
-    logger.info("embedded model server ready: models %s, gRPC %s:%d%s, batching %s", sorted(models), options.host,
-                server.grpc_port, f", REST {options.host}:{server.rest_port}" if server.rest_port else "",
-                "on" if options.enable_batching else "off")
+    logger.info(
+        "embedded model server ready: models %s, gRPC %s:%d%s, batching %s",
+        sorted(models),
+        options.host,
+        server.grpc_port,
+        f", REST {options.host}:{server.rest_port}" if server.rest_port else "",
+        "on" if options.enable_batching else "off",
+    )
     while not stop.wait(0.5):
         pass
     server.stop(grace=10.0)
@@ -271,8 +367,10 @@ def main(argv=None):
     parser = build_parser()
     given_ns, extra = parser.parse_known_args(argv)
     given = vars(given_ns)
-    logging.basicConfig(level=logging.DEBUG if given.get("verbose") else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if given.get("verbose") else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     binary = shutil.which(STOCK_BINARY)
     if binary and not given.get("embedded"):
         dropped = [f"--{name}" for name in EMBEDDED_FLAGS if name in given]
@@ -288,8 +386,10 @@ def main(argv=None):
             logger.error("cannot run %s: %s", binary, e)
             return 1
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)} (flags the embedded server does not know are "
-                     f"passed through only to {STOCK_BINARY})")
+        parser.error(
+            f"unrecognized arguments: {' '.join(extra)} (flags the embedded server does not know are "
+            f"passed through only to {STOCK_BINARY})"
+        )
     args = argparse.Namespace(**{**DEFAULTS, **given})
     if args.model_config_file and "model_base_path" in given:
         parser.error("argument --model_config_file: not allowed with --model_base_path")

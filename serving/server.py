@@ -36,6 +36,7 @@ Example:
     ...
     server.stop()
 """
+
 import collections
 import concurrent.futures
 import contextlib
@@ -47,8 +48,13 @@ import threading
 
 import grpc
 import tensorflow as tf
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc)
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
 from serving.batching import BatchingOptions, BatchScheduler, BatchStats
 from serving.servable import Limits, MiB, check_response_size, load_servable
@@ -79,6 +85,7 @@ class ServerOptions:
         rest_api_num_threads: REST handler threads (each keeps one client connection while it is open).
         rest_api_timeout_in_ms: REST request deadline.
     """
+
     host: str = "127.0.0.1"
     port: int = 8500
     rest_api_port: int = None
@@ -94,15 +101,16 @@ class ServerOptions:
     rest_api_timeout_in_ms: int = 30000
 
     def __post_init__(self):
-        if not isinstance(self.max_message_bytes, int) or not 1 <= self.max_message_bytes < 2 ** 31:
-            raise ValueError(f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), "
-                             f"got {self.max_message_bytes!r}")
+        if not isinstance(self.max_message_bytes, int) or not 1 <= self.max_message_bytes < 2**31:
+            raise ValueError(
+                f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), got {self.max_message_bytes!r}"
+            )
         if not self.file_system_poll_wait_seconds > 0:
             raise ValueError(f"file_system_poll_wait_seconds must be > 0, got {self.file_system_poll_wait_seconds!r}")
         for name in ("grpc_max_threads", "rest_api_num_threads", "rest_api_timeout_in_ms"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
-        self.limits  # validates the request limits
+        _ = self.limits  # validates the request limits
 
     @property
     def limits(self):
@@ -115,9 +123,12 @@ def versions_on_disk(base_path):
         names = os.listdir(base_path)
     except OSError:
         return []
-    return sorted(int(name) for name in names
-                  if re.fullmatch(r"[0-9]+", name) and any(os.path.isfile(os.path.join(base_path, name, f))
-                                                           for f in ("saved_model.pb", "saved_model.pbtxt")))
+    return sorted(
+        int(name)
+        for name in names
+        if re.fullmatch(r"[0-9]+", name)
+        and any(os.path.isfile(os.path.join(base_path, name, f)) for f in ("saved_model.pb", "saved_model.pbtxt"))
+    )
 
 
 def _servable_request(name, version):
@@ -183,8 +194,14 @@ class ModelManager:
             code = status_code(e.error_code) if isinstance(e, tf.errors.OpError) else grpc.StatusCode.UNKNOWN
             message = f"{type(e).__name__}: {e}".split("\n")[0]
             final = self._failures[version] > self.options.max_num_load_retries
-            logger.error("loading %s version %d failed (attempt %d%s): %s", self.name, version,
-                         self._failures[version], ", giving up" if final else ", will retry", message)
+            logger.error(
+                "loading %s version %d failed (attempt %d%s): %s",
+                self.name,
+                version,
+                self._failures[version],
+                ", giving up" if final else ", will retry",
+                message,
+            )
             self._set_state(version, State.END if final else State.START, code, message)
             return
         if self.options.enable_batching:
@@ -196,8 +213,12 @@ class ModelManager:
                 self._states[old.version] = (State.UNLOADING, grpc.StatusCode.OK, "")
                 self._retiring.add(old)
                 release_now = self._refs[old] == 0
-        logger.info("serving %s version %d%s", self.name, version,
-                    f" (replacing version {old.version})" if old is not None else "")
+        logger.info(
+            "serving %s version %d%s",
+            self.name,
+            version,
+            f" (replacing version {old.version})" if old is not None else "",
+        )
         if old is not None and release_now:
             self._release(old)
 
@@ -212,6 +233,7 @@ class ModelManager:
                     self._states[servable.version] = (State.END, grpc.StatusCode.OK, "")
             servable.loaded = servable.runners = None
             logger.info("unloaded %s version %d", self.name, servable.version)
+
         threading.Thread(target=unload, name=f"unload-{self.name}-{servable.version}", daemon=True).start()
 
     def start_polling(self):
@@ -221,6 +243,7 @@ class ModelManager:
                     self.poll()
                 except Exception:  # a poll must never end the loop
                     logger.exception("polling %s failed", self.base_path)
+
         self._poller = threading.Thread(target=loop, name=f"poll-{self.name}", daemon=True)
         self._poller.start()
 
@@ -291,8 +314,9 @@ class ModelServer:
             raise ValueError("models must name at least one {model_name: base_path}")
         self.options = options or ServerOptions()
         self.batch_stats = BatchStats()
-        self.managers = {name: ModelManager(name, path, self.options, self.batch_stats)
-                         for name, path in models.items()}
+        self.managers = {
+            name: ModelManager(name, path, self.options, self.batch_stats) for name, path in models.items()
+        }
         self._grpc = None
         self._rest = None
         self.grpc_port = None
@@ -308,9 +332,14 @@ class ModelServer:
         if self.options.rest_api_port is not None:
             from serving.rest import RestServer
 
-            self._rest = RestServer(self, self.options.host, self.options.rest_api_port,
-                                    self.options.rest_api_num_threads, self.options.rest_api_timeout_in_ms / 1000.0,
-                                    self.options.max_message_bytes)
+            self._rest = RestServer(
+                self,
+                self.options.host,
+                self.options.rest_api_port,
+                self.options.rest_api_num_threads,
+                self.options.rest_api_timeout_in_ms / 1000.0,
+                self.options.max_message_bytes,
+            )
             self._rest.start()
             self.rest_port = self._rest.port
             logger.info("REST API listening on %s:%d", self.options.host, self.rest_port)
@@ -322,14 +351,21 @@ class ModelServer:
         size = self.options.max_message_bytes
         server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(max_workers=self.options.grpc_max_threads, thread_name_prefix="grpc"),
-            options=[("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size),
-                     ("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=4 * self.options.grpc_max_threads)
+            options=[
+                ("grpc.max_send_message_length", size),
+                ("grpc.max_receive_message_length", size),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=4 * self.options.grpc_max_threads,
+        )
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(_PredictionServicer(self), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(self), server)
         host = self.options.host
-        address = f"[{host}]:{self.options.port}" if ":" in host and not host.startswith("[") else \
-            f"{host}:{self.options.port}"
+        address = (
+            f"[{host}]:{self.options.port}"
+            if ":" in host and not host.startswith("[")
+            else f"{host}:{self.options.port}"
+        )
         try:
             port = server.add_insecure_port(address)
         except RuntimeError as e:
@@ -359,16 +395,20 @@ class ModelServer:
 
     def stats(self):
         """Batching counters (`BatchStats.snapshot()`) plus the served version of each model."""
-        return {**self.batch_stats.snapshot(),
-                "served_versions": {name: m.served_version for name, m in self.managers.items()}}
+        return {
+            **self.batch_stats.snapshot(),
+            "served_versions": {name: m.served_version for name, m in self.managers.items()},
+        }
 
     # ------------------------------------------------------------------------------------------------ API
 
     def manager(self, name, version=None):
         manager = self.managers.get(name)
         if manager is None:
-            raise not_found(f"Servable not found for request: {_servable_request(name, version)}; "
-                            f"this server serves {sorted(self.managers)}")
+            raise not_found(
+                f"Servable not found for request: {_servable_request(name, version)}; "
+                f"this server serves {sorted(self.managers)}"
+            )
         return manager
 
     def predict(self, name, version, signature_name, decode_inputs, output_filter=(), timeout=None, cancelled=None):
@@ -415,6 +455,7 @@ class ModelServer:
 
 # ---------------------------------------------------------------------------------------------------- gRPC
 
+
 def _model_spec(request):
     if not request.HasField("model_spec"):
         raise invalid_argument("Missing ModelSpec")
@@ -433,8 +474,11 @@ def _decode_tensor_protos(protos):
             try:
                 arrays[alias] = tf.make_ndarray(proto)
             except Exception as e:
-                raise invalid_argument(f"input '{alias}': cannot read the TensorProto ({type(e).__name__}: {e})")
+                raise invalid_argument(
+                    f"input '{alias}': cannot read the TensorProto ({type(e).__name__}: {e})"
+                ) from None
         return arrays
+
     return decode
 
 
@@ -464,9 +508,14 @@ class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer)
         def work():
             name, version = _model_spec(request)
             served, signature, outputs = self.server.predict(  # "no deadline" (~9.2e18 s): BatchScheduler.submit
-                name, version, request.model_spec.signature_name, _decode_tensor_protos(request.inputs),
-                tuple(request.output_filter), timeout=context.time_remaining(),
-                cancelled=lambda: not context.is_active())
+                name,
+                version,
+                request.model_spec.signature_name,
+                _decode_tensor_protos(request.inputs),
+                tuple(request.output_filter),
+                timeout=context.time_remaining(),
+                cancelled=lambda: not context.is_active(),
+            )
             response = predict_pb2.PredictResponse()
             response.model_spec.name = name
             response.model_spec.version.value = served
@@ -474,6 +523,7 @@ class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer)
             for alias, value in outputs.items():
                 response.outputs[alias].CopyFrom(tf.make_tensor_proto(value))
             return response
+
         return _answer(context, "Predict", predict_pb2.PredictResponse, work)
 
     def GetModelMetadata(self, request, context):
@@ -485,6 +535,7 @@ class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer)
                 if field != SIGNATURE_DEF_FIELD:
                     raise invalid_argument(f"Metadata field {field} is not supported")
             return self.server.model_metadata(name, version)
+
         return _answer(context, "GetModelMetadata", get_model_metadata_pb2.GetModelMetadataResponse, work)
 
 
@@ -496,4 +547,5 @@ class _ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         def work():
             name, version = _model_spec(request)
             return self.server.model_status(name, version)
+
         return _answer(context, "GetModelStatus", get_model_status_pb2.GetModelStatusResponse, work)

@@ -3,6 +3,7 @@
 Test directories carry no `__init__.py`: every test module has a unique basename (rootdir-relative
 imports), so pytest's default import mode finds them without package names.
 """
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -23,8 +24,17 @@ FIXTURES_DIR = DATA_DIR / "elmo_fixtures"
 
 # Small enough that the whole suite runs in well under 2 minutes on 2 CPU cores; filter total 12 differs
 # from the projection 8, so the CNN projection is exercised.
-TINY = dict(char_embedding_dim=4, filters=((1, 4), (2, 8)), num_highway=1, lstm_dim=16, projection_dim=8,
-            num_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True)
+TINY = dict(
+    char_embedding_dim=4,
+    filters=((1, 4), (2, 8)),
+    num_highway=1,
+    lstm_dim=16,
+    projection_dim=8,
+    num_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    use_skip_connections=True,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,12 +70,14 @@ def randomize():
 @pytest.fixture
 def make_elmo():
     """`make(config=None, seed=0, randomize=True, **elmo_kwargs)` -> a tiny ELMo with seeded random weights."""
+
     def make(config=None, seed=0, randomize=True, **kwargs):
         keras.utils.set_random_seed(seed)
         model = ELMo(config if config is not None else BiLMConfig(**TINY), **kwargs)
         if randomize:
             randomize_weights(model, seed)
         return model
+
     return make
 
 
@@ -80,7 +92,7 @@ def char_ids(sentences, num_tokens=None):
     out = np.zeros([len(sentences), num_tokens, MAX_CHARS], np.int32)
     for k, sentence in enumerate(sentences):
         if sentence:
-            out[k, :len(sentence)] = tokens_to_char_ids_numpy(sentence)
+            out[k, : len(sentence)] = tokens_to_char_ids_numpy(sentence)
     return out
 
 
@@ -93,8 +105,9 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def lstm_reference(x, lengths, w_0, bias, w_p, cell_clip=None, proj_clip=None, go_backwards=False,
-                   initial_c=None, initial_h=None):
+def lstm_reference(
+    x, lengths, w_0, bias, w_p, cell_clip=None, proj_clip=None, go_backwards=False, initial_c=None, initial_h=None
+):
     """Step-by-step float64 TF1 `LSTMCell(num_proj=P, forget_bias=1.0)` over each row's real tokens.
 
     `w_0` is the TF1 kernel `(input + P, 4 * units)` (input rows first), gates i, j, f, o.
@@ -128,20 +141,31 @@ def lstm_reference(x, lengths, w_0, bias, w_p, cell_clip=None, proj_clip=None, g
 def lstm_weights(lstm):
     """(W_0, B, W_P_0) of a `ProjectedLSTM` in the TF1 layout, as float64 arrays."""
     w_0 = np.concatenate([lstm.input_kernel.numpy(), lstm.recurrent_kernel.numpy()], axis=0)
-    return w_0.astype(np.float64), lstm.bias.numpy().astype(np.float64), lstm.projection_kernel.numpy().astype(
-        np.float64)
+    return (
+        w_0.astype(np.float64),
+        lstm.bias.numpy().astype(np.float64),
+        lstm.projection_kernel.numpy().astype(np.float64),
+    )
 
 
 @pytest.fixture
 def numpy_lstm():
     """`numpy_lstm(x, lengths, lstm_layer, go_backwards=..., initial_c=..., initial_h=...)` with clips
     taken from the layer unless given."""
-    def run(x, lengths, lstm, go_backwards=None, initial_c=None, initial_h=None, cell_clip="layer",
-            proj_clip="layer"):
+
+    def run(x, lengths, lstm, go_backwards=None, initial_c=None, initial_h=None, cell_clip="layer", proj_clip="layer"):
         w_0, bias, w_p = lstm_weights(lstm)
-        return lstm_reference(x, lengths, w_0, bias, w_p,
-                              cell_clip=lstm.cell_clip if cell_clip == "layer" else cell_clip,
-                              proj_clip=lstm.proj_clip if proj_clip == "layer" else proj_clip,
-                              go_backwards=lstm.go_backwards if go_backwards is None else go_backwards,
-                              initial_c=initial_c, initial_h=initial_h)
+        return lstm_reference(
+            x,
+            lengths,
+            w_0,
+            bias,
+            w_p,
+            cell_clip=lstm.cell_clip if cell_clip == "layer" else cell_clip,
+            proj_clip=lstm.proj_clip if proj_clip == "layer" else proj_clip,
+            go_backwards=lstm.go_backwards if go_backwards is None else go_backwards,
+            initial_c=initial_c,
+            initial_h=initial_h,
+        )
+
     return run

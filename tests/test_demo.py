@@ -1,5 +1,6 @@
 """`make demo` (demo.py): its data generator, its output filter, its argument checks, and one whole run with
 small budgets: pretrain -> export -> embedded server on 127.0.0.1 -> NER over gRPC -> tagging -> shutdown."""
+
 import io
 import json
 import os
@@ -42,11 +43,13 @@ def test_demo_data_is_deterministic_valid_iob2_and_tests_unseen_names(tmp_path):
 
 def test_pass_through_drops_tensorflow_startup_notices_and_keeps_progress():
     r, w = os.pipe()
-    text = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-            "I0000 00:00:1795317311.334174    1229 port.cc:153] oneDNN custom operations are on.\n"
-            "E0000 00:00:1795317573.054692    1293 cuda_platform.cc:52] failed call to cuInit\n"
-            "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow\n"
-            "INFO 1 replicas\n\r 1/3 [==]\r 3/3 [======]\nend caf\u00e9")
+    text = (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "I0000 00:00:1795317311.334174    1229 port.cc:153] oneDNN custom operations are on.\n"
+        "E0000 00:00:1795317573.054692    1293 cuda_platform.cc:52] failed call to cuInit\n"
+        "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow\n"
+        "INFO 1 replicas\n\r 1/3 [==]\r 3/3 [======]\nend caf\u00e9"
+    )
     os.write(w, text.encode())
     os.close(w)
     sink = io.StringIO()
@@ -63,8 +66,9 @@ def test_refuses_an_output_dir_it_did_not_write(tmp_path, capsys):
     assert (tmp_path / "mine.txt").read_text() == "keep"
 
 
-@pytest.mark.parametrize("argv, flag", [(["--pretrain-steps", "0"], "--pretrain-steps"),
-                                        (["--data", "/nonexistent"], "--data")])
+@pytest.mark.parametrize(
+    "argv, flag", [(["--pretrain-steps", "0"], "--pretrain-steps"), (["--data", "/nonexistent"], "--data")]
+)
 def test_bad_arguments_name_the_flag(tmp_path, capsys, argv, flag):
     with pytest.raises(SystemExit) as e:
         demo.main(["--out", str(tmp_path / "out")] + argv)
@@ -75,8 +79,13 @@ def test_bad_arguments_name_the_flag(tmp_path, capsys, argv, flag):
 
 def test_whole_demo_with_small_budgets(tmp_path):
     out = tmp_path / "demo_out"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "demo.py"), "--out", str(out), "--pretrain-steps", "60",
-                           "--ner-epochs", "3"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "demo.py"), "--out", str(out), "--pretrain-steps", "60", "--ner-epochs", "3"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stderr
     for step in range(1, 10):

@@ -1,4 +1,5 @@
 """elmo_tf/embed.py and `python -m elmo_tf embed`: batching plan, hdf5 output, CLI errors."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,17 @@ from elmo_tf.preprocessing import whitespace_tokenize
 REPO_ROOT = Path(__file__).resolve().parents[1]
 L, P = 2, 8  # tiny config: 2 LSTM layers, projection 8
 
-LINES = ["The cat sat on the mat .", "", "Hi", "a much longer sentence with many more tokens than any of the others",
-         "naïve 日本語 tokens", "   \t", "x  y", "Hi", "one two three four five"]
+LINES = [
+    "The cat sat on the mat .",
+    "",
+    "Hi",
+    "a much longer sentence with many more tokens than any of the others",
+    "naïve 日本語 tokens",
+    "   \t",
+    "x  y",
+    "Hi",
+    "one two three four five",
+]
 
 
 # ---------------------------------------------------------------- plan_batches
@@ -107,8 +117,12 @@ def test_embed_file_layers_all_top_average(tiny_elmo, input_file, tmp_path, to_c
     outputs = {}
     for layers in ("all", "top", "average"):
         stats = embed_file(tiny_elmo, input_file, tmp_path / f"{layers}.hdf5", batch_size=3, layers=layers)
-        assert stats == {"sentences": len(LINES), "tokens": sum(len(s.split()) for s in LINES), "empty": 2,
-                         "truncated": 0}
+        assert stats == {
+            "sentences": len(LINES),
+            "tokens": sum(len(s.split()) for s in LINES),
+            "empty": 2,
+            "truncated": 0,
+        }
         outputs[layers], index = read_output(tmp_path / f"{layers}.hdf5")
         assert sorted(outputs[layers], key=int) == [str(i) for i in range(len(LINES))]
         for line, i in index.items():
@@ -130,8 +144,12 @@ def test_embed_file_layers_all_top_average(tiny_elmo, input_file, tmp_path, to_c
 
 
 def test_results_do_not_depend_on_batching_or_order(tiny_elmo, input_file, tmp_path):
-    settings = [dict(batch_size=1, sort=False), dict(batch_size=3, sort=True), dict(batch_size=64, sort=False),
-                dict(batch_size=64, sort=True, max_batch_tokens=10)]
+    settings = [
+        dict(batch_size=1, sort=False),
+        dict(batch_size=3, sort=True),
+        dict(batch_size=64, sort=False),
+        dict(batch_size=64, sort=True, max_batch_tokens=10),
+    ]
     results = []
     for k, kwargs in enumerate(settings):
         progress = []
@@ -163,8 +181,14 @@ def test_embed_file_rejects_unknown_layers(tiny_elmo, input_file, tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "elmo_tf", "embed", *map(str, args)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_tf", "embed", *map(str, args)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
 
 
 def error_lines(stderr):
@@ -179,8 +203,20 @@ def saved_model(tiny_elmo, tmp_path):
 
 def test_cli_writes_the_file(saved_model, tiny_elmo, input_file, tmp_path):
     out = tmp_path / "cli.hdf5"
-    result = run_cli("--options", saved_model / "options.json", "--weights", saved_model / "weights.hdf5",
-                     "--input", input_file, "--output", out, "--layers", "top", "--batch-size", "2")
+    result = run_cli(
+        "--options",
+        saved_model / "options.json",
+        "--weights",
+        saved_model / "weights.hdf5",
+        "--input",
+        input_file,
+        "--output",
+        out,
+        "--layers",
+        "top",
+        "--batch-size",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
     arrays, index = read_output(out)
     embed_file(tiny_elmo, input_file, tmp_path / "lib.hdf5", layers="top")
@@ -192,8 +228,16 @@ def test_cli_writes_the_file(saved_model, tiny_elmo, input_file, tmp_path):
 
 def test_cli_missing_weights_file(saved_model, input_file, tmp_path):
     out = tmp_path / "never.hdf5"
-    result = run_cli("--options", saved_model / "options.json", "--weights", tmp_path / "nope.hdf5",
-                     "--input", input_file, "--output", out)
+    result = run_cli(
+        "--options",
+        saved_model / "options.json",
+        "--weights",
+        tmp_path / "nope.hdf5",
+        "--input",
+        input_file,
+        "--output",
+        out,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = error_lines(result.stderr)
@@ -203,8 +247,18 @@ def test_cli_missing_weights_file(saved_model, input_file, tmp_path):
 
 def test_cli_batch_size_zero(saved_model, input_file, tmp_path):
     out = tmp_path / "never.hdf5"
-    result = run_cli("--options", saved_model / "options.json", "--weights", saved_model / "weights.hdf5",
-                     "--input", input_file, "--output", out, "--batch-size", "0")
+    result = run_cli(
+        "--options",
+        saved_model / "options.json",
+        "--weights",
+        saved_model / "weights.hdf5",
+        "--input",
+        input_file,
+        "--output",
+        out,
+        "--batch-size",
+        "0",
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = error_lines(result.stderr)

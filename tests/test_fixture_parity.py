@@ -4,6 +4,7 @@
 10 batches of 3 sentences replayed in order with the LSTM state carried from batch to batch, row by row,
 as the original code does. `elmo_token_embeddings.hdf5`: the char-CNN output of every vocabulary word.
 """
+
 import json
 from pathlib import Path
 
@@ -22,7 +23,7 @@ ATOL = 1e-5
 def _batch_ids(batch):
     ids = np.zeros([len(batch), max(map(len, batch)), 50], np.int32)
     for k, tokens in enumerate(batch):
-        ids[k, :len(tokens)] = tokens_to_char_ids_numpy(tokens)
+        ids[k, : len(tokens)] = tokens_to_char_ids_numpy(tokens)
     return ids
 
 
@@ -44,7 +45,7 @@ def test_stateful_replay_reproduces_recorded_lm_embeddings(model_dir, skip):
         for k, tokens in enumerate(batch):
             want = expected[k][str(i)][...]  # (2, n_tokens, P): forward, backward
             p = want.shape[-1]
-            got = np.stack([top[k, :len(tokens), :p], top[k, :len(tokens), p:]])
+            got = np.stack([top[k, : len(tokens), :p], top[k, : len(tokens), p:]])
             assert got.shape == want.shape
             worst = max(worst, float(np.abs(got - want).max()))
     for f in expected:

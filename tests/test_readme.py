@@ -1,13 +1,13 @@
 """The README's Python quickstart runs as written (in a directory holding options.json + weights.hdf5), and the
 model it builds trains and round-trips through `.keras`."""
+
 import re
 from pathlib import Path
 
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(char_embedding_dim=4, filters=((1, 4), (2, 8)), num_highway=1, lstm_dim=16, projection_dim=8,
-            num_layers=2)
+TINY = dict(char_embedding_dim=4, filters=((1, 4), (2, 8)), num_highway=1, lstm_dim=16, projection_dim=8, num_layers=2)
 
 
 def python_blocks(section):

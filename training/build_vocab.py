@@ -7,11 +7,11 @@ examples:
 The corpus is streamed line by line (only the word counts are held in memory). Tokens are whitespace
 separated; invalid UTF-8 is replaced by U+FFFD when counting.
 """
+
 import argparse
 import logging
 import sys
 import time
-
 
 
 def main(argv=None):
@@ -42,9 +42,16 @@ def main(argv=None):
     vocab.save(args.output)
     total = sum(counts.values())
     covered = sum(counts.get(w, 0) for w in vocab.words)
-    logging.info("%d files, %d tokens, %d types -> %d entries (%.2f%% of tokens covered) in %.1f s: %s", len(files),
-                 total, len(counts), len(vocab), 100.0 * covered / max(total, 1), time.perf_counter() - start,
-                 args.output)
+    logging.info(
+        "%d files, %d tokens, %d types -> %d entries (%.2f%% of tokens covered) in %.1f s: %s",
+        len(files),
+        total,
+        len(counts),
+        len(vocab),
+        100.0 * covered / max(total, 1),
+        time.perf_counter() - start,
+        args.output,
+    )
     return 0
 
 

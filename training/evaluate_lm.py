@@ -8,6 +8,7 @@ examples:
 Targets: every word plus </S> (forward) / <S> (backward); lines longer than --max-tokens are cut into
 pieces, as in training.
 """
+
 import argparse
 import json
 import logging
@@ -39,8 +40,9 @@ def main(argv=None):
     except ValueError as e:
         parser.error(f"--model: {e}")
     with tqdm(unit="sent", file=sys.stderr, desc="evaluate") as bar:
-        result = evaluate_perplexity(model, vocab, [args.test], batch_size=args.batch_size,
-                                     max_tokens=args.max_tokens, progress=bar.update)
+        result = evaluate_perplexity(
+            model, vocab, [args.test], batch_size=args.batch_size, max_tokens=args.max_tokens, progress=bar.update
+        )
     result.update(model=args.model, test=args.test)
     text = json.dumps(result, indent=2)
     print(text)

@@ -22,6 +22,7 @@ Output DIR: options.json, weights.hdf5 (bilm-tf/AllenNLP layout, for `python -m 
 vocab.txt, softmax.hdf5 (softmax/W, softmax/b), metrics.json, train_config.json, log.csv,
 tensorboard/, checkpoints/.
 """
+
 import argparse
 import logging
 import os
@@ -54,8 +55,13 @@ def build_parser():
     p.add_argument("--validate-every", type=int, default=0, help="steps between valid perplexities (0: at the end)")
     p.add_argument("--shuffle-buffer", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--init-from", nargs=2, metavar=("OPTIONS", "WEIGHTS"), default=None,
-                   help="start from an existing biLM (bilm-tf/AllenNLP files)")
+    p.add_argument(
+        "--init-from",
+        nargs=2,
+        metavar=("OPTIONS", "WEIGHTS"),
+        default=None,
+        help="start from an existing biLM (bilm-tf/AllenNLP files)",
+    )
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's default)")
     return p
 
@@ -96,12 +102,22 @@ def main(argv=None):
         fail("--cpu-replicas", f"must be >= 1, got {args.cpu_replicas}")
     lr = args.learning_rate or {"adagrad": 0.2, "adam": 1e-3, "sgd": 1.0}[args.optimizer]
     try:
-        train_config = TrainConfig(batch_size=args.batch_size, max_tokens=args.max_tokens, steps=args.steps,
-                                   epochs=args.epochs, optimizer=args.optimizer, learning_rate=lr,
-                                   clip_norm=args.clip_norm, dropout=args.dropout, num_sampled=args.num_sampled,
-                                   checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-                                   validate_every=args.validate_every, shuffle_buffer=args.shuffle_buffer,
-                                   seed=args.seed)
+        train_config = TrainConfig(
+            batch_size=args.batch_size,
+            max_tokens=args.max_tokens,
+            steps=args.steps,
+            epochs=args.epochs,
+            optimizer=args.optimizer,
+            learning_rate=lr,
+            clip_norm=args.clip_norm,
+            dropout=args.dropout,
+            num_sampled=args.num_sampled,
+            checkpoint_every=args.checkpoint_every,
+            log_every=args.log_every,
+            validate_every=args.validate_every,
+            shuffle_buffer=args.shuffle_buffer,
+            seed=args.seed,
+        )
     except ValueError as e:
         fail("--" + str(e).split(" ")[0].replace("_", "-"), e)
     if args.threads:
@@ -116,25 +132,49 @@ def main(argv=None):
 
     keras.utils.set_random_seed(args.seed)
     try:
-        trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, args.output,
-                          valid_files=[args.valid] if args.valid else None, init_from=args.init_from)
+        trainer = Trainer(
+            strategy,
+            bilm_config,
+            train_config,
+            vocab,
+            train_files,
+            args.output,
+            valid_files=[args.valid] if args.valid else None,
+            init_from=args.init_from,
+        )
     except ValueError as e:
         fail("--init-from" if args.init_from and "init-from" in str(e) else "--output", e)
-    logging.info("%d replicas, %s parameters, %d steps (from step %d), output %s", strategy.num_replicas_in_sync,
-                 f"{trainer.model.count_params():,}", trainer.total_steps, int(trainer.step.numpy()), args.output)
+    logging.info(
+        "%d replicas, %s parameters, %d steps (from step %d), output %s",
+        strategy.num_replicas_in_sync,
+        f"{trainer.model.count_params():,}",
+        trainer.total_steps,
+        int(trainer.step.numpy()),
+        args.output,
+    )
     bar = keras.utils.Progbar(trainer.total_steps, stateful_metrics=["loss", "perplexity"])
     bar.update(int(trainer.step.numpy()))
     try:
-        result = trainer.train(progress=lambda step, loss: bar.update(
-            step, [("loss", loss), ("perplexity", float(min(__import__("math").exp(loss), 1e9)))]))
+        result = trainer.train(
+            progress=lambda step, loss: bar.update(
+                step, [("loss", loss), ("perplexity", float(min(__import__("math").exp(loss), 1e9)))]
+            )
+        )
     except NonFiniteLossError as e:
         logging.error("%s", e)
         return 3
-    logging.info("done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s", result["step"], result["loss"],
-                 result["perplexity"], result["tokens_per_s"],
-                 "; valid perplexity forward %.2f backward %.2f average %.2f" % (
-                     result["valid"]["forward"], result["valid"]["backward"], result["valid"]["average"])
-                 if "valid" in result else "")
+    logging.info(
+        "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s",
+        result["step"],
+        result["loss"],
+        result["perplexity"],
+        result["tokens_per_s"],
+        "; valid perplexity forward {forward:.2f} backward {backward:.2f} average {average:.2f}".format(
+            **result["valid"]
+        )
+        if "valid" in result
+        else "",
+    )
     return 0
 
 

@@ -18,6 +18,7 @@ examples:
   python training/tag.py --model runs/ner --elmo-server localhost:8500 < sentences.txt  # ELMo over gRPC
   python training/tag.py --model runs/ner_base < sentences.txt                         # a --no-elmo model
 """
+
 import argparse
 import json
 import logging
@@ -43,14 +44,21 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser():
-    p = OneLineParser(prog="tag.py", description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="tag.py",
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--model", required=True, help="NER directory: model.keras, encoder.json (config.json)")
     p.add_argument("--input", default=None, help="text file, one sentence per line (default: stdin)")
     p.add_argument("--format", default="conll", choices=("conll", "json"), help="output format (conll)")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--elmo", help="biLM in process: pretraining output dir, or weights.hdf5 with options.json "
-                                       "beside it (default: what config.json says training used)")
+    source.add_argument(
+        "--elmo",
+        help="biLM in process: pretraining output dir, or weights.hdf5 with options.json "
+        "beside it (default: what config.json says training used)",
+    )
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     p.add_argument("--model-name", default=None, help="model name on the server (default: training's, else elmo)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per model call (32)")
@@ -60,6 +68,7 @@ def build_parser():
 
 # ------------------------------------------------------------------------------------------------ features
 
+
 def elmo_paths(path):
     """(options.json, weights.hdf5) of an --elmo argument: a directory holding both, or a .hdf5 file with
     options.json beside it (as train_ner.py reads it)."""
@@ -68,8 +77,7 @@ def elmo_paths(path):
     return os.path.join(folder, "options.json"), weights
 
 
-def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=None, weights=None,
-                        batch_size=32):
+def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=None, weights=None, batch_size=32):
     """An `InProcessFeatures` (`elmo`, or `options` + `weights`) or `ServedFeatures` (`elmo_server`), and a
     description of it in train_ner.py's config.json layout. Raises ValueError with a one-line reason."""
     if elmo_server:
@@ -82,8 +90,9 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
         try:
             source = ServedFeatures(ElmoClient(elmo_server, model_name=model_name), batch_size=batch_size)
         except Exception as e:  # the client's ServingError carries the gRPC status
-            raise ValueError(f"cannot get features from {elmo_server!r} (model {model_name!r}): "
-                             f"{' '.join(str(e).split())}") from None
+            raise ValueError(
+                f"cannot get features from {elmo_server!r} (model {model_name!r}): {' '.join(str(e).split())}"
+            ) from None
         return source, {"kind": "server", "address": elmo_server, "model_name": model_name}
     if elmo:
         options, weights = elmo_paths(elmo)
@@ -102,6 +111,7 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
 
 # ------------------------------------------------------------------------------------------------ model
 
+
 def load_tagger(model_dir):
     """(NERTagger with its trained weights, Encoder, activation dim or None) from a train_ner.py directory."""
     import keras
@@ -116,6 +126,7 @@ def load_tagger(model_dir):
 
 # ------------------------------------------------------------------------------------------------ tagging
 
+
 def read_sentences(stream):
     """One whitespace-tokenized sentence per line (an empty line: an empty sentence)."""
     return [line.split() for line in stream]
@@ -128,16 +139,26 @@ def tag_sentences(model, encoder, sentences, source=None, batch_size=32):
 
     items = [Sentence(list(tokens), ["O"] * len(tokens), 0) for tokens in sentences]
     features = source([s.tokens for s in items]) if model.num_elmo_layers else None
-    batches = NERBatches(items, encoder, features, batch_size=batch_size, shuffle=False,
-                         use_words=model.word_vocab_size > 0, use_chars=bool(model.char_filters), with_tags=False)
+    batches = NERBatches(
+        items,
+        encoder,
+        features,
+        batch_size=batch_size,
+        shuffle=False,
+        use_words=model.word_vocab_size > 0,
+        use_chars=bool(model.char_filters),
+        with_tags=False,
+    )
     return predict_tags(model, batches)
 
 
 def entity_spans(tokens, tags, scheme):
     from elmo_tf.preprocessing.tags import spans
 
-    return [{"type": kind, "start": start, "end": end, "text": " ".join(tokens[start:end])}
-            for kind, start, end in spans(tags, scheme)]
+    return [
+        {"type": kind, "start": start, "end": end, "text": " ".join(tokens[start:end])}
+        for kind, start, end in spans(tags, scheme)
+    ]
 
 
 def format_conll(tokens, tags):
@@ -145,19 +166,24 @@ def format_conll(tokens, tags):
 
 
 def format_json(tokens, tags, scheme):
-    return json.dumps({"tokens": tokens, "tags": tags, "spans": entity_spans(tokens, tags, scheme)},
-                      ensure_ascii=False) + "\n"
+    return (
+        json.dumps({"tokens": tokens, "tags": tags, "spans": entity_spans(tokens, tags, scheme)}, ensure_ascii=False)
+        + "\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ CLI
+
 
 def resolve_source(args, parser, model_dir, needs_elmo):
     """The feature source for the tagger: the flags, else config.json's record of training; None without ELMo."""
     given = args.elmo or args.elmo_server
     if not needs_elmo:
         if given:
-            parser.error(f"--{'elmo' if args.elmo else 'elmo-server'}: the model in {model_dir!r} was trained "
-                         f"without ELMo features (--no-elmo); drop the flag")
+            parser.error(
+                f"--{'elmo' if args.elmo else 'elmo-server'}: the model in {model_dir!r} was trained "
+                f"without ELMo features (--no-elmo); drop the flag"
+            )
         return None
     recorded = {}
     config_path = os.path.join(model_dir, "config.json")
@@ -173,8 +199,10 @@ def resolve_source(args, parser, model_dir, needs_elmo):
     elif recorded.get("kind") == "in_process":
         flag, kwargs = "--elmo", dict(options=recorded.get("options"), weights=recorded.get("weights"))
     else:
-        parser.error(f"--elmo: the model in {model_dir!r} needs ELMo features and its config.json does not say "
-                     f"where training got them; give --elmo DIR_OR_HDF5 or --elmo-server HOST:PORT")
+        parser.error(
+            f"--elmo: the model in {model_dir!r} needs ELMo features and its config.json does not say "
+            f"where training got them; give --elmo DIR_OR_HDF5 or --elmo-server HOST:PORT"
+        )
     try:
         source, _ = open_feature_source(batch_size=args.batch_size, **kwargs)
     except ValueError as e:
@@ -186,8 +214,9 @@ def resolve_source(args, parser, model_dir, needs_elmo):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr
+    )
     for name in ("model.keras", "encoder.json"):
         if not os.path.isfile(os.path.join(args.model, name)):
             parser.error(f"--model: no {name} in {args.model!r} (expected a train_ner.py output directory)")
@@ -211,27 +240,40 @@ def main(argv=None):
     source = resolve_source(args, parser, args.model, model.num_elmo_layers > 0)
     if source is not None and (source.num_layers, source.dim) != (model.num_elmo_layers, dim):
         flag = "--elmo-server" if args.elmo_server else "--elmo"
-        parser.error(f"{flag}: the biLM gives {source.num_layers} layers of width {source.dim}, the model was trained "
-                     f"on {model.num_elmo_layers} layers of width {dim}")
+        parser.error(
+            f"{flag}: the biLM gives {source.num_layers} layers of width {source.dim}, the model was trained "
+            f"on {model.num_elmo_layers} layers of width {dim}"
+        )
 
     from tqdm import tqdm
 
     scheme = encoder.source_scheme
-    logger.info("tagging %d sentences (%s model, tags in %s)", len(sentences),
-                "ELMo" if source is not None else "no-ELMo", scheme)
+    logger.info(
+        "tagging %d sentences (%s model, tags in %s)",
+        len(sentences),
+        "ELMo" if source is not None else "no-ELMo",
+        scheme,
+    )
     out = sys.stdout
-    with tqdm(total=len(sentences), unit="sent", file=sys.stderr,
-              disable=args.quiet or len(sentences) < PROGRESS_MIN_SENTENCES) as progress:
+    with tqdm(
+        total=len(sentences),
+        unit="sent",
+        file=sys.stderr,
+        disable=args.quiet or len(sentences) < PROGRESS_MIN_SENTENCES,
+    ) as progress:
         for start in range(0, len(sentences), CHUNK_SENTENCES):
-            chunk = sentences[start:start + CHUNK_SENTENCES]
+            chunk = sentences[start : start + CHUNK_SENTENCES]
             try:
                 tags = tag_sentences(model, encoder, chunk, source, args.batch_size)
             except Exception as e:  # a server that went away mid-way, etc.
                 logger.error("tagging sentences %d-%d failed: %s", start + 1, start + len(chunk), e)
                 return 1
             for tokens, sentence_tags in zip(chunk, tags):
-                out.write(format_conll(tokens, sentence_tags) if args.format == "conll"
-                          else format_json(tokens, sentence_tags, scheme))
+                out.write(
+                    format_conll(tokens, sentence_tags)
+                    if args.format == "conll"
+                    else format_json(tokens, sentence_tags, scheme)
+                )
             out.flush()
             progress.update(len(chunk))
     return 0

@@ -14,6 +14,7 @@ its transition constraints; metrics are span-level exact match (conlleval), in t
 Writes: model.keras (the head), encoder.json (labels, scheme, word vocabulary), metrics.json (dev and test
 overall and per type), config.json. Early stopping on dev span F1 (--patience), best epoch kept.
 """
+
 import argparse
 import json
 import logging
@@ -70,12 +71,15 @@ def read_splits(args, parser):
 
     scheme = detect_scheme(args.train) if args.tag_scheme == "auto" else args.tag_scheme
     try:
-        splits = {name: read_conll(path) for name, path in (("train", args.train), ("dev", args.dev),
-                                                           ("test", args.test)) if path}
+        splits = {
+            name: read_conll(path)
+            for name, path in (("train", args.train), ("dev", args.dev), ("test", args.test))
+            if path
+        }
     except ConllFormatError as e:
         parser.error(str(e))
     if args.max_sentences:
-        splits = {k: v[:args.max_sentences] for k, v in splits.items()}
+        splits = {k: v[: args.max_sentences] for k, v in splits.items()}
     encoder = Encoder.fit(splits["train"], scheme, args.crf_scheme)
     for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-training
         try:
@@ -99,15 +103,22 @@ def load_features(args, parser, splits, log):
     from elmo_tf.ner import cached_features
 
     try:
-        source, source_info = open_feature_source(elmo=args.elmo, elmo_server=args.elmo_server,
-                                                  model_name=args.model_name)
+        source, source_info = open_feature_source(
+            elmo=args.elmo, elmo_server=args.elmo_server, model_name=args.model_name
+        )
     except ValueError as e:
         parser.error(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}")
     for name, sentences in splits.items():
         start = time.perf_counter()
         with tqdm(total=len(sentences), unit="sent", desc=f"ELMo features ({name})", file=sys.stderr) as bar:
-            features[name] = cached_features(source, sentences, args.cache, key=name,
-                                             source_info=json.dumps(source_info, sort_keys=True), progress=bar.update)
+            features[name] = cached_features(
+                source,
+                sentences,
+                args.cache,
+                key=name,
+                source_info=json.dumps(source_info, sort_keys=True),
+                progress=bar.update,
+            )
         log.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences), time.perf_counter() - start)
     return source, source_info, features
 
@@ -135,15 +146,37 @@ def main(argv=None):
 
     keras.utils.set_random_seed(args.seed)
     scheme, splits, encoder = read_splits(args, parser)
-    log.info("%s; %d labels in %s: %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
-             len(encoder.labels), args.crf_scheme, " ".join(encoder.labels))
+    log.info(
+        "%s; %d labels in %s: %s",
+        ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
+        len(encoder.labels),
+        args.crf_scheme,
+        " ".join(encoder.labels),
+    )
     source, source_info, features = load_features(args, parser, splits, log)
     use_words, use_chars = not args.no_word_features, not args.no_char_features
-    batches = {name: NERBatches(sentences, encoder, features[name], batch_size=args.batch_size,
-                                shuffle=name == "train", use_words=use_words, use_chars=use_chars, seed=args.seed)
-               for name, sentences in splits.items()}
-    model = new_tagger(args, encoder, 0 if args.no_elmo else source.num_layers, dropout=args.dropout,
-                       gamma=args.gamma, gamma_trainable=not args.fixed_gamma, mix_l2=args.mix_l2)
+    batches = {
+        name: NERBatches(
+            sentences,
+            encoder,
+            features[name],
+            batch_size=args.batch_size,
+            shuffle=name == "train",
+            use_words=use_words,
+            use_chars=use_chars,
+            seed=args.seed,
+        )
+        for name, sentences in splits.items()
+    }
+    model = new_tagger(
+        args,
+        encoder,
+        0 if args.no_elmo else source.num_layers,
+        dropout=args.dropout,
+        gamma=args.gamma,
+        gamma_trainable=not args.fixed_gamma,
+        mix_l2=args.mix_l2,
+    )
     model.build_for(None if args.no_elmo else source.dim)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=5.0))
     os.makedirs(args.output, exist_ok=True)
@@ -151,8 +184,17 @@ def main(argv=None):
     start = time.perf_counter()
     model.fit(batches["train"], epochs=args.epochs, callbacks=[callback], verbose=2)
     metrics = {"best_epoch": callback.best_epoch + 1, "train_seconds": time.perf_counter() - start}
-    write_results(model, encoder, splits, batches, scheme, args.output, metrics,
-                  dict(vars(args), tag_scheme_resolved=scheme, elmo_source=source_info), log)
+    write_results(
+        model,
+        encoder,
+        splits,
+        batches,
+        scheme,
+        args.output,
+        metrics,
+        dict(vars(args), tag_scheme_resolved=scheme, elmo_source=source_info),
+        log,
+    )
     return 0
 
 
@@ -161,10 +203,15 @@ def new_tagger(args, encoder, num_layers, **values):
     gamma_trainable, mix_l2."""
     from elmo_tf.models.ner_tagger import NERTagger
 
-    return NERTagger(encoder.labels, args.crf_scheme, num_elmo_layers=num_layers,
-                     word_vocab_size=len(encoder.words) + 2 if not args.no_word_features else 0,
-                     char_filters=((3, 50),) if not args.no_char_features else (), lstm_units=args.lstm_units,
-                     **values)
+    return NERTagger(
+        encoder.labels,
+        args.crf_scheme,
+        num_elmo_layers=num_layers,
+        word_vocab_size=len(encoder.words) + 2 if not args.no_word_features else 0,
+        char_filters=((3, 50),) if not args.no_char_features else (),
+        lstm_units=args.lstm_units,
+        **values,
+    )
 
 
 def write_results(model, encoder, splits, batches, scheme, output, metrics, config, log, json_default=None):
@@ -176,8 +223,13 @@ def write_results(model, encoder, splits, batches, scheme, output, metrics, conf
         if name in batches:
             gold = [s.tags for s in splits[name]]
             metrics[name] = span_scores(gold, predict_tags(model, batches[name]), scheme)
-            log.info("%s span F1 %.2f (P %.2f R %.2f)", name, metrics[name]["f1"], metrics[name]["precision"],
-                     metrics[name]["recall"])
+            log.info(
+                "%s span F1 %.2f (P %.2f R %.2f)",
+                name,
+                metrics[name]["f1"],
+                metrics[name]["precision"],
+                metrics[name]["recall"],
+            )
     os.makedirs(output, exist_ok=True)
     model.save(os.path.join(output, "model.keras"))
     encoder.save(os.path.join(output, "encoder.json"))

@@ -22,6 +22,7 @@ examples:
   python training/tune_ner.py ... --max-trials 40                          # same --directory: 20 more trials
   python training/tune_ner.py ... --overwrite                              # discard the project, start over
 """
+
 import argparse
 import json
 import logging
@@ -46,16 +47,37 @@ DROPOUT_RANGE = (0.1, 0.6)
 MIX_L2_RANGE = (1e-4, 1e-1)
 SETTINGS_FILE = "tune_ner_settings.json"
 # flags that define a search: a resumed project must have been started with the same values
-SEARCH_FLAGS = ("train", "dev", "elmo", "elmo_server", "no_elmo", "model_name", "tuner", "seed", "tag_scheme",
-                "crf_scheme", "trial_epochs", "patience", "batch_size", "learning_rate", "lstm_units",
-                "no_word_features", "no_char_features", "max_sentences")
+SEARCH_FLAGS = (
+    "train",
+    "dev",
+    "elmo",
+    "elmo_server",
+    "no_elmo",
+    "model_name",
+    "tuner",
+    "seed",
+    "tag_scheme",
+    "crf_scheme",
+    "trial_epochs",
+    "patience",
+    "batch_size",
+    "learning_rate",
+    "lstm_units",
+    "no_word_features",
+    "no_char_features",
+    "max_sentences",
+)
 
 logger = logging.getLogger("tune_ner")
 
 
 def build_parser():
-    p = OneLineParser(prog="tune_ner.py", description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="tune_ner.py",
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     data = p.add_argument_group("data and features (as train_ner.py)")
     data.add_argument("--train", required=True, help="training file (CoNLL-2003 or WNUT-17 format)")
     data.add_argument("--dev", required=True, help="the objective is span F1 on this file")
@@ -65,10 +87,18 @@ def build_parser():
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     source.add_argument("--no-elmo", action="store_true", help="no ELMo features (only dropout is searched)")
     data.add_argument("--model-name", default="elmo", help="model name on the server (elmo)")
-    data.add_argument("--tag-scheme", default="auto", choices=("auto", "iob1", "iob2", "bioes"),
-                      help="the files' scheme (auto: iob1 for 4 columns, else iob2)")
-    data.add_argument("--crf-scheme", default="bioes", choices=("iob2", "bioes"),
-                      help="the scheme the CRF works in, with its constraints (bioes)")
+    data.add_argument(
+        "--tag-scheme",
+        default="auto",
+        choices=("auto", "iob1", "iob2", "bioes"),
+        help="the files' scheme (auto: iob1 for 4 columns, else iob2)",
+    )
+    data.add_argument(
+        "--crf-scheme",
+        default="bioes",
+        choices=("iob2", "bioes"),
+        help="the scheme the CRF works in, with its constraints (bioes)",
+    )
     data.add_argument("--no-word-features", action="store_true", help="drop the tagger's own word embedding")
     data.add_argument("--no-char-features", action="store_true", help="drop the tagger's own char CNN")
     data.add_argument("--cache", default=None, help="hdf5 file caching the ELMo features of the splits")
@@ -77,8 +107,12 @@ def build_parser():
     search.add_argument("--directory", required=True, help="KerasTuner results directory (resumable)")
     search.add_argument("--project-name", default="ner", help="project inside --directory (ner)")
     search.add_argument("--overwrite", action="store_true", help="delete the project and start over")
-    search.add_argument("--tuner", default="random", choices=("random", "bayesian"),
-                        help="RandomSearch or BayesianOptimization (random)")
+    search.add_argument(
+        "--tuner",
+        default="random",
+        choices=("random", "bayesian"),
+        help="RandomSearch or BayesianOptimization (random)",
+    )
     search.add_argument("--max-trials", type=int, default=10, help="trials in all, resumed ones included (10)")
     search.add_argument("--trial-epochs", type=int, default=10, help="most epochs of one trial (10)")
     search.add_argument("--seed", type=int, default=1, help="tuner and training seed, > 0 (1)")
@@ -126,15 +160,19 @@ def check_resume(args, parser, project_dir):
     if os.path.isfile(path) and not args.overwrite:
         with open(path, encoding="utf-8") as f:
             recorded = json.load(f)
-        changed = [f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {v!r}" for k, v in settings.items()
-                   if recorded.get(k) != v]
+        changed = [
+            f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {v!r}" for k, v in settings.items() if recorded.get(k) != v
+        ]
         if changed:
-            parser.error(f"--directory: the project {project_dir!r} was started with other search settings "
-                         f"({'; '.join(changed)}); use the same flags to resume, or --overwrite to start over")
+            parser.error(
+                f"--directory: the project {project_dir!r} was started with other search settings "
+                f"({'; '.join(changed)}); use the same flags to resume, or --overwrite to start over"
+            )
     return settings, path
 
 
 # ------------------------------------------------------------------------------------------------ the search
+
 
 def hyperparameter_values(hp, use_elmo):
     """Declares the search space on `hp` and returns the NERTagger arguments it picks."""
@@ -153,8 +191,11 @@ def best_hyperparameters(hp_values, use_elmo):
     """The NERTagger arguments of a finished trial's `hyperparameters.values`."""
     values = {"dropout": float(hp_values["dropout"])}
     if use_elmo:
-        values.update(gamma=float(hp_values["gamma"]), gamma_trainable=bool(hp_values["gamma_trainable"]),
-                      mix_l2=float(hp_values["mix_l2"]) if hp_values.get("mix_l2_on") else 0.0)
+        values.update(
+            gamma=float(hp_values["gamma"]),
+            gamma_trainable=bool(hp_values["gamma_trainable"]),
+            mix_l2=float(hp_values["mix_l2"]) if hp_values.get("mix_l2_on") else 0.0,
+        )
     return values
 
 
@@ -175,8 +216,15 @@ def prepare_training(model, args, data, log=None):
     from elmo_tf.ner import NERBatches, SpanF1Callback
 
     model.build_for(data["dim"])
-    train_batches = NERBatches(data["splits"]["train"], data["encoder"], data["features"]["train"], batch_size=args.batch_size,
-                               shuffle=True, seed=args.seed, **data["inputs"])
+    train_batches = NERBatches(
+        data["splits"]["train"],
+        data["encoder"],
+        data["features"]["train"],
+        batch_size=args.batch_size,
+        shuffle=True,
+        seed=args.seed,
+        **data["inputs"],
+    )
     span_f1 = SpanF1Callback(data["batches"]["dev"], patience=args.patience, log=log)
     return span_f1, train_batches
 
@@ -196,9 +244,12 @@ def make_hypermodel(args, data):
             # (TunerCallback, SaveBestEpoch) and History, which come after it, read.
             history = model.fit(train_batches, epochs=args.trial_epochs, callbacks=[span_f1, *callbacks], verbose=0)
             curve = history.history.get(OBJECTIVE, [])
-            logger.info("trial: %s -> dev span F1 per epoch %s (best %.2f)",
-                        ", ".join(f"{k}={_short(v)}" for k, v in sorted(hp.values.items())),
-                        " ".join(f"{v:.2f}" for v in curve), max(curve, default=float("nan")))
+            logger.info(
+                "trial: %s -> dev span F1 per epoch %s (best %.2f)",
+                ", ".join(f"{k}={_short(v)}" for k, v in sorted(hp.values.items())),
+                " ".join(f"{v:.2f}" for v in curve),
+                max(curve, default=float("nan")),
+            )
             return history
 
     return NERHyperModel()
@@ -211,12 +262,20 @@ def _short(value):
 def trial_summaries(tuner):
     trials = []
     for trial in sorted(tuner.oracle.trials.values(), key=lambda t: t.trial_id):
-        trials.append({"trial_id": trial.trial_id, "status": str(trial.status), "score": trial.score,
-                       "best_step": trial.best_step, "hyperparameters": dict(trial.hyperparameters.values)})
+        trials.append(
+            {
+                "trial_id": trial.trial_id,
+                "status": str(trial.status),
+                "score": trial.score,
+                "best_step": trial.best_step,
+                "hyperparameters": dict(trial.hyperparameters.values),
+            }
+        )
     return trials
 
 
 # ------------------------------------------------------------------------------------------------ main
+
 
 def prepare_data(args, parser):
     """Reads the splits, fits the label map, computes the ELMo features once; the dict every trial shares:
@@ -228,17 +287,32 @@ def prepare_data(args, parser):
 
     keras.utils.set_random_seed(args.seed)
     scheme, splits, encoder = read_splits(args, parser)
-    logger.info("%s; %d labels in %s", ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
-                len(encoder.labels), args.crf_scheme)
+    logger.info(
+        "%s; %d labels in %s",
+        ", ".join(f"{k} {len(v)} sentences" for k, v in splits.items()),
+        len(encoder.labels),
+        args.crf_scheme,
+    )
 
     source, source_info, features = load_features(args, parser, splits, logger)  # shared by all trials
     num_layers, dim = (source.num_layers, source.dim) if source is not None else (0, None)
     inputs = {"use_words": not args.no_word_features, "use_chars": not args.no_char_features}
-    batches = {name: NERBatches(splits[name], encoder, features[name], batch_size=args.batch_size, shuffle=False,
-                                **inputs) for name in splits if name != "train"}
-    return {"splits": splits, "encoder": encoder, "scheme": scheme, "features": features,
-            "batches": batches, "inputs": inputs, "num_layers": num_layers, "dim": dim,
-            "source_info": source_info}
+    batches = {
+        name: NERBatches(splits[name], encoder, features[name], batch_size=args.batch_size, shuffle=False, **inputs)
+        for name in splits
+        if name != "train"
+    }
+    return {
+        "splits": splits,
+        "encoder": encoder,
+        "scheme": scheme,
+        "features": features,
+        "batches": batches,
+        "inputs": inputs,
+        "num_layers": num_layers,
+        "dim": dim,
+        "source_info": source_info,
+    }
 
 
 def main(argv=None):
@@ -259,17 +333,29 @@ def main(argv=None):
     tuner_class = keras_tuner.RandomSearch if args.tuner == "random" else keras_tuner.BayesianOptimization
     resuming = os.path.isfile(os.path.join(project_dir, "oracle.json")) and not args.overwrite
     try:
-        tuner = tuner_class(make_hypermodel(args, data), objective=objective, max_trials=args.max_trials,
-                            seed=args.seed, directory=args.directory, project_name=args.project_name,
-                            overwrite=args.overwrite)
+        tuner = tuner_class(
+            make_hypermodel(args, data),
+            objective=objective,
+            max_trials=args.max_trials,
+            seed=args.seed,
+            directory=args.directory,
+            project_name=args.project_name,
+            overwrite=args.overwrite,
+        )
     except (ValueError, TypeError) as e:
         parser.error(f"--directory: cannot use the project in {project_dir!r}: {e}")
     os.makedirs(project_dir, exist_ok=True)
     with open(settings_path, "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2)
     done_before = sum(1 for t in tuner.oracle.trials.values() if t.status == "COMPLETED")
-    logger.info("%s %s search in %s: %d of %d trials done", "resuming the" if resuming else "new", args.tuner,
-                project_dir, done_before, args.max_trials)
+    logger.info(
+        "%s %s search in %s: %d of %d trials done",
+        "resuming the" if resuming else "new",
+        args.tuner,
+        project_dir,
+        done_before,
+        args.max_trials,
+    )
     start = time.perf_counter()
     tuner.search(verbose=0)
     search_seconds = time.perf_counter() - start
@@ -280,24 +366,40 @@ def main(argv=None):
         return 1
     best_trial = tuner.oracle.get_best_trials(1)[0]
     best = best_hyperparameters(best_trial.hyperparameters.values, use_elmo)
-    logger.info("%d new trials in %.1f s; best trial %s: dev span F1 %.2f with %s", len(completed) - done_before,
-                search_seconds, best_trial.trial_id, best_trial.score,
-                ", ".join(f"{k}={_short(v)}" for k, v in best.items()))
+    logger.info(
+        "%d new trials in %.1f s; best trial %s: dev span F1 %.2f with %s",
+        len(completed) - done_before,
+        search_seconds,
+        best_trial.trial_id,
+        best_trial.score,
+        ", ".join(f"{k}={_short(v)}" for k, v in best.items()),
+    )
 
     logger.info("retraining the best trial's hyperparameters for up to %d epochs", args.epochs)
     model = make_tagger(args, encoder, num_layers, best)
     span_f1, train_batches = prepare_training(model, args, data, log=logger.info)
     start = time.perf_counter()
     model.fit(train_batches, epochs=args.epochs, callbacks=[span_f1], verbose=0)
-    metrics = {"best_epoch": span_f1.best_epoch + 1, "train_seconds": time.perf_counter() - start,
-               "best_hyperparameters": best, "best_trial": {"trial_id": best_trial.trial_id,
-                                                            "score": best_trial.score},
-               "search_seconds": search_seconds, "trials": trials}
-    config = dict(vars(args), tag_scheme_resolved=scheme, elmo_source=data["source_info"], dropout=best["dropout"],
-                  gamma=best.get("gamma", 1.0), fixed_gamma=not best.get("gamma_trainable", True),
-                  mix_l2=best.get("mix_l2", 0.0))
-    write_results(model, encoder, splits, batches, scheme, args.output, metrics, config, logger,
-                  json_default=_json_default)
+    metrics = {
+        "best_epoch": span_f1.best_epoch + 1,
+        "train_seconds": time.perf_counter() - start,
+        "best_hyperparameters": best,
+        "best_trial": {"trial_id": best_trial.trial_id, "score": best_trial.score},
+        "search_seconds": search_seconds,
+        "trials": trials,
+    }
+    config = dict(
+        vars(args),
+        tag_scheme_resolved=scheme,
+        elmo_source=data["source_info"],
+        dropout=best["dropout"],
+        gamma=best.get("gamma", 1.0),
+        fixed_gamma=not best.get("gamma_trainable", True),
+        mix_l2=best.get("mix_l2", 0.0),
+    )
+    write_results(
+        model, encoder, splits, batches, scheme, args.output, metrics, config, logger, json_default=_json_default
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ Layout (the released ELMo files):
                                             /W_P_0 (dim, projection_dim)
     d = 0 forward, 1 backward. The softmax is not in the file.
 """
+
 import os
 
 import h5py
@@ -34,15 +35,20 @@ def weight_map(model):
     convert between the file's layout and the variables'.
     """
     cnn, bilm = model.char_cnn, model.bilm
-    entries = [("char_embed", [cnn.char_embedding], lambda v: v[0][1:], lambda a: [np.concatenate(
-        [np.zeros_like(a[:1]), a])])]
+    entries = [
+        ("char_embed", [cnn.char_embedding], lambda v: v[0][1:], lambda a: [np.concatenate([np.zeros_like(a[:1]), a])])
+    ]
     for k, (kernel, bias) in enumerate(zip(cnn.conv_kernels, cnn.conv_biases)):
         entries.append((f"CNN/W_cnn_{k}", [kernel], lambda v: v[0][None], lambda a: [a[0]]))
         entries.append((f"CNN/b_cnn_{k}", [bias], lambda v: v[0], lambda a: [a]))
     hw = cnn.highway
     for k in range(hw.num_layers):
-        for name, var in (("W_carry", hw.carry_kernels[k]), ("b_carry", hw.carry_biases[k]),
-                          ("W_transform", hw.transform_kernels[k]), ("b_transform", hw.transform_biases[k])):
+        for name, var in (
+            ("W_carry", hw.carry_kernels[k]),
+            ("b_carry", hw.carry_biases[k]),
+            ("W_transform", hw.transform_kernels[k]),
+            ("b_transform", hw.transform_biases[k]),
+        ):
             entries.append((f"CNN_high_{k}/{name}", [var], lambda v: v[0], lambda a: [a]))
     if cnn.use_projection:
         entries.append(("CNN_proj/W_proj", [cnn.projection.kernel], lambda v: v[0], lambda a: [a]))
@@ -52,8 +58,14 @@ def weight_map(model):
             lstm = bilm.get_lstm(direction, layer)
             prefix = _lstm_prefix(d, layer)
             n_in = lstm.input_kernel.shape[0]
-            entries.append((f"{prefix}/W_0", [lstm.input_kernel, lstm.recurrent_kernel],
-                            lambda v: np.concatenate(v, axis=0), lambda a, n=n_in: [a[:n], a[n:]]))
+            entries.append(
+                (
+                    f"{prefix}/W_0",
+                    [lstm.input_kernel, lstm.recurrent_kernel],
+                    lambda v: np.concatenate(v, axis=0),
+                    lambda a, n=n_in: [a[:n], a[n:]],
+                )
+            )
             entries.append((f"{prefix}/B", [lstm.bias], lambda v: v[0], lambda a: [a]))
             entries.append((f"{prefix}/W_P_0", [lstm.projection_kernel], lambda v: v[0], lambda a: [a]))
     return entries
@@ -80,23 +92,29 @@ def load_bilm_weights(model, weights_path):
     try:
         f = h5py.File(weights_path, "r")
     except OSError as e:
-        raise WeightFileError(f"cannot read weight file {weights_path!r} (missing, truncated or not HDF5): {e}") from None
+        raise WeightFileError(
+            f"cannot read weight file {weights_path!r} (missing, truncated or not HDF5): {e}"
+        ) from None
     updates = []  # everything is read and checked before any variable changes
     with f:
         for name, variables, _, from_file in weight_map(model):
             expected = _expected_file_shape(name, variables)
             if name not in f or not isinstance(f[name], h5py.Dataset):
-                raise WeightFileError(f"weight file {weights_path!r} has no dataset {name!r} "
-                                      f"(expected shape {expected} from the options)")
+                raise WeightFileError(
+                    f"weight file {weights_path!r} has no dataset {name!r} (expected shape {expected} from the options)"
+                )
             already_padded = name == "char_embed" and f[name].shape == tuple(variables[0].shape)
             if f[name].shape != expected and not already_padded:
-                raise WeightFileError(f"dataset {name!r} in {weights_path!r} has shape {f[name].shape}, "
-                                      f"expected {expected} from the options")
+                raise WeightFileError(
+                    f"dataset {name!r} in {weights_path!r} has shape {f[name].shape}, "
+                    f"expected {expected} from the options"
+                )
             try:
                 data = f[name][...]
             except OSError as e:
-                raise WeightFileError(f"dataset {name!r} in {weights_path!r} cannot be read "
-                                      f"(truncated file?): {e}") from None
+                raise WeightFileError(
+                    f"dataset {name!r} in {weights_path!r} cannot be read (truncated file?): {e}"
+                ) from None
             if not np.all(np.isfinite(data)):
                 raise WeightFileError(f"dataset {name!r} in {weights_path!r} holds NaN or inf values")
             # a file that already holds the zero padding row (262 rows) is taken as is

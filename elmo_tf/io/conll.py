@@ -1,4 +1,5 @@
 """CoNLL-format NER files: CoNLL-2003 (4 columns, IOB1, -DOCSTART-) and WNUT-17 (2 columns, IOB2)."""
+
 import dataclasses
 
 

@@ -3,6 +3,7 @@
 The log-uniform (Zipfian) negative sampler of the sampled softmax assumes ids sorted by decreasing
 frequency, so the order of the file matters.
 """
+
 import collections
 import glob
 import os
@@ -84,7 +85,9 @@ def build_vocabulary(counts, min_count=1, max_size=None):
         raise ValueError(f"min_count must be >= 1, got {min_count}")
     if max_size is not None and max_size <= len(SPECIALS):
         raise ValueError(f"max_size must be > {len(SPECIALS)} (the special tokens), got {max_size}")
-    ranked = sorted(((w, n) for w, n in counts.items() if n >= min_count and w not in SPECIALS),
-                    key=lambda item: (-item[1], item[0]))
+    ranked = sorted(
+        ((w, n) for w, n in counts.items() if n >= min_count and w not in SPECIALS),
+        key=lambda item: (-item[1], item[0]),
+    )
     words = list(SPECIALS) + [w for w, _ in ranked]
     return Vocabulary(words[:max_size] if max_size else words)

@@ -1,4 +1,5 @@
 """Keras 3 layers of ELMo, registered under the package name "elmo_tf"."""
+
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.crf import CRF

@@ -1,4 +1,5 @@
 """The bidirectional LM of ELMo: separate forward and backward stacks of projected LSTMs."""
+
 import keras
 import tensorflow as tf
 
@@ -38,8 +39,17 @@ class BiLM(keras.layers.Layer):
         padding); with `return_state`, `(outputs, states)`.
     """
 
-    def __init__(self, num_layers=2, units=4096, projection_dim=512, cell_clip=3.0, proj_clip=3.0,
-                 use_skip_connections=True, dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        num_layers=2,
+        units=4096,
+        projection_dim=512,
+        cell_clip=3.0,
+        proj_clip=3.0,
+        use_skip_connections=True,
+        dropout=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         for name, value in (("num_layers", num_layers), ("units", units), ("projection_dim", projection_dim)):
             if not isinstance(value, int) or value < 1:
@@ -55,14 +65,22 @@ class BiLM(keras.layers.Layer):
 
     def build(self, input_shape):
         if input_shape[-1] is not None and input_shape[-1] != self.projection_dim:
-            raise ValueError(f"BiLM inputs must have last dimension projection_dim={self.projection_dim}, "
-                             f"got input shape {input_shape}")
+            raise ValueError(
+                f"BiLM inputs must have last dimension projection_dim={self.projection_dim}, "
+                f"got input shape {input_shape}"
+            )
         self.forward_lstms, self.backward_lstms = [], []
         for direction, stack in zip(DIRECTIONS, (self.forward_lstms, self.backward_lstms)):
             for layer in range(self.num_layers):
-                lstm = ProjectedLSTM(self.units, self.projection_dim, cell_clip=self.cell_clip,
-                                     proj_clip=self.proj_clip, go_backwards=direction == "backward",
-                                     dropout=self.dropout, name=f"{direction}_lstm_{layer}")
+                lstm = ProjectedLSTM(
+                    self.units,
+                    self.projection_dim,
+                    cell_clip=self.cell_clip,
+                    proj_clip=self.proj_clip,
+                    go_backwards=direction == "backward",
+                    dropout=self.dropout,
+                    name=f"{direction}_lstm_{layer}",
+                )
                 lstm.build((None, None, self.projection_dim))
                 stack.append(lstm)
 
@@ -73,13 +91,19 @@ class BiLM(keras.layers.Layer):
         return (self.forward_lstms if direction == "forward" else self.backward_lstms)[layer]
 
     def zero_state(self, batch_size, dtype=tf.float32):
-        return [s for d in DIRECTIONS for l in range(self.num_layers) for s in self.get_lstm(d, l).zero_state(batch_size, dtype)]
+        return [
+            s
+            for d in DIRECTIONS
+            for layer in range(self.num_layers)
+            for s in self.get_lstm(d, layer).zero_state(batch_size, dtype)
+        ]
 
     def call(self, inputs, mask=None, initial_state=None, return_state=False, training=None):
         x = tf.convert_to_tensor(inputs)
         if x.shape.rank != 3 or not x.dtype.is_floating:
-            raise ValueError(f"BiLM inputs must be float (batch, time, {self.projection_dim}), "
-                             f"got {x.dtype.name} {x.shape}")
+            raise ValueError(
+                f"BiLM inputs must be float (batch, time, {self.projection_dim}), got {x.dtype.name} {x.shape}"
+            )
         batch = tf.shape(x)[0]
         mask = tf.ones(tf.shape(x)[:2], tf.bool) if mask is None else tf.cast(mask, tf.bool)
         mask_tm = tf.transpose(mask)
@@ -87,8 +111,10 @@ class BiLM(keras.layers.Layer):
         if initial_state is None:
             initial_state = self.zero_state(batch, x.dtype)
         if len(initial_state) != 4 * self.num_layers:
-            raise ValueError(f"initial_state must hold {4 * self.num_layers} tensors ([c, h] per direction and "
-                             f"layer), got {len(initial_state)}")
+            raise ValueError(
+                f"initial_state must hold {4 * self.num_layers} tensors ([c, h] per direction and "
+                f"layer), got {len(initial_state)}"
+            )
         x_tm = tf.transpose(x, [1, 0, 2])
         # the backward stack works in reversed time throughout; its outputs are restored at the end
         stream = {"forward": x_tm, "backward": tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)}
@@ -97,11 +123,15 @@ class BiLM(keras.layers.Layer):
             lstms = [self.get_lstm(d, layer) for d in DIRECTIONS]
             state_index = [(k * self.num_layers + layer) * 2 for k in range(len(DIRECTIONS))]
             outs, cs, hs = projected_lstm_scan(
-                [lstm.input_gates(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)], mask_tm,
+                [lstm.input_gates(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)],
+                mask_tm,
                 [tf.convert_to_tensor(lstm.recurrent_kernel) for lstm in lstms],
                 [tf.convert_to_tensor(lstm.projection_kernel) for lstm in lstms],
-                [initial_state[i] for i in state_index], [initial_state[i + 1] for i in state_index],
-                lstms[0].cell_clip, lstms[0].proj_clip)
+                [initial_state[i] for i in state_index],
+                [initial_state[i + 1] for i in state_index],
+                lstms[0].cell_clip,
+                lstms[0].proj_clip,
+            )
             for k, d in enumerate(DIRECTIONS):
                 outs[k].set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
                 cs[k].set_shape([None, self.units])
@@ -112,7 +142,7 @@ class BiLM(keras.layers.Layer):
             both = tf.concat([stream["forward"], backward], axis=-1) * tf.cast(mask_tm, x.dtype)[:, :, None]
             outputs.append(tf.transpose(both, [1, 0, 2]))
         if return_state:
-            return outputs, [s for d in DIRECTIONS for l in range(self.num_layers) for s in final_states[d, l]]
+            return outputs, [s for d in DIRECTIONS for layer in range(self.num_layers) for s in final_states[d, layer]]
         return outputs
 
     def compute_output_shape(self, input_shape):
@@ -123,7 +153,13 @@ class BiLM(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_layers=self.num_layers, units=self.units, projection_dim=self.projection_dim,
-                      cell_clip=self.cell_clip, proj_clip=self.proj_clip,
-                      use_skip_connections=self.use_skip_connections, dropout=self.dropout)
+        config.update(
+            num_layers=self.num_layers,
+            units=self.units,
+            projection_dim=self.projection_dim,
+            cell_clip=self.cell_clip,
+            proj_clip=self.proj_clip,
+            use_skip_connections=self.use_skip_connections,
+            dropout=self.dropout,
+        )
         return config

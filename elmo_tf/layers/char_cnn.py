@@ -1,4 +1,5 @@
 """The ELMo token encoder: characters -> context-free token vectors."""
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -6,11 +7,14 @@ from keras import ops
 from elmo_tf.layers.highway import Highway
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
 
+
 def _padding_row_zero(initializer):
     """Row 0 of the char embedding is the padding row: zero, as in the weight files."""
+
     def init(shape, dtype=None):
         values = initializer(shape, dtype=dtype)
         return ops.concatenate([ops.zeros_like(values[:1]), values[1:]], axis=0)
+
     return init
 
 
@@ -42,18 +46,33 @@ class CharCNN(keras.layers.Layer):
         float32 `(batch, tokens, projection_dim)`, with a mask `(batch, tokens)`.
     """
 
-    def __init__(self, filters=ORIGINAL_FILTERS, num_highway=2, projection_dim=512, char_embedding_dim=16,
-                 num_chars=NUM_CHAR_IDS, max_chars=MAX_CHARS, activation="relu", **kwargs):
+    def __init__(
+        self,
+        filters=ORIGINAL_FILTERS,
+        num_highway=2,
+        projection_dim=512,
+        char_embedding_dim=16,
+        num_chars=NUM_CHAR_IDS,
+        max_chars=MAX_CHARS,
+        activation="relu",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         filters = tuple((int(w), int(n)) for w, n in filters)
         if not filters:
             raise ValueError(f"filters must be a non-empty list of (width, num_filters), got {filters!r}")
         for width, n in filters:
             if width < 1 or n < 1 or width > max_chars:
-                raise ValueError(f"filters entries need 1 <= width <= max_chars ({max_chars}) and num_filters >= 1, "
-                                 f"got ({width}, {n})")
-        for name, value in (("projection_dim", projection_dim), ("char_embedding_dim", char_embedding_dim),
-                            ("num_chars", num_chars), ("max_chars", max_chars)):
+                raise ValueError(
+                    f"filters entries need 1 <= width <= max_chars ({max_chars}) and num_filters >= 1, "
+                    f"got ({width}, {n})"
+                )
+        for name, value in (
+            ("projection_dim", projection_dim),
+            ("char_embedding_dim", char_embedding_dim),
+            ("num_chars", num_chars),
+            ("max_chars", max_chars),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.filters = filters
@@ -67,12 +86,18 @@ class CharCNN(keras.layers.Layer):
         self.use_projection = self.num_filters != projection_dim
 
     def build(self, input_shape):
-        self.char_embedding = self.add_weight(name="char_embedding", shape=(self.num_chars, self.char_embedding_dim),
-                                              initializer=_padding_row_zero(keras.initializers.RandomUniform(-1.0, 1.0)))
+        self.char_embedding = self.add_weight(
+            name="char_embedding",
+            shape=(self.num_chars, self.char_embedding_dim),
+            initializer=_padding_row_zero(keras.initializers.RandomUniform(-1.0, 1.0)),
+        )
         self.conv_kernels, self.conv_biases = [], []
         for k, (width, n) in enumerate(self.filters):
-            self.conv_kernels.append(self.add_weight(name=f"conv_kernel_{k}", shape=(width, self.char_embedding_dim, n),
-                                                     initializer="glorot_uniform"))
+            self.conv_kernels.append(
+                self.add_weight(
+                    name=f"conv_kernel_{k}", shape=(width, self.char_embedding_dim, n), initializer="glorot_uniform"
+                )
+            )
             self.conv_biases.append(self.add_weight(name=f"conv_bias_{k}", shape=(n,), initializer="zeros"))
         self.highway = Highway(self.num_highway, activation="relu", name="highway")  # relu in bilm-tf and AllenNLP
         self.highway.build((None, self.num_filters))
@@ -115,8 +140,13 @@ class CharCNN(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(filters=[list(f) for f in self.filters], num_highway=self.num_highway,
-                      projection_dim=self.projection_dim, char_embedding_dim=self.char_embedding_dim,
-                      num_chars=self.num_chars, max_chars=self.max_chars,
-                      activation=keras.activations.serialize(self.activation))
+        config.update(
+            filters=[list(f) for f in self.filters],
+            num_highway=self.num_highway,
+            projection_dim=self.projection_dim,
+            char_embedding_dim=self.char_embedding_dim,
+            num_chars=self.num_chars,
+            max_chars=self.max_chars,
+            activation=keras.activations.serialize(self.activation),
+        )
         return config

@@ -2,6 +2,7 @@
 
 Written by hand: no maintained Keras 3 CRF exists (tensorflow-addons, which had one, is end-of-life).
 """
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -55,12 +56,17 @@ class CRF(keras.layers.Layer):
 
     def _constrained(self):
         """(transitions, start, end) with forbidden entries set to NEG_INF."""
+
         def apply(weight, allowed):
             if allowed is None:
                 return tf.convert_to_tensor(weight)
             return tf.where(tf.constant(allowed), tf.convert_to_tensor(weight), NEG_INF)
-        return (apply(self.transitions, self.allowed_transitions), apply(self.start_transitions, self.allowed_start),
-                apply(self.end_transitions, self.allowed_end))
+
+        return (
+            apply(self.transitions, self.allowed_transitions),
+            apply(self.start_transitions, self.allowed_start),
+            apply(self.end_transitions, self.allowed_end),
+        )
 
     @staticmethod
     def _prepare(potentials, mask, tags=None):
@@ -101,8 +107,11 @@ class CRF(keras.layers.Layer):
             new = tf.reduce_logsumexp(alpha[:, :, None] + trans[None], axis=1) + x_t
             return tf.where(m_t[:, None], new, alpha)
 
-        alpha = tf.cond(tf.shape(potentials)[1] > 1,
-                        lambda: tf.scan(forward, (steps_x, steps_m), initializer=alpha0)[-1], lambda: alpha0)
+        alpha = tf.cond(
+            tf.shape(potentials)[1] > 1,
+            lambda: tf.scan(forward, (steps_x, steps_m), initializer=alpha0)[-1],
+            lambda: alpha0,
+        )
         log_z = tf.reduce_logsumexp(alpha + end, axis=1) * nonempty
         return score - log_z
 
@@ -121,19 +130,19 @@ class CRF(keras.layers.Layer):
         def forward(carry, inputs):
             delta, _ = carry
             x_t, m_t = inputs
-            scores = delta[:, :, None] + trans[None]          # (batch, from, to)
+            scores = delta[:, :, None] + trans[None]  # (batch, from, to)
             best_from = tf.argmax(scores, axis=1, output_type=tf.int32)
             new = tf.reduce_max(scores, axis=1) + x_t
             # past the end: keep delta, backpointer = identity (the path stays put)
             return tf.where(m_t[:, None], new, delta), tf.where(m_t[:, None], best_from, identity)
 
         def run():
-            deltas, pointers = tf.scan(forward, (steps_x, steps_m),
-                                       initializer=(delta0, tf.zeros([batch, self.num_tags], tf.int32)))
+            deltas, pointers = tf.scan(
+                forward, (steps_x, steps_m), initializer=(delta0, tf.zeros([batch, self.num_tags], tf.int32))
+            )
             return deltas[-1], pointers
 
-        delta, pointers = tf.cond(steps > 1, run,
-                                  lambda: (delta0, tf.zeros([0, batch, self.num_tags], tf.int32)))
+        delta, pointers = tf.cond(steps > 1, run, lambda: (delta0, tf.zeros([0, batch, self.num_tags], tf.int32)))
         final = delta + end
         best_last = tf.argmax(final, axis=1, output_type=tf.int32)
         best_score = tf.reduce_max(final, axis=1)
@@ -164,6 +173,10 @@ class CRF(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_tags=self.num_tags, allowed_transitions=self.allowed_transitions,
-                      allowed_start=self.allowed_start, allowed_end=self.allowed_end)
+        config.update(
+            num_tags=self.num_tags,
+            allowed_transitions=self.allowed_transitions,
+            allowed_start=self.allowed_start,
+            allowed_end=self.allowed_end,
+        )
         return config

@@ -1,4 +1,5 @@
 """Highway layers of the ELMo token encoder."""
+
 import keras
 from keras import ops
 
@@ -33,13 +34,14 @@ class Highway(keras.layers.Layer):
         self.carry_kernels, self.carry_biases = [], []
         self.transform_kernels, self.transform_biases = [], []
         for k in range(self.num_layers):
-            self.carry_kernels.append(self.add_weight(name=f"carry_kernel_{k}", shape=(dim, dim),
-                                                      initializer="glorot_uniform"))
+            self.carry_kernels.append(
+                self.add_weight(name=f"carry_kernel_{k}", shape=(dim, dim), initializer="glorot_uniform")
+            )
             self.carry_biases.append(self.add_weight(name=f"carry_bias_{k}", shape=(dim,), initializer="zeros"))
-            self.transform_kernels.append(self.add_weight(name=f"transform_kernel_{k}", shape=(dim, dim),
-                                                          initializer="glorot_uniform"))
-            self.transform_biases.append(self.add_weight(name=f"transform_bias_{k}", shape=(dim,),
-                                                         initializer="zeros"))
+            self.transform_kernels.append(
+                self.add_weight(name=f"transform_kernel_{k}", shape=(dim, dim), initializer="glorot_uniform")
+            )
+            self.transform_biases.append(self.add_weight(name=f"transform_bias_{k}", shape=(dim,), initializer="zeros"))
 
     def call(self, inputs):
         x = inputs

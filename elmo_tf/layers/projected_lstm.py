@@ -1,4 +1,5 @@
 """One direction of one biLM layer: an LSTM with a projected output (TF1 `LSTMCell(num_proj=...)`)."""
+
 import keras
 import tensorflow as tf
 
@@ -37,8 +38,17 @@ class ProjectedLSTM(keras.layers.Layer):
         float `(batch, time, projection_dim)` (zeros at masked steps), and `[c, h]` with `return_state`.
     """
 
-    def __init__(self, units, projection_dim, cell_clip=None, proj_clip=None, go_backwards=False,
-                 return_state=False, dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        units,
+        projection_dim,
+        cell_clip=None,
+        proj_clip=None,
+        go_backwards=False,
+        return_state=False,
+        dropout=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         for name, value in (("units", units), ("projection_dim", projection_dim)):
             if not isinstance(value, int) or value < 1:
@@ -58,16 +68,19 @@ class ProjectedLSTM(keras.layers.Layer):
         input_dim = input_shape[-1]
         if input_dim is None:
             raise ValueError(f"ProjectedLSTM needs a known input dimension, got input shape {input_shape}")
-        self.input_kernel = self.add_weight(name="input_kernel", shape=(input_dim, 4 * self.units),
-                                            initializer="glorot_uniform")
-        self.recurrent_kernel = self.add_weight(name="recurrent_kernel", shape=(self.projection_dim, 4 * self.units),
-                                                initializer="orthogonal")
+        self.input_kernel = self.add_weight(
+            name="input_kernel", shape=(input_dim, 4 * self.units), initializer="glorot_uniform"
+        )
+        self.recurrent_kernel = self.add_weight(
+            name="recurrent_kernel", shape=(self.projection_dim, 4 * self.units), initializer="orthogonal"
+        )
         self.bias = self.add_weight(name="bias", shape=(4 * self.units,), initializer="zeros")
-        self.projection_kernel = self.add_weight(name="projection_kernel", shape=(self.units, self.projection_dim),
-                                                 initializer="glorot_uniform")
+        self.projection_kernel = self.add_weight(
+            name="projection_kernel", shape=(self.units, self.projection_dim), initializer="glorot_uniform"
+        )
 
     def input_gates(self, x_time_major, training=None):
-        """`x W_x + b` for all steps at once, feature-major: `(time, batch, input_dim)` -> `(time, 4 * units, batch)`."""
+        """`x W_x + b` for all steps at once, feature-major: `(time, batch, input_dim)` -> `(time, 4*units, batch)`."""
         if training and self.dropout > 0:
             x_time_major = tf.nn.dropout(x_time_major, rate=self.dropout)
         return recurrence.input_gates(x_time_major, self.input_kernel, self.bias)
@@ -90,9 +103,15 @@ class ProjectedLSTM(keras.layers.Layer):
         if initial_state is None:
             initial_state = self.zero_state(tf.shape(x)[0], x.dtype)
         (out,), (c,), (h,) = projected_lstm_scan(
-            [self.input_gates(x_tm, training)], mask_tm, [tf.convert_to_tensor(self.recurrent_kernel)],
+            [self.input_gates(x_tm, training)],
+            mask_tm,
+            [tf.convert_to_tensor(self.recurrent_kernel)],
             [tf.convert_to_tensor(self.projection_kernel)],
-            [initial_state[0]], [initial_state[1]], self.cell_clip, self.proj_clip)
+            [initial_state[0]],
+            [initial_state[1]],
+            self.cell_clip,
+            self.proj_clip,
+        )
         out.set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
         if self.go_backwards:
             out = tf.reverse_sequence(out, lengths, seq_axis=0, batch_axis=1)
@@ -110,7 +129,13 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(units=self.units, projection_dim=self.projection_dim, cell_clip=self.cell_clip,
-                      proj_clip=self.proj_clip, go_backwards=self.go_backwards, return_state=self.return_state,
-                      dropout=self.dropout)
+        config.update(
+            units=self.units,
+            projection_dim=self.projection_dim,
+            cell_clip=self.cell_clip,
+            proj_clip=self.proj_clip,
+            go_backwards=self.go_backwards,
+            return_state=self.return_state,
+            dropout=self.dropout,
+        )
         return config

@@ -8,6 +8,7 @@ Layout: everything inside the loop is feature-major, `(directions, features, bat
 products are `W^T h^T` with the 4 * units rows on the long side, which the CPU matmul kernels run much
 faster than `h W` for the small batches of a time step (measured here at batch 32: about 1.5x).
 """
+
 import tensorflow as tf
 
 FORGET_BIAS = 1.0  # added to the forget gate at run time, never stored in the weights (TF1 LSTMCell)
@@ -16,7 +17,7 @@ FORGET_BIAS = 1.0  # added to the forget gate at run time, never stored in the w
 def input_gates(x_time_major, input_kernel, bias):
     """`x W_x + b` for every step, feature-major: `(time, batch, in)` -> `(time, 4 * units, batch)`."""
     steps, batch = tf.shape(x_time_major)[0], tf.shape(x_time_major)[1]
-    kernel_t = tf.transpose(tf.convert_to_tensor(input_kernel))                         # (4 * units, in)
+    kernel_t = tf.transpose(tf.convert_to_tensor(input_kernel))  # (4 * units, in)
     x_t = tf.reshape(tf.transpose(x_time_major, [2, 0, 1]), [tf.shape(x_time_major)[2], steps * batch])
     gates = tf.reshape(tf.matmul(kernel_t, x_t), [tf.shape(kernel_t)[0], steps, batch])  # one big matmul
     return tf.transpose(gates, [1, 0, 2]) + tf.convert_to_tensor(bias)[None, :, None]
@@ -38,8 +39,9 @@ def lstm_step(z, c_prev, projection_kernel_t, cell_clip=None, proj_clip=None):
 
 
 @tf.function(reduce_retracing=True)
-def projected_lstm_scan(gates, mask, recurrent_kernels, projection_kernels, initial_c, initial_h,
-                        cell_clip=None, proj_clip=None):
+def projected_lstm_scan(
+    gates, mask, recurrent_kernels, projection_kernels, initial_c, initial_h, cell_clip=None, proj_clip=None
+):
     """Runs D independent projected LSTMs over time.
 
     Args:
@@ -55,21 +57,28 @@ def projected_lstm_scan(gates, mask, recurrent_kernels, projection_kernels, init
     """
     num = len(gates)
     steps = tf.shape(mask)[0]
-    w_h = tf.stack([tf.transpose(k) for k in recurrent_kernels])      # (D, 4 * units, projection_dim)
-    w_p = tf.stack([tf.transpose(k) for k in projection_kernels])     # (D, projection_dim, units)
-    c0 = tf.stack([tf.transpose(c) for c in initial_c])               # (D, units, batch)
-    h0 = tf.stack([tf.transpose(h) for h in initial_h])               # (D, projection_dim, batch)
-    gates_all = tf.stack(gates, axis=1)                                # (time, D, 4 * units, batch), once
+    w_h = tf.stack([tf.transpose(k) for k in recurrent_kernels])  # (D, 4 * units, projection_dim)
+    w_p = tf.stack([tf.transpose(k) for k in projection_kernels])  # (D, projection_dim, units)
+    c0 = tf.stack([tf.transpose(c) for c in initial_c])  # (D, units, batch)
+    h0 = tf.stack([tf.transpose(h) for h in initial_h])  # (D, projection_dim, batch)
+    gates_all = tf.stack(gates, axis=1)  # (time, D, 4 * units, batch), once
     outputs = tf.TensorArray(h0.dtype, size=steps, element_shape=h0.shape)
 
     def step(t, c, h, out):
         keep = mask[t][None, None, :]
         z = gates_all[t] + tf.matmul(w_h, h)
         c_new, m = lstm_step(z, c, w_p, cell_clip, proj_clip)
-        return (t + 1, tf.where(keep, c_new, c), tf.where(keep, m, h),
-                out.write(t, tf.where(keep, m, tf.zeros_like(m))))
+        return (
+            t + 1,
+            tf.where(keep, c_new, c),
+            tf.where(keep, m, h),
+            out.write(t, tf.where(keep, m, tf.zeros_like(m))),
+        )
 
     _, c, h, out = tf.while_loop(lambda t, *_: t < steps, step, (tf.constant(0), c0, h0, outputs))
-    stacked = tf.transpose(out.stack(), [1, 0, 3, 2])                  # (D, time, batch, projection_dim)
-    return ([stacked[d] for d in range(num)], [tf.transpose(c[d]) for d in range(num)],
-            [tf.transpose(h[d]) for d in range(num)])
+    stacked = tf.transpose(out.stack(), [1, 0, 3, 2])  # (D, time, batch, projection_dim)
+    return (
+        [stacked[d] for d in range(num)],
+        [tf.transpose(c[d]) for d in range(num)],
+        [tf.transpose(h[d]) for d in range(num)],
+    )

@@ -1,4 +1,5 @@
 """ScalarMix: the task-specific weighting of the biLM layers."""
+
 import keras
 from keras import ops
 
@@ -24,8 +25,18 @@ class ScalarMix(keras.layers.Layer):
         float `(batch, tokens, dim)`, zeros at masked positions.
     """
 
-    def __init__(self, num_layers, layer_norm=False, initial_weights=None, weights_trainable=True,
-                 initial_gamma=1.0, trainable_gamma=True, l2_coef=0.0, epsilon=1e-12, **kwargs):
+    def __init__(
+        self,
+        num_layers,
+        layer_norm=False,
+        initial_weights=None,
+        weights_trainable=True,
+        initial_gamma=1.0,
+        trainable_gamma=True,
+        l2_coef=0.0,
+        epsilon=1e-12,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
@@ -46,12 +57,16 @@ class ScalarMix(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        init = (keras.initializers.Constant(self.initial_weights) if self.initial_weights is not None
-                else "zeros")
-        self.scalar_weights = self.add_weight(name="scalar_weights", shape=(self.num_layers,), initializer=init,
-                                              trainable=self.weights_trainable)
-        self.gamma = self.add_weight(name="gamma", shape=(), initializer=keras.initializers.Constant(self.initial_gamma),
-                                     trainable=self.trainable_gamma)
+        init = keras.initializers.Constant(self.initial_weights) if self.initial_weights is not None else "zeros"
+        self.scalar_weights = self.add_weight(
+            name="scalar_weights", shape=(self.num_layers,), initializer=init, trainable=self.weights_trainable
+        )
+        self.gamma = self.add_weight(
+            name="gamma",
+            shape=(),
+            initializer=keras.initializers.Constant(self.initial_gamma),
+            trainable=self.trainable_gamma,
+        )
 
     def _normalize(self, x, mask):
         # mean and variance over the real tokens of each sentence and all features
@@ -63,8 +78,10 @@ class ScalarMix(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != self.num_layers:
-            raise ValueError(f"ScalarMix expects a list of num_layers={self.num_layers} tensors, got "
-                             f"{len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__}")
+            raise ValueError(
+                f"ScalarMix expects a list of num_layers={self.num_layers} tensors, got "
+                f"{len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__}"
+            )
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         if mask is None:
@@ -85,7 +102,14 @@ class ScalarMix(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_layers=self.num_layers, layer_norm=self.layer_norm, initial_weights=self.initial_weights,
-                      weights_trainable=self.weights_trainable, initial_gamma=self.initial_gamma,
-                      trainable_gamma=self.trainable_gamma, l2_coef=self.l2_coef, epsilon=self.epsilon)
+        config.update(
+            num_layers=self.num_layers,
+            layer_norm=self.layer_norm,
+            initial_weights=self.initial_weights,
+            weights_trainable=self.weights_trainable,
+            initial_gamma=self.initial_gamma,
+            trainable_gamma=self.trainable_gamma,
+            l2_coef=self.l2_coef,
+            epsilon=self.epsilon,
+        )
         return config

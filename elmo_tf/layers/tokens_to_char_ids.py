@@ -1,4 +1,5 @@
 """Preprocessing layer: tf.string tokens -> ELMo char ids, inside a Keras model."""
+
 import keras
 
 from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids

@@ -1,4 +1,5 @@
 """The biLM training model: CharCNN + BiLM + one softmax shared by both directions."""
+
 import keras
 import tensorflow as tf
 
@@ -33,8 +34,7 @@ class BiLMPretrainer(keras.Model):
         alignment, see `losses`).
     """
 
-    def __init__(self, config=None, vocab_size=None, bos_id=0, eos_id=1, num_sampled=8192, dropout=0.1,
-                 **kwargs):
+    def __init__(self, config=None, vocab_size=None, bos_id=0, eos_id=1, num_sampled=8192, dropout=0.1, **kwargs):
         kwargs.setdefault("name", "bilm_pretrainer")
         super().__init__(**kwargs)
         if config is None:
@@ -55,8 +55,11 @@ class BiLMPretrainer(keras.Model):
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
         p = config.projection_dim
-        self.softmax_kernel = self.add_weight(name="softmax_kernel", shape=(vocab_size, p),
-                                              initializer=keras.initializers.RandomNormal(stddev=1.0 / p ** 0.5))
+        self.softmax_kernel = self.add_weight(
+            name="softmax_kernel",
+            shape=(vocab_size, p),
+            initializer=keras.initializers.RandomNormal(stddev=1.0 / p**0.5),
+        )
         self.softmax_bias = self.add_weight(name="softmax_bias", shape=(vocab_size,), initializer="zeros")
         self.built = True
 
@@ -73,14 +76,21 @@ class BiLMPretrainer(keras.Model):
         p = self.config.projection_dim
         # ids with boundaries: <S> w_1 .. w_n </S> pad...
         batch, steps = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
-        ids = tf.concat([tf.fill([batch, 1], self.bos_id), token_ids * tf.cast(mask, tf.int32),
-                         tf.zeros([batch, 1], tf.int32)], axis=1)
+        ids = tf.concat(
+            [tf.fill([batch, 1], self.bos_id), token_ids * tf.cast(mask, tf.int32), tf.zeros([batch, 1], tf.int32)],
+            axis=1,
+        )
         is_eos = tf.one_hot(lengths + 1, steps + 2, on_value=True, off_value=False, dtype=tf.bool)
         ids = tf.where(is_eos, self.eos_id, ids)
         # forward: state at t predicts ids[t + 1]; backward: state at t + 1 predicts ids[t]
         weights = tf.cast(mask_b[:, 1:], top.dtype)
-        return {"forward": top[:, :-1, :p], "backward": top[:, 1:, p:], "targets_forward": ids[:, 1:],
-                "targets_backward": ids[:, :-1], "weights": weights}
+        return {
+            "forward": top[:, :-1, :p],
+            "backward": top[:, 1:, p:],
+            "targets_forward": ids[:, 1:],
+            "targets_backward": ids[:, :-1],
+            "weights": weights,
+        }
 
     def _flatten(self, out, direction):
         keep = out["weights"] > 0
@@ -99,9 +109,14 @@ class BiLMPretrainer(keras.Model):
             states, targets = self._flatten(out, direction)
             if sampled:
                 loss = tf.nn.sampled_softmax_loss(
-                    weights=self.softmax_kernel.value, biases=self.softmax_bias.value,
-                    labels=tf.cast(targets[:, None], tf.int64), inputs=states, num_sampled=self.num_sampled,
-                    num_classes=self.vocab_size, remove_accidental_hits=True)
+                    weights=self.softmax_kernel.value,
+                    biases=self.softmax_bias.value,
+                    labels=tf.cast(targets[:, None], tf.int64),
+                    inputs=states,
+                    num_sampled=self.num_sampled,
+                    num_classes=self.vocab_size,
+                    remove_accidental_hits=True,
+                )
             else:
                 logits = tf.matmul(states, self.softmax_kernel, transpose_b=True) + self.softmax_bias
                 loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
@@ -111,8 +126,14 @@ class BiLMPretrainer(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(config=self.config.to_options(), vocab_size=self.vocab_size, bos_id=self.bos_id,
-                      eos_id=self.eos_id, num_sampled=self.num_sampled, dropout=self.dropout)
+        config.update(
+            config=self.config.to_options(),
+            vocab_size=self.vocab_size,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            num_sampled=self.num_sampled,
+            dropout=self.dropout,
+        )
         return config
 
     @classmethod

@@ -1,4 +1,5 @@
 """The ELMo encoder: char ids -> every biLM layer's activations, mask, lengths and named mixes."""
+
 import keras
 import tensorflow as tf
 
@@ -14,12 +15,26 @@ def build_bilm_layers(config, dropout=0.0):
 
     Built right away, so models holding them never show loaders and savers a half-built state.
     """
-    char_cnn = CharCNN(config.filters, config.num_highway, config.projection_dim, config.char_embedding_dim,
-                       num_chars=config.num_characters, max_chars=config.max_characters_per_token,
-                       activation=config.activation, name="char_cnn")
-    bilm = BiLM(config.num_layers, config.lstm_dim, config.projection_dim, cell_clip=config.cell_clip,
-                proj_clip=config.proj_clip, use_skip_connections=config.use_skip_connections, dropout=dropout,
-                name="bilm")
+    char_cnn = CharCNN(
+        config.filters,
+        config.num_highway,
+        config.projection_dim,
+        config.char_embedding_dim,
+        num_chars=config.num_characters,
+        max_chars=config.max_characters_per_token,
+        activation=config.activation,
+        name="char_cnn",
+    )
+    bilm = BiLM(
+        config.num_layers,
+        config.lstm_dim,
+        config.projection_dim,
+        cell_clip=config.cell_clip,
+        proj_clip=config.proj_clip,
+        use_skip_connections=config.use_skip_connections,
+        dropout=dropout,
+        name="bilm",
+    )
     char_cnn.build((None, None, MAX_CHARS))
     bilm.build((None, None, config.projection_dim))
     return char_cnn, bilm
@@ -71,8 +86,9 @@ class ELMo(keras.Model):
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
-        self.scalar_mixes = [ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}")
-                             for name in mixes]
+        self.scalar_mixes = [
+            ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}") for name in mixes
+        ]
         for mix in self.scalar_mixes:
             mix.build([(None, None, 2 * config.projection_dim)] * (config.num_layers + 1))
         self.built = True
@@ -84,8 +100,9 @@ class ELMo(keras.Model):
     def call(self, inputs, initial_state=None, return_state=False, training=None):
         char_ids = tf.convert_to_tensor(inputs)
         if not char_ids.dtype.is_integer:
-            raise TypeError(f"ELMo inputs must be integer char ids (batch, tokens, {MAX_CHARS}), "
-                            f"got dtype {char_ids.dtype.name}")
+            raise TypeError(
+                f"ELMo inputs must be integer char ids (batch, tokens, {MAX_CHARS}), got dtype {char_ids.dtype.name}"
+            )
         if char_ids.shape.rank != 3 or char_ids.shape[-1] not in (None, MAX_CHARS):
             raise ValueError(f"ELMo inputs must have shape (batch, tokens, {MAX_CHARS}), got {char_ids.shape}")
         char_ids = tf.cast(char_ids, tf.int32)
@@ -93,8 +110,9 @@ class ELMo(keras.Model):
         with_bounds = add_sentence_boundaries(char_ids)
         mask_bounds = tf.reduce_any(with_bounds > 0, axis=-1)
         tokens = self.char_cnn(with_bounds)
-        result = self.bilm(tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state,
-                           training=training)
+        result = self.bilm(
+            tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state, training=training
+        )
         lstm_layers, states = result if return_state else (result, None)
         float_mask = tf.cast(mask, tokens.dtype)[:, :, None]
 
@@ -103,8 +121,12 @@ class ELMo(keras.Model):
 
         word_emb = strip(tokens)
         activations = [tf.concat([word_emb, word_emb], axis=-1)] + [strip(x) for x in lstm_layers]
-        outputs = {"activations": activations, "word_emb": word_emb, "mask": mask,
-                   "sequence_len": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)}
+        outputs = {
+            "activations": activations,
+            "word_emb": word_emb,
+            "mask": mask,
+            "sequence_len": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1),
+        }
         for layer, x in enumerate(activations[1:], start=1):
             outputs[f"lstm_outputs{layer}"] = x
         for name, mix in zip(self.mixes, self.scalar_mixes):
@@ -123,8 +145,12 @@ class ELMo(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(config=self.config.to_options(), mixes=list(self.mixes), mix_layer_norm=self.mix_layer_norm,
-                      dropout=self.dropout)
+        config.update(
+            config=self.config.to_options(),
+            mixes=list(self.mixes),
+            mix_layer_norm=self.mix_layer_norm,
+            dropout=self.dropout,
+        )
         frozen = [key for key, layer in self._parts().items() if not layer.trainable]
         if frozen:  # `elmo.bilm.trainable = False` is part of the model: it survives .keras saving
             config["frozen"] = frozen

@@ -1,4 +1,5 @@
 """NER head on ELMo: ScalarMix over the biLM layers (+ optional own word/char features) -> biLSTM -> CRF."""
+
 import keras
 import tensorflow as tf
 
@@ -35,9 +36,22 @@ class NERTagger(keras.Model):
         int32 `(batch, tokens)` Viterbi tag ids (0 at padding). `potentials(inputs)` gives the CRF inputs.
     """
 
-    def __init__(self, labels, scheme="bioes", num_elmo_layers=3, word_vocab_size=0, word_dim=100, char_filters=(),
-                 lstm_units=200, dropout=0.5, gamma=1.0, gamma_trainable=True, mix_l2=0.0, mix_layer_norm=False,
-                 **kwargs):
+    def __init__(
+        self,
+        labels,
+        scheme="bioes",
+        num_elmo_layers=3,
+        word_vocab_size=0,
+        word_dim=100,
+        char_filters=(),
+        lstm_units=200,
+        dropout=0.5,
+        gamma=1.0,
+        gamma_trainable=True,
+        mix_l2=0.0,
+        mix_layer_norm=False,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "ner_tagger")
         super().__init__(**kwargs)
         if scheme not in SCHEMES:
@@ -62,16 +76,38 @@ class NERTagger(keras.Model):
         self.gamma_trainable = bool(gamma_trainable)
         self.mix_l2 = float(mix_l2)
         self.mix_layer_norm = bool(mix_layer_norm)
-        self.mix = (ScalarMix(self.num_elmo_layers, layer_norm=mix_layer_norm, initial_gamma=gamma,
-                              trainable_gamma=gamma_trainable, l2_coef=mix_l2, name="elmo_mix")
-                    if self.num_elmo_layers else None)
-        self.word_embedding = (keras.layers.Embedding(self.word_vocab_size, self.word_dim, name="word_embedding")
-                               if self.word_vocab_size else None)
-        self.char_cnn = (CharCNN(char_filters, num_highway=0, projection_dim=sum(n for _, n in char_filters),
-                                 char_embedding_dim=16, name="char_cnn") if char_filters else None)
+        self.mix = (
+            ScalarMix(
+                self.num_elmo_layers,
+                layer_norm=mix_layer_norm,
+                initial_gamma=gamma,
+                trainable_gamma=gamma_trainable,
+                l2_coef=mix_l2,
+                name="elmo_mix",
+            )
+            if self.num_elmo_layers
+            else None
+        )
+        self.word_embedding = (
+            keras.layers.Embedding(self.word_vocab_size, self.word_dim, name="word_embedding")
+            if self.word_vocab_size
+            else None
+        )
+        self.char_cnn = (
+            CharCNN(
+                char_filters,
+                num_highway=0,
+                projection_dim=sum(n for _, n in char_filters),
+                char_embedding_dim=16,
+                name="char_cnn",
+            )
+            if char_filters
+            else None
+        )
         self.feature_dropout = keras.layers.Dropout(dropout, name="feature_dropout")
-        self.bilstm = keras.layers.Bidirectional(keras.layers.LSTM(self.lstm_units, return_sequences=True),
-                                                 name="bilstm")
+        self.bilstm = keras.layers.Bidirectional(
+            keras.layers.LSTM(self.lstm_units, return_sequences=True), name="bilstm"
+        )
         self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
         self.projection = keras.layers.Dense(len(labels), name="potentials")
         trans, start, end = allowed_transitions(labels, scheme)
@@ -148,11 +184,20 @@ class NERTagger(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(labels=self.labels, scheme=self.scheme, num_elmo_layers=self.num_elmo_layers,
-                      word_vocab_size=self.word_vocab_size, word_dim=self.word_dim,
-                      char_filters=[list(f) for f in self.char_filters], lstm_units=self.lstm_units,
-                      dropout=self.dropout, gamma=self.gamma, gamma_trainable=self.gamma_trainable,
-                      mix_l2=self.mix_l2, mix_layer_norm=self.mix_layer_norm)
+        config.update(
+            labels=self.labels,
+            scheme=self.scheme,
+            num_elmo_layers=self.num_elmo_layers,
+            word_vocab_size=self.word_vocab_size,
+            word_dim=self.word_dim,
+            char_filters=[list(f) for f in self.char_filters],
+            lstm_units=self.lstm_units,
+            dropout=self.dropout,
+            gamma=self.gamma,
+            gamma_trainable=self.gamma_trainable,
+            mix_l2=self.mix_l2,
+            mix_layer_norm=self.mix_layer_norm,
+        )
         return config
 
     @classmethod

@@ -5,6 +5,7 @@ end-of-word, then padding. The literal tokens `<S>` / `</S>` map to the sentence
 both original implementations. Every id is shifted by +1 (here, once) so an all-zero row means
 "no token": the empty string "" is padding and maps to zeros.
 """
+
 import numpy as np
 import tensorflow as tf
 
@@ -60,9 +61,12 @@ def tokens_to_char_ids(tokens):
     # shift the bytes right by one position to make room for begin-of-word
     body = tf.concat([tf.zeros_like(raw[..., :1]), raw, tf.zeros_like(raw[..., :1])], axis=-1)
     pos = tf.range(MAX_CHARS, dtype=tf.int32)
-    ids = tf.where(pos == 0, _BOW_CHAR,
-                   tf.where(pos <= n_bytes, body,
-                            tf.where(pos == n_bytes + 1, _EOW_CHAR, _PAD_CHAR))) + OFFSET
+    ids = (
+        tf.where(
+            pos == 0, _BOW_CHAR, tf.where(pos <= n_bytes, body, tf.where(pos == n_bytes + 1, _EOW_CHAR, _PAD_CHAR))
+        )
+        + OFFSET
+    )
     ids = tf.where((tokens == BOS_TOKEN)[..., None], tf.constant(BOS_CHAR_IDS), ids)
     ids = tf.where((tokens == EOS_TOKEN)[..., None], tf.constant(EOS_CHAR_IDS), ids)
     return tf.where((tokens == "")[..., None], 0, ids)
@@ -83,7 +87,7 @@ def tokens_to_char_ids_numpy(tokens):
             raw = raw[:MAX_BYTES]
             row = np.full([MAX_CHARS], _PAD_CHAR, np.int32)
             row[0] = _BOW_CHAR
-            row[1:1 + len(raw)] = np.frombuffer(raw, np.uint8)
+            row[1 : 1 + len(raw)] = np.frombuffer(raw, np.uint8)
             row[1 + len(raw)] = _EOW_CHAR
             out[k] = row + OFFSET
     return out

@@ -12,6 +12,7 @@ ceil(10,000 / max_tokens) pieces.
 
 Order is deterministic for a given seed, so a resumed run can skip the batches it already trained on.
 """
+
 import tensorflow as tf
 
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
@@ -32,8 +33,18 @@ def _pieces(line, max_tokens):
     return tf.data.Dataset.from_tensor_slices(tf.reshape(padded, [pieces, max_tokens]))
 
 
-def lm_dataset(files, table, batch_size, max_tokens=50, shuffle_buffer=10000, seed=0, repeat=True,
-               num_shards=1, shard_index=0, bucket_width=10):
+def lm_dataset(
+    files,
+    table,
+    batch_size,
+    max_tokens=50,
+    shuffle_buffer=10000,
+    seed=0,
+    repeat=True,
+    num_shards=1,
+    shard_index=0,
+    bucket_width=10,
+):
     """Batches for `BiLMPretrainer`: dicts with `char_ids` `(batch, T, 50)` and `token_ids` `(batch, T)`.
 
     Args:
@@ -62,11 +73,12 @@ def lm_dataset(files, table, batch_size, max_tokens=50, shuffle_buffer=10000, se
         ds = ds.repeat()
 
     def encode(piece):
-        tokens = piece[:tf.reduce_sum(tf.cast(piece != "", tf.int32))]
+        tokens = piece[: tf.reduce_sum(tf.cast(piece != "", tf.int32))]
         return {"char_ids": tokens_to_char_ids(tokens), "token_ids": table.lookup(tokens)}
 
     ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     boundaries = list(range(bucket_width + 1, max_tokens + 1, bucket_width))
-    ds = ds.bucket_by_sequence_length(lambda x: tf.shape(x["token_ids"])[0], boundaries,
-                                      [batch_size] * (len(boundaries) + 1), drop_remainder=False)
+    ds = ds.bucket_by_sequence_length(
+        lambda x: tf.shape(x["token_ids"])[0], boundaries, [batch_size] * (len(boundaries) + 1), drop_remainder=False
+    )
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -3,6 +3,7 @@
 Tags are "O" or "<prefix>-<type>": IOB1 (CoNLL-2003: I- everywhere, B- only between two adjacent
 entities of the same type), IOB2 (B- starts every entity), BIOES (S- single-token entities, E- ends).
 """
+
 import numpy as np
 
 SCHEMES = ("iob1", "iob2", "bioes")

@@ -1,4 +1,5 @@
 """Raw sentences -> padded tokens, in TF ops (runs in tf.data and inside SavedModels)."""
+
 import tensorflow as tf
 
 

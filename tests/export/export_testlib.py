@@ -1,4 +1,5 @@
 """Helpers shared by the export tests: the model they export."""
+
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
@@ -14,5 +15,13 @@ def load_test_model():
     if (FIXTURES / "options.json").is_file() and (FIXTURES / "lm_weights.hdf5").is_file():
         return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"))
     keras.utils.set_random_seed(0)
-    return ELMo(BiLMConfig(char_embedding_dim=4, filters=((1, 4), (2, 8), (3, 8)), num_highway=1, lstm_dim=16,
-                           projection_dim=8, num_layers=2))
+    return ELMo(
+        BiLMConfig(
+            char_embedding_dim=4,
+            filters=((1, 4), (2, 8), (3, 8)),
+            num_highway=1,
+            lstm_dim=16,
+            projection_dim=8,
+            num_layers=2,
+        )
+    )

@@ -3,6 +3,7 @@
 The checker is compiled once per source/tensorflow version into build/export_cpp/<hash>/ (export/cpp/build.sh);
 these tests skip only where no C++ compiler is installed.
 """
+
 import os
 import shutil
 import subprocess
@@ -16,21 +17,30 @@ import tensorflow as tf
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from export import export_savedmodel as ex  # noqa: E402
 from export_testlib import load_test_model  # noqa: E402
+
+from export import export_savedmodel as ex  # noqa: E402
 
 BUILD_SCRIPT = REPO / "export" / "cpp" / "build.sh"
 ATOL = 1e-5
-SENTENCES = [b"The cat sat on the mat .", b"Dogs are in the fog , aren't they ?", b"", b"ELMo",
-             "Zürich , naïve café !".encode(), b"bad \xff\xfe bytes " + b"x" * 60]
+SENTENCES = [
+    b"The cat sat on the mat .",
+    b"Dogs are in the fog , aren't they ?",
+    b"",
+    b"ELMo",
+    "Zürich , naïve café !".encode(),
+    b"bad \xff\xfe bytes " + b"x" * 60,
+]
 
 
 @pytest.fixture(scope="module")
 def checker():
     cxx = os.environ.get("CXX", "g++")
     if shutil.which(cxx) is None:
-        pytest.skip(f"{cxx} not found: the conformance check with TF Serving's C++ loader needs a C++17 compiler "
-                    f"(apt-get install g++)")
+        pytest.skip(
+            f"{cxx} not found: the conformance check with TF Serving's C++ loader needs a C++17 compiler "
+            f"(apt-get install g++)"
+        )
     proc = subprocess.run(["bash", str(BUILD_SCRIPT), sys.executable], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"building the C++ checker failed:\n{proc.stderr[-6000:]}"
     return proc.stdout.strip().splitlines()[-1]
@@ -91,13 +101,14 @@ def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
     tokens, lengths = ex._pad(token_lists)
     junk = np.where(tokens == b"", b"junk", tokens)
     empty_inside = np.array([[b"a", b"", b"b"], [b"c", b"d", b"x"]], object)
-    runs = [("default", "default", {"sentences": np.array(SENTENCES, object)}),
-            ("serving_default", "serving_default", {"sentences": np.array(SENTENCES, object)}),
-            ("tokens", "tokens", {"tokens": junk, "sequence_len": lengths}),
-            ("empty_inside", "tokens", {"tokens": empty_inside, "sequence_len": np.array([3, 2])}),
-            ("empty_batch", "default", {"sentences": np.zeros([0], object)}),
-            ("empty_batch_tokens", "tokens", {"tokens": np.zeros([0, 0], object),
-                                              "sequence_len": np.zeros([0], np.int32)})]
+    runs = [
+        ("default", "default", {"sentences": np.array(SENTENCES, object)}),
+        ("serving_default", "serving_default", {"sentences": np.array(SENTENCES, object)}),
+        ("tokens", "tokens", {"tokens": junk, "sequence_len": lengths}),
+        ("empty_inside", "tokens", {"tokens": empty_inside, "sequence_len": np.array([3, 2])}),
+        ("empty_batch", "default", {"sentences": np.zeros([0], object)}),
+        ("empty_batch_tokens", "tokens", {"tokens": np.zeros([0, 0], object), "sequence_len": np.zeros([0], np.int32)}),
+    ]
     proc, got = run_checker(checker, export_dir, tmp_path, runs, sentences=["a b c", ""])
     stdout = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, stdout[-3000:] + proc.stderr.decode(errors="replace")[-3000:]
@@ -109,8 +120,12 @@ def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
         worst = max(worst, assert_close(expected, got[label], f"C++ {label} vs Keras"))
     # the same request through Python's loader: C++ and Python agree too
     loaded = tf.saved_model.load(export_dir)
-    python = {k: v.numpy() for k, v in loaded.signatures["tokens"](
-        tokens=tf.constant(empty_inside), sequence_len=tf.constant([3, 2])).items()}
+    python = {
+        k: v.numpy()
+        for k, v in loaded.signatures["tokens"](
+            tokens=tf.constant(empty_inside), sequence_len=tf.constant([3, 2])
+        ).items()
+    }
     worst = max(worst, assert_close(python, got["empty_inside"], "C++ vs Python, empty token inside the length"))
     for label in ("empty_batch", "empty_batch_tokens"):
         assert got[label]["elmo"].shape == (0, 0, 2 * model.config.projection_dim), label
@@ -155,8 +170,9 @@ def test_cpp_loader_catches_the_tf_module_trap(checker, model, tmp_path):
     module = Module(model)
     export_dir = tmp_path / "module" / "1"
     tf.saved_model.save(module, str(export_dir), signatures={"serving_default": module.default})
-    assert tf.saved_model.load(str(export_dir)).signatures["serving_default"](
-        sentences=tf.constant(["a b"]))["elmo"].shape == (1, 2, 2 * model.config.projection_dim)
+    assert tf.saved_model.load(str(export_dir)).signatures["serving_default"](sentences=tf.constant(["a b"]))[
+        "elmo"
+    ].shape == (1, 2, 2 * model.config.projection_dim)
     proc, _ = run_checker(checker, export_dir, tmp_path, [])
     assert proc.returncode == 1
     assert "Could not find variable" in proc.stderr.decode(errors="replace")

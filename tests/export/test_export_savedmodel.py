@@ -1,4 +1,5 @@
 """export/export_savedmodel.py: signatures, fresh-process parity, versioning, CLI, saved_model_cli."""
+
 import base64
 import json
 import os
@@ -15,8 +16,9 @@ import tensorflow as tf
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from export import export_savedmodel as ex  # noqa: E402
 from export_testlib import load_test_model  # noqa: E402
+
+from export import export_savedmodel as ex  # noqa: E402
 
 PYTHON = sys.executable
 SAVED_MODEL_CLI = str(Path(sys.executable).parent / "saved_model_cli")
@@ -73,8 +75,11 @@ FRESH_RUNNER = textwrap.dedent("""
 
 def string_input(array):
     array = np.asarray(array, dtype=object)
-    return {"dtype": "string", "shape": list(array.shape),
-            "values": [base64.b64encode(bytes(v)).decode() for v in array.reshape(-1)]}
+    return {
+        "dtype": "string",
+        "shape": list(array.shape),
+        "values": [base64.b64encode(bytes(v)).decode() for v in array.reshape(-1)],
+    }
 
 
 def int_input(array):
@@ -86,12 +91,21 @@ def run_fresh(export_dir, runs, tmp_path, tf_text=False):
     """Runs `runs` ([label, signature, inputs]) on `export_dir` in a new Python process; outputs by label."""
     out_dir = tmp_path / "fresh_out"
     out_dir.mkdir(exist_ok=True)
-    request = {"export_dir": str(export_dir), "tf_text": tf_text, "out_dir": str(out_dir),
-               "runs": [{"label": label, "signature": sig, "inputs": inputs} for label, sig, inputs in runs]}
+    request = {
+        "export_dir": str(export_dir),
+        "tf_text": tf_text,
+        "out_dir": str(out_dir),
+        "runs": [{"label": label, "signature": sig, "inputs": inputs} for label, sig, inputs in runs],
+    }
     (tmp_path / "request.json").write_text(json.dumps(request))
     (tmp_path / "runner.py").write_text(FRESH_RUNNER)
-    proc = subprocess.run([PYTHON, str(tmp_path / "runner.py"), str(tmp_path / "request.json")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [PYTHON, str(tmp_path / "runner.py"), str(tmp_path / "request.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "fresh process ok" in proc.stdout
     return {label: dict(np.load(out_dir / f"{label}.npz")) for label, _, _ in runs}
@@ -110,8 +124,15 @@ def keras_reference(model, token_lists):
 
 
 def test_output_keys_follow_the_serving_contract():
-    assert ex.output_keys(2) == ["word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default", "sequence_len",
-                                 "mask"]
+    assert ex.output_keys(2) == [
+        "word_emb",
+        "lstm_outputs1",
+        "lstm_outputs2",
+        "elmo",
+        "default",
+        "sequence_len",
+        "mask",
+    ]
 
 
 def test_signatures_and_specs(exported, model):
@@ -131,8 +152,10 @@ def test_signatures_and_specs(exported, model):
     _, sentences_spec = loaded.signatures["default"].structured_input_signature
     assert sentences_spec == {"sentences": tf.TensorSpec([None], tf.string, name="sentences")}
     _, tokens_spec = loaded.signatures["tokens"].structured_input_signature
-    assert tokens_spec == {"tokens": tf.TensorSpec([None, None], tf.string, name="tokens"),
-                           "sequence_len": tf.TensorSpec([None], tf.int32, name="sequence_len")}
+    assert tokens_spec == {
+        "tokens": tf.TensorSpec([None, None], tf.string, name="tokens"),
+        "sequence_len": tf.TensorSpec([None], tf.int32, name="sequence_len"),
+    }
 
 
 def test_fresh_process_parity(exported, model, tmp_path):
@@ -153,8 +176,11 @@ def test_fresh_process_parity(exported, model, tmp_path):
         ("single", "default", {"sentences": string_input([SENTENCE_BYTES[1]])}),
         ("empty_inside", "tokens", {"tokens": string_input(empty_inside), "sequence_len": int_input([3, 2])}),
         ("empty_batch", "default", {"sentences": string_input(np.zeros([0], object))}),
-        ("empty_batch_tokens", "tokens", {"tokens": string_input(np.zeros([0, 0], object)),
-                                          "sequence_len": int_input(np.zeros([0]))}),
+        (
+            "empty_batch_tokens",
+            "tokens",
+            {"tokens": string_input(np.zeros([0, 0], object)), "sequence_len": int_input(np.zeros([0]))},
+        ),
         ("all_empty", "default", {"sentences": string_input([b"", b" \t "])}),
     ]
     got = run_fresh(exported, runs, tmp_path)
@@ -164,14 +190,14 @@ def test_fresh_process_parity(exported, model, tmp_path):
     wide_out = got["tokens_wide"]
     for key, value in expected.items():  # two more columns: same values, then zeros / False
         if value.ndim == 3 or key == "mask":
-            np.testing.assert_allclose(wide_out[key][:, :value.shape[1]], value, atol=ATOL, err_msg=key)
-            assert not np.any(wide_out[key][:, value.shape[1]:]), key
+            np.testing.assert_allclose(wide_out[key][:, : value.shape[1]], value, atol=ATOL, err_msg=key)
+            assert not np.any(wide_out[key][:, value.shape[1] :]), key
         else:
             np.testing.assert_allclose(wide_out[key], value, atol=ATOL, err_msg=key)
     # a sentence alone gives the same vectors as in the batch (stateless, padding-invariant)
     single = keras_reference(model, [token_lists[1]])
     worst = max(worst, assert_close(single, got["single"], "single"))
-    np.testing.assert_allclose(got["single"]["elmo"][0], expected["elmo"][1, :len(token_lists[1])], atol=ATOL)
+    np.testing.assert_allclose(got["single"]["elmo"][0], expected["elmo"][1, : len(token_lists[1])], atol=ATOL)
     # "" inside sequence_len is a token without characters; beyond it, "x" is ignored
     ids = ex.tokens_char_ids(tf.constant(empty_inside, tf.string), tf.constant([3, 2]))
     inside = {k: np.asarray(v) for k, v in ex._model_outputs(model, ids).items()}
@@ -194,9 +220,11 @@ def test_fresh_process_parity(exported, model, tmp_path):
 def test_tokens_signature_rejects_inconsistent_lengths(exported):
     fn = tf.saved_model.load(exported).signatures["tokens"]
     tokens = tf.constant([["a", "b"]])
-    for lengths, message in (([3], "sequence_len must be <= the width of tokens"),
-                             ([-1], "sequence_len must be >= 0"),
-                             ([1, 1], "sequence_len must have one entry per row of tokens")):
+    for lengths, message in (
+        ([3], "sequence_len must be <= the width of tokens"),
+        ([-1], "sequence_len must be >= 0"),
+        ([1, 1], "sequence_len must have one entry per row of tokens"),
+    ):
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             fn(tokens=tokens, sequence_len=tf.constant(lengths, tf.int32))
 
@@ -206,14 +234,19 @@ def test_max_tokens_cuts_both_signatures(model, tmp_path):
     loaded = tf.saved_model.load(path)
     sentences = ["a b c d e", "f g"]
     expected = keras_reference(model, [[b"a", b"b", b"c"], [b"f", b"g"]])
-    assert_close(expected, {k: v.numpy() for k, v in loaded.signatures["default"](
-        sentences=tf.constant(sentences)).items()}, "default max_tokens")
-    out = loaded.signatures["tokens"](tokens=tf.constant([["a", "b", "c", "d", "e"], ["f", "g", "", "", ""]]),
-                                      sequence_len=tf.constant([5, 2]))
+    assert_close(
+        expected,
+        {k: v.numpy() for k, v in loaded.signatures["default"](sentences=tf.constant(sentences)).items()},
+        "default max_tokens",
+    )
+    out = loaded.signatures["tokens"](
+        tokens=tf.constant([["a", "b", "c", "d", "e"], ["f", "g", "", "", ""]]), sequence_len=tf.constant([5, 2])
+    )
     assert_close(expected, {k: v.numpy() for k, v in out.items()}, "tokens max_tokens")
 
 
 # ------------------------------------------------------------------------------------------------ unicode_script
+
 
 @pytest.fixture(scope="module")
 def unicode_script_export(model, tmp_path_factory):
@@ -234,14 +267,17 @@ def test_unicode_script_export_fresh_process(model, unicode_script_export, tmp_p
 def test_unicode_script_export_needs_tf_text_ops(unicode_script_export):
     """Documented: without `import tensorflow_text` a fresh process cannot load the unicode_script export."""
     path = unicode_script_export
-    code = ("import sys, tensorflow as tf\n"
-            "try:\n    tf.saved_model.load(sys.argv[1])\n"
-            "except Exception as e:\n    print('LOAD FAILED', e)\n")
+    code = (
+        "import sys, tensorflow as tf\n"
+        "try:\n    tf.saved_model.load(sys.argv[1])\n"
+        "except Exception as e:\n    print('LOAD FAILED', e)\n"
+    )
     proc = subprocess.run([PYTHON, "-c", code, path], capture_output=True, text=True, timeout=300)
     assert "LOAD FAILED" in proc.stdout and "UnicodeScriptTokenizeWithOffsets" in proc.stdout, proc.stdout[-2000:]
 
 
 # ------------------------------------------------------------------------------------------------ versioning
+
 
 def test_versions_count_up_and_are_never_overwritten(model, tmp_path):
     base = tmp_path / "elmo"
@@ -298,16 +334,20 @@ def test_check_export_detects_a_different_model(model, exported):
 
 # ------------------------------------------------------------------------------------------------ CLI
 
-@pytest.mark.parametrize("argv, message", [
-    (["--output", "o", "--options", "x.json"], "argument --weights"),
-    (["--output", "o", "--weights", "w.hdf5"], "argument --options"),
-    (["--output", "o", "--options", "missing.json", "--weights", "w.hdf5"], "argument --options: no such file"),
-    (["--output", "o", "--model-dir", "/nonexistent"], "argument --model-dir"),
-    (["--output", "o", "--model-dir", ".", "--version", "0"], "argument --version"),
-    (["--output", "o", "--model-dir", ".", "--max-tokens", "-3"], "argument --max-tokens"),
-    (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
-    (["--model-dir", "."], "--output"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--output", "o", "--options", "x.json"], "argument --weights"),
+        (["--output", "o", "--weights", "w.hdf5"], "argument --options"),
+        (["--output", "o", "--options", "missing.json", "--weights", "w.hdf5"], "argument --options: no such file"),
+        (["--output", "o", "--model-dir", "/nonexistent"], "argument --model-dir"),
+        (["--output", "o", "--model-dir", ".", "--version", "0"], "argument --version"),
+        (["--output", "o", "--model-dir", ".", "--max-tokens", "-3"], "argument --max-tokens"),
+        (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
+        (["--model-dir", "."], "--output"),
+    ],
+)
 def test_bad_arguments_give_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         ex.parse_args(argv)
@@ -317,8 +357,9 @@ def test_bad_arguments_give_one_line(argv, message, capsys):
 
 
 def test_help_has_examples():
-    proc = subprocess.run([PYTHON, str(REPO / "export" / "export_savedmodel.py"), "--help"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [PYTHON, str(REPO / "export" / "export_savedmodel.py"), "--help"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0
     for text in ("examples:", "--model-dir", "import tensorflow_text", "--max-tokens", "serving_default"):
         assert text in proc.stdout, text
@@ -330,12 +371,21 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
     model_dir = tmp_path / "pretrain"
     save_elmo(model, str(model_dir))
     base = tmp_path / "models" / "elmo"
-    cmd = [PYTHON, str(REPO / "export" / "export_savedmodel.py"), "--model-dir", str(model_dir), "--output",
-           str(base), "--version", "7"]
+    cmd = [
+        PYTHON,
+        str(REPO / "export" / "export_savedmodel.py"),
+        "--model-dir",
+        str(model_dir),
+        "--output",
+        str(base),
+        "--version",
+        "7",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == str(base / "7")
     assert "parity ok" in proc.stderr
+
 
 def test_script_refuses_an_existing_version(model, tmp_path, capsys):
     from elmo_tf.io.bilm_hdf5 import save_elmo
@@ -352,18 +402,34 @@ def test_script_refuses_an_existing_version(model, tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------------ saved_model_cli
 
+
 @pytest.mark.skipif(not os.path.exists(SAVED_MODEL_CLI), reason="saved_model_cli is not in the venv")
 def test_saved_model_cli_show_and_run(exported):
-    show = subprocess.run([SAVED_MODEL_CLI, "show", "--dir", exported, "--all"], capture_output=True, text=True,
-                          timeout=300)
+    show = subprocess.run(
+        [SAVED_MODEL_CLI, "show", "--dir", exported, "--all"], capture_output=True, text=True, timeout=300
+    )
     assert show.returncode == 0, show.stderr[-2000:]
     for signature in ("default", "serving_default", "tokens"):
         assert f"signature_def['{signature}']" in show.stdout
     for output in ("word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "sequence_len", "mask"):
         assert f"outputs['{output}']" in show.stdout
-    run = subprocess.run([SAVED_MODEL_CLI, "run", "--dir", exported, "--tag_set", "serve", "--signature_def",
-                          "default", "--input_exprs", 'sentences=["a b c"]'], capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [
+            SAVED_MODEL_CLI,
+            "run",
+            "--dir",
+            exported,
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "default",
+            "--input_exprs",
+            'sentences=["a b c"]',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Result for output key elmo" in run.stdout
     assert "Result for output key sequence_len:\n[3]" in run.stdout

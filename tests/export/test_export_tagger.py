@@ -1,4 +1,5 @@
 """The NER tagger + frozen ELMo exported as one SavedModel: fresh-process load, tags and spans as in Keras."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,7 @@ from elmo_tf.preprocessing.tags import spans
 from export.export_tagger import export_tagger, spans_from_tags
 
 SENTENCES = [
-    Sentence("EU rejects German call to boycott British lamb .".split(),
-             "B-ORG O B-MISC O O O B-MISC O O".split(), 1),
+    Sentence("EU rejects German call to boycott British lamb .".split(), "B-ORG O B-MISC O O O B-MISC O O".split(), 1),
     Sentence("Peter Blackburn".split(), "B-PER I-PER".split(), 2),
     Sentence("BRUSSELS 1996-08-22".split(), "B-LOC O".split(), 3),
     Sentence("The European Commission said on Thursday".split(), "O B-ORG I-ORG O O O".split(), 4),
@@ -28,13 +28,24 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     keras.utils.set_random_seed(3)
-    elmo = ELMo(BiLMConfig(char_embedding_dim=4, filters=((1, 8), (2, 8)), num_highway=1, lstm_dim=16,
-                           projection_dim=8, num_layers=2))
+    elmo = ELMo(
+        BiLMConfig(
+            char_embedding_dim=4, filters=((1, 8), (2, 8)), num_highway=1, lstm_dim=16, projection_dim=8, num_layers=2
+        )
+    )
     encoder = Encoder.fit(SENTENCES, "iob2", "bioes", min_word_count=1)
     features = InProcessFeatures(elmo)([s.tokens for s in SENTENCES])
     batches = NERBatches(SENTENCES, encoder, features, batch_size=4, shuffle=False)
-    head = NERTagger(encoder.labels, "bioes", num_elmo_layers=3, word_vocab_size=len(encoder.words) + 2,
-                     word_dim=8, char_filters=((2, 8),), lstm_units=8, dropout=0.0)
+    head = NERTagger(
+        encoder.labels,
+        "bioes",
+        num_elmo_layers=3,
+        word_vocab_size=len(encoder.words) + 2,
+        word_dim=8,
+        char_filters=((2, 8),),
+        lstm_units=8,
+        dropout=0.0,
+    )
     head.build_for(16)
     head.compile(keras.optimizers.Adam(0.05))
     head.fit(batches, epochs=40, verbose=0)
@@ -46,15 +57,18 @@ def trained(tmp_path_factory):
 def test_export_matches_keras_tagger_in_fresh_process(trained):
     head, encoder, _, batches, path = trained
     expected = predict_tags(head, batches)  # IOB2 (the files' scheme)
-    code = ("import json, sys\n"
-            "sys.modules['elmo_tf'] = None  # any import of elmo_tf fails: the SavedModel must not need it\n"
-            "import tensorflow as tf\n"
-            "m = tf.saved_model.load(sys.argv[1])\n"
-            "o = m.signatures['tag'](sentences=tf.constant(json.loads(sys.argv[2])))\n"
-            "print(json.dumps({k: v.numpy().tolist() for k, v in o.items()}, default=lambda b: b.decode()))\n")
+    code = (
+        "import json, sys\n"
+        "sys.modules['elmo_tf'] = None  # any import of elmo_tf fails: the SavedModel must not need it\n"
+        "import tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "o = m.signatures['tag'](sentences=tf.constant(json.loads(sys.argv[2])))\n"
+        "print(json.dumps({k: v.numpy().tolist() for k, v in o.items()}, default=lambda b: b.decode()))\n"
+    )
     sentences = [" ".join(s.tokens) for s in SENTENCES]
-    proc = subprocess.run([sys.executable, "-c", code, path, json.dumps(sentences)], capture_output=True, text=True,
-                          timeout=300, cwd="/")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, path, json.dumps(sentences)], capture_output=True, text=True, timeout=300, cwd="/"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     for i, sentence in enumerate(SENTENCES):
@@ -62,8 +76,9 @@ def test_export_matches_keras_tagger_in_fresh_process(trained):
         assert out["sequence_len"][i] == n
         bioes = out["tags"][i][:n]
         assert encoder.decode_tags([encoder.label_ids[t] for t in bioes]) == expected[i]
-        got_spans = [(out["span_type"][i][k], out["span_start"][i][k], out["span_end"][i][k])
-                     for k in range(out["num_spans"][i])]
+        got_spans = [
+            (out["span_type"][i][k], out["span_start"][i][k], out["span_end"][i][k]) for k in range(out["num_spans"][i])
+        ]
         assert got_spans == spans(expected[i], "iob2")
     # the tagger learned its 4 sentences: the export is not only consistent but right
     assert expected == [s.tags for s in SENTENCES]
@@ -73,6 +88,7 @@ def test_spans_from_tags_matches_python_spans():
     labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
     rng = np.random.default_rng(0)
     from elmo_tf.preprocessing.tags import from_spans
+
     rows, lengths = [], []
     for _ in range(50):
         n = int(rng.integers(0, 9))

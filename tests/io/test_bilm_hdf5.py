@@ -1,4 +1,5 @@
 """elmo_tf/io/bilm_hdf5.py (and elmo_tf/config.py): bilm-tf weight files and options.json."""
+
 import json
 import shutil
 
@@ -21,8 +22,14 @@ def expected_layout(config):
         layout[f"CNN/W_cnn_{k}"] = (1, width, cd, n)
         layout[f"CNN/b_cnn_{k}"] = (n,)
     for k in range(config.num_highway):
-        layout.update({f"CNN_high_{k}/W_carry": (nf, nf), f"CNN_high_{k}/b_carry": (nf,),
-                       f"CNN_high_{k}/W_transform": (nf, nf), f"CNN_high_{k}/b_transform": (nf,)})
+        layout.update(
+            {
+                f"CNN_high_{k}/W_carry": (nf, nf),
+                f"CNN_high_{k}/b_carry": (nf,),
+                f"CNN_high_{k}/W_transform": (nf, nf),
+                f"CNN_high_{k}/b_transform": (nf,),
+            }
+        )
     if nf != p:
         layout.update({"CNN_proj/W_proj": (nf, p), "CNN_proj/b_proj": (p,)})
     for d in range(2):
@@ -86,8 +93,9 @@ def test_written_file_has_the_bilm_tf_layout(tiny_elmo, saved):
                 np.testing.assert_array_equal(w_0[:8], lstm.input_kernel.numpy())  # input rows first
                 np.testing.assert_array_equal(w_0[8:], lstm.recurrent_kernel.numpy())
                 np.testing.assert_array_equal(f[LSTM.format(d=d, l=layer, name="B")][...], lstm.bias.numpy())
-                np.testing.assert_array_equal(f[LSTM.format(d=d, l=layer, name="W_P_0")][...],
-                                              lstm.projection_kernel.numpy())
+                np.testing.assert_array_equal(
+                    f[LSTM.format(d=d, l=layer, name="W_P_0")][...], lstm.projection_kernel.numpy()
+                )
 
 
 def test_layout_matches_a_real_bilm_tf_file(fixtures_dir, tmp_path):
@@ -205,7 +213,7 @@ def load_error(model, path):
 def test_truncated_file(make_elmo, saved, tmp_path):
     data = saved.read_bytes()
     cut = tmp_path / "cut.hdf5"
-    cut.write_bytes(data[:len(data) // 2])
+    cut.write_bytes(data[: len(data) // 2])
     message = load_error(make_elmo(), cut)
     assert "cut.hdf5" in message and "truncated" in message
 
@@ -229,6 +237,7 @@ def test_misshaped_dataset(make_elmo, saved):
     def reshape(f):
         del f["CNN_high_0/W_carry"]
         f.create_dataset("CNN_high_0/W_carry", data=np.zeros((12, 11), np.float32))
+
     edit(saved, reshape)
     message = load_error(make_elmo(), saved)
     assert "CNN_high_0/W_carry" in message and "(12, 11)" in message and "(12, 12)" in message
@@ -240,6 +249,7 @@ def test_misshaped_lstm_kernel(make_elmo, saved):
     def reshape(f):
         del f[name]
         f.create_dataset(name, data=np.zeros((17, 64), np.float32))
+
     edit(saved, reshape)
     message = load_error(make_elmo(), saved)
     assert name in message and "(17, 64)" in message and "(16, 64)" in message
@@ -263,6 +273,7 @@ def test_non_finite_values(make_elmo, saved, value):
         data = f[name][...]
         data[3] = value
         f[name][...] = data
+
     edit(saved, poison)
     message = load_error(make_elmo(), saved)
     assert name in message and "NaN" in message
@@ -272,6 +283,7 @@ def test_a_weights_file_that_is_a_group(make_elmo, saved):
     def regroup(f):
         del f["CNN/b_cnn_0"]
         f.create_group("CNN/b_cnn_0")
+
     edit(saved, regroup)
     assert "CNN/b_cnn_0" in load_error(make_elmo(), saved)
 
@@ -281,4 +293,3 @@ def test_shutil_copy_of_a_saved_file_loads(make_elmo, saved, tmp_path):
     copy = tmp_path / "copy.hdf5"
     shutil.copy(saved, copy)
     load_bilm_weights(make_elmo(seed=3), copy)
-

@@ -1,4 +1,5 @@
 """elmo_tf/layers/bilm.py: separate forward/backward projected-LSTM stacks, residuals, masking, state."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -67,8 +68,9 @@ def test_initial_state_order(randomize, numpy_lstm):
     lengths = [4, 3]
     x, mask = make_inputs(lengths)
     rng = np.random.default_rng(3)
-    state = [rng.normal(scale=0.5, size=(2, UNITS if i % 2 == 0 else PROJ)).astype(np.float32)
-             for i in range(4 * LAYERS)]
+    state = [
+        rng.normal(scale=0.5, size=(2, UNITS if i % 2 == 0 else PROJ)).astype(np.float32) for i in range(4 * LAYERS)
+    ]
     outputs, final = bilm(x, mask=mask, initial_state=[tf.constant(s) for s in state], return_state=True)
     ref, ref_final = numpy_bilm(x, lengths, bilm, numpy_lstm, initial_state=state)
     for out, expected in zip(outputs, ref):
@@ -133,10 +135,10 @@ def test_forward_state_round_trip(randomize):
     first, state = bilm(x[:, :k], mask=mask[:, :k], return_state=True)
     second = bilm(x[:, k:], mask=mask[:, k:], initial_state=state)
     for layer in range(LAYERS):
-        np.testing.assert_allclose(np.asarray(first[layer])[:, :, :PROJ], whole[layer][:, :k, :PROJ],
-                                   atol=1e-5, rtol=0)
-        np.testing.assert_allclose(np.asarray(second[layer])[:, :, :PROJ], whole[layer][:, k:, :PROJ],
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.asarray(first[layer])[:, :, :PROJ], whole[layer][:, :k, :PROJ], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            np.asarray(second[layer])[:, :, :PROJ], whole[layer][:, k:, :PROJ], atol=1e-5, rtol=0
+        )
     # without the carried state the second half differs: the check above can fail
     fresh = bilm(x[:, k:], mask=mask[:, k:])
     assert np.abs(np.asarray(fresh[0])[:, :, :PROJ] - whole[0][:, k:, :PROJ]).max() > 1e-3
@@ -159,8 +161,12 @@ def test_errors(randomize):
 
 def test_sublayer_names(randomize):
     bilm = make_bilm(randomize)
-    assert [bilm.get_lstm(d, l).name for d in DIRECTIONS for l in range(LAYERS)] == \
-        ["forward_lstm_0", "forward_lstm_1", "backward_lstm_0", "backward_lstm_1"]
+    assert [bilm.get_lstm(d, k).name for d in DIRECTIONS for k in range(LAYERS)] == [
+        "forward_lstm_0",
+        "forward_lstm_1",
+        "backward_lstm_0",
+        "backward_lstm_1",
+    ]
     assert [bilm.get_lstm(d, 0).go_backwards for d in DIRECTIONS] == [False, True]
 
 
@@ -177,8 +183,13 @@ def test_get_config_round_trip(randomize):
     config = bilm.get_config()
     clone = BiLM.from_config(config)
     assert clone.get_config() == config
-    assert (clone.num_layers, clone.units, clone.projection_dim, clone.use_skip_connections, clone.dropout) == \
-        (LAYERS, UNITS, PROJ, False, 0.1)
+    assert (clone.num_layers, clone.units, clone.projection_dim, clone.use_skip_connections, clone.dropout) == (
+        LAYERS,
+        UNITS,
+        PROJ,
+        False,
+        0.1,
+    )
     clone.build((None, None, PROJ))
     clone.set_weights(bilm.get_weights())
     x, mask = make_inputs([4, 2])

@@ -1,4 +1,5 @@
 """elmo_tf/layers/char_cnn.py: char embedding -> VALID conv per width -> max -> activation -> highway -> projection."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,17 +23,21 @@ def numpy_char_cnn(char_ids, layer, activation="relu"):
                 continue  # padding row: no token, zero vector
             x = emb[ids]  # (chars, dim)
             pooled = []
-            for (width, n), kernel, bias in zip(layer.filters, layer.conv_kernels, layer.conv_biases):
+            for (width, _), kernel, bias in zip(layer.filters, layer.conv_kernels, layer.conv_biases):
                 kernel = kernel.numpy().astype(np.float64)  # (width, dim, n)
-                conv = np.stack([np.einsum("wd,wdn->n", x[p:p + width], kernel)
-                                 for p in range(chars - width + 1)]) + bias.numpy()
+                conv = (
+                    np.stack([np.einsum("wd,wdn->n", x[p : p + width], kernel) for p in range(chars - width + 1)])
+                    + bias.numpy()
+                )
                 pooled.append(act(conv.max(axis=0)))
             h = np.concatenate(pooled)
             hw = layer.highway
             for k in range(hw.num_layers):
                 g = 1.0 / (1.0 + np.exp(-(h @ hw.carry_kernels[k].numpy() + hw.carry_biases[k].numpy())))
-                h = g * np.maximum(h @ hw.transform_kernels[k].numpy() + hw.transform_biases[k].numpy(), 0.0) \
+                h = (
+                    g * np.maximum(h @ hw.transform_kernels[k].numpy() + hw.transform_biases[k].numpy(), 0.0)
                     + (1.0 - g) * h
+                )
             if layer.use_projection:
                 h = h @ layer.projection.kernel.numpy() + layer.projection.bias.numpy()
             out[b, t] = h
@@ -40,8 +45,9 @@ def numpy_char_cnn(char_ids, layer, activation="relu"):
 
 
 def make_cnn(randomize, filters=FILTERS, projection_dim=6, num_highway=2, activation="relu", seed=0):
-    layer = CharCNN(filters, num_highway=num_highway, projection_dim=projection_dim, char_embedding_dim=3,
-                    activation=activation)
+    layer = CharCNN(
+        filters, num_highway=num_highway, projection_dim=projection_dim, char_embedding_dim=3, activation=activation
+    )
     layer.build((None, None, 50))
     randomize(layer, seed=seed, scale=0.5)
     return layer

@@ -1,4 +1,5 @@
 """elmo_tf/layers/highway.py: y = g * relu(x Wt + bt) + (1 - g) * x, g = sigmoid(x Wc + bc)."""
+
 import keras
 import numpy as np
 import pytest

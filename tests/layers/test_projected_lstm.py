@@ -1,4 +1,5 @@
 """elmo_tf/layers/projected_lstm.py: TF1 LSTMCell(num_proj) with clipping, forward and backward, masked."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -37,8 +38,9 @@ def test_matches_step_by_step_numpy(go_backwards, randomize, numpy_lstm):
     # final state: after each row's last real token (for backward: after its first token)
     np.testing.assert_allclose(np.asarray(c), ref_c, atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.asarray(h), ref_h, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(np.asarray(h)[[0, 1, 3, 4]],
-                               ref[[0, 1, 3, 4], 0 if go_backwards else [6, 2, 4, 0]], atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(h)[[0, 1, 3, 4]], ref[[0, 1, 3, 4], 0 if go_backwards else [6, 2, 4, 0]], atol=1e-5
+    )
     # the empty row keeps its (zero) initial state
     assert not np.asarray(c)[2].any() and not np.asarray(h)[2].any()
 
@@ -139,8 +141,14 @@ def test_get_config_round_trip(randomize):
     config = layer.get_config()
     clone = ProjectedLSTM.from_config(config)
     assert clone.get_config() == config
-    assert (clone.units, clone.projection_dim, clone.cell_clip, clone.proj_clip, clone.go_backwards, clone.dropout) \
-        == (UNITS, PROJ, 0.8, 0.5, True, 0.25)
+    assert (clone.units, clone.projection_dim, clone.cell_clip, clone.proj_clip, clone.go_backwards, clone.dropout) == (
+        UNITS,
+        PROJ,
+        0.8,
+        0.5,
+        True,
+        0.25,
+    )
     clone.build((None, None, DIM))
     clone.set_weights(layer.get_weights())
     x, mask = make_inputs()

@@ -1,4 +1,5 @@
 """elmo_tf/layers/scalar_mix.py: gamma * sum_k softmax(w)_k h_k, optional per-sentence layer norm."""
+
 import keras
 import numpy as np
 import pytest
@@ -123,8 +124,15 @@ def test_wrong_inputs_raise_value_error():
 
 
 def test_get_config_round_trip():
-    mix = ScalarMix(NUM, layer_norm=True, initial_weights=[0.1, 0.2, 0.3], weights_trainable=False,
-                    initial_gamma=0.5, trainable_gamma=False, l2_coef=0.001)
+    mix = ScalarMix(
+        NUM,
+        layer_norm=True,
+        initial_weights=[0.1, 0.2, 0.3],
+        weights_trainable=False,
+        initial_gamma=0.5,
+        trainable_gamma=False,
+        l2_coef=0.001,
+    )
     config = mix.get_config()
     clone = ScalarMix.from_config(config)
     assert clone.get_config() == config

@@ -1,4 +1,5 @@
 """elmo_tf/models/elmo.py: char ids -> activations, word_emb, lstm_outputs, mixes, default, mask, lengths."""
+
 import keras
 import numpy as np
 import pytest
@@ -18,8 +19,16 @@ def arrays(outputs):
 
 def test_output_keys_shapes_and_dtypes(tiny_elmo, to_char_ids):
     out = tiny_elmo(to_char_ids(SENTENCES))
-    assert set(out) == {"activations", "word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default", "mask",
-                        "sequence_len"}
+    assert set(out) == {
+        "activations",
+        "word_emb",
+        "lstm_outputs1",
+        "lstm_outputs2",
+        "elmo",
+        "default",
+        "mask",
+        "sequence_len",
+    }
     assert len(out["activations"]) == L + 1 == tiny_elmo.num_output_layers
     for a in out["activations"]:
         assert a.shape == (3, 6, 2 * P) and a.dtype == tf.float32
@@ -42,10 +51,11 @@ def test_outputs_are_the_stripped_layers(tiny_elmo, to_char_ids, randomize):
         with_bounds = tokens_to_char_ids_numpy(["<S>"] + sentence + ["</S>"])[None]
         tokens = tiny_elmo.char_cnn(with_bounds)
         layers = tiny_elmo.bilm(tokens)
-        np.testing.assert_allclose(out["word_emb"][b, :n], np.asarray(tokens)[0, 1:n + 1], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(out["word_emb"][b, :n], np.asarray(tokens)[0, 1 : n + 1], atol=1e-5, rtol=0)
         for layer in range(L):
-            np.testing.assert_allclose(out["activations"][layer + 1][b, :n], np.asarray(layers[layer])[0, 1:n + 1],
-                                       atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                out["activations"][layer + 1][b, :n], np.asarray(layers[layer])[0, 1 : n + 1], atol=1e-5, rtol=0
+            )
             np.testing.assert_array_equal(out[f"lstm_outputs{layer + 1}"][b], out["activations"][layer + 1][b])
     # layer 0 is the token layer duplicated
     np.testing.assert_array_equal(out["activations"][0], np.concatenate([out["word_emb"]] * 2, axis=-1))
@@ -69,8 +79,9 @@ def test_padding_invariance_across_batches(mix_layer_norm, make_elmo, to_char_id
     batched = arrays(tiny_elmo(to_char_ids(others[:2] + [sentence] + others[2:], num_tokens=20)))
     n = len(sentence)
     for layer in range(L + 1):
-        np.testing.assert_allclose(batched["activations"][layer][2, :n], alone["activations"][layer][0], atol=1e-5,
-                                   rtol=0)
+        np.testing.assert_allclose(
+            batched["activations"][layer][2, :n], alone["activations"][layer][0], atol=1e-5, rtol=0
+        )
         assert not batched["activations"][layer][2, n:].any()
     for key in ("word_emb", "elmo"):
         np.testing.assert_allclose(batched[key][2, :n], alone[key][0], atol=1e-5, rtol=0)
@@ -118,8 +129,9 @@ def test_return_state_and_initial_state(tiny_elmo, to_char_ids):
     assert len(states) == 4 * L
     # a zero initial state is the default
     zeros = [tf.zeros_like(s) for s in states]
-    np.testing.assert_allclose(np.asarray(tiny_elmo(ids, initial_state=zeros)["elmo"]), np.asarray(out["elmo"]),
-                               atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        np.asarray(tiny_elmo(ids, initial_state=zeros)["elmo"]), np.asarray(out["elmo"]), atol=1e-6, rtol=0
+    )
     carried = tiny_elmo(ids, initial_state=states)
     assert np.abs(np.asarray(carried["elmo"]) - np.asarray(out["elmo"])).max() > 1e-4
 
@@ -206,4 +218,3 @@ def test_functional_model_with_elmo_save_load_round_trip(tiny_elmo, to_char_ids,
     keras.saving.save_model(model, path)
     loaded = keras.saving.load_model(path)
     np.testing.assert_array_equal(np.asarray(loaded(ids)), np.asarray(model(ids)))
-

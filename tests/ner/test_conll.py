@@ -1,6 +1,7 @@
 """elmo_tf/io/conll.py: sentence and token counts of the real CoNLL-2003 and WNUT-17 files, sentence breaks
 (blank, whitespace-only and tab-only lines), -DOCSTART-, columns, and errors naming the file and line.
 """
+
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,16 @@ def write(tmp_path, text, name="data.txt"):
 
 
 def test_sentence_breaks_docstart_and_line_endings(tmp_path):
-    text = ("-DOCSTART- -X- O O\n\n"
-            "John NNP B-NP I-PER\nSmith NNP I-NP I-PER\n"
-            "\t\n"                       # tab only (WNUT-17)
-            "visited VBD B-VP O\n"
-            "   \n\n\n"                  # spaces only, then several blank lines
-            "-DOCSTART- -X- O O\n"
-            "Paris NNP B-NP I-LOC\r\n"   # CRLF
-            ". . O O")                   # no final newline
+    text = (
+        "-DOCSTART- -X- O O\n\n"
+        "John NNP B-NP I-PER\nSmith NNP I-NP I-PER\n"
+        "\t\n"  # tab only (WNUT-17)
+        "visited VBD B-VP O\n"
+        "   \n\n\n"  # spaces only, then several blank lines
+        "-DOCSTART- -X- O O\n"
+        "Paris NNP B-NP I-LOC\r\n"  # CRLF
+        ". . O O"
+    )  # no final newline
     sentences = read_conll(write(tmp_path, text))
     assert [(s.tokens, s.tags, s.line) for s in sentences] == [
         (["John", "Smith"], ["I-PER", "I-PER"], 3),
@@ -90,13 +93,16 @@ def test_two_tab_separated_columns_keep_unicode_tokens(tmp_path):
     assert sentences[1].tokens == ["@user"]
 
 
-@pytest.mark.parametrize("text,line,needle", [
-    ("a O\nb\nc O\n", 2, "expected a token and a tag"),       # one column
-    ("a O\n\nb PER\n", 3, "'PER'"),                           # a tag without prefix
-    ("a O\nb X-PER\n", 2, "'X-PER'"),                         # an unknown prefix
-    ("a O\nb B-\n", 2, "'B-'"),                               # a prefix without type
-    ("x\tO\ny\tIPER\n", 2, "'IPER'"),
-])
+@pytest.mark.parametrize(
+    "text,line,needle",
+    [
+        ("a O\nb\nc O\n", 2, "expected a token and a tag"),  # one column
+        ("a O\n\nb PER\n", 3, "'PER'"),  # a tag without prefix
+        ("a O\nb X-PER\n", 2, "'X-PER'"),  # an unknown prefix
+        ("a O\nb B-\n", 2, "'B-'"),  # a prefix without type
+        ("x\tO\ny\tIPER\n", 2, "'IPER'"),
+    ],
+)
 def test_malformed_lines_raise_naming_file_and_line(tmp_path, text, line, needle):
     path = write(tmp_path, text, "bad.conll")
     with pytest.raises(ConllFormatError) as info:

@@ -2,6 +2,7 @@
 brute-force enumeration of every tag path (float64 NumPy) on tiny random cases (K = 3-5 tags, T <= 5), with
 padding, length-0 and length-1 sentences, with and without transition constraints; config round trip.
 """
+
 import itertools
 
 import keras
@@ -27,18 +28,27 @@ def make_crf(num_tags, seed, constraints=None, scale=1.0):
 
 def constrained_weights(crf):
     """(transitions, start, end) as float64 with the forbidden entries at -inf (excluded from enumeration)."""
+
     def apply(weight, allowed):
         w = weight.numpy().astype(np.float64)
         return w if allowed is None else np.where(np.asarray(allowed), w, -np.inf)
-    return (apply(crf.transitions, crf.allowed_transitions), apply(crf.start_transitions, crf.allowed_start),
-            apply(crf.end_transitions, crf.allowed_end))
+
+    return (
+        apply(crf.transitions, crf.allowed_transitions),
+        apply(crf.start_transitions, crf.allowed_start),
+        apply(crf.end_transitions, crf.allowed_end),
+    )
 
 
 def path_score(x, path, trans, start, end):
     if not path:
         return 0.0
-    return (start[path[0]] + sum(x[t, y] for t, y in enumerate(path))
-            + sum(trans[a, b] for a, b in zip(path[:-1], path[1:])) + end[path[-1]])
+    return (
+        start[path[0]]
+        + sum(x[t, y] for t, y in enumerate(path))
+        + sum(trans[a, b] for a, b in zip(path[:-1], path[1:]))
+        + end[path[-1]]
+    )
 
 
 def brute_force(x, length, trans, start, end):
@@ -117,7 +127,8 @@ def test_log_likelihood_and_viterbi_equal_brute_force(num_tags, constraints):
         for b, n in enumerate(LENGTHS):
             paths, scores = brute_force(x[b].astype(np.float64), n, trans, start, end)
             expected_ll = path_score(x[b].astype(np.float64), gold[b, :n].tolist(), trans, start, end) - (
-                logsumexp(scores) if n else 0.0)
+                logsumexp(scores) if n else 0.0
+            )
             np.testing.assert_allclose(ll[b], expected_ll, atol=ATOL, rtol=1e-5, err_msg=f"row {b}, length {n}")
             k = int(np.argmax(scores))
             assert path[b, :n].tolist() == list(paths[k]), f"row {b}: Viterbi path differs from brute force"
@@ -149,8 +160,8 @@ def test_padding_and_batch_mates_do_not_change_results():
     ll = crf.log_likelihood(x, tags, mask).numpy()
     path, best = (a.numpy() for a in crf.decode(x, mask))
     for b, n in enumerate([5, 2, 3]):
-        alone_ll = crf.log_likelihood(x[b:b + 1, :n], tags[b:b + 1, :n]).numpy()  # mask=None: all real
-        alone_path, alone_best = (a.numpy() for a in crf.decode(x[b:b + 1, :n]))
+        alone_ll = crf.log_likelihood(x[b : b + 1, :n], tags[b : b + 1, :n]).numpy()  # mask=None: all real
+        alone_path, alone_best = (a.numpy() for a in crf.decode(x[b : b + 1, :n]))
         np.testing.assert_allclose(ll[b], alone_ll[0], atol=1e-5)
         np.testing.assert_allclose(best[b], alone_best[0], atol=1e-5)
         assert path[b, :n].tolist() == alone_path[0].tolist()

@@ -3,6 +3,7 @@
 sequences are always valid; padding invariance; ScalarMix settings reach the model; features from the model
 server (serving/serve.py over gRPC, serving/client.py) equal the in-process ones and give identical tags.
 """
+
 import functools
 import json
 import os
@@ -32,7 +33,7 @@ sys.path.insert(0, str(REPO_ROOT / "training"))
 MAX_EPOCHS = 120  # the ELMo-only head reaches F1 100 after ~50 epochs of 2 batches, the word-only one after ~20
 
 
-@functools.lru_cache(maxsize=None)  # eng.train is parsed once for the tests that share these sentences
+@functools.cache  # eng.train is parsed once for the tests that share these sentences
 def twenty_sentences():
     if not CONLL_TRAIN.is_file():
         pytest.skip(f"{CONLL_TRAIN} not found (the shared data is not checked out)")
@@ -62,14 +63,19 @@ class StopAtPerfectF1(keras.callbacks.Callback):
 def overfit(sentences, encoder, features, use_words, **tagger_kwargs):
     keras.utils.set_random_seed(7)
     use_elmo = features is not None
-    model = NERTagger(encoder.labels, "bioes", num_elmo_layers=features[0].shape[0] if use_elmo else 0,
-                      word_vocab_size=len(encoder.words) + 2 if use_words else 0, word_dim=32, dropout=0.0,
-                      **tagger_kwargs)
+    model = NERTagger(
+        encoder.labels,
+        "bioes",
+        num_elmo_layers=features[0].shape[0] if use_elmo else 0,
+        word_vocab_size=len(encoder.words) + 2 if use_words else 0,
+        word_dim=32,
+        dropout=0.0,
+        **tagger_kwargs,
+    )
     model.build_for(features[0].shape[-1] if use_elmo else None)
     model.compile(optimizer=keras.optimizers.Adam(0.02))
     train = NERBatches(sentences, encoder, features, batch_size=10, use_words=use_words, use_chars=False, seed=7)
-    every = NERBatches(sentences, encoder, features, batch_size=20, shuffle=False, use_words=use_words,
-                       use_chars=False)
+    every = NERBatches(sentences, encoder, features, batch_size=20, shuffle=False, use_words=use_words, use_chars=False)
     stop = StopAtPerfectF1(every)
     model.fit(train, epochs=MAX_EPOCHS, callbacks=[stop], verbose=0)
     return model, every, stop
@@ -83,8 +89,9 @@ def elmo_head():
     encoder = Encoder.fit(sentences, "iob1", "bioes", min_word_count=1)
     features = InProcessFeatures(elmo)([s.tokens for s in sentences])
     model, batches, stop = overfit(sentences, encoder, features, use_words=False, lstm_units=64)
-    return dict(model=model, encoder=encoder, sentences=sentences, features=features, batches=batches, stop=stop,
-                elmo=elmo)
+    return dict(
+        model=model, encoder=encoder, sentences=sentences, features=features, batches=batches, stop=stop, elmo=elmo
+    )
 
 
 def test_overfits_20_sentences_with_elmo_features(elmo_head):
@@ -175,8 +182,10 @@ def test_trained_head_reloads_identically(elmo_head, tmp_path):
     assert dim == elmo_head["features"][0].shape[-1]
     assert encoder.to_json() == elmo_head["encoder"].to_json()
     assert restored.get_config() == elmo_head["model"].get_config()
-    for (p1, t1), (p2, t2) in zip(potentials_and_tags(restored, elmo_head["batches"]),
-                                  potentials_and_tags(elmo_head["model"], elmo_head["batches"])):
+    for (p1, t1), (p2, t2) in zip(
+        potentials_and_tags(restored, elmo_head["batches"]),
+        potentials_and_tags(elmo_head["model"], elmo_head["batches"]),
+    ):
         np.testing.assert_allclose(p1, p2, atol=1e-6)
         np.testing.assert_array_equal(t1, t2)
     assert predict_tags(restored, elmo_head["batches"]) == [s.tags for s in elmo_head["sentences"]]
@@ -220,8 +229,15 @@ def test_decoded_sequences_are_always_valid(scheme):
 def test_padding_and_batch_mates_do_not_change_a_sentence():
     rng = np.random.default_rng(1)
     keras.utils.set_random_seed(1)
-    model = NERTagger(["O", "B-PER", "I-PER", "E-PER", "S-PER"], "bioes", num_elmo_layers=3, word_vocab_size=30,
-                      word_dim=8, lstm_units=8, mix_layer_norm=True)
+    model = NERTagger(
+        ["O", "B-PER", "I-PER", "E-PER", "S-PER"],
+        "bioes",
+        num_elmo_layers=3,
+        word_vocab_size=30,
+        word_dim=8,
+        lstm_units=8,
+        mix_layer_norm=True,
+    )
     model.build_for(8)
     batch = random_inputs(rng, [3, 9, 5])
     potentials, tags = model.potentials(batch).numpy(), model(batch).numpy()
@@ -239,8 +255,16 @@ def test_scalar_mix_settings_reach_the_model():
     losses = {}
     for mix_l2 in (0.0, 0.1):
         keras.utils.set_random_seed(2)
-        model = NERTagger(labels, "bioes", num_elmo_layers=3, lstm_units=8, dropout=0.0, gamma=0.3,
-                          gamma_trainable=False, mix_l2=mix_l2)
+        model = NERTagger(
+            labels,
+            "bioes",
+            num_elmo_layers=3,
+            lstm_units=8,
+            dropout=0.0,
+            gamma=0.3,
+            gamma_trainable=False,
+            mix_l2=mix_l2,
+        )
         model.build_for(8)
         model.mix.scalar_weights.assign([0.5, -1.0, 2.0])
         losses[mix_l2] = float(model.negative_log_likelihood(inputs, gold))
@@ -252,8 +276,18 @@ def test_scalar_mix_settings_reach_the_model():
 
 
 def test_config_round_trip_and_bad_arguments():
-    model = NERTagger(["O", "B-PER", "I-PER"], "iob2", num_elmo_layers=2, word_vocab_size=10, char_filters=((2, 4),),
-                      lstm_units=4, dropout=0.2, gamma=2.0, gamma_trainable=False, mix_l2=0.01)
+    model = NERTagger(
+        ["O", "B-PER", "I-PER"],
+        "iob2",
+        num_elmo_layers=2,
+        word_vocab_size=10,
+        char_filters=((2, 4),),
+        lstm_units=4,
+        dropout=0.2,
+        gamma=2.0,
+        gamma_trainable=False,
+        mix_l2=0.01,
+    )
     clone = NERTagger.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
     with pytest.raises(ValueError, match="scheme"):
@@ -267,6 +301,7 @@ def test_config_round_trip_and_bad_arguments():
 
 
 # ------------------------------------------------------------------------------------------------ served features
+
 
 def free_port():
     with socket.socket() as s:
@@ -288,9 +323,25 @@ def elmo_server(elmo_head, tmp_path_factory):
     port = free_port()
     log = open(base.parent / "server.log", "w")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    server = subprocess.Popen([sys.executable, str(REPO_ROOT / "serving" / "serve.py"), "--embedded", "--host",
-                               "127.0.0.1", "--port", str(port), "--model_name", "elmo", "--model_base_path",
-                               str(base)], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO_ROOT / "serving" / "serve.py"),
+            "--embedded",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--model_name",
+            "elmo",
+            "--model_base_path",
+            str(base),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     client = ElmoClient(f"127.0.0.1:{port}", model_name="elmo", timeout=60.0)
     try:
         deadline = time.monotonic() + 120
@@ -300,7 +351,9 @@ def elmo_server(elmo_head, tmp_path_factory):
                 break
             except Exception:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the server did not come up:\n{(base.parent / 'server.log').read_text()}")
+                    raise AssertionError(
+                        f"the server did not come up:\n{(base.parent / 'server.log').read_text()}"
+                    ) from None
         yield f"127.0.0.1:{port}", client
     finally:
         client.close()
@@ -326,8 +379,15 @@ def test_served_and_in_process_features_give_identical_predictions(elmo_head, el
         np.testing.assert_allclose(a, b, atol=1e-5)
     assert (served.num_layers, served.dim) == (in_process.num_layers, in_process.dim)
     features = served(sentences)
-    batches = NERBatches(elmo_head["sentences"], elmo_head["encoder"], features, batch_size=20, shuffle=False,
-                         use_words=False, use_chars=False)
+    batches = NERBatches(
+        elmo_head["sentences"],
+        elmo_head["encoder"],
+        features,
+        batch_size=20,
+        shuffle=False,
+        use_words=False,
+        use_chars=False,
+    )
     assert predict_tags(elmo_head["model"], batches) == predict_tags(elmo_head["model"], elmo_head["batches"])
     assert predict_tags(elmo_head["model"], batches) == [s.tags for s in elmo_head["sentences"]]
 
@@ -337,16 +397,34 @@ def test_tag_py_with_elmo_server_equals_in_process_tags(elmo_head, elmo_server, 
     address, _ = elmo_server
     model_dir = save_head(elmo_head, tmp_path / "ner")
     text = "".join(" ".join(s.tokens) + "\n" for s in elmo_head["sentences"][:8]) + "Peter visited Zürich .\n"
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "training" / "tag.py"), "--model", str(model_dir),
-                             "--elmo-server", address, "--format", "json"], input=text, capture_output=True,
-                            text=True, cwd=REPO_ROOT, timeout=300,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "training" / "tag.py"),
+            "--model",
+            str(model_dir),
+            "--elmo-server",
+            address,
+            "--format",
+            "json",
+        ],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+    )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     sentences = [Sentence(line.split(), ["O"] * len(line.split()), 0) for line in text.splitlines()]
     features = InProcessFeatures(elmo_head["elmo"])([s.tokens for s in sentences])
-    expected = predict_tags(elmo_head["model"], NERBatches(sentences, elmo_head["encoder"], features, shuffle=False,
-                                                           use_words=False, use_chars=False, with_tags=False))
+    expected = predict_tags(
+        elmo_head["model"],
+        NERBatches(
+            sentences, elmo_head["encoder"], features, shuffle=False, use_words=False, use_chars=False, with_tags=False
+        ),
+    )
     assert [r["tokens"] for r in rows] == [s.tokens for s in sentences]
     assert [r["tags"] for r in rows] == expected
     assert expected[:8] == [s.tags for s in elmo_head["sentences"][:8]]

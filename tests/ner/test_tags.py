@@ -2,6 +2,7 @@
 (spans preserved), `allowed_transitions` against an enumeration of valid tag sequences, `spans` on tricky
 sequences and against seqeval's conlleval-style chunker on random sequences.
 """
+
 import itertools
 from pathlib import Path
 
@@ -14,8 +15,11 @@ from elmo_tf.preprocessing.tags import SCHEMES, allowed_transitions, convert, fr
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 FILES = [  # (path relative to the data dir, the file's scheme)
-    ("conll2003/eng.train", "iob1"), ("conll2003/eng.testa", "iob1"), ("conll2003/eng.testb", "iob1"),
-    ("wnut17/wnut17train.conll", "iob2"), ("wnut17/emerging.dev.conll", "iob2"),
+    ("conll2003/eng.train", "iob1"),
+    ("conll2003/eng.testa", "iob1"),
+    ("conll2003/eng.testb", "iob1"),
+    ("wnut17/wnut17train.conll", "iob2"),
+    ("wnut17/emerging.dev.conll", "iob2"),
     ("wnut17/emerging.test.annotated", "iob2"),
 ]
 
@@ -70,20 +74,23 @@ def test_iob1_conversion_examples():
     assert convert([], "iob1", "bioes") == []
 
 
-@pytest.mark.parametrize("tags,expected", [
-    (["O", "I-PER", "I-PER", "O"], [("PER", 1, 3)]),                      # I- after O starts an entity
-    (["B-PER", "I-LOC"], [("PER", 0, 1), ("LOC", 1, 2)]),                 # type change
-    (["I-PER", "I-LOC", "I-LOC"], [("PER", 0, 1), ("LOC", 1, 3)]),
-    (["I-PER", "B-PER", "I-PER"], [("PER", 0, 1), ("PER", 1, 3)]),        # B- splits touching entities
-    (["B-PER", "E-PER", "E-PER"], [("PER", 0, 2), ("PER", 2, 3)]),        # E- closes; a lone E- is one token
-    (["S-PER", "I-PER", "E-PER"], [("PER", 0, 1), ("PER", 1, 3)]),        # S- is one token
-    (["B-PER", "S-PER"], [("PER", 0, 1), ("PER", 1, 2)]),
-    (["O", "E-LOC", "O"], [("LOC", 1, 2)]),
-    (["B-PER", "I-PER", "E-LOC"], [("PER", 0, 2), ("LOC", 2, 3)]),        # E- of another type
-    (["B-MISC"], [("MISC", 0, 1)]),                                       # entity at the sentence end
-    (["O", "O"], []),
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "tags,expected",
+    [
+        (["O", "I-PER", "I-PER", "O"], [("PER", 1, 3)]),  # I- after O starts an entity
+        (["B-PER", "I-LOC"], [("PER", 0, 1), ("LOC", 1, 2)]),  # type change
+        (["I-PER", "I-LOC", "I-LOC"], [("PER", 0, 1), ("LOC", 1, 3)]),
+        (["I-PER", "B-PER", "I-PER"], [("PER", 0, 1), ("PER", 1, 3)]),  # B- splits touching entities
+        (["B-PER", "E-PER", "E-PER"], [("PER", 0, 2), ("PER", 2, 3)]),  # E- closes; a lone E- is one token
+        (["S-PER", "I-PER", "E-PER"], [("PER", 0, 1), ("PER", 1, 3)]),  # S- is one token
+        (["B-PER", "S-PER"], [("PER", 0, 1), ("PER", 1, 2)]),
+        (["O", "E-LOC", "O"], [("LOC", 1, 2)]),
+        (["B-PER", "I-PER", "E-LOC"], [("PER", 0, 2), ("LOC", 2, 3)]),  # E- of another type
+        (["B-MISC"], [("MISC", 0, 1)]),  # entity at the sentence end
+        (["O", "O"], []),
+        ([], []),
+    ],
+)
 def test_spans_on_tricky_sequences(tags, expected):
     for scheme in SCHEMES:
         assert spans(tags, scheme) == expected

@@ -6,6 +6,7 @@ metrics.json (dev and test, overall and per type), config.json. tag.py then tags
 from that directory (conll from stdin, json from --input) and must reproduce metrics.json's scores exactly,
 which it only does if it reloads the trained weights and the same ELMo.
 """
+
 import json
 import os
 import shutil
@@ -32,8 +33,14 @@ TIMEOUT = 300  # seconds for one CLI run; the tiny runs take 5-15 s on 2 busy co
 PEOPLE = ["John Smith", "Mary", "Ahmed Khan", "Li Wei", "Peter Blackburn", "Anna", "Jose Maria Aznar"]
 PLACES = ["Paris", "New York", "Berlin", "Tokyo", "Cape Town", "Lima"]
 ORGS = ["Reuters", "United Nations", "Siemens", "FIFA", "Bank of Japan"]
-TEMPLATES = ["{PER} visited {LOC} on Monday .", "{ORG} said {PER} will leave {LOC} .", "{PER} joined {ORG} in {LOC} .",
-             "Shares of {ORG} rose 3 percent .", "It rained in {LOC} .", "{PER} and {PER} met ."]
+TEMPLATES = [
+    "{PER} visited {LOC} on Monday .",
+    "{ORG} said {PER} will leave {LOC} .",
+    "{PER} joined {ORG} in {LOC} .",
+    "Shares of {ORG} rose 3 percent .",
+    "It rained in {LOC} .",
+    "{PER} and {PER} met .",
+]
 
 
 def synthetic_sentence(rng):
@@ -73,8 +80,15 @@ def subprocess_env():
 
 
 def run_cli(script, *args, input=None, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_ROOT, env=subprocess_env(),
-                          input=input, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def free_port():
@@ -90,11 +104,16 @@ def error_line(result):
 
 # ------------------------------------------------------------------------------------------------ span_scores
 
+
 def seqeval_scores(gold, predicted):
     report = classification_report(gold, predicted, output_dict=True, zero_division=0)
     per_type = {k: v for k, v in report.items() if not k.endswith(" avg")}
-    return (100 * precision_score(gold, predicted, zero_division=0), 100 * recall_score(gold, predicted, zero_division=0),
-            100 * f1_score(gold, predicted, zero_division=0), per_type)
+    return (
+        100 * precision_score(gold, predicted, zero_division=0),
+        100 * recall_score(gold, predicted, zero_division=0),
+        100 * f1_score(gold, predicted, zero_division=0),
+        per_type,
+    )
 
 
 def perturb(rng, tags, rate, types):
@@ -105,11 +124,17 @@ def perturb(rng, tags, rate, types):
     return out
 
 
-@pytest.mark.parametrize("relative,scheme,types", [
-    ("conll2003/eng.testa", "iob1", ["PER", "LOC", "ORG", "MISC", "NEW"]),
-    ("wnut17/emerging.dev.conll", "iob2", ["person", "location", "corporation", "product", "group",
-                                           "creative-work", "other"]),
-])
+@pytest.mark.parametrize(
+    "relative,scheme,types",
+    [
+        ("conll2003/eng.testa", "iob1", ["PER", "LOC", "ORG", "MISC", "NEW"]),
+        (
+            "wnut17/emerging.dev.conll",
+            "iob2",
+            ["person", "location", "corporation", "product", "group", "creative-work", "other"],
+        ),
+    ],
+)
 def test_span_scores_equal_seqeval(relative, scheme, types):
     """Overall and per-type precision, recall, F1 and support, on the gold tags with 0-50 % of the tokens
     replaced by random O/B-/I-/E-/S- tags (a type absent from gold included)."""
@@ -151,6 +176,7 @@ def test_span_scores_edge_cases():
 
 # ------------------------------------------------------------------------------------------------ train_ner.py
 
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     if not (ALLENNLP / "lm_weights.hdf5").is_file():
@@ -158,9 +184,27 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_ner")
     paths = write_corpus(root)
     output = root / "ner"
-    result = run_cli(TRAIN_NER, "--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"],
-                     "--elmo", ALLENNLP / "lm_weights.hdf5", "--epochs", 2, "--lstm-units", 16, "--batch-size", 8,
-                     "--learning-rate", 0.02, "--output", output)
+    result = run_cli(
+        TRAIN_NER,
+        "--train",
+        paths["train"],
+        "--dev",
+        paths["dev"],
+        "--test",
+        paths["test"],
+        "--elmo",
+        ALLENNLP / "lm_weights.hdf5",
+        "--epochs",
+        2,
+        "--lstm-units",
+        16,
+        "--batch-size",
+        8,
+        "--learning-rate",
+        0.02,
+        "--output",
+        output,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(paths=paths, output=output, log=result.stderr)
 
@@ -211,9 +255,9 @@ def test_tag_py_conll_from_stdin_reproduces_the_dev_scores(trained):
     assert len(rows) == copies * len(dev)
     assert [[token for token, _ in row] for row in rows] == [s.tokens for s in dev] * copies
     predicted = [[tag for _, tag in row] for row in rows]
-    assert predicted == predicted[:len(dev)] * copies
+    assert predicted == predicted[: len(dev)] * copies
     metrics = json.loads((trained["output"] / "metrics.json").read_text())
-    assert span_scores([s.tags for s in dev], predicted[:len(dev)], "iob1") == metrics["dev"]
+    assert span_scores([s.tags for s in dev], predicted[: len(dev)], "iob1") == metrics["dev"]
     assert f"{copies * len(dev)}/{copies * len(dev)}" in result.stderr  # the progress bar, on stderr
 
 
@@ -230,7 +274,7 @@ def test_tag_py_json_from_file_reproduces_the_test_scores(trained, tmp_path):
     for row, s in zip(rows, test):
         assert row["tokens"] == s.tokens and len(row["tags"]) == len(s.tokens)
         assert [(x["type"], x["start"], x["end"]) for x in row["spans"]] == spans(row["tags"], "iob1")
-        assert all(x["text"] == " ".join(s.tokens[x["start"]:x["end"]]) for x in row["spans"])
+        assert all(x["text"] == " ".join(s.tokens[x["start"] : x["end"]]) for x in row["spans"])
     metrics = json.loads((trained["output"] / "metrics.json").read_text())
     assert span_scores([s.tags for s in test], [r["tags"] for r in rows], "iob1") == metrics["test"]
 
@@ -257,8 +301,17 @@ def test_tag_py_errors_name_the_argument(trained, tmp_path):
 
 def test_train_ner_bad_train_path_exits_2_naming_train(tmp_path):
     paths = write_corpus(tmp_path, sizes=(("dev", 2),))
-    result = run_cli(TRAIN_NER, "--train", tmp_path / "missing.txt", "--dev", paths["dev"], "--no-elmo",
-                     "--output", tmp_path / "out", timeout=120)
+    result = run_cli(
+        TRAIN_NER,
+        "--train",
+        tmp_path / "missing.txt",
+        "--dev",
+        paths["dev"],
+        "--no-elmo",
+        "--output",
+        tmp_path / "out",
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "--train" in error_line(result) and "missing.txt" in error_line(result)
     assert not (tmp_path / "out").exists()

@@ -3,6 +3,7 @@ KerasTuner search end to end (fixture ELMo in process, tiny CoNLL files, 2 epoch
 best model and its hyperparameters; rerunning with the same --directory resumes (finished trials are not rerun);
 changed search settings and seed 0 are refused.
 """
+
 import json
 import os
 import sys
@@ -11,11 +12,10 @@ from pathlib import Path
 import keras
 import keras_tuner
 import pytest
+from test_train_ner import ALLENNLP, REPO_ROOT, error_line, run_cli, write_corpus
 
 from elmo_tf.io.conll import read_conll
 from elmo_tf.ner import span_scores
-
-from test_train_ner import ALLENNLP, REPO_ROOT, error_line, run_cli, write_corpus
 
 TUNE = REPO_ROOT / "training" / "tune_ner.py"
 TAG = REPO_ROOT / "training" / "tag.py"
@@ -24,14 +24,43 @@ sys.path.insert(0, str(REPO_ROOT / "training"))
 import tune_ner  # noqa: E402  (training/tune_ner.py)
 
 SIZES = (("train", 30), ("dev", 10), ("test", 10))
-COMMON = ["--trial-epochs", 2, "--epochs", 2, "--patience", 3, "--lstm-units", 16, "--batch-size", 8,
-          "--learning-rate", 0.02, "--seed", 3]
+COMMON = [
+    "--trial-epochs",
+    2,
+    "--epochs",
+    2,
+    "--patience",
+    3,
+    "--lstm-units",
+    16,
+    "--batch-size",
+    8,
+    "--learning-rate",
+    0.02,
+    "--seed",
+    3,
+]
 
 
 def search_args(paths, directory, output, max_trials, *extra):
-    return ["--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"], "--elmo",
-            ALLENNLP / "lm_weights.hdf5", "--directory", directory, "--output", output, "--max-trials", max_trials,
-            *COMMON, *extra]
+    return [
+        "--train",
+        paths["train"],
+        "--dev",
+        paths["dev"],
+        "--test",
+        paths["test"],
+        "--elmo",
+        ALLENNLP / "lm_weights.hdf5",
+        "--directory",
+        directory,
+        "--output",
+        output,
+        "--max-trials",
+        max_trials,
+        *COMMON,
+        *extra,
+    ]
 
 
 def trial_files(directory):
@@ -47,8 +76,14 @@ def search(tmp_path_factory):
     paths = write_corpus(root, SIZES)
     result = run_cli(TUNE, *search_args(paths, root / "tuner", root / "best", 2, "--tuner", "bayesian"))
     assert result.returncode == 0, result.stderr[-4000:]
-    return dict(root=root, paths=paths, directory=root / "tuner", output=root / "best", log=result.stderr,
-                trials=trial_files(root / "tuner"))
+    return dict(
+        root=root,
+        paths=paths,
+        directory=root / "tuner",
+        output=root / "best",
+        log=result.stderr,
+        trials=trial_files(root / "tuner"),
+    )
 
 
 def test_two_trial_search_writes_the_retrained_best_model(search):
@@ -85,8 +120,9 @@ def test_two_trial_search_writes_the_retrained_best_model(search):
 def test_tag_py_uses_the_tuned_model(search):
     """The tuned directory is a train_ner.py-style directory: tag.py reproduces its dev scores."""
     dev = read_conll(search["paths"]["dev"])
-    result = run_cli(TAG, "--model", search["output"], "--format", "json",
-                     input="".join(" ".join(s.tokens) + "\n" for s in dev))
+    result = run_cli(
+        TAG, "--model", search["output"], "--format", "json", input="".join(" ".join(s.tokens) + "\n" for s in dev)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     predicted = [json.loads(line)["tags"] for line in result.stdout.splitlines()]
     metrics = json.loads((search["output"] / "metrics.json").read_text())
@@ -110,15 +146,27 @@ def test_rerun_resumes_the_same_project(search):
 
 
 def test_changed_settings_and_seed_zero_are_refused(search, tmp_path):
-    changed = run_cli(TUNE, *search_args(search["paths"], search["directory"], tmp_path / "x", 3, "--tuner", "random"),
-                      timeout=60)
+    changed = run_cli(
+        TUNE, *search_args(search["paths"], search["directory"], tmp_path / "x", 3, "--tuner", "random"), timeout=60
+    )
     assert changed.returncode == 2
     assert "--directory" in error_line(changed) and "--tuner" in error_line(changed)
     assert "--overwrite" in error_line(changed)
     seed0 = run_cli(TUNE, *search_args(search["paths"], tmp_path / "t", tmp_path / "x", 2), "--seed", 0, timeout=60)
     assert seed0.returncode == 2 and "--seed" in error_line(seed0)
-    missing = run_cli(TUNE, "--train", tmp_path / "nope.txt", "--dev", search["paths"]["dev"], "--no-elmo",
-                      "--directory", tmp_path / "t", "--output", tmp_path / "x", timeout=60)
+    missing = run_cli(
+        TUNE,
+        "--train",
+        tmp_path / "nope.txt",
+        "--dev",
+        search["paths"]["dev"],
+        "--no-elmo",
+        "--directory",
+        tmp_path / "t",
+        "--output",
+        tmp_path / "x",
+        timeout=60,
+    )
     assert missing.returncode == 2 and "--train" in error_line(missing)
 
 
@@ -157,9 +205,24 @@ def test_tuner_callbacks_see_val_span_f1(tmp_path):
     SaveBestEpoch): they see `val_span_f1` in every epoch's logs, equal to the History the oracle scores."""
     paths = write_corpus(tmp_path, (("train", 12), ("dev", 6)))
     parser = tune_ner.build_parser()
-    args = parser.parse_args(["--train", str(paths["train"]), "--dev", str(paths["dev"]), "--no-elmo",
-                              "--directory", str(tmp_path / "t"), "--output", str(tmp_path / "o"),
-                              "--trial-epochs", "2", "--lstm-units", "8", "--no-char-features"])
+    args = parser.parse_args(
+        [
+            "--train",
+            str(paths["train"]),
+            "--dev",
+            str(paths["dev"]),
+            "--no-elmo",
+            "--directory",
+            str(tmp_path / "t"),
+            "--output",
+            str(tmp_path / "o"),
+            "--trial-epochs",
+            "2",
+            "--lstm-units",
+            "8",
+            "--no-char-features",
+        ]
+    )
     data = tune_ner.prepare_data(args, parser)
     hypermodel = tune_ner.make_hypermodel(args, data)
     hp = keras_tuner.HyperParameters()

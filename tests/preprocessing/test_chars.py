@@ -1,10 +1,17 @@
 """elmo_tf/preprocessing/chars.py: tokens -> 50 char ids (+1 offset), sentence boundaries."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.preprocessing.chars import (BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, add_sentence_boundaries,
-                                         tokens_to_char_ids, tokens_to_char_ids_numpy)
+from elmo_tf.preprocessing.chars import (
+    BOS_CHAR_IDS,
+    EOS_CHAR_IDS,
+    MAX_CHARS,
+    add_sentence_boundaries,
+    tokens_to_char_ids,
+    tokens_to_char_ids_numpy,
+)
 
 # Shifted ids (+1) written out by hand from the design: begin of word 258+1, end of word 259+1,
 # padding 260+1, begin of sentence char 256+1, end of sentence char 257+1.
@@ -24,11 +31,33 @@ def expected_ids(raw):
 
 
 TOKENS = [
-    "a", "The", "ELMo", ",", ".", "naïve", "日本語", "🙂", "Ωmega", "x" * 47, "x" * 48, "y" * 49, "z" * 1000,
-    "é" * 30,           # 60 bytes: cut at 48 bytes, on a character boundary
-    "a" + "é" * 30,     # cut at 48 bytes in the middle of a 2-byte character
-    "日" * 20,           # 3-byte characters, the cut falls inside one
-    "", "<S>", "</S>", "<s>", "<S>x", "S", "</S", "\x00", "\x7f", "tab\there", "a b",
+    "a",
+    "The",
+    "ELMo",
+    ",",
+    ".",
+    "naïve",
+    "日本語",
+    "🙂",
+    "Ωmega",
+    "x" * 47,
+    "x" * 48,
+    "y" * 49,
+    "z" * 1000,
+    "é" * 30,  # 60 bytes: cut at 48 bytes, on a character boundary
+    "a" + "é" * 30,  # cut at 48 bytes in the middle of a 2-byte character
+    "日" * 20,  # 3-byte characters, the cut falls inside one
+    "",
+    "<S>",
+    "</S>",
+    "<s>",
+    "<S>x",
+    "S",
+    "</S",
+    "\x00",
+    "\x7f",
+    "tab\there",
+    "a b",
 ]
 BYTE_TOKENS = [b"\xff", b"\xfe\xff", b"caf\xe9", b"\x80" * 60, b"\xc3", b"ok\xff\x00end"]
 
@@ -58,8 +87,9 @@ def test_tf_numpy_and_spelled_out_mapping_agree(raw):
 
 
 def test_str_and_bytes_give_the_same_numpy_ids():
-    np.testing.assert_array_equal(tokens_to_char_ids_numpy(TOKENS),
-                                  tokens_to_char_ids_numpy([t.encode("utf-8") for t in TOKENS]))
+    np.testing.assert_array_equal(
+        tokens_to_char_ids_numpy(TOKENS), tokens_to_char_ids_numpy([t.encode("utf-8") for t in TOKENS])
+    )
 
 
 def test_long_tokens_are_cut_at_48_bytes():
@@ -104,7 +134,7 @@ def _ids(sentences, num_tokens):
     out = np.zeros([len(sentences), num_tokens, MAX_CHARS], np.int32)
     for k, s in enumerate(sentences):
         if s:
-            out[k, :len(s)] = tokens_to_char_ids_numpy(s)
+            out[k, : len(s)] = tokens_to_char_ids_numpy(s)
     return out
 
 
@@ -114,7 +144,7 @@ def test_add_sentence_boundaries_places_bos_and_eos():
     assert out.shape == (4, 5, 50)
     for k, s in enumerate(sentences):
         expected = np.zeros([5, 50], np.int32)
-        expected[:len(s) + 2] = tokens_to_char_ids_numpy(["<S>"] + s + ["</S>"])
+        expected[: len(s) + 2] = tokens_to_char_ids_numpy(["<S>"] + s + ["</S>"])
         np.testing.assert_array_equal(out[k], expected, err_msg=f"sentence {k}: {s}")
     # the empty sentence becomes exactly "<S> </S>"
     np.testing.assert_array_equal(out[2, 0], BOS_CHAR_IDS)

@@ -1,4 +1,5 @@
 """elmo_tf/preprocessing/tokenizer.py: whitespace tokenization in TF ops."""
+
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -1,6 +1,7 @@
 """Fixtures of the serving tests: a small random ELMo exported with `export_elmo`, a shared embedded server on
 127.0.0.1 (gRPC + REST on free ports) and clients. Helpers live in serving_testlib.py.
 """
+
 import os
 
 import pytest
@@ -41,4 +42,3 @@ def client(server):
 @pytest.fixture
 def rest_url(server):
     return f"http://127.0.0.1:{server.rest_port}"
-

@@ -1,4 +1,5 @@
 """A fake `tokens`-like signature for unit tests of serving/servable.py and serving/batching.py (no model)."""
+
 import time
 
 import serving_testlib  # noqa: F401  (puts the repository on sys.path)

@@ -3,6 +3,7 @@
 The model has projection 32 so that 16 sentences of 400 tokens with all outputs (about 5.7 MB) exceed gRPC's
 4 MiB default message size.
 """
+
 import socket
 import sys
 from pathlib import Path
@@ -16,8 +17,9 @@ if str(REPO) not in sys.path:
 from export import export_savedmodel as ex  # noqa: E402
 
 ATOL = 1e-5
-SERVING_CONFIG = dict(char_embedding_dim=4, filters=((1, 8), (2, 8), (3, 16)), num_highway=1, lstm_dim=64,
-                      projection_dim=32, num_layers=2)
+SERVING_CONFIG = dict(
+    char_embedding_dim=4, filters=((1, 8), (2, 8), (3, 16)), num_highway=1, lstm_dim=64, projection_dim=32, num_layers=2
+)
 
 
 def make_model(seed):

@@ -1,5 +1,6 @@
 """serving/batching.py: concurrent requests merge into fewer model calls (the real model over gRPC, and a fake
 signature), each request gets exactly its own outputs, big requests run alone, deadlines and stop are handled."""
+
 import threading
 import time
 
@@ -60,11 +61,15 @@ def test_scheduler_deadline_and_stop():
 
 # ---------------------------------------------------------------------------------------------------- the real model
 
+
 @pytest.fixture(scope="module")
 def batching_server(base_path):
     """One batch thread that waits 300 ms for batch-mates, and no token limit."""
-    server = start_server(base_path, batching=BatchingOptions(max_batch_size=64, batch_timeout=0.3, num_threads=1),
-                          max_tokens_per_sentence=None)
+    server = start_server(
+        base_path,
+        batching=BatchingOptions(max_batch_size=64, batch_timeout=0.3, num_threads=1),
+        max_tokens_per_sentence=None,
+    )
     yield server
     server.stop(grace=1.0)
 

@@ -1,5 +1,6 @@
 """serving/client.py: ElmoClient against the embedded server over gRPC (parity with the Keras model, output_filter,
 status/metadata, errors, retries on UNAVAILABLE only, deadlines, message size) and ElmoRestClient."""
+
 import time
 
 import grpc
@@ -10,8 +11,13 @@ from serving_testlib import assert_parity, free_port, reference_sentences, refer
 from serving.client import ElmoClient, ElmoRestClient, tokens_arrays
 from serving.status import ServingError
 
-SENTENCES = ["The cat sat on the mat .", "Dogs are in the fog , aren't they ?", "ELMo", "",
-             "Zürich , 2018 : naïve café !"]
+SENTENCES = [
+    "The cat sat on the mat .",
+    "Dogs are in the fog , aren't they ?",
+    "ELMo",
+    "",
+    "Zürich , 2018 : naïve café !",
+]
 TOKENS = [["The", "cat", "sat"], ["Dogs"], [], ["naïve", "café", "!", "x" * 60]]
 
 
@@ -73,19 +79,24 @@ def test_model_status_and_metadata(client):
     signatures = meta["signatures"]
     assert {"default", "serving_default", "tokens"} <= set(signatures)
     assert signatures["default"]["inputs"] == {"sentences": {"dtype": "DT_STRING", "shape": [-1]}}
-    assert signatures["tokens"]["inputs"] == {"sequence_len": {"dtype": "DT_INT32", "shape": [-1]},
-                                              "tokens": {"dtype": "DT_STRING", "shape": [-1, -1]}}
+    assert signatures["tokens"]["inputs"] == {
+        "sequence_len": {"dtype": "DT_INT32", "shape": [-1]},
+        "tokens": {"dtype": "DT_STRING", "shape": [-1, -1]},
+    }
     assert signatures["tokens"]["outputs"]["elmo"] == {"dtype": "DT_FLOAT", "shape": [-1, -1, 64]}
     assert signatures["default"]["outputs"]["mask"] == {"dtype": "DT_BOOL", "shape": [-1, -1]}
 
 
-@pytest.mark.parametrize("kwargs, call, match", [
-    (dict(model_name="nope"), lambda c: c.embed(["a"]), r"Servable not found for request: Latest\(nope\)"),
-    (dict(version=7), lambda c: c.embed(["a"]), r"Specific\(elmo, 7\)"),
-    (dict(signature_name="nope"), lambda c: c.embed(["a"]), 'Serving signature key "nope" not found'),
-    (dict(version=9), lambda c: c.model_status(), "Could not find version 9 of model elmo"),
-    (dict(model_name="nope"), lambda c: c.metadata(), r"Latest\(nope\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, call, match",
+    [
+        (dict(model_name="nope"), lambda c: c.embed(["a"]), r"Servable not found for request: Latest\(nope\)"),
+        (dict(version=7), lambda c: c.embed(["a"]), r"Specific\(elmo, 7\)"),
+        (dict(signature_name="nope"), lambda c: c.embed(["a"]), 'Serving signature key "nope" not found'),
+        (dict(version=9), lambda c: c.model_status(), "Could not find version 9 of model elmo"),
+        (dict(model_name="nope"), lambda c: c.metadata(), r"Latest\(nope\)"),
+    ],
+)
 def test_not_found_errors_carry_code_and_message(server, kwargs, call, match):
     with ElmoClient(f"127.0.0.1:{server.grpc_port}", **{"model_name": "elmo", **kwargs}) as c:
         with pytest.raises(ServingError, match=match) as info:

@@ -1,5 +1,6 @@
 """serving/rest.py over real HTTP: TF Serving's /v1/models endpoints, row ("instances") and columnar ("inputs")
 predict formats with parity, b64 strings, versions, and errors as {"error": ...} with TF Serving's HTTP codes."""
+
 import base64
 import http.client
 import json
@@ -20,8 +21,9 @@ def call(url, method="GET", body=None, raw=None, headers=None):
         connection.request(method, parts.path, body=payload, headers=headers or {})
         response = connection.getresponse()
         data = response.read()
-        return response.status, (json.loads(data) if response.getheader("Content-Type", "").startswith(
-            "application/json") else data.decode())
+        return response.status, (
+            json.loads(data) if response.getheader("Content-Type", "").startswith("application/json") else data.decode()
+        )
     finally:
         connection.close()
 
@@ -37,8 +39,11 @@ def arrays(outputs):
 def test_model_status(rest_url):
     status, body = call(f"{rest_url}/v1/models/elmo")
     assert status == 200
-    assert body == {"model_version_status": [{"version": "1", "state": "AVAILABLE",
-                                              "status": {"error_code": "OK", "error_message": ""}}]}
+    assert body == {
+        "model_version_status": [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
+    }
     status, body = call(f"{rest_url}/v1/models/elmo/versions/1")
     assert status == 200 and body["model_version_status"][0]["version"] == "1"
 
@@ -62,22 +67,34 @@ def test_predict_columnar_matches_keras(rest_url, model):
 
 def test_predict_bare_columnar_input_and_b64(rest_url, model):
     raw = b"bad \xff\xfe bytes"
-    status, body = call(f"{rest_url}/v1/models/elmo/versions/1:predict", "POST",
-                        {"signature_name": "serving_default",
-                         "inputs": ["ok then", {"b64": base64.b64encode(raw).decode()}]})
+    status, body = call(
+        f"{rest_url}/v1/models/elmo/versions/1:predict",
+        "POST",
+        {"signature_name": "serving_default", "inputs": ["ok then", {"b64": base64.b64encode(raw).decode()}]},
+    )
     assert status == 200, body
     assert_parity(reference_sentences(model, [b"ok then", raw]), arrays(body["outputs"]))
 
 
 def test_predict_row_format_with_two_inputs(rest_url, model):
-    instances = [{"tokens": ["The", "cat", ""], "sequence_len": 2},
-                 {"tokens": ["Dogs", "bark", "!"], "sequence_len": 3}]
-    status, body = call(f"{rest_url}/v1/models/elmo:predict", "POST",
-                        {"signature_name": "tokens", "instances": instances})
+    instances = [
+        {"tokens": ["The", "cat", ""], "sequence_len": 2},
+        {"tokens": ["Dogs", "bark", "!"], "sequence_len": 3},
+    ]
+    status, body = call(
+        f"{rest_url}/v1/models/elmo:predict", "POST", {"signature_name": "tokens", "instances": instances}
+    )
     assert status == 200, body
     predictions = body["predictions"]
-    assert len(predictions) == 2 and set(predictions[0]) == {"word_emb", "lstm_outputs1", "lstm_outputs2", "elmo",
-                                                             "default", "sequence_len", "mask"}
+    assert len(predictions) == 2 and set(predictions[0]) == {
+        "word_emb",
+        "lstm_outputs1",
+        "lstm_outputs2",
+        "elmo",
+        "default",
+        "sequence_len",
+        "mask",
+    }
     expected = reference_tokens(model, [["The", "cat", ""], ["Dogs", "bark", "!"]])
     expected_first = reference_tokens(model, [["The", "cat"]])
     np.testing.assert_allclose(predictions[1]["elmo"], expected["elmo"][1], atol=1e-5)
@@ -86,38 +103,61 @@ def test_predict_row_format_with_two_inputs(rest_url, model):
 
 
 def test_predict_single_output_is_written_bare(rest_url, model):
-    status, body = call(f"{rest_url}/v1/models/elmo:predict", "POST",
-                        {"instances": ["a b", "c"], "output_filter": ["default"]})
+    status, body = call(
+        f"{rest_url}/v1/models/elmo:predict", "POST", {"instances": ["a b", "c"], "output_filter": ["default"]}
+    )
     assert status == 200, body
     np.testing.assert_allclose(body["predictions"], reference_sentences(model, ["a b", "c"])["default"], atol=1e-5)
 
 
-@pytest.mark.parametrize("path, body, status, match", [
-    ("/v1/models/nope:predict", {"instances": ["a"]}, 404, r"Servable not found for request: Latest\(nope\)"),
-    ("/v1/models/elmo/versions/5:predict", {"instances": ["a"]}, 404, r"Specific\(elmo, 5\)"),
-    ("/v1/models/elmo:predict", {"signature_name": "nope", "instances": ["a"]}, 404, 'signature key "nope"'),
-    ("/v1/models/elmo:predict", {"instances": ["a"], "inputs": ["a"]}, 400, "only one of 'inputs' or 'instances'"),
-    ("/v1/models/elmo:predict", {"signature_name": "default"}, 400, "Missing 'inputs' or 'instances' key"),
-    ("/v1/models/elmo:predict", {"instances": []}, 400, "No values in 'instances' array"),
-    ("/v1/models/elmo:predict", {"instances": [1, 2]}, 400,
-     "JSON Value: 1 Type: Number is not of expected type: DT_STRING"),
-    ("/v1/models/elmo:predict", {"inputs": {"sentences": [["a"]]}}, 400, "expected rank 1"),
-    ("/v1/models/elmo:predict", {"signature_name": "tokens", "inputs": {"tokens": [["a", "b"], ["c"]],
-                                                                        "sequence_len": [2, 1]}},
-     400, r"Encountered list at unexpected size: 1 at level: 1 expected size: 2 \(rows of 'tokens' must"),
-    ("/v1/models/elmo:predict", {"signature_name": "tokens", "inputs": {"tokens": [["a"]]}}, 400,
-     "Missing named input: sequence_len"),
-    ("/v1/models/elmo:predict", {"signature_name": "tokens", "inputs": {"tokens": [["a"]], "sequence_len": [1.5]}},
-     400, "is not of expected type: DT_INT32"),
-    ("/v1/models/elmo:predict", {"signature_name": "tokens", "inputs": {"tokens": [["a"]], "sequence_len": [4]}},
-     400, r"sequence_len must be in \[0, 1\]"),
-    ("/v1/models/elmo:predict", {"inputs": {"sentences": [{"b64": "!!"}]}}, 400, "Unable to base64 decode"),
-    ("/v1/models/elmo:predict", {"inputs": ["a"], "output_filter": ["nope"]}, 400, "output tensor alias not found"),
-    ("/v1/models/elmo:predict", {"inputs": [" ".join(["w"] * 10000)]}, 429, "has 10000 tokens"),
-    ("/v1/models/elmo:classify", {"examples": []}, 501, "classify is not implemented"),
-    ("/v1/models/elmo/labels/stable:predict", {"instances": ["a"]}, 404, "version label"),
-    ("/v1/nonsense", {}, 400, "Malformed request: POST /v1/nonsense"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, match",
+    [
+        ("/v1/models/nope:predict", {"instances": ["a"]}, 404, r"Servable not found for request: Latest\(nope\)"),
+        ("/v1/models/elmo/versions/5:predict", {"instances": ["a"]}, 404, r"Specific\(elmo, 5\)"),
+        ("/v1/models/elmo:predict", {"signature_name": "nope", "instances": ["a"]}, 404, 'signature key "nope"'),
+        ("/v1/models/elmo:predict", {"instances": ["a"], "inputs": ["a"]}, 400, "only one of 'inputs' or 'instances'"),
+        ("/v1/models/elmo:predict", {"signature_name": "default"}, 400, "Missing 'inputs' or 'instances' key"),
+        ("/v1/models/elmo:predict", {"instances": []}, 400, "No values in 'instances' array"),
+        (
+            "/v1/models/elmo:predict",
+            {"instances": [1, 2]},
+            400,
+            "JSON Value: 1 Type: Number is not of expected type: DT_STRING",
+        ),
+        ("/v1/models/elmo:predict", {"inputs": {"sentences": [["a"]]}}, 400, "expected rank 1"),
+        (
+            "/v1/models/elmo:predict",
+            {"signature_name": "tokens", "inputs": {"tokens": [["a", "b"], ["c"]], "sequence_len": [2, 1]}},
+            400,
+            r"Encountered list at unexpected size: 1 at level: 1 expected size: 2 \(rows of 'tokens' must",
+        ),
+        (
+            "/v1/models/elmo:predict",
+            {"signature_name": "tokens", "inputs": {"tokens": [["a"]]}},
+            400,
+            "Missing named input: sequence_len",
+        ),
+        (
+            "/v1/models/elmo:predict",
+            {"signature_name": "tokens", "inputs": {"tokens": [["a"]], "sequence_len": [1.5]}},
+            400,
+            "is not of expected type: DT_INT32",
+        ),
+        (
+            "/v1/models/elmo:predict",
+            {"signature_name": "tokens", "inputs": {"tokens": [["a"]], "sequence_len": [4]}},
+            400,
+            r"sequence_len must be in \[0, 1\]",
+        ),
+        ("/v1/models/elmo:predict", {"inputs": {"sentences": [{"b64": "!!"}]}}, 400, "Unable to base64 decode"),
+        ("/v1/models/elmo:predict", {"inputs": ["a"], "output_filter": ["nope"]}, 400, "output tensor alias not found"),
+        ("/v1/models/elmo:predict", {"inputs": [" ".join(["w"] * 10000)]}, 429, "has 10000 tokens"),
+        ("/v1/models/elmo:classify", {"examples": []}, 501, "classify is not implemented"),
+        ("/v1/models/elmo/labels/stable:predict", {"instances": ["a"]}, 404, "version label"),
+        ("/v1/nonsense", {}, 400, "Malformed request: POST /v1/nonsense"),
+    ],
+)
 def test_predict_errors(rest_url, path, body, status, match):
     got, answer = call(rest_url + path, "POST", body)
     assert got == status, answer

@@ -1,5 +1,6 @@
 """serving/servable.py without a model (a fake signature): request checks, merged calls split and trimmed per
 request, a failing request never fails its batch-mates, response size estimates and the after-the-call check."""
+
 import grpc
 import numpy as np
 import pytest
@@ -36,11 +37,12 @@ def test_a_failing_request_does_not_fail_its_batch_mates():
 def test_prepare_checks_dtype_rank_names_and_limits():
     runner = fake_runner(limits=Limits(max_request_sentences=2, max_tokens_per_sentence=3))
     for inputs, code, match in [
-            ({"x": np.ones((1, 2), np.float64)}, grpc.StatusCode.INVALID_ARGUMENT, "expected dtype DT_FLOAT"),
-            ({"x": np.ones(2, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "expected rank 2"),
-            ({"z": np.ones((1, 2), np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "alias not found in signature: z"),
-            ({"x": np.ones((3, 2), np.float32)}, grpc.StatusCode.RESOURCE_EXHAUSTED, "3 rows"),
-            ({"x": np.ones((1, 4), np.float32)}, grpc.StatusCode.RESOURCE_EXHAUSTED, "4 tokens wide")]:
+        ({"x": np.ones((1, 2), np.float64)}, grpc.StatusCode.INVALID_ARGUMENT, "expected dtype DT_FLOAT"),
+        ({"x": np.ones(2, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "expected rank 2"),
+        ({"z": np.ones((1, 2), np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "alias not found in signature: z"),
+        ({"x": np.ones((3, 2), np.float32)}, grpc.StatusCode.RESOURCE_EXHAUSTED, "3 rows"),
+        ({"x": np.ones((1, 4), np.float32)}, grpc.StatusCode.RESOURCE_EXHAUSTED, "4 tokens wide"),
+    ]:
         with pytest.raises(ServingError, match=match) as info:
             runner.prepare(inputs)
         assert info.value.code == code
@@ -59,7 +61,10 @@ def test_response_estimate_uses_dims_learned_at_warm_up():
 
 def test_response_size_is_checked_after_the_call():
     check_response_size({"y": np.zeros(100, np.float32)}, limit=400)
-    with pytest.raises(ServingError, match=r"the response is 0.4 KiB \(outputs y\), above the server's limit of "
-                                           r"0.4 KiB") as info:
+    with pytest.raises(
+        ServingError,
+        match=r"the response is 0.4 KiB \(outputs y\), above the server's limit of "
+        r"0.4 KiB",
+    ) as info:
         check_response_size({"y": np.zeros(101, np.float32)}, limit=400)
     assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -1,6 +1,7 @@
 """serving/serve.py: hands over to a `tensorflow_model_server` on PATH with the same flags (a fake one records its
 argv), runs the embedded server otherwise (real subprocess: gRPC + REST, graceful exit on SIGTERM), reads TF
 Serving's config files."""
+
 import json
 import os
 import signal
@@ -25,11 +26,13 @@ def fake_stock_server(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "tensorflow_model_server"
-    fake.write_text(textwrap.dedent("""\
+    fake.write_text(
+        textwrap.dedent("""\
         #!/bin/sh
         printf '%s\\n' "$0" "$@" > "$RECORD"
         exit 3
-    """))
+    """)
+    )
     fake.chmod(0o755)
     record = tmp_path / "argv.txt"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "RECORD": str(record)}
@@ -39,57 +42,97 @@ def fake_stock_server(tmp_path):
 def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):
     fake, record, env = fake_stock_server
     result = subprocess.run(
-        [sys.executable, SERVE, "--model_base_path", "/models/elmo", "--model_name", "elmo", "--port", "8600",
-         "--rest_api_port=8601", "--enable_batching", "--file_system_poll_wait_seconds", "2",
-         "--batching_parameters_file", "/cfg/batching.config", "--host", "0.0.0.0", "--max_request_sentences", "8",
-         "--monitoring_config_file=/cfg/monitoring.config"],
-        env=env, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            SERVE,
+            "--model_base_path",
+            "/models/elmo",
+            "--model_name",
+            "elmo",
+            "--port",
+            "8600",
+            "--rest_api_port=8601",
+            "--enable_batching",
+            "--file_system_poll_wait_seconds",
+            "2",
+            "--batching_parameters_file",
+            "/cfg/batching.config",
+            "--host",
+            "0.0.0.0",
+            "--max_request_sentences",
+            "8",
+            "--monitoring_config_file=/cfg/monitoring.config",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 3, result.stderr  # the exec'd program's status
     argv = record.read_text().splitlines()
-    assert argv == [str(fake), "--port=8600", "--rest_api_port=8601", "--model_name=elmo",
-                    "--model_base_path=/models/elmo", "--enable_batching=true",
-                    "--batching_parameters_file=/cfg/batching.config", "--file_system_poll_wait_seconds=2",
-                    "--monitoring_config_file=/cfg/monitoring.config"]
+    assert argv == [
+        str(fake),
+        "--port=8600",
+        "--rest_api_port=8601",
+        "--model_name=elmo",
+        "--model_base_path=/models/elmo",
+        "--enable_batching=true",
+        "--batching_parameters_file=/cfg/batching.config",
+        "--file_system_poll_wait_seconds=2",
+        "--monitoring_config_file=/cfg/monitoring.config",
+    ]
     assert "does not know --host --max_request_sentences: dropped" in result.stderr
 
 
 def test_the_launcher_does_not_load_tensorflow(fake_stock_server):
     """Handing over must be quick: serve.py imports TensorFlow only for the embedded server."""
     _, record, env = fake_stock_server
-    code = (f"import sys; sys.argv = ['serve.py', '--model_base_path', '/m']; sys.path.insert(0, {str(REPO)!r}); "
-            f"import os; os.execv = lambda *a: (print('tf' if 'tensorflow' in sys.modules else 'no tf'), "
-            f"sys.exit(0)); from serving import serve; serve.main()")
+    code = (
+        f"import sys; sys.argv = ['serve.py', '--model_base_path', '/m']; sys.path.insert(0, {str(REPO)!r}); "
+        f"import os; os.execv = lambda *a: (print('tf' if 'tensorflow' in sys.modules else 'no tf'), "
+        f"sys.exit(0)); from serving import serve; serve.main()"
+    )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "no tf", result.stderr
 
 
 def test_flag_errors_exit_2():
-    for argv, match in [([], "--model_base_path: required"),
-                        (["--model_base_path", "/no/such/dir"], "not a directory"),
-                        (["--model_base_path", "/tmp", "--port", "x"], "--port: expected an integer"),
-                        (["--model_base_path", "/tmp", "--enable_batching=maybe"], "expected true or false"),
-                        (["--model_base_path", "/tmp", "--unknown_flag=1"], "unrecognized arguments: --unknown_flag")]:
-        result = subprocess.run([sys.executable, SERVE, "--embedded", *argv], capture_output=True, text=True,
-                                timeout=60)
+    for argv, match in [
+        ([], "--model_base_path: required"),
+        (["--model_base_path", "/no/such/dir"], "not a directory"),
+        (["--model_base_path", "/tmp", "--port", "x"], "--port: expected an integer"),
+        (["--model_base_path", "/tmp", "--enable_batching=maybe"], "expected true or false"),
+        (["--model_base_path", "/tmp", "--unknown_flag=1"], "unrecognized arguments: --unknown_flag"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, SERVE, "--embedded", *argv], capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 2 and match in result.stderr, (argv, result.stderr)
 
 
 def test_config_files(tmp_path):
     batching = tmp_path / "batching.config"
-    batching.write_text("max_batch_size { value: 16 }\nbatch_timeout_micros { value: 2000 }\n"
-                        "num_batch_threads { value: 3 }\npad_variable_length_inputs: true\n# a comment\n")
-    assert serve.parse_batching_parameters(str(batching)) == {"max_batch_size": 16, "batch_timeout_micros": 2000,
-                                                              "num_batch_threads": 3}
+    batching.write_text(
+        "max_batch_size { value: 16 }\nbatch_timeout_micros { value: 2000 }\n"
+        "num_batch_threads { value: 3 }\npad_variable_length_inputs: true\n# a comment\n"
+    )
+    assert serve.parse_batching_parameters(str(batching)) == {
+        "max_batch_size": 16,
+        "batch_timeout_micros": 2000,
+        "num_batch_threads": 3,
+    }
     batching.write_text("max_batch_sizes { value: 16 }")
     with pytest.raises(ValueError, match="unknown field 'max_batch_sizes'"):
         serve.parse_batching_parameters(str(batching))
     models = tmp_path / "models.config"
-    models.write_text(textwrap.dedent("""\
+    models.write_text(
+        textwrap.dedent("""\
         model_config_list {
           config { name: "elmo" base_path: "/models/elmo" model_platform: "tensorflow" }
           config { name: "elmo_small" base_path: "/models/elmo_small" }
         }
-    """))
+    """)
+    )
     assert serve.parse_model_config(str(models)) == {"elmo": "/models/elmo", "elmo_small": "/models/elmo_small"}
 
 
@@ -100,10 +143,28 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server, tmp_pat
     batching = tmp_path / "batching.config"
     batching.write_text("max_batch_size { value: 8 } num_batch_threads { value: 1 }")
     process = subprocess.Popen(
-        [sys.executable, SERVE, "--embedded", "--model_base_path", base_path, "--model_name", "elmo",
-         "--port", str(port), "--rest_api_port", str(rest_port), "--batching_parameters_file", str(batching),
-         "--tensorflow_intra_op_parallelism", "2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            SERVE,
+            "--embedded",
+            "--model_base_path",
+            base_path,
+            "--model_name",
+            "elmo",
+            "--port",
+            str(port),
+            "--rest_api_port",
+            str(rest_port),
+            "--batching_parameters_file",
+            str(batching),
+            "--tensorflow_intra_op_parallelism",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         with ElmoClient(f"127.0.0.1:{port}", "elmo", timeout=30) as client:
             client.wait_for_model(timeout=120)

@@ -1,6 +1,7 @@
 """Version handling of serving/server.py: a new version exported into the base path while clients run is picked up
 with zero failed requests, an old version is kept until its requests end, a broken version never replaces a good
 one."""
+
 import os
 import shutil
 import threading
@@ -60,8 +61,13 @@ def test_new_version_while_clients_run(fresh_base, model):
         wait_for(lambda: len(served) >= 8, 60, "answers from version 1")
         ex.export_elmo(model_v2, fresh_base)  # version 2, written to a hidden directory and renamed into place
         with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo") as c:
-            wait_for(lambda: c.model_status()[0] == {"version": 2, "state": "AVAILABLE", "error_code": "OK",
-                                                     "error_message": ""}, 60, "version 2 AVAILABLE")
+            wait_for(
+                lambda: (
+                    c.model_status()[0] == {"version": 2, "state": "AVAILABLE", "error_code": "OK", "error_message": ""}
+                ),
+                60,
+                "version 2 AVAILABLE",
+            )
             swapped = time.monotonic()  # every request sent from now on must be answered by version 2
             count = len(served)
             wait_for(lambda: len(served) >= count + 8 or failures, 60, "answers after the swap")
@@ -74,8 +80,9 @@ def test_new_version_while_clients_run(fresh_base, model):
     assert not failures, failures
     versions = [v for _, _, v in served]
     assert versions[0] == 1 and versions[-1] == 2
-    assert [v for _, sent, v in served if sent > swapped] and all(v == 2 for _, sent, v in served if sent > swapped), \
+    assert [v for _, sent, v in served if sent > swapped] and all(v == 2 for _, sent, v in served if sent > swapped), (
         "a request sent after version 2 became AVAILABLE was answered by version 1"
+    )
     for k in range(4):  # per client, versions never go back (requests in flight at the swap may end on 1)
         mine = [v for client, _, v in served if client == k]
         assert mine == sorted(mine), f"client {k} went back to version 1: {mine}"
@@ -110,8 +117,11 @@ def test_broken_version_is_reported_and_not_served(fresh_base, model):
         with open(os.path.join(broken, "saved_model.pb"), "wb") as f:
             f.write(b"not a SavedModel")
         with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo") as c:
-            wait_for(lambda: any(s["version"] == 7 and s["state"] == "END" for s in c.model_status()), 30,
-                     "version 7 END with an error")
+            wait_for(
+                lambda: any(s["version"] == 7 and s["state"] == "END" for s in c.model_status()),
+                30,
+                "version 7 END with an error",
+            )
             status = {s["version"]: s for s in c.model_status()}
             assert status[7]["error_code"] != "OK" and status[7]["error_message"]
             assert status[1]["state"] == "AVAILABLE"

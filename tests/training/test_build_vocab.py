@@ -1,5 +1,6 @@
 """training/build_vocab.py: specials first, then words by decreasing frequency; --min-count, --max-size;
 a glob that matches nothing exits 2 naming --train."""
+
 import os
 import subprocess
 import sys
@@ -19,8 +20,14 @@ EXPECTED = ["<S>", "</S>", "<UNK>", "the", "a", "cat", "dog", "sat", "mat", "on"
 
 def run_build_vocab(*args, timeout=120):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """elmo_tf/preprocessing/lm_dataset.py: deterministic order (across processes, and under `skip`), bad lines,
 long lines cut into pieces, token ids through the vocabulary, char ids as raw bytes + 1, sharding."""
-import hashlib
+
 import math
 import os
 import subprocess
@@ -66,8 +66,10 @@ def test_same_seed_same_batches_in_separate_processes(tmp_path):
     (tmp_path / "vocab.txt").write_text("\n".join(vocab))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     cmd = [sys.executable, "-c", HASH_SCRIPT, str(tmp_path / "train.txt"), str(tmp_path / "vocab.txt")]
-    procs = [subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = []
     for proc in procs:
         try:
@@ -99,19 +101,27 @@ def test_skip_then_continue_equals_uninterrupted(tmp_path):
             np.testing.assert_array_equal(a["token_ids"], b["token_ids"])
             np.testing.assert_array_equal(a["char_ids"], b["char_ids"])
     # shuffled: the order is not the file order, and a second epoch is not a copy of the first
-    assert sentences(full[:3], vocab) != sentences(batches(lm_dataset(
-        [str(tmp_path / "train.txt")], table, 4, max_tokens=10, shuffle_buffer=0), 3), vocab)
+    assert sentences(full[:3], vocab) != sentences(
+        batches(lm_dataset([str(tmp_path / "train.txt")], table, 4, max_tokens=10, shuffle_buffer=0), 3), vocab
+    )
 
 
 def test_one_pass_covers_every_piece_once(tmp_path):
     lines, vocab = write_corpus(tmp_path / "train.txt")
-    ds = lm_dataset([str(tmp_path / "train.txt")], vocabulary_table(vocab), 3, max_tokens=10, shuffle_buffer=50,
-                    seed=3, repeat=False)
+    ds = lm_dataset(
+        [str(tmp_path / "train.txt")],
+        vocabulary_table(vocab),
+        3,
+        max_tokens=10,
+        shuffle_buffer=50,
+        seed=3,
+        repeat=False,
+    )
     got = batches(ds)
     expected = []
     for line in lines:
         words = line.split()
-        expected += [tuple(words[k:k + 10]) for k in range(0, len(words), 10)]
+        expected += [tuple(words[k : k + 10]) for k in range(0, len(words), 10)]
     assert sorted(sentences(got, vocab)) == sorted(expected)
     for b in got:
         assert b["char_ids"].shape[0] <= 3 and b["char_ids"].shape[1] <= 10 and b["char_ids"].shape[2] == 50
@@ -122,8 +132,9 @@ def test_empty_and_whitespace_lines_are_skipped(tmp_path):
     path = tmp_path / "train.txt"
     path.write_bytes(b"\n   \nthe cat\n\t \t\n\r\n\nsat on\n  mat  \n\n")
     vocab = SPECIALS + ["the", "cat", "sat", "on", "mat"]
-    got = sentences(batches(lm_dataset([str(path)], vocabulary_table(vocab), 16, shuffle_buffer=0, repeat=False)),
-                    vocab)
+    got = sentences(
+        batches(lm_dataset([str(path)], vocabulary_table(vocab), 16, shuffle_buffer=0, repeat=False)), vocab
+    )
     assert sorted(got) == sorted([("the", "cat"), ("sat", "on"), ("mat",)])
 
 
@@ -134,8 +145,9 @@ def test_non_utf8_bytes_survive(tmp_path):
     (b,) = batches(lm_dataset([str(path)], vocabulary_table(vocab), 4, shuffle_buffer=0, repeat=False))
     np.testing.assert_array_equal(b["token_ids"], [[2, 3, 2]])  # unknown (not decodable) words -> <UNK>
     # char ids: begin-of-word 259, each raw byte + 1, end-of-word 260, padding 261
-    np.testing.assert_array_equal(b["char_ids"][0, 0, :7], [259, ord("c") + 1, ord("a") + 1, ord("f") + 1,
-                                                            0xE9 + 1, 260, 261])
+    np.testing.assert_array_equal(
+        b["char_ids"][0, 0, :7], [259, ord("c") + 1, ord("a") + 1, ord("f") + 1, 0xE9 + 1, 260, 261]
+    )
     np.testing.assert_array_equal(b["char_ids"][0, 2, :5], [259, 0xFF + 1, 0xFE + 1, 260, 261])
     np.testing.assert_array_equal(b["char_ids"][0], tokens_to_char_ids_numpy([b"caf\xe9", b"ok", b"\xff\xfe"]))
 
@@ -146,12 +158,14 @@ def test_10000_token_line_is_cut_into_pieces(tmp_path, max_tokens):
     path = tmp_path / "long.txt"
     path.write_text("short line\n" + " ".join(words) + "\nanother\n")
     vocab = SPECIALS + words
-    got = batches(lm_dataset([str(path)], vocabulary_table(vocab), 32, max_tokens=max_tokens, shuffle_buffer=0,
-                             repeat=False))
+    got = batches(
+        lm_dataset([str(path)], vocabulary_table(vocab), 32, max_tokens=max_tokens, shuffle_buffer=0, repeat=False)
+    )
     pieces = [s for s in sentences(got, vocab) if s and s[0].startswith("t")]
     assert len(pieces) == math.ceil(10000 / max_tokens)
-    assert sorted(pieces, key=lambda s: int(s[0][1:])) == [tuple(words[k:k + max_tokens])
-                                                          for k in range(0, 10000, max_tokens)]
+    assert sorted(pieces, key=lambda s: int(s[0][1:])) == [
+        tuple(words[k : k + max_tokens]) for k in range(0, 10000, max_tokens)
+    ]
     assert max(b["token_ids"].shape[1] for b in got) == max_tokens
 
 
@@ -159,8 +173,9 @@ def test_token_ids_through_vocabulary(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("the cat sat on the mat\nthe zebra <S> </S> <UNK>\n")
     vocab = SPECIALS + ["the", "cat", "sat", "on"]
-    (b,) = batches(lm_dataset([str(path)], vocabulary_table(vocab), 4, shuffle_buffer=0, repeat=False,
-                              bucket_width=100))
+    (b,) = batches(
+        lm_dataset([str(path)], vocabulary_table(vocab), 4, shuffle_buffer=0, repeat=False, bucket_width=100)
+    )
     ids = b["token_ids"]
     mask = (b["char_ids"] > 0).any(-1)
     rows = {tuple(r[m].tolist()) for r, m in zip(ids, mask)}
@@ -172,8 +187,23 @@ def test_token_ids_through_vocabulary(tmp_path):
 def test_shards_split_the_lines(tmp_path):
     lines, vocab = write_corpus(tmp_path / "train.txt", n_lines=21)
     table = vocabulary_table(vocab)
-    shards = [sentences(batches(lm_dataset([str(tmp_path / "train.txt")], table, 4, max_tokens=100,
-                                           shuffle_buffer=0, repeat=False, num_shards=2, shard_index=k)), vocab)
-              for k in (0, 1)]
+    shards = [
+        sentences(
+            batches(
+                lm_dataset(
+                    [str(tmp_path / "train.txt")],
+                    table,
+                    4,
+                    max_tokens=100,
+                    shuffle_buffer=0,
+                    repeat=False,
+                    num_shards=2,
+                    shard_index=k,
+                )
+            ),
+            vocab,
+        )
+        for k in (0, 1)
+    ]
     assert sorted(shards[0]) == sorted(tuple(line.split()) for line in lines[0::2])
     assert sorted(shards[1]) == sorted(tuple(line.split()) for line in lines[1::2])

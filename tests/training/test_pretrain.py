@@ -6,6 +6,7 @@ Every run is a tiny model (char filters 8+8+16, 1 highway, LSTM 64 -> 16, 2 laye
 written into a temporary directory, so a run is mostly process start-up. Every subprocess has a timeout so
 a hang (a stuck collective, a run that never stops) fails the test instead of blocking CI.
 """
+
 import csv
 import hashlib
 import json
@@ -28,8 +29,8 @@ from elmo_tf.config import BiLMConfig
 from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
 from elmo_tf.models import ELMo
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
-from elmo_tf.pretrain import NonFiniteLossError, TrainConfig, Trainer, evaluate_perplexity
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
+from elmo_tf.pretrain import NonFiniteLossError, TrainConfig, Trainer, evaluate_perplexity
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN = REPO_ROOT / "training" / "pretrain.py"
@@ -38,15 +39,26 @@ ALLENNLP = REPO_ROOT.parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
 TIMEOUT = 300  # seconds for one run of the CLI; the tiny runs take 10-30 s on 2 busy cores
 
 TINY_OPTIONS = {
-    "lstm": {"dim": 64, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
-             "use_skip_connections": True},
-    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
-                 "activation": "relu", "max_characters_per_token": 50, "n_characters": 262},
+    "lstm": {
+        "dim": 64,
+        "projection_dim": 16,
+        "n_layers": 2,
+        "cell_clip": 3,
+        "proj_clip": 3,
+        "use_skip_connections": True,
+    },
+    "char_cnn": {
+        "embedding": {"dim": 4},
+        "filters": [[1, 8], [2, 8], [3, 16]],
+        "n_highway": 1,
+        "activation": "relu",
+        "max_characters_per_token": 50,
+        "n_characters": 262,
+    },
 }
 # Adam at 0.02 without dropout memorizes the 40 sentences in ~200 steps (loss 2.9 -> 0.7, perplexity ~5 of
 # a 93-word vocabulary); Adagrad's default 0.2 needs several times more steps.
-FAST = ["--batch-size", "16", "--num-sampled", "16", "--optimizer", "adam", "--learning-rate", "0.02",
-        "--dropout", "0"]
+FAST = ["--batch-size", "16", "--num-sampled", "16", "--optimizer", "adam", "--learning-rate", "0.02", "--dropout", "0"]
 
 
 def subprocess_env(**extra):
@@ -57,13 +69,31 @@ def subprocess_env(**extra):
 
 
 def run_cli(script, *args, timeout=TIMEOUT, env=None):
-    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=REPO_ROOT,
-                          env=env or subprocess_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        cwd=REPO_ROOT,
+        env=env or subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_pretrain(data, output, *args, config=None, timeout=TIMEOUT, env=None):
-    return run_cli(PRETRAIN, "--train", data["train"], "--vocab", data["vocab"], "--config",
-                   config or data["options"], "--output", output, *args, timeout=timeout, env=env)
+    return run_cli(
+        PRETRAIN,
+        "--train",
+        data["train"],
+        "--vocab",
+        data["vocab"],
+        "--config",
+        config or data["options"],
+        "--output",
+        output,
+        *args,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def read_log(output):
@@ -96,8 +126,15 @@ def data(tmp_path_factory):
     vocab = build_vocabulary(count_words([str(d / "train.txt")]))
     vocab.save(str(d / "vocab.txt"))
     (d / "options.json").write_text(json.dumps(TINY_OPTIONS))
-    return {"dir": d, "train": d / "train.txt", "vocab": d / "vocab.txt", "options": d / "options.json",
-            "lines": lines, "vocab_size": len(vocab), "words": vocab}
+    return {
+        "dir": d,
+        "train": d / "train.txt",
+        "vocab": d / "vocab.txt",
+        "options": d / "options.json",
+        "lines": lines,
+        "vocab_size": len(vocab),
+        "words": vocab,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +148,15 @@ def trained(data, tmp_path_factory):
 
 
 def assert_model_dir(out):
-    for name in ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt", "metrics.json", "train_config.json",
-                 "log.csv"):
+    for name in (
+        "options.json",
+        "weights.hdf5",
+        "softmax.hdf5",
+        "vocab.txt",
+        "metrics.json",
+        "train_config.json",
+        "log.csv",
+    ):
         assert (Path(out) / name).is_file(), f"{name} missing in {out}"
     assert list((Path(out) / "tensorboard").iterdir()), "no TensorBoard events"
     assert json.loads((Path(out) / "options.json").read_text()) == BiLMConfig.from_options(TINY_OPTIONS).to_options()
@@ -158,8 +202,9 @@ def test_perplexity_of_an_untrained_model_is_near_vocab_size(data):
 # (b) ---------------------------------------------------------------------------------------------------
 def test_two_replicas_train_and_write_outputs(data, tmp_path):
     out = tmp_path / "run"
-    proc = run_pretrain(data, out, "--cpu-replicas", 2, "--steps", 60, "--log-every", 1, "--checkpoint-every", 30,
-                        *FAST)
+    proc = run_pretrain(
+        data, out, "--cpu-replicas", 2, "--steps", 60, "--log-every", 1, "--checkpoint-every", 30, *FAST
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 replicas" in proc.stderr
     assert json.loads((out / "train_config.json").read_text())["replicas"] == 2
@@ -193,10 +238,27 @@ def test_two_workers_train_in_step(data, tmp_path):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         log = open(tmp_path / f"worker{index}.log", "w+")
         logs.append(log)
-        procs.append(subprocess.Popen(
-            [sys.executable, str(PRETRAIN), "--train", str(data["train"]), "--vocab", str(data["vocab"]),
-             "--config", str(data["options"]), "--output", str(out), *map(str, args)],
-            cwd=REPO_ROOT, env=subprocess_env(TF_CONFIG=tf_config), stdout=subprocess.DEVNULL, stderr=log))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(PRETRAIN),
+                    "--train",
+                    str(data["train"]),
+                    "--vocab",
+                    str(data["vocab"]),
+                    "--config",
+                    str(data["options"]),
+                    "--output",
+                    str(out),
+                    *map(str, args),
+                ],
+                cwd=REPO_ROOT,
+                env=subprocess_env(TF_CONFIG=tf_config),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        )
     deadline = time.monotonic() + TIMEOUT
     try:
         for proc in procs:
@@ -227,9 +289,25 @@ def test_two_workers_train_in_step(data, tmp_path):
 def test_kill_9_then_same_command_resumes(data, tmp_path):
     out = tmp_path / "run"
     total = 150
-    args = [sys.executable, str(PRETRAIN), "--train", str(data["train"]), "--vocab", str(data["vocab"]),
-            "--config", str(data["options"]), "--output", str(out), "--steps", str(total), "--log-every", "5",
-            "--checkpoint-every", "10", *FAST]
+    args = [
+        sys.executable,
+        str(PRETRAIN),
+        "--train",
+        str(data["train"]),
+        "--vocab",
+        str(data["vocab"]),
+        "--config",
+        str(data["options"]),
+        "--output",
+        str(out),
+        "--steps",
+        str(total),
+        "--log-every",
+        "5",
+        "--checkpoint-every",
+        "10",
+        *FAST,
+    ]
     with open(tmp_path / "first.log", "w") as log:
         proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
         state = out / "checkpoints" / "checkpoint"  # written by the manager after the checkpoint's files
@@ -248,8 +326,7 @@ def test_kill_9_then_same_command_resumes(data, tmp_path):
     assert not (out / "weights.hdf5").exists()  # it really died mid-run
     _, rows_before = read_log(out)
 
-    second = subprocess.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True,
-                            timeout=TIMEOUT)
+    second = subprocess.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert second.returncode == 0, second.stderr[-3000:]
     match = re.search(r"resumed from (\S+) at step (\d+)", second.stderr)
     assert match, second.stderr[-3000:]
@@ -264,8 +341,8 @@ def test_kill_9_then_same_command_resumes(data, tmp_path):
     with open(out / "log.csv") as f:
         assert f.read().count("step,loss") == 1
     steps = [s for s, _ in rows]
-    assert steps[:len(rows_before)] == [s for s, _ in rows_before]
-    assert steps[len(rows_before):] == list(range(resumed_at + 5, total + 1, 5))
+    assert steps[: len(rows_before)] == [s for s, _ in rows_before]
+    assert steps[len(rows_before) :] == list(range(resumed_at + 5, total + 1, 5))
 
 
 # (e) ---------------------------------------------------------------------------------------------------
@@ -273,9 +350,14 @@ def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
     vocab = data["words"]
     config = BiLMConfig.from_options(TINY_OPTIONS)
     out = tmp_path / "run"
-    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), config,
-                      TrainConfig(batch_size=8, steps=5, num_sampled=16, optimizer="adam", learning_rate=0.02),
-                      vocab, [str(data["train"])], str(out))
+    trainer = Trainer(
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+        config,
+        TrainConfig(batch_size=8, steps=5, num_sampled=16, optimizer="adam", learning_rate=0.02),
+        vocab,
+        [str(data["train"])],
+        str(out),
+    )
     result = trainer.train()
     assert result["step"] == 5 and math.isfinite(result["loss"])
 
@@ -283,7 +365,7 @@ def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
     n = max(len(s) for s in sentences) + 2  # extra padding
     char_ids = np.zeros([len(sentences), n, 50], np.int32)
     for k, s in enumerate(sentences):
-        char_ids[k, :len(s)] = tokens_to_char_ids_numpy(s)
+        char_ids[k, : len(s)] = tokens_to_char_ids_numpy(s)
     mask = (char_ids > 0).any(-1)
 
     loaded = load_elmo(str(out / "options.json"), str(out / "weights.hdf5"))
@@ -319,8 +401,20 @@ def checkpoint_digests(out):
 
 def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     out = tmp_path / "run"
-    common = ["--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd", "--clip-norm", 0, "--log-every", 1,
-              "--checkpoint-every", 1000]
+    common = [
+        "--batch-size",
+        16,
+        "--num-sampled",
+        16,
+        "--optimizer",
+        "sgd",
+        "--clip-norm",
+        0,
+        "--log-every",
+        1,
+        "--checkpoint-every",
+        1000,
+    ]
     first = run_pretrain(data, out, "--steps", 1, *common, "--learning-rate", 0.1)
     assert first.returncode == 0, first.stderr[-3000:]
     before = checkpoint_digests(out)
@@ -330,8 +424,11 @@ def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     # and a huge update; the loss of step 3 is not finite
     second = run_pretrain(data, out, "--steps", 20, *common, "--learning-rate", 1e30)
     assert second.returncode == 3, second.stderr[-3000:]
-    assert re.search(r"loss is (nan|-?inf) at step 3; stopped without saving: the last good checkpoint \(\S*ckpt-1\) "
-                     r"is kept", second.stderr), second.stderr[-3000:]
+    assert re.search(
+        r"loss is (nan|-?inf) at step 3; stopped without saving: the last good checkpoint \(\S*ckpt-1\) "
+        r"is kept",
+        second.stderr,
+    ), second.stderr[-3000:]
     assert "Traceback" not in second.stderr
     assert checkpoint_digests(out) == before
     assert hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest() == weights_before
@@ -341,8 +438,24 @@ def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
 def test_diverged_weights_are_never_checkpointed(data, tmp_path):
     """SGD at 1e30 from the start: the weights after step 1 are finite but give a NaN loss; not saved."""
     out = tmp_path / "run"
-    proc = run_pretrain(data, out, "--steps", 5, "--batch-size", 16, "--num-sampled", 16, "--optimizer", "sgd",
-                        "--learning-rate", 1e30, "--clip-norm", 0, "--checkpoint-every", 1)
+    proc = run_pretrain(
+        data,
+        out,
+        "--steps",
+        5,
+        "--batch-size",
+        16,
+        "--num-sampled",
+        16,
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        1e30,
+        "--clip-norm",
+        0,
+        "--checkpoint-every",
+        1,
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert re.search(r"(weights after step 1 give a non-finite loss|loss is (nan|-?inf) at step 2)", proc.stderr)
     assert not list((out / "checkpoints").glob("ckpt-*.index"))  # (an absent directory globs to nothing)
@@ -351,8 +464,14 @@ def test_diverged_weights_are_never_checkpointed(data, tmp_path):
 def _trainer(data, out, **train):
     config = dict(batch_size=8, num_sampled=16, optimizer="sgd", learning_rate=0.5, checkpoint_every=1000, steps=4)
     config.update(train)
-    return Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), BiLMConfig.from_options(TINY_OPTIONS),
-                   TrainConfig(**config), data["words"], [str(data["train"])], str(out))
+    return Trainer(
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+        BiLMConfig.from_options(TINY_OPTIONS),
+        TrainConfig(**config),
+        data["words"],
+        [str(data["train"])],
+        str(out),
+    )
 
 
 def test_learning_rate_flag_applies_on_resume(data, tmp_path):
@@ -380,7 +499,9 @@ def test_last_good_checkpoint_is_really_good(data, tmp_path):
     kept = _trainer(data, tmp_path / "run")  # restores the checkpoint the message calls good
     batch = next(iter(kept._dataset(0)))
     fwd, bwd, count = kept.model.losses_sum(batch, training=False, sampled=False)
-    assert math.isfinite(float(fwd + bwd)) and float(fwd + bwd) / float(count) < 3 * math.log(data["vocab_size"])  # two directions, near uniform
+    assert math.isfinite(float(fwd + bwd)) and float(fwd + bwd) / float(count) < 3 * math.log(
+        data["vocab_size"]
+    )  # two directions, near uniform
 
 
 # (h) ---------------------------------------------------------------------------------------------------
@@ -395,8 +516,24 @@ def _datasets(path):
 def test_init_from_released_weights(data, tmp_path):
     out = tmp_path / "run"
     options, weights = ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"
-    proc = run_pretrain(data, out, "--init-from", options, weights, "--steps", 1, "--batch-size", 8,
-                        "--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e-6, config=options)
+    proc = run_pretrain(
+        data,
+        out,
+        "--init-from",
+        options,
+        weights,
+        "--steps",
+        1,
+        "--batch-size",
+        8,
+        "--num-sampled",
+        16,
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        1e-6,
+        config=options,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"initialized the biLM from \S*lm_weights.hdf5; the softmax starts fresh", proc.stderr)
     initial, written = _datasets(weights), _datasets(out / "weights.hdf5")
@@ -412,9 +549,24 @@ def test_init_from_released_weights(data, tmp_path):
 def test_init_from_a_run_dir_takes_its_softmax_too(trained, data, tmp_path):
     out = tmp_path / "run"
     src = trained["dir"]
-    proc = run_pretrain(data, out, "--init-from", src / "options.json", src / "weights.hdf5", "--steps", 1,
-                        "--batch-size", 8, "--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e-6,
-                        config=src / "options.json")
+    proc = run_pretrain(
+        data,
+        out,
+        "--init-from",
+        src / "options.json",
+        src / "weights.hdf5",
+        "--steps",
+        1,
+        "--batch-size",
+        8,
+        "--num-sampled",
+        16,
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        1e-6,
+        config=src / "options.json",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "initialized biLM and softmax from" in proc.stderr
     for name in ("weights.hdf5", "softmax.hdf5"):
@@ -426,22 +578,30 @@ def test_init_from_a_run_dir_takes_its_softmax_too(trained, data, tmp_path):
 def test_init_from_a_different_architecture_is_refused(data, tmp_path):
     if not (ALLENNLP / "lm_weights.hdf5").is_file():
         pytest.skip(f"no reference weights in {ALLENNLP}")
-    proc = run_pretrain(data, tmp_path / "run", "--init-from", ALLENNLP / "options.json",
-                        ALLENNLP / "lm_weights.hdf5", "--steps", 1)
+    proc = run_pretrain(
+        data, tmp_path / "run", "--init-from", ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5", "--steps", 1
+    )
     assert proc.returncode != 0
     assert "different architecture" in proc.stderr
 
 
 # (i) ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("flag, replace, message", [
-    ("--train", "{dir}/nothing-*.txt", "no files match"),
-    ("--config", "huge", "unknown config 'huge'"),
-    ("--vocab", "{dir}/missing-vocab.txt", "cannot read vocabulary"),
-    ("--strategy", "multi_worker", "TF_CONFIG"),
-])
+@pytest.mark.parametrize(
+    "flag, replace, message",
+    [
+        ("--train", "{dir}/nothing-*.txt", "no files match"),
+        ("--config", "huge", "unknown config 'huge'"),
+        ("--vocab", "{dir}/missing-vocab.txt", "cannot read vocabulary"),
+        ("--strategy", "multi_worker", "TF_CONFIG"),
+    ],
+)
 def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, message):
-    args = {"--train": str(data["train"]), "--vocab": str(data["vocab"]), "--config": str(data["options"]),
-            "--output": str(tmp_path / "run")}
+    args = {
+        "--train": str(data["train"]),
+        "--vocab": str(data["vocab"]),
+        "--config": str(data["options"]),
+        "--output": str(tmp_path / "run"),
+    }
     args[flag] = replace.format(dir=tmp_path)
     argv = [x for pair in args.items() for x in pair] + ["--steps", "1"]
     proc = run_cli(PRETRAIN, *argv, timeout=120)
