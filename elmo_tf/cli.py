@@ -1,18 +1,167 @@
-"""Helpers for the command lines (argparse types)."""
+"""What every command line of elmo_tf shares: one-line errors, exit codes, SIGTERM handling, argparse types.
+
+The contract of each CLI (training/*.py, export/*.py, `python -m elmo_tf ...`):
+    - a usage error (a bad flag value, a missing file, an output that cannot be written) prints one line
+      `prog: error: --flag: what is wrong` on stderr and exits 2;
+    - a data error (a malformed input file, a weight file that does not fit) prints one line naming the
+      argument, the file and, for text data, the line, and exits 1;
+    - SIGTERM is turned into `SystemExit(143)` so `finally` blocks remove temporary files, as Ctrl-C does
+      (exit 130); a `kill -9` leaves temporaries that the next run removes (`elmo_tf.io.atomic`);
+    - no traceback for any of these. An unexpected exception is a bug: it keeps its traceback.
+
+Example:
+    def main(argv=None):
+        parser = ArgumentParser(prog="tool.py")
+        parser.add_argument("--input", required=True, type=existing_file("--input"))
+        args = parser.parse_args(argv)
+        try:
+            rows = read(args.input)
+        except MyFormatError as e:
+            raise DataError(f"--input: {e}") from None
+        ...
+
+    if __name__ == "__main__":
+        sys.exit(run(main))
+"""
 
 import argparse
+import os
+import signal
+import sys
+
+USAGE_EXIT = 2
+DATA_EXIT = 1
+SIGTERM_EXIT = 128 + signal.SIGTERM
+INTERRUPT_EXIT = 130
+
+
+class UsageError(Exception):
+    """A bad command line (flag value, missing file, unwritable output): exit 2. The message names the flag."""
+
+
+class DataError(Exception):
+    """Input data that cannot be used (format, encoding, mismatched weights): exit 1. The message names the
+    flag, the file and, for text data, the line."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error (`prog: error: ...`, exit 2) instead of the usage text + error."""
+
+    def error(self, message):
+        self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
+
+
+def one_line(text):
+    """`text` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(text).split())
+
+
+def _raise_sigterm(signum, frame):
+    raise SystemExit(SIGTERM_EXIT)
+
+
+def handle_sigterm():
+    """SIGTERM raises `SystemExit(143)` in the main thread, so `finally` blocks and context managers clean up."""
+    signal.signal(signal.SIGTERM, _raise_sigterm)
+
+
+def run(main, argv=None, prog=None):
+    """Calls `main(argv)` with the CLI contract above; returns the exit status for `sys.exit`."""
+    prog = prog or os.path.basename(sys.argv[0] or "elmo_tf")
+    handle_sigterm()
+    try:
+        return main(argv)
+    except UsageError as e:
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return USAGE_EXIT
+    except DataError as e:
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return DATA_EXIT
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPT_EXIT
+    except BrokenPipeError:  # `... | head`: the reader went away; not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")  # keeps the interpreter's final flush quiet
+        except OSError:
+            pass
+        return DATA_EXIT
 
 
 def positive_int(name):
     """An argparse `type` accepting integers >= 1; the error names the flag and the value received."""
+    return bounded_number(name, int, minimum=1)
+
+
+def bounded_number(name, kind=int, minimum=None, maximum=None, minimum_inclusive=True):
+    """An argparse `type` parsing `kind` (int or float) within bounds; the error names the flag and the value."""
 
     def parse(text):
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{name} must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if kind is float and value != value:  # NaN
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}")
+        low_ok = minimum is None or (value >= minimum if minimum_inclusive else value > minimum)
+        if not low_ok or (maximum is not None and value > maximum):
+            low = "" if minimum is None else f"{'>=' if minimum_inclusive else '>'} {minimum}"
+            high = "" if maximum is None else f"<= {maximum}"
+            raise argparse.ArgumentTypeError(
+                f"{name} must be {' and '.join(x for x in (low, high) if x)}, got {text!r}"
+            )
         return value
 
     return parse
+
+
+def existing_file(name):
+    """An argparse `type`: a path to an existing regular file."""
+
+    def parse(text):
+        if not os.path.isfile(text):
+            what = "is a directory" if os.path.isdir(text) else "no such file"
+            raise argparse.ArgumentTypeError(f"{name}: {what}: {text!r}")
+        return text
+
+    return parse
+
+
+def existing_dir(name):
+    """An argparse `type`: a path to an existing directory."""
+
+    def parse(text):
+        if not os.path.isdir(text):
+            raise argparse.ArgumentTypeError(f"{name}: not a directory: {text!r}")
+        return text
+
+    return parse
+
+
+def check_output_file(flag, path, inputs=()):
+    """Raises `UsageError` unless `path` can be written as a file: its directory exists and is writable, it is
+    not a directory, and it is not (a link to) one of `inputs` (`(flag, path)` pairs). Checked before any work."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag}: is a directory: {path!r}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag}: the directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag}: the directory {parent!r} is not writable")
+    for input_flag, input_path in inputs:
+        if input_path and os.path.exists(path) and os.path.exists(input_path) and os.path.samefile(path, input_path):
+            raise UsageError(f"{flag}: {path!r} is the same file as {input_flag} {input_path!r}; it would be destroyed")
+
+
+def check_output_dir(flag, path):
+    """Raises `UsageError` unless `path` is a directory or can be created as one (its nearest existing ancestor is
+    a writable directory). Checked before any work."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag}: exists and is not a directory: {path!r}")
+    ancestor = os.path.abspath(path)
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor) or not os.access(ancestor, os.W_OK):
+        raise UsageError(f"{flag}: cannot create or write {path!r} ({ancestor!r} is not a writable directory)")
