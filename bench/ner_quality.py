@@ -26,8 +26,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import git_commit, parse_list  # noqa: E402
+from common import git_commit, parse_list  # bench/common.py, beside this script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASETS = {

@@ -13,7 +13,7 @@ Targets: gRPC p50 under 1.10 x in-process at concurrency 1 (batch 8), and batchi
 concurrency 32 (grpc sentences/s > grpc-nobatch sentences/s).
 
 How it is measured:
-  - the model is exported once per preset (seeded random weights, `export.export_savedmodel.export_elmo`) into
+  - the model is exported once per preset (seeded random weights, `elmo_tf.export.export_elmo`) into
     --cache (bench/results/cache/serving/<preset>-seed<seed>/elmo/1) and reused;
   - the server is a subprocess (`serving/serve.py --embedded`, its default threads and batching settings, REST on);
     clients run in this process, one gRPC channel or HTTP connection per client thread, so client work
@@ -45,8 +45,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
-sys.path.insert(0, REPO)
-sys.path.insert(0, BENCH)
 
 import numpy as np  # noqa: E402
 from common import git_commit, parse_list  # noqa: E402
@@ -86,7 +84,7 @@ def ensure_export(preset, seed, cache):
     import keras
 
     from elmo_tf import ELMo, get_config
-    from export.export_savedmodel import export_elmo
+    from elmo_tf.export import export_elmo
 
     log.info("exporting a random %s model to %s (once)", preset, base)
     keras.utils.set_random_seed(seed)

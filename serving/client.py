@@ -40,11 +40,10 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from elmo_tf.serving_contract import SENTENCES, SENTENCES_SIGNATURE, SEQUENCE_LEN, TOKENS, TOKENS_SIGNATURE
 from serving.status import GRPC_CODE_OF_HTTP, ServingError, status_code
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
-SENTENCES_SIGNATURE = "default"
-TOKENS_SIGNATURE = "tokens"
 
 
 class Embeddings(dict):
@@ -249,7 +248,7 @@ class ElmoClient:
         Outputs have shape `(batch, T, ...)`, T the longest sentence in tokens; an empty list is a valid batch.
         """
         return self.predict(
-            {"sentences": sentences_array(sentences)}, self.signature_name, output_filter, timeout, version
+            {SENTENCES: sentences_array(sentences)}, self.signature_name, output_filter, timeout, version
         )
 
     def embed_tokens(self, tokens, sequence_len=None, output_filter=None, timeout=None, version=None):
@@ -261,9 +260,7 @@ class ElmoClient:
         Outputs have shape `(batch, width, ...)`, width the longest row of `tokens`.
         """
         array, lengths = tokens_arrays(tokens, sequence_len)
-        return self.predict(
-            {"tokens": array, "sequence_len": lengths}, TOKENS_SIGNATURE, output_filter, timeout, version
-        )
+        return self.predict({TOKENS: array, SEQUENCE_LEN: lengths}, TOKENS_SIGNATURE, output_filter, timeout, version)
 
     def model_status(self, version=None, timeout=None):
         """GetModelStatus: list of {"version", "state", "error_code", "error_message"}, highest version first."""
@@ -453,7 +450,7 @@ class ElmoRestClient:
             array = np.asarray(value)
             if alias == "mask":
                 array = array.astype(bool)
-            elif alias == "sequence_len" or array.dtype.kind in "iu":
+            elif alias == SEQUENCE_LEN or array.dtype.kind in "iu":
                 array = array.astype(np.int32)
             elif array.dtype.kind == "f":
                 array = array.astype(np.float32)
@@ -461,11 +458,11 @@ class ElmoRestClient:
         return Embeddings(arrays, self.model_name, None, body["signature_name"])
 
     def embed(self, sentences, output_filter=None, version=None):
-        return self.predict({"sentences": sentences_array(sentences)}, self.signature_name, output_filter, version)
+        return self.predict({SENTENCES: sentences_array(sentences)}, self.signature_name, output_filter, version)
 
     def embed_tokens(self, tokens, sequence_len=None, output_filter=None, version=None):
         array, lengths = tokens_arrays(tokens, sequence_len)
-        return self.predict({"tokens": array, "sequence_len": lengths}, TOKENS_SIGNATURE, output_filter, version)
+        return self.predict({TOKENS: array, SEQUENCE_LEN: lengths}, TOKENS_SIGNATURE, output_filter, version)
 
     def model_status(self, version=None):
         return self.request("GET", self._path(version))["model_version_status"]

@@ -35,6 +35,8 @@ from google.protobuf import text_format
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
+from elmo_tf.preprocessing.tokenizer import split_tokens
+from elmo_tf.serving_contract import SEQUENCE_LEN, TOKENS
 from serving.status import ServingError, invalid_argument, resource_exhausted, status_code
 
 logger = logging.getLogger("serving.servable")
@@ -174,7 +176,7 @@ class SignatureRunner:
         self.mergeable = (
             batch_major
             and len(padded) <= 1
-            and (not self.time_outputs or self.padded_input is not None or "sequence_len" in self.outputs)
+            and (not self.time_outputs or self.padded_input is not None or SEQUENCE_LEN in self.outputs)
         )
 
     # ------------------------------------------------------------------------------------------------ checks
@@ -286,10 +288,10 @@ class SignatureRunner:
             arrays[alias] = array
         batches = {alias: a.shape[0] for alias, a in arrays.items() if a.ndim}
         if len(set(batches.values())) > 1:
-            if "sequence_len" in batches and "tokens" in batches:
+            if SEQUENCE_LEN in batches and TOKENS in batches:
                 raise invalid_argument(
                     f"sequence_len must have one entry per row of tokens: got "
-                    f"{batches['sequence_len']} lengths for {batches['tokens']} rows"
+                    f"{batches[SEQUENCE_LEN]} lengths for {batches[TOKENS]} rows"
                 )
             raise invalid_argument(
                 "inputs must have the same size on axis 0 (the batch), got "
@@ -297,8 +299,8 @@ class SignatureRunner:
             )
         batch = next(iter(batches.values()), 1)
         width = arrays[self.padded_input].shape[1] if self.padded_input else 0
-        if "tokens" in arrays and "sequence_len" in arrays and arrays["sequence_len"].ndim == 1:
-            lengths = arrays["sequence_len"]
+        if TOKENS in arrays and SEQUENCE_LEN in arrays and arrays[SEQUENCE_LEN].ndim == 1:
+            lengths = arrays[SEQUENCE_LEN]
             bad = np.flatnonzero((lengths < 0) | (lengths > width))
             if bad.size:
                 row = int(bad[0])
@@ -310,7 +312,7 @@ class SignatureRunner:
         for alias, array in arrays.items():
             spec = self.inputs[alias]
             if spec.is_string and array.ndim == 1 and alias != self.padded_input:
-                counts = [len(s.split()) for s in array]
+                counts = [len(split_tokens(s)) for s in array]
                 longest = max(counts, default=0)
                 time_estimate = max(time_estimate, longest)
                 limit = self.limits.max_tokens_per_sentence
@@ -423,7 +425,7 @@ class SignatureRunner:
             if self.padded_input:
                 own = min(r.width, merged_time)
             else:
-                lengths = outputs["sequence_len"][rows] if self.time_outputs else np.zeros(0)
+                lengths = outputs[SEQUENCE_LEN][rows] if self.time_outputs else np.zeros(0)
                 own = min(int(lengths.max()) if lengths.size else 0, merged_time)
             results.append(
                 {

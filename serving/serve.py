@@ -24,9 +24,6 @@ import signal
 import sys
 import threading
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 logger = logging.getLogger("serve")

@@ -169,3 +169,32 @@ def numpy_lstm():
         )
 
     return run
+
+
+def load_script(path):
+    """A command-line script (training/*.py, export/*.py) imported as a module, for calling its `main`."""
+    import importlib.util
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"script_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def run_script(capsys):
+    """`run_script(path, argv) -> (exit code, stdout, stderr)`: the script's `main` under `elmo_tf.cli.run`, in
+    this process (argparse's own errors arrive as SystemExit, as from the command line)."""
+    from elmo_tf.cli import run
+
+    def call(path, argv):
+        module = load_script(path)
+        try:
+            code = run(module.main, [str(a) for a in argv], prog=Path(path).name)
+        except SystemExit as e:
+            code = e.code
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return call

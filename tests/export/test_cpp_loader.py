@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from export_testlib import load_test_model
+
+import elmo_tf.export as ex
+from elmo_tf.preprocessing.tokenizer import tf_text_op_library
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from export_testlib import load_test_model  # noqa: E402
-
-from export import export_savedmodel as ex  # noqa: E402
 
 BUILD_SCRIPT = REPO / "export" / "cpp" / "build.sh"
 ATOL = 1e-5
@@ -145,7 +144,7 @@ def test_cpp_loader_unicode_script_needs_the_tf_text_op_library(checker, model, 
     assert proc.returncode == 1
     assert "loaded " in proc.stdout.decode() and "warmup" not in proc.stdout.decode()
     assert "Op type not registered 'UnicodeScriptTokenizeWithOffsets'" in stderr, stderr[-3000:]
-    library = ex.tf_text_op_library()
+    library = tf_text_op_library()
     assert os.path.isfile(library), library
     proc, got = run_checker(checker, export_dir, tmp_path, runs, op_libraries=[library])
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]

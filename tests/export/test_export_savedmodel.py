@@ -3,22 +3,24 @@
 import base64
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from export_testlib import load_test_model
+
+import elmo_tf.export as ex
+from elmo_tf import serving_contract as contract
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from export_testlib import load_test_model  # noqa: E402
-
-from export import export_savedmodel as ex  # noqa: E402
+SCRIPT = REPO / "export" / "export_savedmodel.py"
 
 PYTHON = sys.executable
 SAVED_MODEL_CLI = str(Path(sys.executable).parent / "saved_model_cli")
@@ -124,7 +126,7 @@ def keras_reference(model, token_lists):
 
 
 def test_output_keys_follow_the_serving_contract():
-    assert ex.output_keys(2) == [
+    assert contract.output_keys(2) == [
         "word_emb",
         "lstm_outputs1",
         "lstm_outputs2",
@@ -138,7 +140,7 @@ def test_output_keys_follow_the_serving_contract():
 def test_signatures_and_specs(exported, model):
     loaded = tf.saved_model.load(exported)
     assert {"default", "serving_default", "tokens"} <= set(loaded.signatures)
-    keys = set(ex.output_keys(model.config.num_layers))
+    keys = set(contract.output_keys(model.config.num_layers))
     p = model.config.projection_dim
     for name in ("default", "serving_default", "tokens"):
         fn = loaded.signatures[name]
@@ -199,8 +201,8 @@ def test_fresh_process_parity(exported, model, tmp_path):
     worst = max(worst, assert_close(single, got["single"], "single"))
     np.testing.assert_allclose(got["single"]["elmo"][0], expected["elmo"][1, : len(token_lists[1])], atol=ATOL)
     # "" inside sequence_len is a token without characters; beyond it, "x" is ignored
-    ids = ex.tokens_char_ids(tf.constant(empty_inside, tf.string), tf.constant([3, 2]))
-    inside = {k: np.asarray(v) for k, v in ex._model_outputs(model, ids).items()}
+    ids = contract.tokens_char_ids(tf.constant(empty_inside, tf.string), tf.constant([3, 2]))
+    inside = {k: np.asarray(v) for k, v in contract.elmo_outputs(model, ids).items()}
     worst = max(worst, assert_close(inside, got["empty_inside"], "empty_inside"))
     np.testing.assert_array_equal(got["empty_inside"]["sequence_len"], [3, 2])
     np.testing.assert_array_equal(got["empty_inside"]["mask"], [[True, True, True], [True, True, False]])
@@ -338,28 +340,24 @@ def test_check_export_detects_a_different_model(model, exported):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--output", "o", "--options", "x.json"], "argument --weights"),
-        (["--output", "o", "--weights", "w.hdf5"], "argument --options"),
-        (["--output", "o", "--options", "missing.json", "--weights", "w.hdf5"], "argument --options: no such file"),
-        (["--output", "o", "--model-dir", "/nonexistent"], "argument --model-dir"),
+        (["--output", "o", "--options", "x.json"], "--weights: required"),
+        (["--output", "o", "--weights", "w.hdf5"], "--options: required"),
+        (["--output", "o", "--options", "missing.json", "--weights", "w.hdf5"], "--options: no such file"),
+        (["--output", "o", "--model-dir", "/nonexistent"], "--model-dir: not a directory"),
         (["--output", "o", "--model-dir", ".", "--version", "0"], "argument --version"),
         (["--output", "o", "--model-dir", ".", "--max-tokens", "-3"], "argument --max-tokens"),
         (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
         (["--model-dir", "."], "--output"),
     ],
 )
-def test_bad_arguments_give_one_line(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        ex.parse_args(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err, err
+def test_bad_arguments_give_one_line(argv, message, run_script):
+    code, _, err = run_script(SCRIPT, argv)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
 
 
 def test_help_has_examples():
-    proc = subprocess.run(
-        [PYTHON, str(REPO / "export" / "export_savedmodel.py"), "--help"], capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run([PYTHON, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     for text in ("examples:", "--model-dir", "import tensorflow_text", "--max-tokens", "serving_default"):
         assert text in proc.stdout, text
@@ -373,7 +371,7 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
     base = tmp_path / "models" / "elmo"
     cmd = [
         PYTHON,
-        str(REPO / "export" / "export_savedmodel.py"),
+        str(SCRIPT),
         "--model-dir",
         str(model_dir),
         "--output",
@@ -387,16 +385,16 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
     assert "parity ok" in proc.stderr
 
 
-def test_script_refuses_an_existing_version(model, tmp_path, capsys):
+def test_script_refuses_an_existing_version(model, tmp_path, run_script):
     from elmo_tf.io.bilm_hdf5 import save_elmo
 
     save_elmo(model, str(tmp_path / "pretrain"))
     (tmp_path / "elmo" / "7").mkdir(parents=True)
-    with pytest.raises(SystemExit) as exit_info:
-        ex.main(["--model-dir", str(tmp_path / "pretrain"), "--output", str(tmp_path / "elmo"), "--version", "7"])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "argument --version: version 7 already exists" in err and err.count("\n") == 1
+    code, _, err = run_script(
+        SCRIPT, ["--model-dir", tmp_path / "pretrain", "--output", tmp_path / "elmo", "--version", "7"]
+    )
+    assert code == 2
+    assert "--version: version 7 already exists" in err and err.count("\n") == 1
     assert os.listdir(tmp_path / "elmo" / "7") == []
 
 
@@ -433,3 +431,57 @@ def test_saved_model_cli_show_and_run(exported):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Result for output key elmo" in run.stdout
     assert "Result for output key sequence_len:\n[3]" in run.stdout
+
+
+# ------------------------------------------------------------------------------------------------ interrupted exports
+
+
+def _wait_for_temp(base, proc, seconds=240):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        temps = [n for n in os.listdir(base) if ".tmp-" in n] if base.is_dir() else []
+        if temps and any(os.listdir(base / t) for t in temps):  # the SavedModel is being written
+            return temps
+        time.sleep(0.05)
+    raise AssertionError(f"no temporary export directory appeared (exit {proc.poll()})")
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_killed_export_publishes_nothing_and_its_temporary_goes(model, tmp_path, how):
+    """kill -9 leaves the hidden temporary, which the next export to the same base removes; SIGTERM removes it
+    itself and exits 143. Neither publishes a version."""
+    from elmo_tf.io.bilm_hdf5 import save_elmo
+
+    save_elmo(model, str(tmp_path / "pretrain"))
+    base = tmp_path / "elmo"
+    proc = subprocess.Popen(
+        [PYTHON, str(SCRIPT), "--model-dir", str(tmp_path / "pretrain"), "--output", str(base)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        temps = _wait_for_temp(base, proc)
+        proc.send_signal(getattr(signal, how))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert all(name.startswith(".") and not name.isdigit() for name in temps)  # hidden, never a version name
+    if how == "SIGTERM":
+        assert proc.returncode == 143, err[-2000:]
+        assert os.listdir(base) == [] and "Traceback" not in err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+        assert sorted(os.listdir(base)) == sorted(temps)  # left behind, hidden: a model server ignores it
+    path = ex.export_elmo(model, str(base), check=False)
+    assert os.listdir(base) == ["1"] and path == str(base / "1")
+
+
+def test_a_live_exports_temporary_is_kept(model, tmp_path):
+    base = tmp_path / "elmo"
+    live = base / f".1.tmp-{os.getpid()}-0123abcd"  # this process: alive
+    dead = base / ".5.tmp-999999999-0123abcd"  # no such process
+    live.mkdir(parents=True)
+    dead.mkdir()
+    ex.export_elmo(model, str(base), version=2, check=False)
+    assert sorted(os.listdir(base)) == sorted(["2", live.name])

@@ -2,7 +2,6 @@
 
 import time
 
-import serving_testlib  # noqa: F401  (puts the repository on sys.path)
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2

@@ -5,16 +5,13 @@ The model has projection 32 so that 16 sentences of 400 tokens with all outputs 
 """
 
 import socket
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import elmo_tf.export as ex
 
-from export import export_savedmodel as ex  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 ATOL = 1e-5
 SERVING_CONFIG = dict(

@@ -1,0 +1,211 @@
+"""Versioned SavedModel export for TF Serving: `<base>/<version>/`, written atomically and checked before it appears.
+
+`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.serving_contract`; `publish_version` is the
+versioning both the ELMo and the NER tagger exports use. A version is written to a hidden temporary directory next
+to it (`.<version>.tmp-<pid>-<random>`: not all digits, so TF Serving's file-system source ignores it), checked,
+then renamed into place, so a model server polling `<base>` never sees a half-written version; an existing
+version is never overwritten; the temporaries of a killed export are removed by the next export to the same base.
+"""
+
+import logging
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.io.atomic import atomic_path, remove_stale_temps
+from elmo_tf.preprocessing.chars import tokens_to_char_ids
+from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
+from elmo_tf.serving_contract import (
+    SENTENCES,
+    SENTENCES_SIGNATURE,
+    SEQUENCE_LEN,
+    SERVING_DEFAULT,
+    SIGNATURES,
+    TOKENS,
+    TOKENS_SIGNATURE,
+    build_elmo_archive,
+    elmo_outputs,
+)
+
+logger = logging.getLogger(__name__)
+
+PARITY_ATOL = 1e-5
+CHECK_SENTENCES = (
+    "The cat sat on the mat .",
+    "Dogs are in the fog , aren't they ?",
+    "ELMo",
+    "",
+    "Zürich , 2018 : naïve café !",
+)
+
+
+class ExportError(RuntimeError):
+    """An export that could not be written or whose reloaded outputs differ from the Keras model's."""
+
+
+# ---------------------------------------------------------------------------------------------------- versions
+
+
+def existing_versions(base_dir):
+    """The integer version directories under `base_dir`, sorted."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(
+        int(name)
+        for name in os.listdir(base_dir)
+        if re.fullmatch(r"[0-9]+", name) and os.path.isdir(os.path.join(base_dir, name))
+    )
+
+
+def next_version(base_dir):
+    """1 for a new base directory, else the highest integer version + 1."""
+    versions = existing_versions(base_dir)
+    return versions[-1] + 1 if versions else 1
+
+
+def publish_version(base_dir, version, write):
+    """Creates `<base_dir>/<version>/` atomically: `write(tmp_dir)` fills a hidden temporary directory
+    (and may check it), which is renamed into place only when `write` returns. Returns the final path.
+
+    Raises:
+        FileExistsError: the version exists (versions are never overwritten).
+    """
+    base_dir = os.path.abspath(base_dir)
+    os.makedirs(base_dir, exist_ok=True)
+    remove_stale_temps(base_dir)  # any version's, left by a killed export
+    if version is None:
+        version = next_version(base_dir)
+    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive int, got {version!r}")
+    final = os.path.join(base_dir, str(version))
+    if os.path.exists(final):
+        raise FileExistsError(f"version {version} already exists at {final}; versions are never overwritten")
+    with atomic_path(final, directory=True, overwrite=False) as tmp:
+        write(tmp)
+    logger.info("published %s", final)
+    return final
+
+
+# ---------------------------------------------------------------------------------------------------- parity
+
+
+def _pad(token_lists):
+    width = max([len(t) for t in token_lists], default=0)
+    tokens = np.array([[bytes(x) for x in t] + [b""] * (width - len(t)) for t in token_lists], dtype=object)
+    return tokens.reshape(len(token_lists), width), np.array([len(t) for t in token_lists], np.int32)
+
+
+def reference_tokens(sentences, tokenizer="whitespace", max_tokens=None):
+    """Python-side tokenization of `sentences` (list of str/bytes): a list of token lists (bytes)."""
+    sentences = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in sentences]
+    if tokenizer == "whitespace":
+        lists = [split_tokens(s) for s in sentences]
+    else:
+        tokens, lengths = make_tokenizer(tokenizer)(tf.constant(sentences, tf.string))
+        lists = [list(row[:n]) for row, n in zip(tokens.numpy(), lengths.numpy())]
+    return [t[:max_tokens] if max_tokens else t for t in lists]
+
+
+def reference_outputs(model, token_lists):
+    """The Keras model's outputs (NumPy) for a list of token lists, keyed like the signatures' outputs."""
+    tokens, _ = _pad(token_lists)
+    out = elmo_outputs(model, tokens_to_char_ids(tf.constant(tokens, tf.string)))
+    return {key: np.asarray(value) for key, value in out.items()}
+
+
+def compare_outputs(expected, actual):
+    """Max |difference| per output key (float) or count of mismatches (int/bool); raises on missing keys/shapes."""
+    if sorted(expected) != sorted(actual):
+        raise ExportError(f"output keys differ: expected {sorted(expected)}, got {sorted(actual)}")
+    diffs = {}
+    for key in expected:
+        a, b = np.asarray(expected[key]), np.asarray(actual[key])
+        if a.shape != b.shape:
+            raise ExportError(f"output {key!r}: shape {b.shape}, expected {a.shape}")
+        if a.dtype.kind == "f":
+            diffs[key] = float(np.max(np.abs(a - b))) if a.size else 0.0
+        else:
+            diffs[key] = float(np.sum(a != b))
+    return diffs
+
+
+def check_export(
+    model, export_dir, tokenizer="whitespace", max_tokens=None, sentences=CHECK_SENTENCES, atol=PARITY_ATOL
+):
+    """Reloads `export_dir` with `tf.saved_model.load` and compares every signature with the Keras model.
+
+    The `tokens` signature also gets junk beyond each `sequence_len`, which must not change anything.
+    Returns `{signature: {output: max |diff|}}`; raises `ExportError` when a difference exceeds `atol`
+    (any difference for int/bool outputs).
+    """
+    loaded = tf.saved_model.load(export_dir)
+    missing = [name for name in SIGNATURES if name not in loaded.signatures]
+    if missing:
+        raise ExportError(f"{export_dir}: signatures {missing} missing (found {sorted(loaded.signatures)})")
+    token_lists = reference_tokens(sentences, tokenizer, max_tokens)
+    expected = reference_outputs(model, token_lists)
+    tokens, lengths = _pad(token_lists)
+    junk = np.where(tokens == b"", b"junk", tokens)  # beyond sequence_len: ignored
+    encoded = tf.constant([s.encode("utf-8") if isinstance(s, str) else s for s in sentences], tf.string)
+    results = {}
+    for name in (SENTENCES_SIGNATURE, SERVING_DEFAULT):
+        out = loaded.signatures[name](**{SENTENCES: encoded})
+        results[name] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
+    out = loaded.signatures[TOKENS_SIGNATURE](**{TOKENS: tf.constant(junk, tf.string), SEQUENCE_LEN: lengths})
+    results[TOKENS_SIGNATURE] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
+    bad = {
+        f"{sig}/{key}": diff
+        for sig, diffs in results.items()
+        for key, diff in diffs.items()
+        if diff > (atol if np.asarray(expected[key]).dtype.kind == "f" else 0)
+    }
+    if bad:
+        raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (atol {atol}): {bad}")
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------- export
+
+
+def export_elmo(
+    model,
+    base_dir,
+    version=None,
+    tokenizer="whitespace",
+    max_tokens=None,
+    check=True,
+    check_sentences=CHECK_SENTENCES,
+):
+    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures; returns its path.
+
+    Args:
+        model: an `elmo_tf.ELMo` (with at least one mix; the first is exported as `elmo`).
+        base_dir: the model's base path (the directory TF Serving polls), created when missing.
+        version: positive int; default: the highest existing version + 1 (1 for a new base_dir).
+        tokenizer: "whitespace" or "unicode_script" (see `elmo_tf.preprocessing.tokenizer`).
+        max_tokens: optional int; both signatures cut sentences to their first `max_tokens` tokens.
+        check: reload the written SavedModel and compare it with the Keras model before publishing it.
+        check_sentences: sentences for that check.
+    Returns:
+        the path of the new version directory.
+    Raises:
+        FileExistsError: the version exists (versions are never overwritten).
+        ExportError: the check failed; nothing is published.
+    """
+    check_tokenizer(tokenizer)
+    check_max_tokens(max_tokens)
+
+    def write(tmp):
+        logger.info("tracing signatures (tokenizer %s, max_tokens %s)", tokenizer, max_tokens)
+        archive = build_elmo_archive(model, tokenizer, max_tokens)
+        logger.info("writing the SavedModel")
+        archive.write_out(tmp, verbose=False)
+        if check:
+            logger.info("checking the reloaded SavedModel against the Keras model")
+            results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)
+            worst = max(d for diffs in results.values() for d in diffs.values())
+            logger.info("parity ok: max |diff| %.3g over signatures %s", worst, sorted(results))
+
+    return publish_version(base_dir, version, write)

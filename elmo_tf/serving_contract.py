@@ -1,0 +1,161 @@
+"""The serving contract of an ELMo export: signature names, input and output keys, and the functions behind them.
+
+One definition, used by the export (`elmo_tf.export`), the embedded model server and the gRPC/REST clients
+(`serving/`), the NER feature source and tagger export (`elmo_tf.ner`), and the tests. DESIGN.md "Serving
+contract"; the names are the TF Hub ELMo module's.
+
+Signatures:
+    `default` (also `serving_default`): input `sentences` tf.string `(batch,)`, tokenized in the graph.
+    `tokens`: inputs `tokens` tf.string `(batch, T)` padded with "", `sequence_len` int32 `(batch,)`.
+Outputs of both, `T` = the longest sentence of the batch (the `tokens` input's width for `tokens`):
+    `word_emb` float32 `(batch, T, P)`: the char-CNN token layer.
+    `lstm_outputs1`, `lstm_outputs2`, ... float32 `(batch, T, 2P)`: each biLM layer, forward and backward halves.
+    `elmo` float32 `(batch, T, 2P)`: the model's (first) ScalarMix.
+    `default` float32 `(batch, 2P)`: the mean of `elmo` over each sentence's real tokens (zeros for an empty one).
+    `sequence_len` int32 `(batch,)`: real tokens per sentence.
+    `mask` bool `(batch, T)`: True for real tokens. The TF Hub module documents no mask output; bool is what bilm-tf's
+        `BidirectionalLanguageModel` returned as `mask` and what `elmo_tf.ELMo` returns.
+All outputs are 0 (False) at padded positions. Batch and time dimensions are dynamic.
+
+Edge cases (documented results, never a crash):
+    - an empty or all-whitespace sentence: `sequence_len` 0, a row of zeros in every output, `default` zeros;
+    - an empty batch `(0,)`: every output with batch 0 (and T 0);
+    - `tokens` beyond `sequence_len` are ignored whatever they hold; an "" token inside `sequence_len` is embedded
+      as a token without characters (begin-of-word, end-of-word), as AllenNLP's char mapper does;
+    - `sequence_len` outside `[0, tokens width]`, or a batch size that differs from `tokens`', fails the request
+      with INVALID_ARGUMENT and a message naming `sequence_len`;
+    - tokenization as `elmo_tf.preprocessing.tokenizer` documents; tokens are cut to their first 48 bytes.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.preprocessing.chars import BOW, EOW, MAX_CHARS, PAD, tokens_to_char_ids
+from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer
+
+# signature keys
+SENTENCES_SIGNATURE = "default"
+TOKENS_SIGNATURE = "tokens"
+SERVING_DEFAULT = "serving_default"
+SIGNATURES = (SENTENCES_SIGNATURE, SERVING_DEFAULT, TOKENS_SIGNATURE)
+
+# input keys
+SENTENCES = "sentences"
+TOKENS = "tokens"
+SEQUENCE_LEN = "sequence_len"  # also an output
+
+# output keys (besides SEQUENCE_LEN)
+WORD_EMB = "word_emb"
+ELMO = "elmo"
+DEFAULT = "default"
+MASK = "mask"
+LSTM_OUTPUTS_PREFIX = "lstm_outputs"
+
+SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=SENTENCES)
+TOKENS_SPECS = (tf.TensorSpec([None, None], tf.string, name=TOKENS), tf.TensorSpec([None], tf.int32, name=SEQUENCE_LEN))
+
+# a token without characters (AllenNLP's char mapping of "")
+_EMPTY_TOKEN_CHAR_IDS = np.array([BOW, EOW] + [PAD] * (MAX_CHARS - 2), np.int32)
+
+
+def lstm_output_key(layer):
+    """`lstm_outputs<layer>` for biLM layer `layer` (1-based)."""
+    return f"{LSTM_OUTPUTS_PREFIX}{layer}"
+
+
+def output_keys(num_layers):
+    """The output keys of every signature, for an L-layer biLM, in order."""
+    return (
+        [WORD_EMB]
+        + [lstm_output_key(layer) for layer in range(1, num_layers + 1)]
+        + [ELMO, DEFAULT, SEQUENCE_LEN, MASK]
+    )
+
+
+def layer_keys(outputs):
+    """`[word_emb, lstm_outputs1, ...]` present in an outputs dict (any mapping), in layer order."""
+    keys, layer = [WORD_EMB], 1
+    while lstm_output_key(layer) in outputs:
+        keys.append(lstm_output_key(layer))
+        layer += 1
+    return keys
+
+
+def activations_from_outputs(outputs):
+    """The biLM activations `(batch, L+1, T, 2P)` (NumPy) from a signature's outputs: the token layer duplicated
+    to 2P, then each LSTM layer, the layout of `elmo_tf.ELMo`'s `activations` and of `embed --layers all`."""
+    word = np.asarray(outputs[WORD_EMB])
+    layers = [np.concatenate([word, word], axis=-1)] + [np.asarray(outputs[k]) for k in layer_keys(outputs)[1:]]
+    return np.stack(layers, axis=1)
+
+
+def elmo_outputs(model, char_ids):
+    """The signature outputs (dict keyed by `output_keys`) of an `elmo_tf.ELMo` on char ids `(batch, T, 50)`."""
+    out = model(char_ids, training=False)  # an empty batch works as is: the char CNN handles zero tokens
+    result = {WORD_EMB: out[WORD_EMB]}
+    for layer in range(1, model.config.num_layers + 1):
+        result[lstm_output_key(layer)] = out[lstm_output_key(layer)]
+    result.update({ELMO: out[model.mixes[0]], DEFAULT: out[DEFAULT], SEQUENCE_LEN: out[SEQUENCE_LEN], MASK: out[MASK]})
+    return result
+
+
+def tokens_char_ids(tokens, sequence_len, max_tokens=None):
+    """The `tokens` signature's input handling: `(batch, T)` strings + lengths -> char ids `(batch, T', 50)`.
+
+    Tokens at or beyond `sequence_len` become padding whatever they hold; "" inside the length becomes a token
+    without characters; `max_tokens` cuts every sentence. Lengths outside `[0, T]` or a batch size that
+    differs from `tokens`' raise InvalidArgumentError (in the graph).
+    """
+    tokens = tf.convert_to_tensor(tokens, tf.string)
+    sequence_len = tf.convert_to_tensor(sequence_len, tf.int32)
+    width = tf.shape(tokens)[1]
+    checks = [
+        tf.debugging.assert_equal(
+            tf.shape(sequence_len)[0],
+            tf.shape(tokens)[0],
+            message=f"{SEQUENCE_LEN} must have one entry per row of {TOKENS}",
+        ),
+        tf.debugging.assert_non_negative(sequence_len, message=f"{SEQUENCE_LEN} must be >= 0"),
+        tf.debugging.assert_less_equal(
+            sequence_len, width, message=f"{SEQUENCE_LEN} must be <= the width of {TOKENS} (axis 1)"
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        tokens = tf.identity(tokens)
+    if max_tokens is not None:
+        tokens = tokens[:, :max_tokens]
+        sequence_len = tf.minimum(sequence_len, max_tokens)
+    inside = tf.sequence_mask(sequence_len, tf.shape(tokens)[1])
+    tokens = tf.where(inside, tokens, "")
+    char_ids = tokens_to_char_ids(tokens)
+    empty = (inside & tf.equal(tokens, ""))[..., None]
+    return tf.where(empty, tf.constant(_EMPTY_TOKEN_CHAR_IDS), char_ids)
+
+
+def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None):
+    """A `keras.export.ExportArchive` of an `elmo_tf.ELMo` with the `default`/`serving_default` and `tokens`
+    endpoints (see the module docstring).
+
+    Written with `ExportArchive` (track + add_endpoint): `tf.saved_model.save` of a `tf.Module` holding a Keras 3
+    model loads in Python but fails in TF Serving's C++ loader (tensorflow/serving#2226).
+    """
+    check_tokenizer(tokenizer)
+    check_max_tokens(max_tokens)
+    if not model.mixes:
+        raise ValueError("the model has no ScalarMix (mixes=()): the `elmo` and `default` outputs need one")
+    tokenize = make_tokenizer(tokenizer, max_tokens)
+
+    def sentences_fn(sentences):
+        tokens, _ = tokenize(sentences)
+        return elmo_outputs(model, tokens_to_char_ids(tokens))
+
+    def tokens_fn(tokens, sequence_len):
+        return elmo_outputs(model, tokens_char_ids(tokens, sequence_len, max_tokens))
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    # the first endpoint is also written as `serving_default` (the same function, traced once)
+    archive.add_endpoint(SENTENCES_SIGNATURE, sentences_fn, input_signature=[SENTENCES_SPEC])
+    archive.add_endpoint(TOKENS_SIGNATURE, tokens_fn, input_signature=list(TOKENS_SPECS))
+    return archive
