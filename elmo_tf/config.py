@@ -2,8 +2,56 @@
 
 import dataclasses
 import json
+import math
+import numbers
 
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
+
+# field of BiLMConfig -> (key path in options.json, required, default when absent)
+OPTION_KEYS = {
+    "char_embedding_dim": ("char_cnn.embedding.dim", True, None),
+    "filters": ("char_cnn.filters", True, None),
+    "num_highway": ("char_cnn.n_highway", False, 0),
+    "activation": ("char_cnn.activation", False, "relu"),
+    "max_characters_per_token": ("char_cnn.max_characters_per_token", False, MAX_CHARS),
+    "num_characters": ("char_cnn.n_characters", False, NUM_CHAR_IDS),
+    "lstm_dim": ("lstm.dim", True, None),
+    "projection_dim": ("lstm.projection_dim", True, None),
+    "num_layers": ("lstm.n_layers", True, None),
+    "cell_clip": ("lstm.cell_clip", False, None),
+    "proj_clip": ("lstm.proj_clip", False, None),
+    "use_skip_connections": ("lstm.use_skip_connections", False, False),
+}
+_REQUIRED = ", ".join(path for path, required, _ in OPTION_KEYS.values() if required)
+
+
+class ConfigError(ValueError):
+    """An invalid architecture: `source: key problem`, e.g. `options.json: lstm.dim must be a positive int, got
+    '4096'`.
+
+    Attributes:
+        problem: what is wrong, with the value received.
+        key: the field (`lstm_dim`) or options.json key path (`lstm.dim`) at fault, or None for the whole file.
+        source: the options file (or None).
+    """
+
+    def __init__(self, problem, key=None, source=None):
+        self.problem, self.key, self.source = problem, key, source
+        text = f"{key} {problem}" if key else problem
+        super().__init__(f"{source}: {text}" if source else text)
+
+
+def _show(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12,6 +60,9 @@ class BiLMConfig:
 
     `num_characters` is the number of rows of the char embedding in the model (262: a zero padding row
     plus the 261 rows stored in the weight file), as released options.json files say.
+
+    Raises:
+        ConfigError (a ValueError): a field of the wrong type or out of range, naming the field and the value.
     """
 
     char_embedding_dim: int = 16
@@ -28,76 +79,133 @@ class BiLMConfig:
     use_skip_connections: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
         for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "num_layers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(self.num_highway, int) or self.num_highway < 0:
-            raise ValueError(f"num_highway must be a non-negative int, got {self.num_highway!r}")
-        if not self.filters:
-            raise ValueError("filters must list at least one (width, num_filters) pair, got []")
-        if self.max_characters_per_token != MAX_CHARS:
-            raise ValueError(
-                f"max_characters_per_token must be {MAX_CHARS} (the char mapping's width), "
-                f"got {self.max_characters_per_token!r}"
+            if not _is_int(value) or value < 1:
+                raise ConfigError(f"must be a positive int, got {_show(value)}", name)
+            put(name, int(value))
+        if not _is_int(self.num_highway) or self.num_highway < 0:
+            raise ConfigError(f"must be a non-negative int, got {_show(self.num_highway)}", "num_highway")
+        put("num_highway", int(self.num_highway))
+        if not _is_int(self.max_characters_per_token) or self.max_characters_per_token != MAX_CHARS:
+            raise ConfigError(
+                f"must be {MAX_CHARS} (the char mapping's width), got {_show(self.max_characters_per_token)}",
+                "max_characters_per_token",
             )
-        if self.num_characters == NUM_CHAR_IDS - 1:
-            raise ValueError(
-                "n_characters is 261 (bilm-tf's training value): set it to 262 for a trained model; "
-                "the weight file's 261 rows get a zero padding row prepended at load time"
+        self._check_filters(put)
+        if self.num_characters == NUM_CHAR_IDS - 1 and _is_int(self.num_characters):
+            raise ConfigError(
+                "is 261 (bilm-tf's training value): set it to 262 for a trained model; "
+                "the weight file's 261 rows get a zero padding row prepended at load time",
+                "num_characters",
             )
-        if self.num_characters != NUM_CHAR_IDS:
-            raise ValueError(f"n_characters must be {NUM_CHAR_IDS}, got {self.num_characters!r}")
-        if self.activation not in ("relu", "tanh"):
-            raise ValueError(f"activation must be 'relu' or 'tanh', got {self.activation!r}")
+        if not _is_int(self.num_characters) or self.num_characters != NUM_CHAR_IDS:
+            raise ConfigError(f"must be {NUM_CHAR_IDS}, got {_show(self.num_characters)}", "num_characters")
+        if not isinstance(self.activation, str) or self.activation not in ("relu", "tanh"):
+            raise ConfigError(f"must be 'relu' or 'tanh', got {_show(self.activation)}", "activation")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be None or >= 0, got {value!r}")
+            if value is not None and (not _is_number(value) or not math.isfinite(value) or value < 0):
+                raise ConfigError(f"must be null/None or a number >= 0, got {_show(value)}", name)
+        if self.use_skip_connections not in (True, False) or not isinstance(self.use_skip_connections, (bool, int)):
+            raise ConfigError(f"must be true or false, got {_show(self.use_skip_connections)}", "use_skip_connections")
+        put("use_skip_connections", bool(self.use_skip_connections))
+
+    def _check_filters(self, put):
+        filters = self.filters
+        if isinstance(filters, (str, bytes, dict)) or not hasattr(filters, "__iter__"):
+            raise ConfigError(f"must be a list of [width, num_filters] pairs, got {_show(filters)}", "filters")
+        filters = list(filters)
+        if not filters:
+            raise ConfigError("must list at least one [width, num_filters] pair, got []", "filters")
+        pairs = []
+        for k, pair in enumerate(filters):
+            if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2:
+                raise ConfigError(f"must be a [width, num_filters] pair, got {_show(pair)}", f"filters[{k}]")
+            width, n = pair
+            if not (_is_int(width) and _is_int(n) and 1 <= width <= self.max_characters_per_token and n >= 1):
+                raise ConfigError(
+                    f"must be [width, num_filters] with ints 1 <= width <= {self.max_characters_per_token} "
+                    f"and num_filters >= 1, got {_show(pair)}",
+                    f"filters[{k}]",
+                )
+            pairs.append((int(width), int(n)))
+        put("filters", tuple(pairs))
 
     @property
     def num_filters(self):
         return sum(n for _, n in self.filters)
 
     @classmethod
-    def from_options(cls, options):
-        """From a bilm-tf options dict (`{"lstm": {...}, "char_cnn": {...}}`)."""
-        try:
-            lstm, cnn = options["lstm"], options["char_cnn"]
-            return cls(
-                char_embedding_dim=cnn["embedding"]["dim"],
-                filters=cnn["filters"],
-                num_highway=cnn.get("n_highway", 0),
-                activation=cnn.get("activation", "relu"),
-                max_characters_per_token=cnn.get("max_characters_per_token", MAX_CHARS),
-                num_characters=cnn.get("n_characters", NUM_CHAR_IDS),
-                lstm_dim=lstm["dim"],
-                projection_dim=lstm["projection_dim"],
-                num_layers=lstm["n_layers"],
-                cell_clip=lstm.get("cell_clip"),
-                proj_clip=lstm.get("proj_clip"),
-                use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+    def from_options(cls, options, source=None):
+        """From a bilm-tf options dict (`{"lstm": {...}, "char_cnn": {...}}`; other keys are ignored).
+
+        Args:
+            options: the parsed options.json.
+            source: the file it came from, to start error messages with.
+        Raises:
+            ConfigError: naming `source` and the key path (`lstm.dim`) with the value received: a missing key,
+                a section that is not an object, a value of the wrong type or out of range.
+        """
+        if not isinstance(options, dict):
+            raise ConfigError(
+                f"must hold a JSON object with 'lstm' and 'char_cnn' sections, got {type(options).__name__} "
+                f"{_show(options)}",
+                source=source,
             )
-        except KeyError as e:
-            raise ValueError(
-                f"options is missing the key {e.args[0]!r} (bilm-tf options.json layout: "
-                f"lstm.dim, lstm.projection_dim, lstm.n_layers, char_cnn.embedding.dim, "
-                f"char_cnn.filters)"
-            ) from None
+        if "char_cnn" not in options:
+            raise ConfigError(
+                "is missing: only character-input biLMs are supported (bilm-tf options.json with a char_cnn section)",
+                "char_cnn",
+                source,
+            )
+        kwargs = {}
+        for field, (path, required, default) in OPTION_KEYS.items():
+            node, parts = options, path.split(".")
+            for depth, part in enumerate(parts):
+                if not isinstance(node, dict):
+                    got = f"{type(node).__name__} {_show(node)}"
+                    raise ConfigError(f"must be an object ({{...}}), got {got}", ".".join(parts[:depth]), source)
+                if part not in node:
+                    node = default
+                    if required:
+                        raise ConfigError(f"is missing (bilm-tf options.json needs {_REQUIRED})", path, source)
+                    break
+                node = node[part]
+            kwargs[field] = node
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:
+            field, _, index = e.key.partition("[")
+            path = OPTION_KEYS[field][0] + (f"[{index}" if index else "")
+            raise ConfigError(e.problem, path, source) from None
 
     @classmethod
     def from_json(cls, path):
+        """From a bilm-tf/AllenNLP options.json (UTF-8).
+
+        Raises:
+            ConfigError: naming the file (and the line, or the key path): a missing file or a directory, a file
+                that is not UTF-8 text or not JSON, a missing key or a value of the wrong type or range.
+        """
+        from elmo_tf.io.text import TextFileError, read_text  # here: elmo_tf.io imports this module
+
         try:
-            with open(path, encoding="utf-8") as f:
-                options = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"cannot read options file {path!r}: {e}") from None
-        if "char_cnn" not in options:
-            raise ValueError(
-                f"options file {path!r} has no 'char_cnn' section: only character-input biLMs are supported"
-            )
-        return cls.from_options(options)
+            text = read_text(path)
+        except TextFileError as e:
+            raise ConfigError(str(e)) from None
+        if not text.strip():
+            raise ConfigError("is empty; expected bilm-tf's options.json", source=str(path))
+        try:
+            options = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"not valid JSON: {e.msg} (column {e.colno})", source=f"{path}:{e.lineno}") from None
+        except RecursionError:
+            raise ConfigError("not valid JSON: nested too deeply", source=str(path)) from None
+        return cls.from_options(options, source=str(path))
 
     def to_options(self):
         """The bilm-tf/AllenNLP options dict for this architecture."""
@@ -121,8 +229,10 @@ class BiLMConfig:
         }
 
     def to_json(self, path):
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_options(), f, indent=2)
+        """Writes `to_options()` as JSON, atomically (a temporary file renamed over `path`)."""
+        from elmo_tf.io.atomic import write_json  # here: elmo_tf.io imports this module
+
+        write_json(path, self.to_options())
 
 
 PRESETS = {
@@ -135,5 +245,5 @@ PRESETS = {
 def get_config(name):
     """A preset ("small", "medium", "original") by name."""
     if name not in PRESETS:
-        raise ValueError(f"unknown config {name!r}: choose one of {sorted(PRESETS)} or pass an options.json")
+        raise ConfigError(f"unknown config {name!r}: choose one of {sorted(PRESETS)} or pass an options.json")
     return PRESETS[name]
