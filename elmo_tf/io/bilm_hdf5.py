@@ -17,11 +17,62 @@ import h5py
 import numpy as np
 
 from elmo_tf.config import BiLMConfig
+from elmo_tf.io.atomic import atomic_path
 from elmo_tf.layers.bilm import DIRECTIONS
+
+# what h5py raises for a damaged file (a bad object header, an unreadable chunk, an unsupported type)
+_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
 
 
 class WeightFileError(ValueError):
-    """A weight file that cannot be read, lacks a dataset, or disagrees with its options."""
+    """A weight file that cannot be read, lacks a dataset, or disagrees with its options. The message names the
+    file and the dataset."""
+
+
+def _one_line(error):
+    return " ".join(str(error).split())
+
+
+def open_hdf5(path, what="weight file"):
+    """`h5py.File(path, "r")`, or `WeightFileError` naming the file when it is missing, a directory, truncated
+    or not HDF5 at all."""
+    if os.path.isdir(path):
+        raise WeightFileError(f"{path}: is a directory, not an HDF5 {what}")
+    if not os.path.exists(path):
+        raise WeightFileError(f"{path}: no such {what}")
+    try:
+        return h5py.File(path, "r")
+    except _H5_ERRORS as e:
+        raise WeightFileError(f"{path}: cannot read the {what} (truncated, or not HDF5): {_one_line(e)}") from None
+
+
+def read_dataset(f, name, expected_shapes, path):
+    """The array of dataset `name` of the open file `f`, checked: it exists, is a dataset of real numbers, has
+    one of `expected_shapes`, reads, and holds no NaN or inf. Raises `WeightFileError` naming `path` and `name`."""
+    expected = " or ".join(str(s) for s in expected_shapes)
+    try:
+        obj = f.get(name)
+        dtype, shape = (obj.dtype, obj.shape) if isinstance(obj, h5py.Dataset) else (None, None)
+    except _H5_ERRORS as e:
+        raise WeightFileError(f"{path}: dataset {name!r} cannot be read (corrupt file?): {_one_line(e)}") from None
+    if obj is None:
+        raise WeightFileError(f"{path}: has no dataset {name!r} (expected shape {expected} from the options)")
+    if not isinstance(obj, h5py.Dataset):
+        raise WeightFileError(f"{path}: {name!r} is a {type(obj).__name__}, not a dataset of shape {expected}")
+    if h5py.check_string_dtype(dtype) is not None or dtype.kind not in "fiu":
+        held = "strings" if h5py.check_string_dtype(dtype) is not None else f"dtype {dtype}"
+        raise WeightFileError(f"{path}: dataset {name!r} holds {held}, expected floating-point numbers")
+    if shape not in expected_shapes:
+        raise WeightFileError(f"{path}: dataset {name!r} has shape {shape}, expected {expected} from the options")
+    try:
+        data = obj[...]
+    except _H5_ERRORS as e:
+        raise WeightFileError(
+            f"{path}: dataset {name!r} cannot be read (truncated or corrupt file?): {_one_line(e)}"
+        ) from None
+    if not np.all(np.isfinite(data)):
+        raise WeightFileError(f"{path}: dataset {name!r} holds NaN or inf values")
+    return data
 
 
 def _lstm_prefix(direction_index, layer):
@@ -86,39 +137,18 @@ def load_bilm_weights(model, weights_path):
     """Loads a bilm-tf/AllenNLP `weights.hdf5` into an `ELMo` model, checking every dataset's shape.
 
     Raises:
-        WeightFileError: unreadable/truncated file, a missing dataset, or a shape that disagrees with the
-            model built from the options (the message names the dataset, expected and found shapes).
+        WeightFileError: a missing, truncated, corrupt or non-HDF5 file, a missing dataset, a dataset of strings,
+            NaN/inf values, or a shape that disagrees with the model built from the options (the message names
+            the file, the dataset, the expected and found shapes). No variable changes unless all is well.
     """
-    try:
-        f = h5py.File(weights_path, "r")
-    except OSError as e:
-        raise WeightFileError(
-            f"cannot read weight file {weights_path!r} (missing, truncated or not HDF5): {e}"
-        ) from None
     updates = []  # everything is read and checked before any variable changes
-    with f:
+    with open_hdf5(weights_path) as f:
         for name, variables, _, from_file in weight_map(model):
             expected = _expected_file_shape(name, variables)
-            if name not in f or not isinstance(f[name], h5py.Dataset):
-                raise WeightFileError(
-                    f"weight file {weights_path!r} has no dataset {name!r} (expected shape {expected} from the options)"
-                )
-            already_padded = name == "char_embed" and f[name].shape == tuple(variables[0].shape)
-            if f[name].shape != expected and not already_padded:
-                raise WeightFileError(
-                    f"dataset {name!r} in {weights_path!r} has shape {f[name].shape}, "
-                    f"expected {expected} from the options"
-                )
-            try:
-                data = f[name][...]
-            except OSError as e:
-                raise WeightFileError(
-                    f"dataset {name!r} in {weights_path!r} cannot be read (truncated file?): {e}"
-                ) from None
-            if not np.all(np.isfinite(data)):
-                raise WeightFileError(f"dataset {name!r} in {weights_path!r} holds NaN or inf values")
-            # a file that already holds the zero padding row (262 rows) is taken as is
-            updates.extend(zip(variables, [data] if already_padded else from_file(data)))
+            # a char_embed that already holds the zero padding row (262 rows) is taken as is
+            padded = tuple(variables[0].shape) if name == "char_embed" else None
+            data = read_dataset(f, name, [expected] + ([padded] if padded else []), weights_path)
+            updates.extend(zip(variables, [data] if data.shape == padded else from_file(data)))
     for var, array in updates:
         var.assign(array.astype(var.dtype))
 
@@ -126,21 +156,20 @@ def load_bilm_weights(model, weights_path):
 def save_bilm_weights(model, weights_path):
     """Writes an `ELMo` model's weights in the bilm-tf/AllenNLP layout (261-row char_embed, no softmax).
 
-    Written to a temporary file first and renamed, so an existing file is never left half-written.
+    Written atomically (`elmo_tf.io.atomic`): an existing file is never left half-written.
     """
-    tmp = f"{weights_path}.tmp-{os.getpid()}"
-    try:
+    with atomic_path(weights_path) as tmp:
         with h5py.File(tmp, "w") as f:
             for name, variables, to_file, _ in weight_map(model):
                 f.create_dataset(name, data=to_file([np.asarray(v.numpy()) for v in variables]).astype(np.float32))
-        os.replace(tmp, weights_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def load_elmo(options_path, weights_path=None, **elmo_kwargs):
     """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it.
+
+    Raises:
+        ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file. Both are
+            ValueErrors whose message names the file and the key or dataset.
 
     Example:
         elmo = load_elmo("options.json", "weights.hdf5")
