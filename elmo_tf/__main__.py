@@ -1,4 +1,9 @@
-"""Command line: `python -m elmo_tf embed ...`."""
+"""Command line: `python -m elmo_tf embed ...`.
+
+Errors follow `elmo_tf.cli`: a bad flag, a missing input or an output that cannot be written exits 2 before
+anything is loaded; a bad options.json, weight file or input file exits 1; each with one line naming the flag
+and the file (and the line or key, for data).
+"""
 
 import argparse
 import logging
@@ -6,7 +11,18 @@ import os
 import sys
 import time
 
-from elmo_tf.cli import positive_int
+from elmo_tf.cli import (
+    ArgumentParser,
+    DataError,
+    bounded_number,
+    check_output_file,
+    check_text_file,
+    existing_file,
+    positive_int,
+    run,
+)
+
+PROG = "python -m elmo_tf"
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -15,7 +31,8 @@ EXAMPLES = """examples:
   python -m elmo_tf embed --options options.json --weights weights.hdf5 --input s.txt --output top.hdf5 \\
       --layers top --batch-size 32
 
-input: one whitespace-tokenized sentence per line (split on ASCII whitespace; bytes kept as they are).
+input: one whitespace-tokenized sentence per line (split on ASCII whitespace; bytes kept as they are; an empty
+file, a UTF-16 file or one with NUL bytes is refused).
 output: dataset "<line index>" per line: (L+1, n_tokens, 2P) for --layers all, (n_tokens, 2P) for top and
 average; "sentence_to_index": a JSON string {sentence: "line index"} (AllenNLP's format).
 Empty lines give a dataset with 0 tokens. Long sentences are embedded whole (alone in a batch when they
@@ -25,8 +42,8 @@ the same vectors whatever it is batched with.
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="python -m elmo_tf",
+    parser = ArgumentParser(
+        prog=PROG,
         description="ELMo tools.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  python -m elmo_tf embed --options options.json --weights weights.hdf5 "
@@ -41,10 +58,15 @@ def build_parser():
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--options", required=True, help="bilm-tf/AllenNLP options.json")
-    p.add_argument("--weights", required=True, help="bilm-tf/AllenNLP weights.hdf5")
-    p.add_argument("--input", required=True, help="text file, one whitespace-tokenized sentence per line")
-    p.add_argument("--output", required=True, help="hdf5 file to write")
+    p.add_argument("--options", required=True, type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
+    p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
+    p.add_argument(
+        "--input",
+        required=True,
+        type=existing_file("--input"),
+        help="text file, one whitespace-tokenized sentence per line",
+    )
+    p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="sentences per batch (64)")
     p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
     p.add_argument(
@@ -61,38 +83,38 @@ def build_parser():
     )
     p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length")
     p.add_argument(
-        "--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)"
+        "--threads",
+        type=bounded_number("--threads", int, minimum=0),
+        default=0,
+        help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
     )
     return parser
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    # everything that can be checked is checked before TensorFlow and the model are loaded
+    inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
+    check_output_file("--output", args.output, inputs=inputs)
+    total = check_text_file("--input", args.input)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     log = logging.getLogger("elmo_tf")
-    for name in ("options", "weights", "input"):
-        path = getattr(args, name)
-        if not os.path.isfile(path):
-            print(f"error: --{name}: no such file: {path!r}", file=sys.stderr)
-            return 2
-    if os.path.isdir(args.output):
-        print(f"error: --output: is a directory: {args.output!r}", file=sys.stderr)
-        return 2
     import tensorflow as tf
     from tqdm import tqdm
 
-    from elmo_tf.embed import embed_file, read_sentences
-    from elmo_tf.io import load_elmo
+    from elmo_tf.config import ConfigError
+    from elmo_tf.embed import embed_file
+    from elmo_tf.io import WeightFileError, load_elmo
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     try:
         model = load_elmo(args.options, args.weights)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    total = len(read_sentences(args.input)[0])
+    except ConfigError as e:
+        raise DataError(f"--options: {e}") from None
+    except WeightFileError as e:
+        raise DataError(f"--weights: {e}") from None
     start = time.perf_counter()
     with tqdm(total=total, unit="sent", file=sys.stderr, desc="embed") as bar:
         stats = embed_file(
@@ -121,4 +143,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main, prog=f"{PROG} embed"))  # embed is the only command

@@ -165,3 +165,21 @@ def check_output_dir(flag, path):
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor) or not os.access(ancestor, os.W_OK):
         raise UsageError(f"{flag}: cannot create or write {path!r} ({ancestor!r} is not a writable directory)")
+
+
+def check_text_file(flag, path, require_tokens=False):
+    """Raises `DataError` naming `flag`, the file and the line unless `path` reads as lines of text: no UTF-16/UTF-32
+    byte order mark, no NUL byte (a binary file), at least one line (with `require_tokens`, one holding a token).
+    Invalid UTF-8 is allowed: the readers of these files (the embedder, the LM data) keep bytes as they are.
+    Returns the number of lines. Checked before any work; `path` is already known to be a file."""
+    from elmo_tf.io.text import TextFileError, count_lines
+
+    try:
+        lines, with_tokens = count_lines(path)
+    except TextFileError as e:
+        raise DataError(f"{flag}: {e}") from None
+    if not lines:
+        raise DataError(f"{flag}: {path}: the file is empty")
+    if require_tokens and not with_tokens:
+        raise DataError(f"{flag}: {path}: no tokens (all {lines} lines are blank)")
+    return lines
