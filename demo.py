@@ -437,5 +437,4 @@ def check_served(log, bilm, port, rest_port):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
     sys.exit(main())

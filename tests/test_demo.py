@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import demo  # noqa: E402
 import demo_data  # noqa: E402
 from elmo_tf.io.conll import read_conll  # noqa: E402
-from elmo_tf.preprocessing.tags import spans  # noqa: E402
+from elmo_tf.ner.tags import spans  # noqa: E402
 
 
 def test_demo_data_is_deterministic_valid_iob2_and_tests_unseen_names(tmp_path):
@@ -91,6 +91,9 @@ def test_whole_demo_with_small_budgets(tmp_path):
     for step in range(1, 10):
         assert f"] {step}/9 " in log, f"step {step}/9 missing"
     assert "I0000" not in log and "oneDNN" not in log  # the start-up notices are filtered
+    lines = [line for line in log.splitlines() if line.strip()]
+    repeated = [a for a, b in zip(lines, lines[1:]) if a == b]
+    assert not repeated and "Assets written" not in log, repeated  # TF's INFO lines once at most: none at all
     diff = float(log.split("in this process: max |diff| ")[1].split()[0])
     assert diff < 1e-4
     assert (out / "bilm" / "weights.hdf5").is_file() and (out / "bilm" / "options.json").is_file()

@@ -25,13 +25,14 @@ import shutil
 
 logger = logging.getLogger(__name__)
 
-_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{8}$")
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{8}(\.[A-Za-z0-9]+)?$")
 
 
-def temp_name(target):
-    """A hidden temporary path beside `target`, marked with this process's id."""
+def temp_name(target, suffix=""):
+    """A hidden temporary path beside `target`, marked with this process's id (and ending in `suffix`, for writers
+    that insist on an extension)."""
     directory, name = os.path.split(os.path.abspath(target))
-    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
 
 
 def _pid_alive(pid):
@@ -74,7 +75,7 @@ def remove_stale_temps(directory, name=None):
 
 
 @contextlib.contextmanager
-def atomic_path(target, directory=False, overwrite=True):
+def atomic_path(target, directory=False, overwrite=True, suffix=""):
     """Yields a temporary path for `target`; when the block ends normally it is renamed to `target`.
 
     Args:
@@ -83,13 +84,14 @@ def atomic_path(target, directory=False, overwrite=True):
             name, for the block to create as a file.
         overwrite: replace an existing `target` (files only: `os.replace`); False raises `FileExistsError` when
             `target` exists at the end, and the temporary is removed.
+        suffix: the temporary's name ends with it (`model.save` wants ".keras").
     Stale temporaries of `target` left by killed runs are removed first. On any exception (KeyboardInterrupt and
     SystemExit included) the temporary is removed and `target` is left as it was.
     """
     target = os.path.abspath(target)
     parent, name = os.path.split(target)
     remove_stale_temps(parent, name)
-    tmp = temp_name(target)
+    tmp = temp_name(target, suffix)
     try:
         if directory:
             os.mkdir(tmp)

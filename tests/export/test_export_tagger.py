@@ -12,10 +12,13 @@ import tensorflow as tf
 
 from elmo_tf import BiLMConfig, ELMo
 from elmo_tf.io.conll import Sentence
-from elmo_tf.models.ner_tagger import NERTagger
 from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, predict_tags
-from elmo_tf.preprocessing.tags import spans
-from export.export_tagger import export_tagger, spans_from_tags
+from elmo_tf.ner.export import FEATURIZE_SIGNATURE, export_tagger, spans_from_tags
+from elmo_tf.ner.model import NERTagger
+from elmo_tf.ner.tags import spans
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "export", "export_tagger.py")
 
 SENTENCES = [
     Sentence("EU rejects German call to boycott British lamb .".split(), "B-ORG O B-MISC O O O B-MISC O O".split(), 1),
@@ -35,7 +38,7 @@ def trained(tmp_path_factory):
     )
     encoder = Encoder.fit(SENTENCES, "iob2", "bioes", min_word_count=1)
     features = InProcessFeatures(elmo)([s.tokens for s in SENTENCES])
-    batches = NERBatches(SENTENCES, encoder, features, batch_size=4, shuffle=False)
+    batches = NERBatches(SENTENCES, encoder, encoder.featurizer(), features, batch_size=4, shuffle=False)
     head = NERTagger(
         encoder.labels,
         "bioes",
@@ -87,7 +90,7 @@ def test_export_matches_keras_tagger_in_fresh_process(trained):
 def test_spans_from_tags_matches_python_spans():
     labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
     rng = np.random.default_rng(0)
-    from elmo_tf.preprocessing.tags import from_spans
+    from elmo_tf.ner.tags import from_spans
 
     rows, lengths = [], []
     for _ in range(50):
@@ -116,3 +119,41 @@ def test_cli_refuses_to_overwrite_a_version(trained, tmp_path):
     head, encoder, elmo, _, path = trained
     with pytest.raises(FileExistsError):
         export_tagger(head, encoder, os.path.dirname(path), elmo=elmo, version=1)
+
+
+def test_training_and_export_run_the_same_featurizer(trained):
+    """The tagger export's `featurize` signature (the SavedModel, reloaded) gives exactly the inputs training fed the
+    head (NERBatches), on the training sentences and on words that test lowercasing, unknown words, long tokens and
+    Unicode spaces kept inside tokens."""
+    head, encoder, _, _, path = trained
+    sentences = [s.tokens for s in SENTENCES] + [
+        ["EU", "İSTANBUL", "Straße", "ÄÖÜ", "x" * 60],
+        ["Peter\u00a0Blackburn", "unknown-word", "BRUSSELS"],
+        [],
+    ]
+    items = [Sentence(tokens, ["O"] * len(tokens), 0) for tokens in sentences]
+    batches = NERBatches(
+        items, encoder, encoder.featurizer(), None, batch_size=len(items), shuffle=False, with_tags=False
+    )
+    rows, trained_inputs, _ = batches.batch(0)
+    loaded = tf.saved_model.load(path)
+    served = loaded.signatures[FEATURIZE_SIGNATURE](sentences=tf.constant([" ".join(t) for t in sentences]))
+    order = np.argsort(rows)  # NERBatches groups by length
+    width = trained_inputs["mask"].shape[1]
+    assert served["tokens"].shape[1] == width
+    for key in ("mask", "word_ids", "char_ids"):
+        np.testing.assert_array_equal(served[key].numpy(), trained_inputs[key][order], err_msg=key)
+    words = served["word_ids"].numpy()
+    assert words[0, 0] == 2 + encoder.words.index("eu")  # lowercased, found
+    assert words[len(SENTENCES) + 1, 1] == 1 and words[-1].sum() == 0  # unknown -> 1; padding -> 0
+
+
+def test_cli_errors_are_one_line(trained, tmp_path, run_script):
+    code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "missing", "--output", tmp_path / "out"])
+    assert code == 2 and "--ner: not a directory" in err and err.count("\n") == 1, err
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "empty", "--output", tmp_path / "out"])
+    assert code == 2 and "--ner: no model.keras" in err and err.count("\n") == 1, err
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "empty", "--output", tmp_path / "file"])
+    assert code == 2 and "--output: exists and is not a directory" in err, err

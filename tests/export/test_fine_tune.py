@@ -4,7 +4,6 @@ A tiny random ELMo is exported once; a sentence classifier (`default` output -> 
 sentences through each loader, and the ELMo variables and outputs are compared before and after.
 """
 
-import sys
 from pathlib import Path
 
 import keras
@@ -14,15 +13,10 @@ import tensorflow as tf
 from conftest import TINY
 
 from elmo_tf.config import BiLMConfig
+from elmo_tf.export import export_elmo
 from elmo_tf.layers import ELMoSavedModel
 from elmo_tf.layers.elmo_saved_model import keras_variable_name
 from elmo_tf.models import ELMo
-
-try:
-    from elmo_tf.export import export_elmo
-except ImportError:  # before the export functions moved into the library: export/ is a script folder, not installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as test_export_savedmodel.py does
-    from export.export_savedmodel import export_elmo
 
 SENTENCES = ["the cat sat on the mat", "a dog barked", "birds sing", "it rained all day long", "no", "we ate cake"]
 LABELS = [0, 1, 0, 1, 1, 0]

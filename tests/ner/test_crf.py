@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from elmo_tf.layers.crf import CRF, NEG_INF
-from elmo_tf.preprocessing.tags import allowed_transitions
+from elmo_tf.ner.tags import allowed_transitions
 
 ATOL = 1e-4  # float32 forward algorithm vs float64 enumeration, scores of magnitude ~10
 

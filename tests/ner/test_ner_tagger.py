@@ -1,4 +1,4 @@
-"""elmo_tf/models/ner_tagger.py with elmo_tf/ner.py: the head overfits 20 CoNLL-2003 sentences to span F1 100
+"""elmo_tf/ner (model.py, training.py, features.py): the head overfits 20 CoNLL-2003 sentences to span F1 100
 (with ELMo features only, and with its own word features only); `.keras` save and load; decoded BIOES/IOB2
 sequences are always valid; padding invariance; ScalarMix settings reach the model; features from the model
 server (serving/serve.py over gRPC, serving/client.py) equal the in-process ones and give identical tags.
@@ -19,16 +19,15 @@ import pytest
 
 from elmo_tf.io import load_elmo
 from elmo_tf.io.conll import Sentence, read_conll
-from elmo_tf.models.ner_tagger import NERTagger
 from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, predict_tags, span_scores
-from elmo_tf.preprocessing.tags import allowed_transitions, from_spans, spans
+from elmo_tf.ner.model import NERTagger
+from elmo_tf.ner.tagging import load_tagger
+from elmo_tf.ner.tags import allowed_transitions, from_spans, spans
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 CONLL_TRAIN = DATA_DIR / "conll2003" / "eng.train"
 ALLENNLP = DATA_DIR / "elmo_fixtures" / "allennlp"
-CLIENT = REPO_ROOT / "serving" / "client.py"
-sys.path.insert(0, str(REPO_ROOT / "training"))
 
 MAX_EPOCHS = 120  # the ELMo-only head reaches F1 100 after ~50 epochs of 2 batches, the word-only one after ~20
 
@@ -74,8 +73,9 @@ def overfit(sentences, encoder, features, use_words, **tagger_kwargs):
     )
     model.build_for(features[0].shape[-1] if use_elmo else None)
     model.compile(optimizer=keras.optimizers.Adam(0.02))
-    train = NERBatches(sentences, encoder, features, batch_size=10, use_words=use_words, use_chars=False, seed=7)
-    every = NERBatches(sentences, encoder, features, batch_size=20, shuffle=False, use_words=use_words, use_chars=False)
+    featurizer = encoder.featurizer(use_words=use_words, use_chars=False)
+    train = NERBatches(sentences, encoder, featurizer, features, batch_size=10, seed=7)
+    every = NERBatches(sentences, encoder, featurizer, features, batch_size=20, shuffle=False)
     stop = StopAtPerfectF1(every)
     model.fit(train, epochs=MAX_EPOCHS, callbacks=[stop], verbose=0)
     return model, every, stop
@@ -157,10 +157,9 @@ def test_keras_load_model_restores_the_head(features, tmp_path):
 
 
 @pytest.mark.parametrize("features", [f for _, f, _ in FEATURE_SETS], ids=[i for i, _, _ in FEATURE_SETS])
-def test_tag_py_loader_restores_the_head(features, tmp_path):
-    """training/tag.py's loader gives the head back, with the activation width it was built for, for every feature
+def test_load_tagger_restores_the_head(features, tmp_path):
+    """load_tagger gives the head back, with the activation width it was built for, for every feature
     set (with char features too: NERTagger.build_from_config)."""
-    from tag import load_tagger
 
     model, inputs = random_tagger(**features)
     model.save(tmp_path / "model.keras")
@@ -174,8 +173,7 @@ def test_tag_py_loader_restores_the_head(features, tmp_path):
 
 
 def test_trained_head_reloads_identically(elmo_head, tmp_path):
-    """The overfit head after `.keras` save and load (tag.py's loader): same potentials, same tags."""
-    from tag import load_tagger
+    """The overfit head after `.keras` save and load (load_tagger): same potentials, same tags."""
 
     save_head(elmo_head, tmp_path)
     restored, encoder, dim = load_tagger(str(tmp_path))
@@ -312,10 +310,7 @@ def free_port():
 @pytest.fixture(scope="module")
 def elmo_server(elmo_head, tmp_path_factory):
     """The fixture ELMo exported (export_elmo) and served by serving/serve.py on 127.0.0.1: (address, client)."""
-    if not CLIENT.is_file():
-        pytest.skip(f"{CLIENT} is missing (the gRPC client is not in this checkout yet)")
-    sys.path.insert(0, str(REPO_ROOT))
-    from export.export_savedmodel import export_elmo
+    from elmo_tf.export import export_elmo
     from serving.client import ElmoClient
 
     base = tmp_path_factory.mktemp("served") / "elmo"
@@ -382,11 +377,10 @@ def test_served_and_in_process_features_give_identical_predictions(elmo_head, el
     batches = NERBatches(
         elmo_head["sentences"],
         elmo_head["encoder"],
+        elmo_head["encoder"].featurizer(use_words=False, use_chars=False),
         features,
         batch_size=20,
         shuffle=False,
-        use_words=False,
-        use_chars=False,
     )
     assert predict_tags(elmo_head["model"], batches) == predict_tags(elmo_head["model"], elmo_head["batches"])
     assert predict_tags(elmo_head["model"], batches) == [s.tags for s in elmo_head["sentences"]]
@@ -422,7 +416,12 @@ def test_tag_py_with_elmo_server_equals_in_process_tags(elmo_head, elmo_server, 
     expected = predict_tags(
         elmo_head["model"],
         NERBatches(
-            sentences, elmo_head["encoder"], features, shuffle=False, use_words=False, use_chars=False, with_tags=False
+            sentences,
+            elmo_head["encoder"],
+            elmo_head["encoder"].featurizer(use_words=False, use_chars=False),
+            features,
+            shuffle=False,
+            with_tags=False,
         ),
     )
     assert [r["tokens"] for r in rows] == [s.tokens for s in sentences]

@@ -11,7 +11,7 @@ import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 
 from elmo_tf.io.conll import read_conll
-from elmo_tf.preprocessing.tags import SCHEMES, allowed_transitions, convert, from_spans, spans
+from elmo_tf.ner.tags import SCHEMES, allowed_transitions, convert, from_spans, spans
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 FILES = [  # (path relative to the data dir, the file's scheme)

@@ -21,7 +21,7 @@ from seqeval.metrics import classification_report, f1_score, precision_score, re
 
 from elmo_tf.io.conll import read_conll
 from elmo_tf.ner import span_scores
-from elmo_tf.preprocessing.tags import spans
+from elmo_tf.ner.tags import spans
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
@@ -281,7 +281,10 @@ def test_tag_py_json_from_file_reproduces_the_test_scores(trained, tmp_path):
 
 def test_tag_py_errors_name_the_argument(trained, tmp_path):
     missing = run_cli(TAG, "--model", tmp_path / "nowhere", input="a b\n")
-    assert missing.returncode == 2 and "--model" in error_line(missing) and "model.keras" in error_line(missing)
+    assert missing.returncode == 2 and "--model" in error_line(missing) and "not a directory" in error_line(missing)
+    (tmp_path / "empty").mkdir()
+    empty = run_cli(TAG, "--model", tmp_path / "empty", input="a b\n")
+    assert empty.returncode == 2 and "--model: no model.keras" in error_line(empty)
     no_input = run_cli(TAG, "--model", trained["output"], "--input", tmp_path / "missing.txt")
     assert no_input.returncode == 2 and "--input" in error_line(no_input)
     # the ELMo recorded in config.json is gone: the error says so and names --elmo
@@ -294,7 +297,8 @@ def test_tag_py_errors_name_the_argument(trained, tmp_path):
     assert gone.returncode == 2, gone.stderr[-2000:]
     assert "--elmo" in error_line(gone) and "config.json" in error_line(gone) and gone.stdout == ""
     dead = run_cli(TAG, "--model", trained["output"], "--elmo-server", f"127.0.0.1:{free_port()}", input="a b\n")
-    assert dead.returncode == 2 and "--elmo-server" in error_line(dead) and dead.stdout == ""
+    assert dead.returncode == 1 and "--elmo-server" in error_line(dead) and dead.stdout == ""
+    assert all("Traceback" not in r.stderr for r in (missing, empty, no_input, gone, dead))
     help_text = run_cli(TAG, "--help")
     assert help_text.returncode == 0 and "examples:" in help_text.stdout and "--elmo-server" in help_text.stdout
 

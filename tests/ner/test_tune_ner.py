@@ -1,4 +1,5 @@
-"""training/tune_ner.py: the search space; SpanF1Callback's val_span_f1 reaches the tuner's callbacks; a 2-trial
+"""training/tune_ner.py and elmo_tf.ner.tuning: the search space; SpanF1Callback's val_span_f1 reaches the tuner's
+callbacks; a 2-trial
 KerasTuner search end to end (fixture ELMo in process, tiny CoNLL files, 2 epochs per trial) writes the retrained
 best model and its hyperparameters; rerunning with the same --directory resumes (finished trials are not rerun);
 changed search settings and seed 0 are refused.
@@ -6,7 +7,6 @@ changed search settings and seed 0 are refused.
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import keras
@@ -15,13 +15,11 @@ import pytest
 from test_train_ner import ALLENNLP, REPO_ROOT, error_line, run_cli, write_corpus
 
 from elmo_tf.io.conll import read_conll
-from elmo_tf.ner import span_scores
+from elmo_tf.ner import span_scores, tuning
+from elmo_tf.ner.training import NERConfig, load_data
 
 TUNE = REPO_ROOT / "training" / "tune_ner.py"
 TAG = REPO_ROOT / "training" / "tag.py"
-sys.path.insert(0, str(REPO_ROOT / "training"))
-
-import tune_ner  # noqa: E402  (training/tune_ner.py)
 
 SIZES = (("train", 30), ("dev", 10), ("test", 10))
 COMMON = [
@@ -172,7 +170,7 @@ def test_changed_settings_and_seed_zero_are_refused(search, tmp_path):
 
 def test_search_space():
     hp = keras_tuner.HyperParameters()
-    values = tune_ner.hyperparameter_values(hp, use_elmo=True)
+    values = tuning.hyperparameter_values(hp, use_elmo=True)
     space = {p.name: p for p in hp.space}
     assert set(space) == {"dropout", "gamma", "gamma_trainable", "mix_l2_on", "mix_l2"}
     assert (space["gamma"].min_value, space["gamma"].max_value, space["gamma"].sampling) == (0.01, 10.0, "log")
@@ -181,12 +179,12 @@ def test_search_space():
     assert values["mix_l2"] == 0.0 and values["gamma_trainable"] is True  # the defaults: L2 off
     hp.values["mix_l2_on"] = True
     hp.values["mix_l2"] = 0.01
-    assert tune_ner.hyperparameter_values(hp, use_elmo=True)["mix_l2"] == 0.01
-    assert tune_ner.best_hyperparameters(hp.values, True)["mix_l2"] == 0.01
+    assert tuning.hyperparameter_values(hp, use_elmo=True)["mix_l2"] == 0.01
+    assert tuning.best_hyperparameters(hp.values, True)["mix_l2"] == 0.01
     hp.values["mix_l2_on"] = False
-    assert tune_ner.best_hyperparameters(hp.values, True)["mix_l2"] == 0.0
+    assert tuning.best_hyperparameters(hp.values, True)["mix_l2"] == 0.0
     plain = keras_tuner.HyperParameters()
-    assert set(tune_ner.hyperparameter_values(plain, use_elmo=False)) == {"dropout"}
+    assert set(tuning.hyperparameter_values(plain, use_elmo=False)) == {"dropout"}
 
 
 class LogRecorder(keras.callbacks.Callback):
@@ -204,27 +202,8 @@ def test_tuner_callbacks_see_val_span_f1(tmp_path):
     """The hypermodel's fit puts SpanF1Callback before the callbacks KerasTuner passes (TunerCallback,
     SaveBestEpoch): they see `val_span_f1` in every epoch's logs, equal to the History the oracle scores."""
     paths = write_corpus(tmp_path, (("train", 12), ("dev", 6)))
-    parser = tune_ner.build_parser()
-    args = parser.parse_args(
-        [
-            "--train",
-            str(paths["train"]),
-            "--dev",
-            str(paths["dev"]),
-            "--no-elmo",
-            "--directory",
-            str(tmp_path / "t"),
-            "--output",
-            str(tmp_path / "o"),
-            "--trial-epochs",
-            "2",
-            "--lstm-units",
-            "8",
-            "--no-char-features",
-        ]
-    )
-    data = tune_ner.prepare_data(args, parser)
-    hypermodel = tune_ner.make_hypermodel(args, data)
+    data = load_data({"train": str(paths["train"]), "dev": str(paths["dev"])})
+    hypermodel = tuning.make_hypermodel(NERConfig(lstm_units=8, use_chars=False), data, trial_epochs=2)
     hp = keras_tuner.HyperParameters()
     recorder = LogRecorder()
     history = hypermodel.fit(hp, hypermodel.build(hp), callbacks=[recorder])

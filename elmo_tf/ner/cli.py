@@ -1,0 +1,161 @@
+"""The flags train_ner.py and tune_ner.py share (data, ELMo features, the head) and their translation into
+`NERConfig` / `NERData`, with errors under the `elmo_tf.cli` contract (the flag, the file, the line)."""
+
+import logging
+import os
+import sys
+
+from elmo_tf.cli import DataError, UsageError, bounded_number, check_output_dir, existing_file, positive_int
+
+logger = logging.getLogger(__name__)
+
+
+def add_data_flags(parser, group_title=None):
+    """--train/--dev/--test, the ELMo source (--elmo | --elmo-server | --no-elmo), schemes, the head's own features,
+    --cache and --max-sentences."""
+    data = parser.add_argument_group(group_title) if group_title else parser
+    data.add_argument("--train", required=True, type=existing_file("--train"), help="training file (CoNLL format)")
+    data.add_argument("--dev", required=True, type=existing_file("--dev"), help="early stopping on span F1 here")
+    data.add_argument("--test", default=None, type=existing_file("--test"), help="scored once, at the end")
+    source = data.add_mutually_exclusive_group(required=True)
+    source.add_argument("--elmo", help="pretraining output dir, or a weights.hdf5 with options.json beside it")
+    source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
+    source.add_argument("--no-elmo", action="store_true", help="no ELMo features (the baseline)")
+    data.add_argument("--model-name", default="elmo", help="model name on the server (elmo)")
+    data.add_argument(
+        "--tag-scheme",
+        default="auto",
+        choices=("auto", "iob1", "iob2", "bioes"),
+        help="the files' scheme (auto: iob1 for 4 columns, else iob2)",
+    )
+    data.add_argument(
+        "--crf-scheme",
+        default="bioes",
+        choices=("iob2", "bioes"),
+        help="the scheme the CRF works in, with its constraints (bioes)",
+    )
+    data.add_argument("--no-word-features", action="store_true", help="drop the tagger's own word embedding")
+    data.add_argument("--no-char-features", action="store_true", help="drop the tagger's own char CNN")
+    data.add_argument("--cache", default=None, help="hdf5 file caching the ELMo features of the splits")
+    data.add_argument(
+        "--max-sentences",
+        type=bounded_number("--max-sentences", int, minimum=0),
+        default=0,
+        help="use only the first N sentences of each file (0: all)",
+    )
+
+
+def add_training_flags(parser, group_title=None, hyperparameters=True):
+    """--output, --epochs, --patience, --batch-size, --learning-rate, --lstm-units (and, unless they are searched,
+    --dropout, --gamma, --fixed-gamma, --mix-l2, --mix-layer-norm, --seed)."""
+    group = parser.add_argument_group(group_title) if group_title else parser
+    group.add_argument("--output", required=True, help="directory for model.keras, encoder.json, metrics.json, ...")
+    group.add_argument("--epochs", type=positive_int("--epochs"), default=30, help="most epochs (30)")
+    group.add_argument(
+        "--patience", type=positive_int("--patience"), default=4, help="epochs without dev F1 gain before stopping (4)"
+    )
+    group.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="sentences per batch (32)")
+    group.add_argument(
+        "--learning-rate",
+        type=bounded_number("--learning-rate", float, minimum=0, minimum_inclusive=False),
+        default=1e-3,
+        help="Adam learning rate (0.001)",
+    )
+    group.add_argument(
+        "--lstm-units", type=positive_int("--lstm-units"), default=200, help="biLSTM units per direction (200)"
+    )
+    if hyperparameters:
+        group.add_argument(
+            "--dropout",
+            type=bounded_number("--dropout", float, minimum=0, maximum=0.99),
+            default=0.5,
+            help="dropout on the features and the biLSTM output, in [0, 1) (0.5)",
+        )
+        group.add_argument(
+            "--gamma",
+            type=bounded_number("--gamma", float, minimum=0, minimum_inclusive=False),
+            default=1.0,
+            help="initial ScalarMix gamma (1.0)",
+        )
+        group.add_argument("--fixed-gamma", action="store_true", help="do not train gamma")
+        group.add_argument(
+            "--mix-l2",
+            type=bounded_number("--mix-l2", float, minimum=0),
+            default=0.0,
+            help="L2 on the ScalarMix weights (0)",
+        )
+        group.add_argument("--mix-layer-norm", action="store_true", help="layer-normalize each biLM layer in the mix")
+        group.add_argument("--seed", type=int, default=1, help="weights, dropout and batch order (1)")
+
+
+def check_data_flags(args):
+    """What can be checked before any file is read; raises UsageError naming the flag."""
+    if args.elmo:
+        from elmo_tf.ner.features import elmo_paths
+
+        for path in elmo_paths(args.elmo):
+            if not os.path.isfile(path):
+                raise UsageError(f"--elmo: no {os.path.basename(path)} at {path!r}")
+    if args.no_elmo and args.no_word_features and args.no_char_features:
+        raise UsageError("--no-elmo: with --no-word-features and --no-char-features the tagger has no features")
+    check_output_dir("--output", args.output)
+    if args.cache:
+        check_output_dir("--cache", os.path.dirname(os.path.abspath(args.cache)))
+        if os.path.isdir(args.cache):
+            raise UsageError(f"--cache: is a directory: {args.cache!r}")
+
+
+def config_from_args(args, **overrides):
+    """The `NERConfig` the flags describe (searched fields may come in `overrides`)."""
+    from elmo_tf.ner.training import NERConfig
+
+    values = dict(
+        crf_scheme=args.crf_scheme,
+        use_words=not args.no_word_features,
+        use_chars=not args.no_char_features,
+        lstm_units=args.lstm_units,
+        epochs=args.epochs,
+        patience=args.patience,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+    )
+    for name in ("dropout", "gamma", "mix_l2", "mix_layer_norm"):
+        if hasattr(args, name):
+            values[name] = getattr(args, name)
+    if hasattr(args, "fixed_gamma"):
+        values["gamma_trainable"] = not args.fixed_gamma
+    values.update(overrides)
+    try:
+        return NERConfig(**values)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _progress_bar(split, total):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="sent", desc=f"ELMo features ({split})", file=sys.stderr)
+
+
+def load_data_from_args(args):
+    """Reads the splits (DataError naming the flag, file and line), then opens the feature source of --elmo /
+    --elmo-server (DataError naming the flag) and computes the features once (progress bars on stderr)."""
+    from elmo_tf.ner.data import NERDataError
+    from elmo_tf.ner.features import FeatureSourceError, open_feature_source
+    from elmo_tf.ner.training import add_features, load_data
+
+    paths = {"train": args.train, "dev": args.dev, "test": args.test}
+    try:
+        data = load_data(paths, args.tag_scheme, args.crf_scheme, args.max_sentences)
+    except NERDataError as e:
+        raise DataError(f"--{e.split}: {e}") from None
+    if args.no_elmo:
+        return data
+    try:
+        source, source_info = open_feature_source(
+            elmo=args.elmo, elmo_server=args.elmo_server, model_name=args.model_name
+        )
+    except FeatureSourceError as e:  # weights that do not load, a server that does not answer
+        raise DataError(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}") from None
+    return add_features(data, source, source_info, args.cache, progress=_progress_bar)

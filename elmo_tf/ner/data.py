@@ -1,0 +1,130 @@
+"""NER data: reading the train/dev/test files, the label map and word vocabulary (`Encoder`), tag schemes."""
+
+import collections
+import json
+
+from elmo_tf.io.atomic import write_json
+from elmo_tf.io.conll import ConllFormatError, read_conll
+from elmo_tf.ner.featurizer import NERFeaturizer, lowercase_words
+from elmo_tf.ner.tags import SCHEMES, convert
+
+SPLITS = ("train", "dev", "test")
+
+
+class NERDataError(ValueError):
+    """NER data that cannot be used; the message names the split's file (and line, for format errors)."""
+
+    def __init__(self, split, message):
+        super().__init__(message)
+        self.split = split
+
+
+def detect_scheme(path):
+    """The tag scheme of a CoNLL file: "iob1" when its first token line has 4 or more columns (CoNLL-2003),
+    else "iob2" (WNUT-17)."""
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ConllFormatError(f"cannot read {path!r}: {e.strerror}") from None
+    with f:
+        for line in f:
+            if line.strip() and not line.startswith("-DOCSTART-"):
+                return "iob1" if len(line.split()) >= 4 else "iob2"
+    return "iob2"
+
+
+class Encoder:
+    """Label map, word vocabulary (from training sentences) and scheme conversion for one tagger.
+
+    Args:
+        labels: the CRF's tag strings in `scheme` (ids are positions; "O" first).
+        scheme: the scheme the CRF works in.
+        words: the word vocabulary, lowercased by `elmo_tf.ner.featurizer.lowercase` (word ids 2, 3, ...).
+        source_scheme: the scheme of the data files (tags are converted from it and back to it).
+    """
+
+    def __init__(self, labels, scheme, words=None, source_scheme=None):
+        self.labels = list(labels)
+        self.scheme = scheme
+        self.source_scheme = source_scheme or scheme
+        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+        self.words = list(words or [])
+
+    @classmethod
+    def fit(cls, sentences, source_scheme, scheme="bioes", min_word_count=2):
+        """Labels seen in `sentences` (converted to `scheme`), and the lowercased words seen `min_word_count` times."""
+        tags = [convert(s.tags, source_scheme, scheme) for s in sentences]
+        labels = ["O"] + sorted({t for seq in tags for t in seq} - {"O"})
+        counts = collections.Counter(lowercase_words([w for s in sentences for w in s.tokens]))
+        words = sorted(w for w, n in counts.items() if n >= min_word_count)
+        return cls(labels, scheme, words, source_scheme)
+
+    def featurizer(self, use_words=True, use_chars=True):
+        """The `NERFeaturizer` of a tagger trained with this encoder."""
+        return NERFeaturizer(self.words if use_words else None, use_chars=use_chars)
+
+    def encode_tags(self, tags):
+        converted = convert(tags, self.source_scheme, self.scheme)
+        unknown = [t for t in converted if t not in self.label_ids]
+        if unknown:
+            raise ValueError(f"tag {unknown[0]!r} is not among the labels seen in training ({self.labels})")
+        return [self.label_ids[t] for t in converted]
+
+    def decode_tags(self, ids):
+        return convert([self.labels[i] for i in ids], self.scheme, self.source_scheme)
+
+    def to_json(self):
+        return {"labels": self.labels, "scheme": self.scheme, "source_scheme": self.source_scheme, "words": self.words}
+
+    @classmethod
+    def from_json(cls, data):
+        return cls(data["labels"], data["scheme"], data["words"], data["source_scheme"])
+
+    def save(self, path):
+        write_json(path, self.to_json(), indent=None)
+
+    @classmethod
+    def load(cls, path):
+        """Reads an encoder.json; raises ValueError naming the file when it is not one."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            return cls.from_json(data)
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not an encoder.json written by train_ner.py ({type(e).__name__}: {e})") from None
+
+
+def read_splits(paths, tag_scheme="auto", crf_scheme="bioes", max_sentences=0):
+    """Reads the NER files and fits the label map on train.
+
+    Args:
+        paths: `{split: path}` with "train" and "dev" (and optionally "test"); None paths are skipped.
+        tag_scheme: the files' scheme, or "auto" (`detect_scheme` of the train file).
+        crf_scheme: the scheme the CRF works in ("iob2" or "bioes").
+        max_sentences: use only the first N sentences of each file (0: all).
+    Returns:
+        (files' scheme, {split: list of `Sentence`}, `Encoder`).
+    Raises:
+        NERDataError: a file that cannot be read or parsed (naming file and line), or a dev/test label not seen in
+            train; `.split` names the split.
+    """
+    if tag_scheme != "auto" and tag_scheme not in SCHEMES:
+        raise ValueError(f"tag_scheme must be 'auto' or one of {SCHEMES}, got {tag_scheme!r}")
+    splits = {}
+    for name in SPLITS:
+        if paths.get(name):
+            try:
+                splits[name] = read_conll(paths[name])
+            except ConllFormatError as e:
+                raise NERDataError(name, str(e)) from None
+    scheme = detect_scheme(paths["train"]) if tag_scheme == "auto" else tag_scheme
+    if max_sentences:
+        splits = {k: v[:max_sentences] for k, v in splits.items()}
+    encoder = Encoder.fit(splits["train"], scheme, crf_scheme)
+    for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-training
+        for s in sentences:
+            try:
+                encoder.encode_tags(s.tags)
+            except ValueError as e:
+                raise NERDataError(name, f"{paths[name]}:{s.line}: {e}") from None
+    return scheme, splits, encoder

@@ -1,0 +1,130 @@
+"""The NER tagger with its frozen ELMo as one SavedModel: sentences -> tags and entity spans.
+
+Signature `tag` (also `serving_default`): input `sentences` tf.string `(batch,)`, tokenized in the graph like the
+ELMo export. Outputs:
+    `tokens` tf.string `(batch, T)` ("" padding), `sequence_len` int32 `(batch,)`,
+    `tags` tf.string `(batch, T)`: the CRF's tags (in the tagger's CRF scheme, BIOES by default; "" padding),
+    `num_spans` int32 `(batch,)`, `span_start` / `span_end` int32 `(batch, S)` (token offsets, end exclusive;
+    -1 padding), `span_type` tf.string `(batch, S)` ("" padding).
+Signature `featurize`: the same input; outputs `tokens`, `sequence_len` and the head's own inputs as
+`NERFeaturizer` computes them in training (`mask`, and as the tagger uses them `word_ids`, `char_ids`).
+The featurizer (vocabulary lookup, lowercasing, char ids) is the training code's own layer, tracked in the graph.
+Versioned like the ELMo export (`<base>/<version>/`, never overwritten).
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.export import publish_version
+from elmo_tf.preprocessing.chars import tokens_to_char_ids
+from elmo_tf.preprocessing.tokenizer import make_tokenizer
+from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, TOKENS
+
+TAG_SIGNATURE = "tag"
+FEATURIZE_SIGNATURE = "featurize"
+CHECK_SENTENCES = ("EU rejects German call to boycott British lamb .", "", "Peter Blackburn")
+
+
+def _label_parts(labels):
+    prefixes = [label.split("-", 1)[0] if label != "O" else "O" for label in labels]
+    kinds = [label.split("-", 1)[1] if label != "O" else "" for label in labels]
+    return prefixes, kinds
+
+
+def spans_from_tags(tag_ids, mask, labels):
+    """Entity spans of valid IOB2/BIOES tag ids, in the graph: (num, start, end, type), padded -1 / ""."""
+    prefixes, kinds = _label_parts(labels)
+    prefix = tf.gather(tf.constant(prefixes), tag_ids)
+    kind = tf.gather(tf.constant(kinds), tag_ids)
+    inside = mask & tf.not_equal(prefix, "O")
+    starts = mask & ((prefix == "B") | (prefix == "S"))
+    next_prefix = tf.concat([prefix[:, 1:], tf.fill([tf.shape(prefix)[0], 1], "O")], axis=1)
+    next_kind = tf.concat([kind[:, 1:], tf.fill([tf.shape(kind)[0], 1], "")], axis=1)
+    next_mask = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
+    continues = (
+        next_mask
+        & ((next_prefix == "I") | (next_prefix == "E"))
+        & (next_kind == kind)
+        & (prefix != "E")
+        & (prefix != "S")
+    )
+    ends = inside & ~continues
+    positions = tf.broadcast_to(tf.range(tf.shape(tag_ids)[1])[None], tf.shape(tag_ids))
+    start = tf.ragged.boolean_mask(positions, starts).to_tensor(-1)
+    end = tf.ragged.boolean_mask(positions + 1, ends).to_tensor(-1)
+    span_type = tf.ragged.boolean_mask(kind, starts).to_tensor("")
+    return tf.reduce_sum(tf.cast(starts, tf.int32), axis=1), start, end, span_type
+
+
+def build_tagger_archive(head, encoder, elmo=None, tokenizer="whitespace", max_tokens=None):
+    """`(archive, functions)`: a `keras.export.ExportArchive` with the `tag` and `featurize` endpoints (see the module
+    docstring) and the Python functions behind them by name (callable eagerly, for checks)."""
+    if head.num_elmo_layers and elmo is None:
+        raise ValueError("the tagger was trained with ELMo features: pass the ELMo model")
+    tokenize = make_tokenizer(tokenizer, max_tokens)
+    featurizer = encoder.featurizer(head.word_vocab_size > 0, bool(head.char_filters))
+    archive = keras.export.ExportArchive()
+    archive.track(head)
+    archive.track(featurizer)
+    if head.num_elmo_layers:
+        archive.track(elmo)
+    labels = list(encoder.labels)
+
+    def featurize(sentences):
+        tokens, lengths = tokenize(sentences)
+        return dict(featurizer((tokens, lengths)), **{TOKENS: tokens, SEQUENCE_LEN: lengths})
+
+    def tag(sentences):
+        inputs = featurize(sentences)
+        tokens, lengths, mask = inputs.pop(TOKENS), inputs.pop(SEQUENCE_LEN), inputs["mask"]
+        if head.num_elmo_layers:
+            char_ids = inputs.get("char_ids")
+            char_ids = tokens_to_char_ids(tokens) if char_ids is None else char_ids
+            inputs["activations"] = tf.stack(elmo(char_ids, training=False)["activations"], axis=1)
+        ids = head(inputs, training=False)
+        num, start, end, span_type = spans_from_tags(ids, mask, labels)
+        return {
+            TOKENS: tokens,
+            SEQUENCE_LEN: lengths,
+            "tags": tf.where(mask, tf.gather(labels, ids), ""),
+            "num_spans": num,
+            "span_start": start,
+            "span_end": end,
+            "span_type": span_type,
+        }
+
+    archive.add_endpoint(TAG_SIGNATURE, tag, input_signature=[SENTENCES_SPEC])
+    archive.add_endpoint(FEATURIZE_SIGNATURE, featurize, input_signature=[SENTENCES_SPEC])
+    return archive, {TAG_SIGNATURE: tag, FEATURIZE_SIGNATURE: featurize}
+
+
+def export_tagger(
+    head,
+    encoder,
+    base_dir,
+    elmo=None,
+    version=None,
+    tokenizer="whitespace",
+    max_tokens=None,
+    check_sentences=CHECK_SENTENCES,
+):
+    """Writes `<base_dir>/<version>/` and checks the reloaded signatures give what the Keras tagger gives (tags,
+    spans, features: exactly); returns the path.
+
+    Raises:
+        FileExistsError: the version exists. RuntimeError: the reloaded tagger differs; nothing is published.
+    """
+
+    def write(tmp):
+        archive, functions = build_tagger_archive(head, encoder, elmo, tokenizer, max_tokens)
+        archive.write_out(tmp, verbose=False)
+        loaded = tf.saved_model.load(tmp)
+        sentences = tf.constant(list(check_sentences))
+        for name, function in functions.items():
+            got, want = loaded.signatures[name](sentences=sentences), function(sentences)
+            for key in want:
+                if not np.array_equal(got[key].numpy(), want[key].numpy()):
+                    raise RuntimeError(f"the reloaded tagger's {name}/{key} differ from the Keras tagger's")
+
+    return publish_version(base_dir, version, write)
