@@ -21,7 +21,7 @@ def _open(path):
     except IsADirectoryError:
         raise TextFileError(f"{path}: is a directory, not a file") from None
     except OSError as e:
-        raise TextFileError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise TextFileError(f"{path}: {e.strerror or e}") from None
 
 
 def raw_lines(path):
