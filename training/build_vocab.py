@@ -5,7 +5,9 @@ examples:
   python training/build_vocab.py --train ../shared/data/ptb/ptb.train.txt --output ptb_vocab.txt --max-size 10003
 
 The corpus is streamed line by line (only the word counts are held in memory). Tokens are whitespace
-separated; invalid UTF-8 is replaced by U+FFFD when counting.
+separated; the files are UTF-8 (a byte order mark is skipped) and invalid UTF-8 is replaced by U+FFFD when
+counting, with a warning naming the first such line. A UTF-16 or binary file is an error (exit 1), as is a
+corpus without a word. The output is written whole or not at all (a temporary file renamed at the end).
 """
 
 import argparse
@@ -13,31 +15,57 @@ import logging
 import sys
 import time
 
+from elmo_tf.cli import (
+    ArgumentParser,
+    DataError,
+    UsageError,
+    bounded_number,
+    check_output_file,
+    positive_int,
+    run,
+)
+from elmo_tf.io.vocabulary import SPECIALS
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def build_parser():
+    parser = ArgumentParser(
+        prog="build_vocab.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--train", required=True, help="glob of training text files (quote it)")
     parser.add_argument("--output", required=True, help="vocabulary file to write")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--min-count", type=int, default=1, help="keep words seen at least N times (1)")
-    group.add_argument("--max-size", type=int, default=None, help="keep the N most frequent entries, specials included")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    group.add_argument(
+        "--min-count", type=positive_int("--min-count"), default=1, help="keep words seen at least N times (1)"
+    )
+    group.add_argument(
+        "--max-size",
+        type=bounded_number("--max-size", int, minimum=len(SPECIALS), minimum_inclusive=False),
+        default=None,
+        help=f"keep the N most frequent entries, the {len(SPECIALS)} specials included",
+    )
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     from tqdm import tqdm
 
-    from elmo_tf.io.vocabulary import build_vocabulary, count_words, expand_glob
+    from elmo_tf.io.vocabulary import CorpusError, build_vocabulary, count_words, expand_glob
 
     try:
         files = expand_glob(args.train)
-        if args.min_count < 1:
-            raise ValueError(f"--min-count must be >= 1, got {args.min_count}")
-        if args.max_size is not None and args.max_size <= 3:
-            raise ValueError(f"--max-size must be > 3 (the special tokens), got {args.max_size}")
     except ValueError as e:
-        parser.error(f"--train/--min-count/--max-size: {e}")
+        raise UsageError(f"--train: {e}") from None
+    check_output_file("--output", args.output, inputs=[("--train", path) for path in files])
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
-    with tqdm(unit="lines", file=sys.stderr, desc="counting") as bar:
-        counts = count_words(files, progress=bar.update)
+    try:
+        with tqdm(unit="lines", file=sys.stderr, desc="counting", delay=1.0) as bar:  # quiet when quick
+            counts = count_words(files, progress=bar.update)
+    except CorpusError as e:
+        raise DataError(f"--train: {e}") from None
+    if not counts:
+        raise DataError(f"--train: no words in the {len(files)} file(s) matching {args.train!r}")
     vocab = build_vocabulary(counts, min_count=args.min_count, max_size=args.max_size)
     vocab.save(args.output)
     total = sum(counts.values())
@@ -56,4 +84,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -6,7 +6,8 @@ examples:
 
 --model is a training/pretrain.py output dir (options.json, weights.hdf5, softmax.hdf5, vocab.txt).
 Targets: every word plus </S> (forward) / <S> (backward); lines longer than --max-tokens are cut into
-pieces, as in training.
+pieces, as in training. --test is text, one sentence per line (bytes kept as they are; an empty, blank, UTF-16 or
+binary file is an error). The JSON goes to stdout and, with --output, to a file written whole or not at all.
 """
 
 import argparse
@@ -15,30 +16,59 @@ import logging
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before elmo_tf, which imports TensorFlow
+
+from elmo_tf.cli import (  # noqa: E402
+    ArgumentParser,
+    DataError,
+    UsageError,
+    check_output_file,
+    check_text_file,
+    existing_dir,
+    existing_file,
+    positive_int,
+    run,
+)
+
+MODEL_FILES = ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt")
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog="evaluate_lm.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, type=existing_dir("--model"), help="pretraining output dir")
+    parser.add_argument("--test", required=True, type=existing_file("--test"), help="text file")
+    parser.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="sentences per batch (64)")
+    parser.add_argument(
+        "--max-tokens", type=positive_int("--max-tokens"), default=50, help="cut longer lines into pieces (50)"
+    )
+    parser.add_argument("--output", default=None, help="also write the JSON here")
+    return parser
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="pretraining output dir")
-    parser.add_argument("--test", required=True, help="text file")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=50)
-    parser.add_argument("--output", default=None, help="also write the JSON here")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    model_files = {name: os.path.join(args.model, name) for name in MODEL_FILES}
+    for name, path in model_files.items():
+        if not os.path.isfile(path):
+            raise UsageError(f"--model: {args.model!r} has no {name} (expected a training/pretrain.py output dir)")
+    if args.output:
+        inputs = [("--test", args.test)] + [("--model", path) for path in model_files.values()]
+        check_output_file("--output", args.output, inputs=inputs)
+    check_text_file("--test", args.test, require_tokens=True)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
-    if not os.path.isfile(args.test):
-        parser.error(f"--test: no such file: {args.test!r}")
-    if args.batch_size < 1:
-        parser.error(f"--batch-size: must be >= 1, got {args.batch_size}")
     from tqdm import tqdm
 
+    from elmo_tf.io.atomic import write_text
+    from elmo_tf.io.bilm_hdf5 import open_hdf5
     from elmo_tf.pretrain import evaluate_perplexity, load_model_dir
 
     try:
+        open_hdf5(model_files["softmax.hdf5"], what="softmax file").close()  # load_model_dir does not check this
         model, vocab = load_model_dir(args.model)
-    except ValueError as e:
-        parser.error(f"--model: {e}")
+    except ValueError as e:  # ConfigError, WeightFileError, VocabularyError, a softmax that does not fit
+        raise DataError(f"--model: {e}") from None
     with tqdm(unit="sent", file=sys.stderr, desc="evaluate") as bar:
         result = evaluate_perplexity(
             model, vocab, [args.test], batch_size=args.batch_size, max_tokens=args.max_tokens, progress=bar.update
@@ -47,10 +77,9 @@ def main(argv=None):
     text = json.dumps(result, indent=2)
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
+        write_text(args.output, text + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -6,10 +6,24 @@ frequency, so the order of the file matters.
 
 import collections
 import glob
+import logging
 import os
+
+from elmo_tf.io.atomic import write_text
+from elmo_tf.io.text import TextFileError, decode_line, iter_lines, raw_lines
+
+logger = logging.getLogger(__name__)
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)
+
+
+class VocabularyError(ValueError):
+    """A vocabulary file that cannot be used; the message names the file and, where it applies, the line."""
+
+
+class CorpusError(ValueError):
+    """A corpus file that is not text (UTF-16, binary, a directory); the message names the file and line."""
 
 
 class Vocabulary:
@@ -39,42 +53,70 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path):
-        """Reads one word per line (UTF-8); `<S>`, `</S>`, `<UNK>` are moved to the front if elsewhere."""
+        """Reads one word per line (UTF-8); `<S>`, `</S>`, `<UNK>` are moved to the front if elsewhere.
+
+        Raises:
+            VocabularyError: a missing file or a directory, invalid UTF-8, a UTF-16 or binary file, an empty
+                file, a word listed twice (the message names the file and the lines).
+        """
+        words, lines = [], {}
         try:
-            with open(path, encoding="utf-8") as f:
-                words = [line.rstrip("\r\n") for line in f]
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"cannot read vocabulary {path!r}: {e}") from None
-        words = [w for w in words if w]
+            for number, word in iter_lines(path):
+                if not word:
+                    continue
+                if word in lines:
+                    raise VocabularyError(f"{path}:{number}: duplicate word {word!r} (first on line {lines[word]})")
+                lines[word] = number
+                words.append(word)
+        except TextFileError as e:
+            raise VocabularyError(f"cannot read vocabulary {e}") from None
         if not words:
-            raise ValueError(f"vocabulary {path!r} is empty")
+            raise VocabularyError(f"{path}: the vocabulary is empty (expected one word per line)")
         rest = [w for w in words if w not in SPECIALS]
         return cls(list(SPECIALS) + rest)
 
     def save(self, path):
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("\n".join(self.words) + "\n")
-        os.replace(tmp, path)
+        """Writes one word per line (UTF-8), atomically: `path` holds the old file or the whole new one."""
+        write_text(path, "\n".join(self.words) + "\n")
 
 
 def expand_glob(pattern):
     """Files matching a glob (sorted); raises ValueError naming the pattern when none match."""
     files = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
     if not files:
+        if os.path.isdir(pattern):
+            raise ValueError(
+                f"{pattern!r} is a directory: give a glob of its files, e.g. {os.path.join(pattern, '*.txt')!r}"
+            )
         raise ValueError(f"no files match {pattern!r}")
     return files
 
 
 def count_words(paths, progress=None):
-    """Streams the files line by line and counts whitespace tokens (invalid UTF-8 is replaced, not fatal)."""
+    """Streams the files line by line and counts whitespace tokens.
+
+    Invalid UTF-8 is replaced by U+FFFD, not fatal (a warning names the first such line of each file); a UTF-8
+    byte order mark is skipped. Raises `CorpusError` naming the file and line for a file that is not text
+    (UTF-16/UTF-32, NUL bytes), a missing file or a directory.
+    """
     counts = collections.Counter()
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                counts.update(line.split())
+        invalid, first_invalid = 0, None
+        try:
+            for number, offset, line in raw_lines(path):
+                try:
+                    text = decode_line(path, number, offset, line)
+                except TextFileError as e:
+                    invalid += 1
+                    first_invalid = first_invalid or str(e)
+                    text = line.decode("utf-8", "replace")
+                counts.update(text.split())
                 if progress:
                     progress(1)
+        except TextFileError as e:
+            raise CorpusError(str(e)) from None
+        if invalid:
+            logger.warning("invalid UTF-8 on %d line(s), replaced by U+FFFD; the first: %s", invalid, first_invalid)
     return counts
 
 
