@@ -145,6 +145,8 @@ def check_output_file(flag, path, inputs=()):
     not a directory, and it is not (a link to) one of `inputs` (`(flag, path)` pairs). Checked before any work."""
     if os.path.isdir(path):
         raise UsageError(f"{flag}: is a directory: {path!r}")
+    if isinstance(path, str) and path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        raise UsageError(f"{flag}: {path!r} ends with a separator, as a directory would; give a file name")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"{flag}: the directory {parent!r} does not exist")

@@ -1,0 +1,47 @@
+"""elmo_tf/cli.py: the output and text-input checks the command lines share (in process; the commands
+themselves are run in tests/test_cli_errors.py and tests/training/test_*_errors.py)."""
+
+import os
+
+import pytest
+
+from elmo_tf.cli import DataError, UsageError, check_output_file, check_text_file
+
+
+def usage_error(*args, **kwargs):
+    with pytest.raises(UsageError) as info:
+        check_output_file(*args, **kwargs)
+    return str(info.value)
+
+
+def test_output_file_checks(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("x\n")
+    check_output_file("--output", str(tmp_path / "new.txt"), inputs=[("--input", str(source))])
+    assert usage_error("--output", str(tmp_path) + os.sep) == f"--output: is a directory: '{tmp_path}{os.sep}'"
+    message = usage_error("--output", str(tmp_path / "nope") + os.sep)
+    assert (
+        message
+        == f"--output: '{tmp_path / 'nope'}{os.sep}' ends with a separator, as a directory would; give a file name"
+    )
+    assert "does not exist" in usage_error("--output", str(tmp_path / "nope" / "x.txt"))
+    hard = tmp_path / "hard.txt"
+    os.link(source, hard)
+    assert "same file as --input" in usage_error("--output", str(hard), inputs=[("--input", str(source))])
+    check_output_file("--output", tmp_path / "path-object.txt")  # a Path is accepted too
+
+
+def test_text_file_checks(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a b\n\ncaf\xe9\nlast")
+    assert check_text_file("--input", path) == 4  # invalid UTF-8 is allowed: the readers keep bytes
+    path.write_bytes(b" \n\t\n")
+    assert check_text_file("--input", path) == 2
+    with pytest.raises(DataError, match=r"^--input: .*in\.txt: no tokens \(all 2 lines are blank\)$"):
+        check_text_file("--input", path, require_tokens=True)
+    path.write_bytes(b"")
+    with pytest.raises(DataError, match=r"^--input: .*in\.txt: the file is empty$"):
+        check_text_file("--input", path)
+    path.write_bytes("a\n".encode("utf-16"))
+    with pytest.raises(DataError, match=r"^--input: .*in\.txt:1: starts with a UTF-16/UTF-32 byte order mark"):
+        check_text_file("--input", path)
