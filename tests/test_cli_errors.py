@@ -186,3 +186,20 @@ def test_latin1_input_is_embedded_byte_for_byte(files, tmp_path):
     with h5py.File(out, "r") as f:
         assert f["0"].shape == (3, 16) and f["1"].shape == (1, 16)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latin1.txt", "out.hdf5"]
+
+
+# ---------------------------------------------------------------- more careless users
+
+
+def test_options_and_weights_swapped(files, tmp_path):
+    model = files / "model"
+    result = embed(files, options=model / "weights.hdf5", weights=model / "options.json", output=tmp_path / "o.hdf5")
+    assert_one_error(
+        result, 1, PROG, f"--options: {model / 'weights.hdf5'}:1: invalid UTF-8 (byte 0x89 at byte offset 0)"
+    )
+
+
+def test_output_named_like_a_directory(files, tmp_path):
+    out = f"{tmp_path / 'results'}{os.sep}"
+    assert_one_error(embed(files, output=out), 2, PROG, "--output", "ends with a separator")
+    assert list(tmp_path.iterdir()) == []

@@ -115,3 +115,15 @@ def test_stale_temporaries_of_a_killed_run_are_removed(corpus, tmp_path):
     assert not stale.exists() and live.exists()
     assert out.read_text().splitlines()[:4] == ["<S>", "</S>", "<UNK>", "cat"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["corpus", "vocab.txt", live.name])
+
+
+def test_an_unquoted_glob_expanded_by_the_shell(corpus, tmp_path):
+    result = build_vocab("--train", corpus / "a.txt", corpus / "b.txt", "--output", tmp_path / "vocab.txt")
+    assert_one_error(result, 2, PROG, "unrecognized arguments", "b.txt")
+    assert not (tmp_path / "vocab.txt").exists()
+
+
+def test_output_named_like_a_directory(corpus, tmp_path):
+    result = build_vocab("--train", corpus / "*.txt", "--output", f"{tmp_path / 'vocabs'}{os.sep}")
+    assert_one_error(result, 2, PROG, "--output", "ends with a separator")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
