@@ -124,7 +124,9 @@ def test_a_weight_of_the_wrong_shape(model, test_file):
 def test_a_vocabulary_in_utf16_or_with_a_duplicate(model, test_file):
     vocab = model / "vocab.txt"
     vocab.write_bytes("\n".join(WORDS).encode("utf-16"))
-    assert_one_error(evaluate(model, test_file), 1, PROG, f"--model: cannot read vocabulary {vocab}:1: starts with a UTF-16")
+    assert_one_error(
+        evaluate(model, test_file), 1, PROG, f"--model: cannot read vocabulary {vocab}:1: starts with a UTF-16"
+    )
     vocab.write_text("\n".join(WORDS + ["cat"]) + "\n")
     assert_one_error(evaluate(model, test_file), 1, f"{vocab}:7: duplicate word 'cat' (first on line 5)")
 
