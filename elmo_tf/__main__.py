@@ -20,6 +20,7 @@ from elmo_tf.cli import (
     existing_file,
     positive_int,
     run,
+    setup_logging,
 )
 
 PROG = "python -m elmo_tf"
@@ -97,7 +98,7 @@ def main(argv=None):
     inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
     check_output_file("--output", args.output, inputs=inputs)
     total = check_text_file("--input", args.input)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging()
     log = logging.getLogger("elmo_tf")
     import tensorflow as tf
     from tqdm import tqdm

@@ -185,3 +185,20 @@ def check_text_file(flag, path, require_tokens=False):
     if require_tokens and not with_tokens:
         raise DataError(f"{flag}: {path}: no tokens (all {lines} lines are blank)")
     return lines
+
+
+def setup_logging(verbose=False, quiet=False, fmt="%(levelname)s %(message)s"):
+    """Logging of a CLI to stderr: INFO (DEBUG with `verbose`, WARNING with `quiet`), each line once.
+
+    TensorFlow's own logger ("tensorflow") gets a handler of its own when TF is imported before logging is set up,
+    and also passes its records to the root logger: every TF line ("Assets written to: ...") would print twice. It is
+    made to stop at its own handler, and at WARNING unless `verbose` (its INFO lines are noise in a CLI).
+    """
+    import logging
+
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    if tf_logger.handlers:
+        tf_logger.propagate = False

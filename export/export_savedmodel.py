@@ -11,7 +11,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse  # noqa: E402
 import logging  # noqa: E402
 
-from elmo_tf.cli import ArgumentParser, DataError, UsageError, check_output_dir, positive_int, run  # noqa: E402
+from elmo_tf.cli import (  # noqa: E402
+    ArgumentParser,
+    DataError,
+    UsageError,
+    check_output_dir,
+    positive_int,
+    run,
+    setup_logging,
+)
 from elmo_tf.preprocessing.tokenizer import TOKENIZERS  # noqa: E402
 
 logger = logging.getLogger("export_savedmodel")
@@ -111,10 +119,7 @@ def check_args(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(verbose=args.verbose, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from elmo_tf.export import ExportError, export_elmo
     from elmo_tf.io.bilm_hdf5 import load_elmo
 

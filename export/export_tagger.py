@@ -17,7 +17,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse  # noqa: E402
 import logging  # noqa: E402
 
-from elmo_tf.cli import ArgumentParser, DataError, UsageError, check_output_dir, existing_dir, positive_int, run  # noqa: E402
+from elmo_tf.cli import (  # noqa: E402
+    ArgumentParser,
+    DataError,
+    UsageError,
+    check_output_dir,
+    existing_dir,
+    positive_int,
+    run,
+    setup_logging,
+)
 from elmo_tf.preprocessing.tokenizer import TOKENIZERS  # noqa: E402
 
 logger = logging.getLogger("export_tagger")
@@ -84,7 +93,7 @@ def main(argv=None):
     check_output_dir("--output", args.output)
     if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
         raise UsageError(f"--version: version {args.version} already exists in {args.output!r}")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging()
     from elmo_tf.ner.export import TAG_SIGNATURE, export_tagger
     from elmo_tf.ner.tagging import load_tagger
 

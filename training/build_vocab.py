@@ -23,6 +23,7 @@ from elmo_tf.cli import (
     check_output_file,
     positive_int,
     run,
+    setup_logging,
 )
 from elmo_tf.io.vocabulary import SPECIALS
 
@@ -57,7 +58,7 @@ def main(argv=None):
     except ValueError as e:
         raise UsageError(f"--train: {e}") from None
     check_output_file("--output", args.output, inputs=[("--train", path) for path in files])
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging()
     start = time.perf_counter()
     try:
         with tqdm(unit="lines", file=sys.stderr, desc="counting", delay=1.0) as bar:  # quiet when quick

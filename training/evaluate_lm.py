@@ -12,7 +12,6 @@ binary file is an error). The JSON goes to stdout and, with --output, to a file 
 
 import argparse
 import json
-import logging
 import os
 import sys
 
@@ -28,6 +27,7 @@ from elmo_tf.cli import (  # noqa: E402
     existing_file,
     positive_int,
     run,
+    setup_logging,
 )
 
 MODEL_FILES = ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt")
@@ -57,7 +57,7 @@ def main(argv=None):
         inputs = [("--test", args.test)] + [("--model", path) for path in model_files.values()]
         check_output_file("--output", args.output, inputs=inputs)
     check_text_file("--test", args.test, require_tokens=True)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging()
     from tqdm import tqdm
 
     from elmo_tf.io.atomic import write_text

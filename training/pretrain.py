@@ -69,7 +69,9 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    from elmo_tf.cli import setup_logging
+
+    setup_logging()
     import tensorflow as tf
 
     from elmo_tf.config import BiLMConfig, get_config

@@ -28,7 +28,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse  # noqa: E402
 import logging  # noqa: E402
 
-from elmo_tf.cli import ArgumentParser, DataError, UsageError, existing_dir, existing_file, positive_int, run  # noqa: E402
+from elmo_tf.cli import (  # noqa: E402
+    ArgumentParser,
+    DataError,
+    UsageError,
+    existing_dir,
+    existing_file,
+    positive_int,
+    run,
+    setup_logging,
+)
 
 CHUNK_SENTENCES = 1024  # sentences featurized and tagged at a time (output is written after each chunk)
 PROGRESS_MIN_SENTENCES = 256  # a progress bar on stderr from this many sentences on
@@ -114,9 +123,7 @@ def main(argv=None):
     for name in ("model.keras", "encoder.json"):
         if not os.path.isfile(os.path.join(args.model, name)):
             raise UsageError(f"--model: no {name} in {args.model!r} (expected a train_ner.py output directory)")
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr
-    )
+    setup_logging(quiet=args.quiet)
     from tqdm import tqdm
 
     from elmo_tf.ner.tagging import TextError, format_conll, format_json, load_tagger, read_lines, tag_sentences

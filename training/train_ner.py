@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse  # noqa: E402
 import logging  # noqa: E402
 
-from elmo_tf.cli import ArgumentParser, run  # noqa: E402
+from elmo_tf.cli import ArgumentParser, run, setup_logging  # noqa: E402
 from elmo_tf.ner import cli as ner_cli  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     ner_cli.check_data_flags(args)
     config = ner_cli.config_from_args(args)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging()
     log = logging.getLogger("train_ner")
     import keras
 

@@ -31,7 +31,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse  # noqa: E402
 import logging  # noqa: E402
 
-from elmo_tf.cli import ArgumentParser, DataError, UsageError, bounded_number, check_output_dir, positive_int, run  # noqa: E402
+from elmo_tf.cli import (  # noqa: E402
+    ArgumentParser,
+    DataError,
+    UsageError,
+    bounded_number,
+    check_output_dir,
+    positive_int,
+    run,
+    setup_logging,
+)
 from elmo_tf.ner import cli as ner_cli  # noqa: E402
 
 # flags that define a search: a resumed project must have been started with the same values
@@ -107,7 +116,7 @@ def main(argv=None):
     ner_cli.check_data_flags(args)
     check_output_dir("--directory", args.directory)
     config = ner_cli.config_from_args(args)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    setup_logging()
     from elmo_tf.ner.training import train_tagger
     from elmo_tf.ner.tuning import ResumeError, check_resume, search
 

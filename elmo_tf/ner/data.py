@@ -65,9 +65,13 @@ class Encoder:
 
     def encode_tags(self, tags):
         converted = convert(tags, self.source_scheme, self.scheme)
-        unknown = [t for t in converted if t not in self.label_ids]
-        if unknown:
-            raise ValueError(f"tag {unknown[0]!r} is not among the labels seen in training ({self.labels})")
+        for tag, label in zip(tags, converted):
+            if label not in self.label_ids:
+                types = sorted({x.split("-", 1)[1] for x in self.labels if x != "O"})
+                raise ValueError(
+                    f"tag {tag!r} ({self.scheme} {label!r}) never appears in the training data "
+                    f"(entity types there: {', '.join(types)})"
+                )
         return [self.label_ids[t] for t in converted]
 
     def decode_tags(self, ids):
