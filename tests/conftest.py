@@ -13,6 +13,7 @@ from pathlib import Path  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from tiny_models import TINY  # noqa: E402
 
 from elmo_tf.config import BiLMConfig  # noqa: E402
 from elmo_tf.models import ELMo  # noqa: E402
@@ -21,20 +22,6 @@ from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids_numpy  # n
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 FIXTURES_DIR = DATA_DIR / "elmo_fixtures"
-
-# Small enough that the whole suite runs in well under 2 minutes on 2 CPU cores; filter total 12 differs
-# from the projection 8, so the CNN projection is exercised.
-TINY = dict(
-    char_embedding_dim=4,
-    filters=((1, 4), (2, 8)),
-    num_highway=1,
-    lstm_dim=16,
-    projection_dim=8,
-    num_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    use_skip_connections=True,
-)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_testlib import assert_one_error, run_command
-from conftest import TINY
+from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io import save_elmo

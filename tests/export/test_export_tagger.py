@@ -155,5 +155,7 @@ def test_cli_errors_are_one_line(trained, tmp_path, run_script):
     code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "empty", "--output", tmp_path / "out"])
     assert code == 2 and "--ner: no model.keras" in err and err.count("\n") == 1, err
     (tmp_path / "file").write_text("x")
+    for name in ("model.keras", "encoder.json"):  # present (the output is checked before they are read)
+        (tmp_path / "empty" / name).write_text("")
     code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "empty", "--output", tmp_path / "file"])
     assert code == 2 and "--output: exists and is not a directory" in err, err

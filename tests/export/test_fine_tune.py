@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY
+from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.export import export_elmo
