@@ -2,7 +2,7 @@
 
 from elmo_tf.config import BiLMConfig, get_config
 from elmo_tf.io import load_bilm_weights, load_elmo, save_bilm_weights, save_elmo
-from elmo_tf.layers import BiLM, CharCNN, Highway, ProjectedLSTM, ScalarMix, TokensToCharIds
+from elmo_tf.layers import BiLM, CharCNN, ELMoSavedModel, Highway, ProjectedLSTM, ScalarMix, TokensToCharIds
 from elmo_tf.models import ELMo
 from elmo_tf.preprocessing import add_sentence_boundaries, tokens_to_char_ids, whitespace_tokenize
 
@@ -12,6 +12,7 @@ __all__ = [
     "BiLMConfig",
     "CharCNN",
     "ELMo",
+    "ELMoSavedModel",
     "Highway",
     "ProjectedLSTM",
     "ScalarMix",

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids
+from elmo_tf.preprocessing.tokenizer import split_tokens
 
 LAYER_CHOICES = ("all", "top", "average")
 
@@ -101,7 +102,7 @@ def read_sentences(path):
     if lines and lines[-1] == b"":
         lines.pop()
     lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
-    return [line.split() for line in lines], lines
+    return [split_tokens(line) for line in lines], lines
 
 
 def embed_file(

@@ -34,6 +34,7 @@ from elmo_tf.cli import (  # noqa: E402
     UsageError,
     existing_dir,
     existing_file,
+    one_line,
     positive_int,
     run,
     setup_logging,
@@ -167,9 +168,7 @@ def main(argv=None):
             try:
                 tags = tag_sentences(model, encoder, chunk, source, args.batch_size)
             except Exception as e:  # a server that went away mid-way, etc.
-                raise DataError(
-                    f"tagging sentences {start + 1}-{start + len(chunk)} failed: {' '.join(str(e).split())}"
-                ) from None
+                raise DataError(f"tagging sentences {start + 1}-{start + len(chunk)} failed: {one_line(e)}") from None
             for tokens, sentence_tags in zip(chunk, tags):
                 out.write(
                     format_conll(tokens, sentence_tags)

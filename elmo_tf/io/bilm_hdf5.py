@@ -16,6 +16,7 @@ import os
 import h5py
 import numpy as np
 
+from elmo_tf.cli import one_line
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.atomic import atomic_path
 from elmo_tf.layers.bilm import DIRECTIONS
@@ -29,10 +30,6 @@ class WeightFileError(ValueError):
     file and the dataset."""
 
 
-def _one_line(error):
-    return " ".join(str(error).split())
-
-
 def open_hdf5(path, what="weight file"):
     """`h5py.File(path, "r")`, or `WeightFileError` naming the file when it is missing, a directory, truncated
     or not HDF5 at all."""
@@ -43,7 +40,7 @@ def open_hdf5(path, what="weight file"):
     try:
         return h5py.File(path, "r")
     except _H5_ERRORS as e:
-        raise WeightFileError(f"{path}: cannot read the {what} (truncated, or not HDF5): {_one_line(e)}") from None
+        raise WeightFileError(f"{path}: cannot read the {what} (truncated, or not HDF5): {one_line(e)}") from None
 
 
 def read_dataset(f, name, expected_shapes, path):
@@ -54,7 +51,7 @@ def read_dataset(f, name, expected_shapes, path):
         obj = f.get(name)
         dtype, shape = (obj.dtype, obj.shape) if isinstance(obj, h5py.Dataset) else (None, None)
     except _H5_ERRORS as e:
-        raise WeightFileError(f"{path}: dataset {name!r} cannot be read (corrupt file?): {_one_line(e)}") from None
+        raise WeightFileError(f"{path}: dataset {name!r} cannot be read (corrupt file?): {one_line(e)}") from None
     if obj is None:
         raise WeightFileError(f"{path}: has no dataset {name!r} (expected shape {expected} from the options)")
     if not isinstance(obj, h5py.Dataset):
@@ -68,7 +65,7 @@ def read_dataset(f, name, expected_shapes, path):
         data = obj[...]
     except _H5_ERRORS as e:
         raise WeightFileError(
-            f"{path}: dataset {name!r} cannot be read (truncated or corrupt file?): {_one_line(e)}"
+            f"{path}: dataset {name!r} cannot be read (truncated or corrupt file?): {one_line(e)}"
         ) from None
     if not np.all(np.isfinite(data)):
         raise WeightFileError(f"{path}: dataset {name!r} holds NaN or inf values")

@@ -11,6 +11,7 @@ import os
 
 from elmo_tf.io.atomic import write_text
 from elmo_tf.io.text import TextFileError, decode_line, iter_lines, raw_lines
+from elmo_tf.preprocessing.tokenizer import split_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def count_words(paths, progress=None):
                     invalid += 1
                     first_invalid = first_invalid or str(e)
                     text = line.decode("utf-8", "replace")
-                counts.update(text.split())
+                counts.update(split_tokens(text))  # the tokens lm_dataset's tf.strings.split sees
                 if progress:
                     progress(1)
         except TextFileError as e:

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from elmo_tf.cli import one_line
 from elmo_tf.serving_contract import activations_from_outputs
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
             source = ServedFeatures(ElmoClient(elmo_server, model_name=model_name), batch_size=batch_size)
         except Exception as e:  # the client's ServingError carries the gRPC status
             raise FeatureSourceError(
-                f"cannot get features from {elmo_server!r} (model {model_name!r}): {' '.join(str(e).split())}"
+                f"cannot get features from {elmo_server!r} (model {model_name!r}): {one_line(e)}"
             ) from None
         return source, {"kind": "server", "address": elmo_server, "model_name": model_name}
     if elmo:

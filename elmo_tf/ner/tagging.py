@@ -7,6 +7,7 @@ the same rule as the exports' in-graph `whitespace` tokenizer).
 import json
 import os
 
+from elmo_tf.cli import one_line
 from elmo_tf.ner.data import Encoder
 from elmo_tf.ner.tags import spans
 from elmo_tf.preprocessing.tokenizer import split_tokens
@@ -54,9 +55,7 @@ def load_tagger(model_dir):
     try:
         model = keras.saving.load_model(os.path.join(model_dir, "model.keras"), compile=False)
     except Exception as e:  # a corrupt or foreign .keras file: say which, in one line
-        raise ValueError(
-            f"cannot load {os.path.join(model_dir, 'model.keras')!r}: {' '.join(str(e).split())}"
-        ) from None
+        raise ValueError(f"cannot load {os.path.join(model_dir, 'model.keras')!r}: {one_line(e)}") from None
     encoder = Encoder.load(os.path.join(model_dir, "encoder.json"))
     return model, encoder, model.get_build_config()["activation_dim"]
 
