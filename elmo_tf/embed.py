@@ -4,12 +4,12 @@ The library side of `python -m elmo_tf embed`; nothing here prints.
 """
 
 import json
-import os
 
 import h5py
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.io.atomic import atomic_path
 from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids
 from elmo_tf.preprocessing.tokenizer import split_tokens
 
@@ -138,27 +138,22 @@ def embed_file(
         max_batch_tokens = batch_size * 128
     embedder = Embedder(model, layers)
     lengths = [len(s) for s in sentences]
-    tmp = f"{output_path}.tmp-{os.getpid()}"
-    try:
-        with h5py.File(tmp, "w") as f:
-            empty = [i for i, n in enumerate(lengths) if n == 0]
-            for i in empty:
-                f.create_dataset(str(i), data=np.zeros(embedder.empty_shape, np.float32))
-            if progress and empty:
-                progress(len(empty))
-            for batch in plan_batches(lengths, batch_size, max_batch_tokens, sort):
-                for i, array in zip(batch, embedder.embed_batch([sentences[i] for i in batch])):
-                    f.create_dataset(str(i), data=array)
-                if progress:
-                    progress(len(batch))
-            index = {line.decode("utf-8", "replace"): str(i) for i, line in enumerate(lines)}
-            f.create_dataset(
-                "sentence_to_index", data=np.array([json.dumps(index)], dtype=object), dtype=h5py.string_dtype()
-            )
-        os.replace(tmp, output_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    # hidden temporary beside the output, renamed at the end; a killed run's temporary goes at the next run
+    with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as f:
+        empty = [i for i, n in enumerate(lengths) if n == 0]
+        for i in empty:
+            f.create_dataset(str(i), data=np.zeros(embedder.empty_shape, np.float32))
+        if progress and empty:
+            progress(len(empty))
+        for batch in plan_batches(lengths, batch_size, max_batch_tokens, sort):
+            for i, array in zip(batch, embedder.embed_batch([sentences[i] for i in batch])):
+                f.create_dataset(str(i), data=array)
+            if progress:
+                progress(len(batch))
+        index = {line.decode("utf-8", "replace"): str(i) for i, line in enumerate(lines)}
+        f.create_dataset(
+            "sentence_to_index", data=np.array([json.dumps(index)], dtype=object), dtype=h5py.string_dtype()
+        )
     return {"sentences": len(sentences), "tokens": sum(lengths), "empty": len(empty), "truncated": truncated}
 
 

@@ -264,3 +264,16 @@ def test_cli_batch_size_zero(saved_model, input_file, tmp_path):
     lines = error_lines(result.stderr)
     assert len(lines) == 1 and "--batch-size" in lines[0], result.stderr
     assert not out.exists()
+
+
+def test_a_killed_runs_temporary_is_removed_by_the_next_run(tiny_elmo, input_file, tmp_path):
+    """A run killed with SIGKILL leaves `.<output>.tmp-<pid>-<random>`; the next embed into that directory removes
+    it (its process is gone); a live process's temporary is left alone."""
+    output = tmp_path / "out.hdf5"
+    stale = tmp_path / ".out.hdf5.tmp-999999999-0123abcd"
+    live = tmp_path / f".out.hdf5.tmp-{os.getppid()}-0123abcd"
+    stale.write_bytes(b"half an hdf5 file")
+    live.write_bytes(b"another run, still going")
+    embed_file(tiny_elmo, input_file, output)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [live.name]
+    assert output.is_file()
