@@ -192,13 +192,15 @@ def setup_logging(verbose=False, quiet=False, fmt="%(levelname)s %(message)s"):
 
     TensorFlow's own logger ("tensorflow") gets a handler of its own when TF is imported before logging is set up,
     and also passes its records to the root logger: every TF line ("Assets written to: ...") would print twice. It is
-    made to stop at its own handler, and at WARNING unless `verbose` (its INFO lines are noise in a CLI).
+    made to stop at its own handler. It and absl's logger stay at WARNING unless `verbose` (their INFO lines are noise
+    in a CLI).
     """
     import logging
 
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    for name in ("tensorflow", "absl"):  # absl: TF's checkpoint code logs "Sharding callback duration" at INFO
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
     tf_logger = logging.getLogger("tensorflow")
-    tf_logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
     if tf_logger.handlers:
         tf_logger.propagate = False
