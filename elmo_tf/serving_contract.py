@@ -93,11 +93,7 @@ def activations_from_outputs(outputs):
 def elmo_outputs(model, char_ids):
     """The signature outputs (dict keyed by `output_keys`) of an `elmo_tf.ELMo` on char ids `(batch, T, 50)`."""
     out = model(char_ids, training=False)  # an empty batch works as is: the char CNN handles zero tokens
-    result = {WORD_EMB: out[WORD_EMB]}
-    for layer in range(1, model.config.num_layers + 1):
-        result[lstm_output_key(layer)] = out[lstm_output_key(layer)]
-    result.update({ELMO: out[model.mixes[0]], DEFAULT: out[DEFAULT], SEQUENCE_LEN: out[SEQUENCE_LEN], MASK: out[MASK]})
-    return result
+    return {key: out[model.mixes[0] if key == ELMO else key] for key in output_keys(model.config.num_layers)}
 
 
 def tokens_char_ids(tokens, sequence_len, max_tokens=None):
