@@ -49,8 +49,7 @@ import numpy as np
 from google.protobuf import json_format
 from tensorflow_serving.apis import get_model_metadata_pb2
 
-from serving.server import SIGNATURE_DEF_FIELD
-from serving.status import ServingError, invalid_argument, not_found
+from serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found
 
 logger = logging.getLogger("serving.rest")
 

@@ -58,12 +58,11 @@ from tensorflow_serving.apis import (
 
 from serving.batching import BatchingOptions, BatchScheduler, BatchStats
 from serving.servable import Limits, MiB, check_response_size, load_servable
-from serving.status import ServingError, invalid_argument, not_found, status_code
+from serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, status_code
 
 logger = logging.getLogger("serving.server")
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * MiB
-SIGNATURE_DEF_FIELD = "signature_def"
 State = get_model_status_pb2.ModelVersionStatus.State
 
 

@@ -8,6 +8,8 @@ DEADLINE_EXCEEDED 504, INTERNAL/UNKNOWN 500.
 
 import grpc
 
+SIGNATURE_DEF_FIELD = "signature_def"  # GetModelMetadata's metadata key holding the SignatureDefMap
+
 HTTP_STATUS = {
     grpc.StatusCode.OK: 200,
     grpc.StatusCode.CANCELLED: 499,
