@@ -12,7 +12,7 @@ import pytest
 from serving_testlib import assert_parity, ex, make_model, reference_sentences, start_server
 
 from serving.client import ElmoClient
-from serving.server import State
+from serving.registry import State
 
 SENTENCES = ["The cat sat on the mat .", "Dogs bark", ""]
 
@@ -110,7 +110,13 @@ def test_old_version_kept_until_its_requests_end(fresh_base, model):
 
 
 def test_broken_version_is_reported_and_not_served(fresh_base, model):
-    server = start_server(fresh_base, rest_api_port=None, file_system_poll_wait_seconds=0.1, max_num_load_retries=1)
+    server = start_server(
+        fresh_base,
+        rest_api_port=None,
+        file_system_poll_wait_seconds=0.1,
+        max_num_load_retries=1,
+        load_retry_interval_micros=100_000,
+    )
     try:
         broken = os.path.join(fresh_base, "7")
         os.makedirs(broken)
