@@ -6,7 +6,8 @@ request, adds the requests queued behind it for the same signature while the mer
 `max_batch_size` rows (a single larger request runs alone, never split), optionally waits up to `batch_timeout`
 for more, and runs them in one call (`SignatureRunner.run_batch`, which pads, merges and splits the outputs back).
 With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
-which is when merging pays, and a lone request pays no delay.
+which is when merging pays, and a lone request pays no delay. A request whose deadline passes, or whose client
+goes away, while it is queued is dropped before it runs (DEADLINE_EXCEEDED, CANCELLED).
 
 `BatchStats` counts requests and model calls (`stats.snapshot()`; the REST server prints them at
 `/monitoring/prometheus/metrics`): `model_calls < requests` shows merging at work.
@@ -80,18 +81,24 @@ class BatchingOptions:
 
 
 class _Task:
-    __slots__ = ("request", "cancelled", "enqueued", "done", "result", "abandoned")
+    __slots__ = ("request", "cancelled", "enqueued", "deadline", "done", "result", "abandoned")
 
-    def __init__(self, request, cancelled):
+    def __init__(self, request, cancelled, timeout):
         self.request = request
         self.cancelled = cancelled
         self.enqueued = time.monotonic()
+        self.deadline = self.enqueued + timeout if timeout is not None else None
         self.done = threading.Event()
         self.result = None
         self.abandoned = False
 
     def skip(self):
-        return self.abandoned or (self.cancelled is not None and self.cancelled())
+        """Why the task must not run ("deadline", "cancelled"), or None."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "deadline"
+        if self.abandoned or (self.cancelled is not None and self.cancelled()):
+            return "cancelled"
+        return None
 
 
 class BatchScheduler:
@@ -122,15 +129,15 @@ class BatchScheduler:
         """Queues `request` (a `servable.Request`) and waits for its outputs (alias -> array, all outputs).
 
         Args:
-            timeout: seconds to wait (None: no limit); past it, DEADLINE_EXCEEDED and the request is dropped if it
-                has not started.
+            timeout: seconds to wait (None: no limit; the request's deadline); past it, DEADLINE_EXCEEDED and the
+                request is dropped if it has not started.
             cancelled: optional callable, True when the caller went away (the request is then skipped).
         Raises:
             ServingError: the request's own error, DEADLINE_EXCEEDED, or UNAVAILABLE after `stop()`.
         """
         if timeout is not None and timeout > 1e6:  # Event.wait overflows on "no deadline" values
             timeout = None
-        task = _Task(request, cancelled)
+        task = _Task(request, cancelled, timeout)
         with self._cond:
             if self._stopping:
                 raise ServingError(grpc.StatusCode.UNAVAILABLE, f"model {self.name} is unloading; retry")
@@ -157,16 +164,22 @@ class BatchScheduler:
     # ------------------------------------------------------------------------------------------------ workers
 
     @staticmethod
-    def _drop(task):
-        task.result = ServingError(grpc.StatusCode.CANCELLED, "request cancelled or past its deadline")
+    def _drop(task, why):
+        if why == "deadline":
+            task.result = ServingError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "the request's deadline passed while it waited for the model"
+            )
+        else:
+            task.result = ServingError(grpc.StatusCode.CANCELLED, "the request was cancelled")
         task.done.set()
 
     def _pop_live(self, queue):
         while queue:
             task = queue.popleft()
-            if not task.skip():
+            why = task.skip()
+            if why is None:
                 return task
-            self._drop(task)
+            self._drop(task, why)
         return None
 
     def _take(self):
@@ -191,8 +204,9 @@ class BatchScheduler:
             nonlocal rows
             while queue:
                 head = queue[0]
-                if head.skip():
-                    self._drop(queue.popleft())
+                why = head.skip()
+                if why is not None:
+                    self._drop(queue.popleft(), why)
                     continue
                 if rows + head.request.batch > self.options.max_batch_size:
                     break
