@@ -5,9 +5,12 @@ embedded one (`serving.server`).
 
 With `tensorflow_model_server` on PATH (and no --embedded), this script replaces itself with it (exec), passing
 the TF Serving flags it was given as `--flag=value` plus any flags it does not know verbatim (e.g.
---monitoring_config_file); the embedded server's own flags (--host, --max_*, --num_batch_threads, ...) are
-dropped with a warning. Note the stock server listens on all interfaces and its batching is off unless
---enable_batching is given.
+--monitoring_config_file); the embedded server's own flags (--max_*, --num_batch_threads, ...) are dropped with a
+warning. The stock server has no flag for the address it binds: it listens on all interfaces (gRPC on
+0.0.0.0:--port, REST on [::]:--rest_api_port; `--grpc_socket_path` adds a UNIX socket). So the hand-over needs
+`--host 0.0.0.0` (or `::`), saying so; with the default --host 127.0.0.1, or any other address, serve.py refuses
+(exit status 2) rather than listen on all interfaces: give --embedded to serve on that address. Its batching is
+off unless --enable_batching is given.
 
 Otherwise the embedded server runs (see serving/server.py for the API, versions and errors): it binds
 127.0.0.1 unless --host says otherwise, batches concurrent requests unless --enable_batching=false, polls
@@ -44,6 +47,7 @@ TF_SERVING_FLAGS = (
     "batching_parameters_file",
     "file_system_poll_wait_seconds",
     "max_num_load_retries",
+    "load_retry_interval_micros",
     "tensorflow_intra_op_parallelism",
     "tensorflow_inter_op_parallelism",
     "grpc_max_threads",
@@ -58,6 +62,7 @@ EMBEDDED_FLAGS = (
     "max_request_sentences",
     "max_tokens_per_sentence",
     "max_message_bytes",
+    "max_requests_in_flight",
     "embedded",
     "verbose",
 )
@@ -80,8 +85,10 @@ EXAMPLES = """examples:
 request limits of the embedded server (RESOURCE_EXHAUSTED above them, before the model runs):
   --max_request_sentences rows per request; --max_tokens_per_sentence the width of a `tokens` input and the
   whitespace-separated tokens of each sentence of a `sentences` input (0: no limit); --max_message_bytes the gRPC
-  message size both ways, the REST body, and the estimated response.
+  message size both ways, the REST body, and the estimated response; --max_requests_in_flight Predict requests
+  running or queued at once, gRPC and REST together.
 """
+ALL_INTERFACES = ("0.0.0.0", "::", "[::]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -159,6 +166,9 @@ def build_parser():
         help="seconds between polls of the base path for new versions (1)",
     )
     tf_serving.add_argument("--max_num_load_retries", type=_int_at_least(0), help="retries of a failed load (5)")
+    tf_serving.add_argument(
+        "--load_retry_interval_micros", type=_int_at_least(0), help="time between those retries (60000000: 1 min)"
+    )
     tf_serving.add_argument("--tensorflow_intra_op_parallelism", type=_int_at_least(0), help="TF threads (0: auto)")
     tf_serving.add_argument("--tensorflow_inter_op_parallelism", type=_int_at_least(0), help="TF threads (0: auto)")
     tf_serving.add_argument("--grpc_max_threads", type=_int_at_least(1), help="gRPC handler threads (64)")
@@ -173,7 +183,10 @@ def build_parser():
     embedded.add_argument(
         "--embedded", action="store_true", help="run the embedded server even if tensorflow_model_server is on PATH"
     )
-    embedded.add_argument("--host", help="interface to bind (127.0.0.1; 0.0.0.0 for all)")
+    embedded.add_argument(
+        "--host",
+        help="interface to bind (127.0.0.1; 0.0.0.0 for all, which the stock server always uses: see above)",
+    )
     embedded.add_argument("--max_batch_size", type=_int_at_least(1), help="rows of a merged model call (32)")
     embedded.add_argument(
         "--batch_timeout_micros",
@@ -186,6 +199,9 @@ def build_parser():
         "--max_tokens_per_sentence", type=_int_at_least(0), help="tokens per sentence (1000; 0: no limit)"
     )
     embedded.add_argument("--max_message_bytes", type=_int_at_least(1), help=f"gRPC message size ({256 * MiB})")
+    embedded.add_argument(
+        "--max_requests_in_flight", type=_int_at_least(1), help="Predict requests at once, gRPC and REST (64)"
+    )
     embedded.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -202,6 +218,7 @@ DEFAULTS = dict(
     batching_parameters_file=None,
     file_system_poll_wait_seconds=1.0,
     max_num_load_retries=5,
+    load_retry_interval_micros=60 * 1000 * 1000,
     tensorflow_intra_op_parallelism=0,
     tensorflow_inter_op_parallelism=0,
     grpc_max_threads=64,
@@ -214,6 +231,7 @@ DEFAULTS = dict(
     max_request_sentences=256,
     max_tokens_per_sentence=1000,
     max_message_bytes=256 * MiB,
+    max_requests_in_flight=64,
     verbose=False,
 )
 
@@ -324,6 +342,8 @@ def run_embedded(args, parser):
             max_message_bytes=args.max_message_bytes,
             file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
             max_num_load_retries=args.max_num_load_retries,
+            load_retry_interval_micros=args.load_retry_interval_micros,
+            max_requests_in_flight=args.max_requests_in_flight,
             grpc_max_threads=args.grpc_max_threads,
             rest_api_num_threads=args.rest_api_num_threads,
             rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
@@ -370,7 +390,15 @@ def main(argv=None):
     )
     binary = shutil.which(STOCK_BINARY)
     if binary and not given.get("embedded"):
-        dropped = [f"--{name}" for name in EMBEDDED_FLAGS if name in given]
+        host = given.get("host", DEFAULTS["host"])
+        if host not in ALL_INTERFACES:
+            parser.error(
+                f"argument --host: {STOCK_BINARY} cannot bind {host}{'' if 'host' in given else ' (the default)'}: "
+                f"it has no such flag and listens on all interfaces; pass --host 0.0.0.0 to run it that way, or "
+                f"--embedded to serve on {host}"
+            )
+        logger.warning("%s listens on all interfaces (--host %s)", STOCK_BINARY, host)
+        dropped = [f"--{name}" for name in EMBEDDED_FLAGS if name in given and name != "host"]
         if dropped:
             logger.warning("%s does not know %s: dropped", STOCK_BINARY, " ".join(dropped))
         command = stock_command(binary, given, extra)

@@ -61,6 +61,8 @@ def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):
             "0.0.0.0",
             "--max_request_sentences",
             "8",
+            "--load_retry_interval_micros=5000000",
+            "--max_requests_in_flight=8",
             "--monitoring_config_file=/cfg/monitoring.config",
         ],
         env=env,
@@ -79,16 +81,33 @@ def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):
         "--enable_batching=true",
         "--batching_parameters_file=/cfg/batching.config",
         "--file_system_poll_wait_seconds=2",
+        "--load_retry_interval_micros=5000000",
         "--monitoring_config_file=/cfg/monitoring.config",
     ]
-    assert "does not know --host --max_request_sentences: dropped" in result.stderr
+    assert "does not know --max_request_sentences --max_requests_in_flight: dropped" in result.stderr
+    assert "listens on all interfaces (--host 0.0.0.0)" in result.stderr
+
+
+@pytest.mark.parametrize("host", [None, "127.0.0.1", "10.1.2.3", "localhost"])
+def test_refuses_to_hand_over_an_address_the_stock_server_cannot_bind(fake_stock_server, host):
+    """The stock server listens on all interfaces: a local-only (default) or specific --host is refused, exit 2."""
+    _, record, env = fake_stock_server
+    argv = [sys.executable, SERVE, "--model_base_path", "/models/elmo", "--port", "8600"]
+    argv += ["--host", host] if host else []
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert not record.exists()  # the stock server never ran
+    expected = host or "127.0.0.1 (the default)"
+    assert f"argument --host: tensorflow_model_server cannot bind {expected}" in result.stderr
+    assert "listens on all interfaces; pass --host 0.0.0.0" in result.stderr and "--embedded" in result.stderr
 
 
 def test_the_launcher_does_not_load_tensorflow(fake_stock_server):
     """Handing over must be quick: serve.py imports TensorFlow only for the embedded server."""
     _, record, env = fake_stock_server
     code = (
-        f"import sys; sys.argv = ['serve.py', '--model_base_path', '/m']; sys.path.insert(0, {str(REPO)!r}); "
+        f"import sys; sys.argv = ['serve.py', '--model_base_path', '/m', '--host', '::']; "
+        f"sys.path.insert(0, {str(REPO)!r}); "
         f"import os; os.execv = lambda *a: (print('tf' if 'tensorflow' in sys.modules else 'no tf'), "
         f"sys.exit(0)); from serving import serve; serve.main()"
     )
@@ -159,6 +178,10 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server, tmp_pat
             str(batching),
             "--tensorflow_intra_op_parallelism",
             "2",
+            "--max_requests_in_flight",
+            "4",
+            "--load_retry_interval_micros",
+            "1000",
         ],
         env=env,
         stdout=subprocess.PIPE,
