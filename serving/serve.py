@@ -61,8 +61,11 @@ EMBEDDED_FLAGS = (
     "num_batch_threads",
     "max_request_sentences",
     "max_tokens_per_sentence",
+    "max_request_tokens",
     "max_message_bytes",
     "max_requests_in_flight",
+    "rest_api_max_body_bytes",
+    "rest_api_max_bytes_in_flight",
     "embedded",
     "verbose",
 )
@@ -84,9 +87,11 @@ EXAMPLES = """examples:
 
 request limits of the embedded server (RESOURCE_EXHAUSTED above them, before the model runs):
   --max_request_sentences rows per request; --max_tokens_per_sentence the width of a `tokens` input and the
-  whitespace-separated tokens of each sentence of a `sentences` input (0: no limit); --max_message_bytes the gRPC
-  message size both ways, the REST body, and the estimated response; --max_requests_in_flight Predict requests
-  running or queued at once, gRPC and REST together.
+  whitespace-separated tokens of each sentence of a `sentences` input (0: no limit); --max_request_tokens rows x
+  tokens of one request (0: no limit); --max_message_bytes the gRPC message size both ways, the request's bytes
+  in, the estimated response, and a bound of the REST body; --rest_api_max_body_bytes the REST body;
+  --rest_api_max_bytes_in_flight REST bodies and responses held at once; --max_requests_in_flight Predict requests
+  running or queued at once, gRPC and REST together (past it: RESOURCE_EXHAUSTED at once).
 """
 ALL_INTERFACES = ("0.0.0.0", "::", "[::]")
 
@@ -198,7 +203,16 @@ def build_parser():
     embedded.add_argument(
         "--max_tokens_per_sentence", type=_int_at_least(0), help="tokens per sentence (1000; 0: no limit)"
     )
+    embedded.add_argument(
+        "--max_request_tokens", type=_int_at_least(0), help="rows x tokens of a request (16384; 0: no limit)"
+    )
     embedded.add_argument("--max_message_bytes", type=_int_at_least(1), help=f"gRPC message size ({256 * MiB})")
+    embedded.add_argument("--rest_api_max_body_bytes", type=_int_at_least(1), help=f"REST request body ({8 * MiB})")
+    embedded.add_argument(
+        "--rest_api_max_bytes_in_flight",
+        type=_int_at_least(1),
+        help=f"REST bodies and responses held at once ({64 * MiB})",
+    )
     embedded.add_argument(
         "--max_requests_in_flight", type=_int_at_least(1), help="Predict requests at once, gRPC and REST (64)"
     )
@@ -230,7 +244,10 @@ DEFAULTS = dict(
     num_batch_threads=None,
     max_request_sentences=256,
     max_tokens_per_sentence=1000,
+    max_request_tokens=16384,
     max_message_bytes=256 * MiB,
+    rest_api_max_body_bytes=None,
+    rest_api_max_bytes_in_flight=None,
     max_requests_in_flight=64,
     verbose=False,
 )
@@ -339,6 +356,7 @@ def run_embedded(args, parser):
             ),
             max_request_sentences=args.max_request_sentences,
             max_tokens_per_sentence=args.max_tokens_per_sentence or None,
+            max_request_tokens=args.max_request_tokens or None,
             max_message_bytes=args.max_message_bytes,
             file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
             max_num_load_retries=args.max_num_load_retries,
@@ -347,6 +365,8 @@ def run_embedded(args, parser):
             grpc_max_threads=args.grpc_max_threads,
             rest_api_num_threads=args.rest_api_num_threads,
             rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
+            rest_api_max_body_bytes=args.rest_api_max_body_bytes,
+            rest_api_max_bytes_in_flight=args.rest_api_max_bytes_in_flight,
         )
     except ValueError as e:
         parser.error(str(e))
