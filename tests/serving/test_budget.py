@@ -6,12 +6,14 @@ against real responses. Over gRPC on 127.0.0.1: the 85-byte request is refused a
 not delay a valid request by more than a few seconds, and the server's RSS stays bounded.
 """
 
+import http.client
 import json
 import os
 import random
 import threading
 import time
 import tracemalloc
+import urllib.parse
 
 import grpc
 import numpy as np
@@ -495,3 +497,24 @@ def test_repeated_big_string_over_grpc_is_refused_before_it_is_built(server, cli
     start = time.perf_counter()
     assert_parity(reference_sentences(model, ["still serving"]), client.embed(["still serving"]))
     assert time.perf_counter() - start < 5.0
+
+
+def test_json_estimate_matches_the_rest_front(rest_url, loaded):
+    """The REST front's real bodies (127.0.0.1, row and columnar formats) against the estimate it is checked with."""
+    sentences = ["the cat sat on the mat .", "dogs bark", " ".join(["word"] * 60), ""]
+    runner = loaded.runner("default")
+    estimate = runner.prepare(
+        {"sentences": np.array([s.encode() for s in sentences], object)}, response_encoding="json"
+    ).response_bytes
+    parts = urllib.parse.urlsplit(rest_url)
+    for body in ({"inputs": sentences}, {"instances": sentences}):
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            connection.request("POST", "/v1/models/elmo:predict", body=json.dumps(body).encode())
+            response = connection.getresponse()
+            real = len(response.read())
+        finally:
+            connection.close()
+        assert response.status == 200
+        print(f"\nJSON estimate {estimate} bytes, REST body {real} bytes ({next(iter(body))})")
+        assert 0.98 <= estimate / real <= 1.02, (body, estimate, real)
