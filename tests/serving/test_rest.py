@@ -198,7 +198,7 @@ def test_body_above_the_limit_is_refused(base_path):
     try:
         url = f"http://127.0.0.1:{server.rest_port}/v1/models/elmo:predict"
         got, answer = call(url, "POST", {"inputs": ["x" * (1 << 17)]})
-        assert got == 429 and "above the server's limit of 65536 bytes" in answer["error"]
+        assert got == 413 and "above the server's limit of 65536 bytes (--max_message_bytes)" in answer["error"]
         got, answer = call(url, "POST", {"inputs": ["still fine"]})
         assert got == 200
     finally:
