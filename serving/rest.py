@@ -535,18 +535,18 @@ class RestServer:
     Args:
         model_server: the `ModelServer` (predict, model_status, model_metadata, stats).
         options: its `ServerOptions`: host, rest_api_port, rest_api_num_threads, rest_api_timeout_in_ms,
-            max_message_bytes, and (read when present) rest_api_max_body_bytes, rest_api_max_bytes_in_flight.
+            max_message_bytes, rest_api_max_body_bytes and rest_api_max_bytes_in_flight (None: the defaults here).
     """
 
     def __init__(self, model_server, options):
         self.timeout = options.rest_api_timeout_in_ms / 1000.0
         self.max_response_bytes = options.max_message_bytes
-        body_limit = getattr(options, "rest_api_max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES
+        body_limit = options.rest_api_max_body_bytes or DEFAULT_MAX_BODY_BYTES
         if options.max_message_bytes < body_limit:
             self.max_body_bytes, self.body_flag = options.max_message_bytes, "--max_message_bytes"
         else:
             self.max_body_bytes, self.body_flag = body_limit, "--rest_api_max_body_bytes"
-        self.max_bytes_in_flight = getattr(options, "rest_api_max_bytes_in_flight", None) or DEFAULT_MAX_BYTES_IN_FLIGHT
+        self.max_bytes_in_flight = options.rest_api_max_bytes_in_flight or DEFAULT_MAX_BYTES_IN_FLIGHT
         self.in_flight = 0  # bytes held by requests (bodies read, responses not yet sent); touched on the loop only
         self.api = RestApi(model_server, self.timeout, self.max_response_bytes)
         self._sock = _listen(options.host, options.rest_api_port)

@@ -4,6 +4,7 @@ Each case is bounded in time; after it a valid request is served within a few se
 process's RSS (the server runs in it) stays under a bound; the numbers are printed (`pytest -s`).
     1. a predict whose JSON response would be ~4x the response limit: 429 naming the limit and its flag;
     2. a 60 MB declared body: 413 before any of it is read; a chunked body past the limit: 413 at the limit;
+       REST bytes in flight past their cap: 429 at once;
     3. 40 slow sockets (more than the old 32 handler threads) trickling headers or bodies: a normal client is
        served meanwhile, and the server closes them after the request deadline (408 for the bodies);
        a client that never reads its response is dropped after the deadline;
@@ -211,6 +212,38 @@ def test_chunked_body_is_cut_at_the_limit(server):
     assert sent < 3 * DEFAULT_MAX_BODY_BYTES  # answered before the client was done
     assert after - before < 100
     assert_still_serving(server.rest_port)
+
+
+def test_bytes_in_flight_cap_refuses_at_once(base_path):
+    """With 64 KiB of REST bytes in flight allowed: a client holding 56 KiB of an unfinished body makes the next
+    request (10 KiB) a 429 at once; once that body is complete both requests are served."""
+    cap = 64 << 10
+    server = start_server(base_path, rest_api_timeout_in_ms=int(TIMEOUT_S * 1000), rest_api_max_bytes_in_flight=cap)
+    try:
+        port = server.rest_port
+        slow_body = b'{"inputs": ["held back"]}'.ljust(60 << 10)
+        other = b'{"inputs": ["a b"], "output_filter": ["default"]}'.ljust(10 << 10)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v1/models/elmo:predict HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                + f"Content-Length: {len(slow_body)}\r\n\r\n".encode()
+                + slow_body[: 56 << 10]
+            )
+            time.sleep(0.3)
+            start = time.monotonic()
+            status, body = post(port, other, timeout=5)
+            elapsed = time.monotonic() - start
+            assert status == 429, body
+            assert f"limit of {cap} bytes (--rest_api_max_bytes_in_flight)" in body["error"], body
+            assert elapsed < 1
+            sock.sendall(slow_body[56 << 10 :])
+            status, body = read_response(sock)
+            assert status == 200, body
+        status, body = post(port, other)
+        assert status == 200, body
+        print(f"\n[bytes in flight] 429 in {elapsed * 1000:.0f} ms while 56 KiB were held; served once released")
+    finally:
+        server.stop(grace=1.0)
 
 
 # ---------------------------------------------------------------------------------------------------- 3. slow clients
