@@ -18,8 +18,9 @@ A request is checked before anything is built from it, so a bad or costly reques
             the longest sentence (the model pads every row
             to the longest)
         bytes in: each input as declared, elements x the       max_request_bytes        --max_message_bytes
-            dtype's size, strings by their bytes (a value
-            repeated to fill the shape counted each time)
+            dtype's size; strings 32 bytes each plus their
+            bytes (a value repeated to fill the shape counted
+            each time)
         bytes out: the requested outputs' size estimated from  max_response_bytes       --max_message_bytes
             rows x tokens x widths, in the response's encoding
 A sentence's tokens are `elmo_tf.preprocessing.tokenizer.split_tokens`'s (runs of ASCII whitespace), counted
@@ -78,6 +79,7 @@ DEFAULT_SIGNATURE = "serving_default"
 MiB = 1 << 20
 KiB = 1 << 10
 WARMUP_TOKEN = b"warmup"
+STRING_ELEMENT_BYTES = 32  # a string element's cost besides its bytes: a NumPy object reference (8), a TF tstring (24)
 RESPONSE_ENCODINGS = ("proto", "json")
 
 # JSON text of one output value, its separator included (see the module docstring for the measurements)
@@ -167,8 +169,8 @@ class TensorSpec:
 
     @property
     def item_size(self):
-        """Bytes per element (0 for strings, whose size is their bytes; at least 1 for other dtypes)."""
-        return 0 if self.is_string else max(self.tf_dtype.size, 1)
+        """Bytes per element: the dtype's size (at least 1); for strings `STRING_ELEMENT_BYTES`, their bytes aside."""
+        return STRING_ELEMENT_BYTES if self.is_string else max(self.tf_dtype.size, 1)
 
     def describe(self):
         return f"{dtype_name(self.dtype)} {shape_text(self.shape)}"
@@ -196,7 +198,7 @@ class Limits:
             (--max_request_tokens). 16384 tokens take 0.4 s of the test model on two cores, the 256 x 1000
             allowed by the row and width limits 4.5 s; the original ELMo (about 0.2 GFLOP a token) would take
             some 10 s for 16384 at the 300 GFLOP/s DESIGN.md measured (an estimate).
-        max_request_bytes: each input's size as declared, strings by their bytes (--max_message_bytes).
+        max_request_bytes: each input's size as declared, strings at 32 bytes plus their own (--max_message_bytes).
     """
 
     max_request_sentences: int = 256
@@ -398,11 +400,11 @@ class SignatureRunner:
         if proto.tensor_content:
             if spec.is_string:
                 raise self._input_error(alias, "DT_STRING values must be in string_val, not tensor_content")
-            if len(proto.tensor_content) != elements * spec.item_size:
+            if len(proto.tensor_content) != elements * spec.tf_dtype.size:
                 raise self._input_error(
                     alias,
                     f"tensor_content holds {len(proto.tensor_content)} bytes, shape {shape_text(shape)} of "
-                    f"{dtype_name(spec.dtype)} needs {elements * spec.item_size}",
+                    f"{dtype_name(spec.dtype)} needs {elements * spec.tf_dtype.size}",
                 )
             return shape
         field = _VALUE_FIELDS.get(spec.dtype)
@@ -417,7 +419,7 @@ class SignatureRunner:
             )
         if spec.is_string:
             fill = (elements - count) * (len(values[-1]) if values else 0)
-            self._check_bytes(alias, sum(len(v) for v in values) + fill, shape)
+            self._check_bytes(alias, elements * spec.item_size + sum(len(v) for v in values) + fill, shape)
             if alias in self.sentence_inputs:
                 self._check_sentences(alias, [count_tokens(v) for v in values], shape[0])
         return shape
@@ -482,7 +484,7 @@ class SignatureRunner:
             if spec.is_string:
                 if any(not isinstance(x, bytes) for x in array.flat):
                     raise self._input_error(alias, "expected bytes values for DT_STRING")
-                self._check_bytes(alias, sum(len(x) for x in array.flat), shape)
+                self._check_bytes(alias, array.size * spec.item_size + sum(len(x) for x in array.flat), shape)
             arrays[alias] = array
         batches = {alias: a.shape[0] for alias, a in arrays.items() if a.ndim}
         if len(set(batches.values())) > 1:

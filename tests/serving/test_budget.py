@@ -224,7 +224,7 @@ def test_fewer_values_than_the_shape_are_counted_at_the_declared_size():
             "tokens",
             lambda: strings([b"x" * (1 << 20)], [16, 1000]),
             Limits(),
-            "input 'tokens' (DT_STRING [16,1000]) is 16777216000 bytes (16000.0 MiB), above the server's limit of "
+            "input 'tokens' (DT_STRING [16,1000]) is 16777728000 bytes (16000.5 MiB), above the server's limit of "
             "268435456 bytes (256.0 MiB) per input (--max_message_bytes)",
         ),
         (
@@ -242,8 +242,8 @@ def test_huge_declared_shapes_are_refused_before_reading(case, alias, proto, lim
     assert expected in budget_error(lambda: runner.check_tensor_proto(alias, proto()))
 
 
-def test_numeric_input_counted_by_elements_x_dtype_size():
-    """An export with a float input of any rank: its declared bytes, whatever the proto holds."""
+def test_inputs_of_any_rank_are_counted_by_elements_x_element_size():
+    """An export with a float or string input of any rank: its declared bytes, whatever the proto holds."""
     runner = signature_runner({"features": (types_pb2.DT_FLOAT, [-1, -1, -1])})
     proto = declared(types_pb2.DT_FLOAT, "float_val", [0.5], [256, 1000, 1000])
     details = budget_error(lambda: runner.check_tensor_proto("features", proto))
@@ -251,6 +251,11 @@ def test_numeric_input_counted_by_elements_x_dtype_size():
     assert "(--max_message_bytes)" in details
     proto.tensor_shape.dim[2].size = 10
     assert runner.check_tensor_proto("features", proto) == (256, 1000, 10)
+    # strings of any rank: 32 bytes an element besides their own bytes, so "" declared 2.56e11 times is refused
+    runner = signature_runner({"grid": (types_pb2.DT_STRING, [-1, -1, -1])})
+    details = budget_error(lambda: runner.check_tensor_proto("grid", strings([b""], [256, 10**6, 1000])))
+    assert details.startswith("input 'grid' (DT_STRING [256,1000000,1000]) is 8192000000000 bytes")
+    assert runner.check_tensor_proto("grid", strings([b""], [256, 1000, 10])) == (256, 1000, 10)  # 80 MiB
 
 
 def test_value_counts_that_do_not_fit_the_shape_are_invalid_argument():
@@ -297,12 +302,12 @@ def test_string_bytes_count_each_repetition():
     """An object array may hold one big value many times (TF's fill): tf.constant would copy it each time."""
     runner = tokens_runner(Limits(max_request_bytes=1 << 20))
     big = b"x" * (64 << 10)
-    runner.prepare({"tokens": np.full((1, 16), big, object), "sequence_len": np.ones(1, np.int32)})  # 1 MiB
+    runner.prepare({"tokens": np.full((1, 15), big, object), "sequence_len": np.ones(1, np.int32)})  # 0.94 MiB
     details = budget_error(
-        lambda: runner.prepare({"tokens": np.full((1, 17), big, object), "sequence_len": np.ones(1, np.int32)})
+        lambda: runner.prepare({"tokens": np.full((1, 16), big, object), "sequence_len": np.ones(1, np.int32)})
     )
     assert (
-        "input 'tokens' (DT_STRING [1,17]) is 1114112 bytes (1.1 MiB), above the server's limit of 1048576" in details
+        "input 'tokens' (DT_STRING [1,16]) is 1049088 bytes (1.0 MiB), above the server's limit of 1048576" in details
     )
 
 
@@ -483,7 +488,7 @@ def test_repeated_big_string_over_grpc_is_refused_before_it_is_built(server, cli
             with pytest.raises(grpc.RpcError) as info:
                 stub.Predict(request, timeout=30)
             assert info.value.code() == EXHAUSTED
-            assert "16777216000 bytes" in info.value.details() and "(--max_message_bytes)" in info.value.details()
+            assert "16777728000 bytes" in info.value.details() and "(--max_message_bytes)" in info.value.details()
         elapsed = (time.perf_counter() - start) / 20
         rss_after = vm_rss_bytes()
     finally:
