@@ -321,7 +321,10 @@ class ModelManager:
         count = previous.count + 1 if previous else 1
         interval = self.options.load_retry_interval_micros / 1e6
         self._failures[version] = _Failures(count, time.monotonic() + interval, files_fingerprint(path))
-        code = status_code(error.error_code) if isinstance(error, tf.errors.OpError) else grpc.StatusCode.UNKNOWN
+        if isinstance(error, tf.errors.OpError):
+            code = status_code(error.error_code)
+        else:  # tf.saved_model.load raises FileNotFoundError for TensorFlow's NotFound
+            code = grpc.StatusCode.NOT_FOUND if isinstance(error, FileNotFoundError) else grpc.StatusCode.UNKNOWN
         message = f"{type(error).__name__}: {error}".split("\n")[0]
         final = count > self.options.max_num_load_retries
         logger.error(
@@ -433,8 +436,8 @@ class ModelRegistry:
         self.managers = {
             name: ModelManager(name, path, self.options, self.batch_stats) for name, path in models.items()
         }
-        self._slots = threading.BoundedSemaphore(self.options.max_requests_in_flight)
         self._lock = threading.Lock()
+        self._in_flight_count = 0
         self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
 
     def poll(self):
@@ -450,13 +453,15 @@ class ModelRegistry:
             manager.stop(timeout)
 
     def stats(self):
-        """Batching counters (`BatchStats.snapshot()`), the served version of each model, and the requests refused
-        at the in-flight cap (`rejected_in_flight`) or past their deadline (`deadline_exceeded`)."""
+        """Batching counters (`BatchStats.snapshot()`), the served version of each model, the Predict requests in
+        flight, and those refused at the in-flight cap (`rejected_in_flight`) or past their deadline
+        (`deadline_exceeded`)."""
         with self._lock:
-            counters = dict(self._counters)
+            counters, in_flight = dict(self._counters), self._in_flight_count
         return {
             **self.batch_stats.snapshot(),
             "served_versions": {name: m.served_version for name, m in self.managers.items()},
+            "in_flight": in_flight,
             "rejected_in_flight": counters.get("rejected_in_flight", 0),
             "deadline_exceeded": counters.get("deadline_exceeded", 0),
         }
@@ -486,9 +491,14 @@ class ModelRegistry:
 
     @contextlib.contextmanager
     def _in_flight(self):
-        if not self._slots.acquire(blocking=False):
-            self._count("rejected_in_flight")
-            limit = self.options.max_requests_in_flight
+        limit = self.options.max_requests_in_flight
+        with self._lock:
+            full = self._in_flight_count >= limit
+            if full:
+                self._counters["rejected_in_flight"] += 1
+            else:
+                self._in_flight_count += 1
+        if full:
             raise resource_exhausted(
                 f"the server is already handling {limit} requests, its limit of requests in flight "
                 f"(--max_requests_in_flight {limit}): retry later"
@@ -496,7 +506,8 @@ class ModelRegistry:
         try:
             yield
         finally:
-            self._slots.release()
+            with self._lock:
+                self._in_flight_count -= 1
 
     def _check_deadline(self, deadline, what):
         if deadline is not None and time.monotonic() >= deadline:
