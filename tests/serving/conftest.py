@@ -3,6 +3,8 @@
 """
 
 import os
+import shutil
+import textwrap
 
 import pytest
 from serving_testlib import ex, make_model, start_server
@@ -42,3 +44,31 @@ def client(server):
 @pytest.fixture
 def rest_url(server):
     return f"http://127.0.0.1:{server.rest_port}"
+
+
+@pytest.fixture
+def fresh_base(base_path, tmp_path):
+    """A copy of the shared base path (version 1 of `model`) that the test may change."""
+    base = tmp_path / "elmo"
+    shutil.copytree(base_path, base)
+    return str(base)
+
+
+@pytest.fixture
+def fake_stock_server(tmp_path):
+    """A `tensorflow_model_server` on PATH that writes its argv (one per line) to $RECORD and exits 3:
+    (the fake binary, the record file, the environment to run serve.py with)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "tensorflow_model_server"
+    fake.write_text(
+        textwrap.dedent("""\
+        #!/bin/sh
+        printf '%s\\n' "$0" "$@" > "$RECORD"
+        exit 3
+    """)
+    )
+    fake.chmod(0o755)
+    record = tmp_path / "argv.txt"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "RECORD": str(record)}
+    return fake, record, env

@@ -4,7 +4,9 @@ The model has projection 32 so that 16 sentences of 400 tokens with all outputs 
 4 MiB default message size.
 """
 
+import os
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -65,3 +67,51 @@ def start_server(base, **options):
     options.setdefault("port", 0)
     options.setdefault("rest_api_port", 0)
     return ModelServer({"elmo": base}, ServerOptions(**options)).start()
+
+
+def wait_for(condition, timeout, what):
+    """Polls `condition()` every 20 ms until it is true; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def rss_mib(pid="self"):
+    """Resident memory of process `pid` in MiB (VmRSS of /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise OSError(f"no VmRSS in /proc/{pid}/status")
+
+
+def listening_addresses(pid):
+    """The (host, port) of every TCP socket process `pid` listens on, from /proc/<pid>/net/tcp and tcp6."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table, size in (("tcp", 4), ("tcp6", 16)):
+        with open(f"/proc/{pid}/net/{table}", encoding="ascii") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                    continue
+                address, port = local.split(":")
+                raw = bytes.fromhex(address)
+                if size == 4:
+                    host = socket.inet_ntop(socket.AF_INET, raw[::-1])
+                else:  # four little-endian 32-bit words
+                    host = socket.inet_ntop(socket.AF_INET6, b"".join(raw[k : k + 4][::-1] for k in range(0, 16, 4)))
+                found.append((host, int(port, 16)))
+    return found

@@ -3,7 +3,6 @@ argv), runs the embedded server otherwise (real subprocess: gRPC + REST, gracefu
 Serving's config files."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,25 +17,6 @@ from serving import serve
 from serving.client import ElmoClient
 
 SERVE = str(REPO / "serving" / "serve.py")
-
-
-@pytest.fixture
-def fake_stock_server(tmp_path):
-    """A `tensorflow_model_server` on PATH that writes its argv (one per line) to $RECORD and exits 3."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "tensorflow_model_server"
-    fake.write_text(
-        textwrap.dedent("""\
-        #!/bin/sh
-        printf '%s\\n' "$0" "$@" > "$RECORD"
-        exit 3
-    """)
-    )
-    fake.chmod(0o755)
-    record = tmp_path / "argv.txt"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "RECORD": str(record)}
-    return fake, record, env
 
 
 def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):

@@ -3,35 +3,16 @@ with zero failed requests, an old version is kept until its requests end, a brok
 one."""
 
 import os
-import shutil
 import threading
 import time
 
 import numpy as np
-import pytest
-from serving_testlib import assert_parity, ex, make_model, reference_sentences, start_server
+from serving_testlib import assert_parity, ex, make_model, reference_sentences, start_server, wait_for
 
 from serving.client import ElmoClient
 from serving.registry import State
 
 SENTENCES = ["The cat sat on the mat .", "Dogs bark", ""]
-
-
-@pytest.fixture
-def fresh_base(base_path, tmp_path):
-    """A copy of the shared base path (version 1 of `model`) that the test may add versions to."""
-    base = tmp_path / "elmo"
-    shutil.copytree(base_path, base)
-    return str(base)
-
-
-def wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_new_version_while_clients_run(fresh_base, model):
