@@ -31,6 +31,7 @@ import logging
 
 from serving.grpc_front import GrpcServer
 from serving.registry import ModelRegistry, ServerOptions, State  # noqa: F401 (ServerOptions, State: public API)
+from serving.rest import RestServer
 
 logger = logging.getLogger("serving.server")
 
@@ -57,7 +58,7 @@ class ModelServer(ModelRegistry):
         self._grpc.start()
         self.grpc_port = self._grpc.port
         if self.options.rest_api_port is not None:
-            self._rest = _rest_server(self, self.options)
+            self._rest = RestServer(self, self.options)
             self._rest.start()
             self.rest_port = self._rest.port
             logger.info("REST API listening on %s:%d", self.options.host, self.rest_port)
@@ -79,21 +80,3 @@ class ModelServer(ModelRegistry):
 
     def __exit__(self, *exc):
         self.stop()
-
-
-def _rest_server(registry, options):
-    import inspect
-
-    from serving.rest import RestServer
-
-    if len(inspect.signature(RestServer).parameters) == 2:
-        return RestServer(registry, options)
-    # the standard-library REST front, until rest.py takes (model_server, options)
-    return RestServer(
-        registry,
-        options.host,
-        options.rest_api_port,
-        options.rest_api_num_threads,
-        options.rest_api_timeout_in_ms / 1000.0,
-        options.max_message_bytes,
-    )
