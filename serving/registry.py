@@ -540,14 +540,11 @@ class ModelRegistry:
         deadline = time.monotonic() + timeout if timeout is not None and timeout < NO_DEADLINE else None
         manager = self.manager(name, version)
         with self._client_errors(manager):
-            self._check_deadline(deadline, "before the server read it")
+            self._check_deadline(deadline, "before the server started on it")
             with self._in_flight(), manager.acquire(version) as servable:
                 runner = servable.runner(signature_name)
                 inputs = decode_inputs(runner)
-                if response_encoding == "proto":
-                    request = runner.prepare(inputs, output_filter)
-                else:
-                    request = runner.prepare(inputs, output_filter, response_encoding=response_encoding)
+                request = runner.prepare(inputs, output_filter, response_encoding=response_encoding)
                 self._check_deadline(deadline, "before the model ran")
                 if servable.scheduler is not None:
                     left = deadline - time.monotonic() if deadline is not None else None
