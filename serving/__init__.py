@@ -19,6 +19,7 @@ _EXPORTS = {
     "ElmoRestClient": "serving.client",
     "Embeddings": "serving.client",
     "ServingError": "serving.status",
+    "ModelRegistry": "serving.registry",
     "ModelServer": "serving.server",
     "ServerOptions": "serving.registry",
     "BatchingOptions": "serving.batching",
