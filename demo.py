@@ -169,6 +169,7 @@ class Demo:
             str(rest_port),
             "--host",
             "127.0.0.1",
+            "--embedded",  # the demo runs the embedded server even where tensorflow_model_server is installed
         ]
         self.log.info("5/9 starting the model server on 127.0.0.1:%d (gRPC), :%d (REST)", port, rest_port)
         self.log.info("    $ %s", shown(cmd[1:]))
