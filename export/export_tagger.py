@@ -87,15 +87,17 @@ def elmo_for(args, head):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    for name in ("model.keras", "encoder.json"):
-        if not os.path.isfile(os.path.join(args.ner, name)):
-            raise UsageError(f"--ner: no {name} in {args.ner!r} (expected a train_ner.py output directory)")
+    from elmo_tf.ner.tagging import check_model_dir, load_tagger
+
+    try:
+        check_model_dir(args.ner)
+    except ValueError as e:
+        raise UsageError(f"--ner: {e}") from None
     check_output_dir("--output", args.output)
     if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
         raise UsageError(f"--version: version {args.version} already exists in {args.output!r}")
     setup_logging()
     from elmo_tf.ner.export import TAG_SIGNATURE, export_tagger
-    from elmo_tf.ner.tagging import load_tagger
 
     try:
         head, encoder, _ = load_tagger(args.ner)

@@ -121,13 +121,22 @@ def resolve_source(args, model_dir, needs_elmo):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    for name in ("model.keras", "encoder.json"):
-        if not os.path.isfile(os.path.join(args.model, name)):
-            raise UsageError(f"--model: no {name} in {args.model!r} (expected a train_ner.py output directory)")
+    from elmo_tf.ner.tagging import (
+        TextError,
+        check_model_dir,
+        format_conll,
+        format_json,
+        load_tagger,
+        read_lines,
+        tag_sentences,
+    )
+
+    try:
+        check_model_dir(args.model)
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from None
     setup_logging(quiet=args.quiet)
     from tqdm import tqdm
-
-    from elmo_tf.ner.tagging import TextError, format_conll, format_json, load_tagger, read_lines, tag_sentences
 
     try:
         if args.input is None:

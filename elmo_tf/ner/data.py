@@ -63,6 +63,14 @@ class Encoder:
         """The `NERFeaturizer` of a tagger trained with this encoder."""
         return NERFeaturizer(self.words if use_words else None, use_chars=use_chars)
 
+    def featurizer_for(self, tagger):
+        """The `NERFeaturizer` giving exactly the inputs `tagger` (an `NERTagger`) takes."""
+        return self.featurizer(tagger.word_vocab_size > 0, bool(tagger.char_filters))
+
+    def word_vocab_size(self, use_words=True):
+        """Rows of the tagger's word embedding (padding and unknown included); 0 without word features."""
+        return len(self.words) + 2 if use_words else 0
+
     def encode_tags(self, tags):
         converted = convert(tags, self.source_scheme, self.scheme)
         for tag, label in zip(tags, converted):

@@ -63,7 +63,7 @@ def build_tagger_archive(head, encoder, elmo=None, tokenizer="whitespace", max_t
     if head.num_elmo_layers and elmo is None:
         raise ValueError("the tagger was trained with ELMo features: pass the ELMo model")
     tokenize = make_tokenizer(tokenizer, max_tokens)
-    featurizer = encoder.featurizer(head.word_vocab_size > 0, bool(head.char_filters))
+    featurizer = encoder.featurizer_for(head)
     archive = keras.export.ExportArchive()
     archive.track(head)
     archive.track(featurizer)

@@ -54,11 +54,6 @@ class NERFeaturizer(keras.layers.Layer):
         )
         self.built = True  # no weights: the vocabulary is the lookup's (an asset, not a variable)
 
-    @property
-    def word_vocab_size(self):
-        """Rows of a word embedding fed by `word_ids` (padding and unknown included); 0 without words."""
-        return 0 if self.words is None else len(self.words) + 2
-
     def call(self, inputs):
         tokens, sequence_len = inputs
         tokens = tf.convert_to_tensor(tokens, tf.string)

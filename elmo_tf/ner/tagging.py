@@ -39,6 +39,13 @@ def read_lines(stream, name="<stdin>"):
     return sentences
 
 
+def check_model_dir(model_dir):
+    """Raises ValueError naming the first of `MODEL_FILES` missing from `model_dir` (before anything is loaded)."""
+    for name in MODEL_FILES:
+        if not os.path.isfile(os.path.join(model_dir, name)):
+            raise ValueError(f"no {name} in {model_dir!r} (expected a train_ner.py output directory)")
+
+
 def load_tagger(model_dir):
     """(NERTagger with its trained weights, Encoder, activation dim or None) from a train_ner.py directory.
 
@@ -49,9 +56,7 @@ def load_tagger(model_dir):
 
     import elmo_tf.ner.model  # noqa: F401  (registers NERTagger, CRF for deserialization)
 
-    for name in MODEL_FILES:
-        if not os.path.isfile(os.path.join(model_dir, name)):
-            raise ValueError(f"no {name} in {model_dir!r} (expected a train_ner.py output directory)")
+    check_model_dir(model_dir)
     try:
         model = keras.saving.load_model(os.path.join(model_dir, "model.keras"), compile=False)
     except Exception as e:  # a corrupt or foreign .keras file: say which, in one line
@@ -79,8 +84,9 @@ def tag_sentences(model, encoder, sentences, source=None, batch_size=32):
 
     items = [Sentence(list(tokens), ["O"] * len(tokens), 0) for tokens in sentences]
     features = source([s.tokens for s in items]) if model.num_elmo_layers else None
-    featurizer = encoder.featurizer(model.word_vocab_size > 0, bool(model.char_filters))
-    batches = NERBatches(items, encoder, featurizer, features, batch_size=batch_size, shuffle=False, with_tags=False)
+    batches = NERBatches(
+        items, encoder, encoder.featurizer_for(model), features, batch_size=batch_size, shuffle=False, with_tags=False
+    )
     return predict_tags(model, batches)
 
 

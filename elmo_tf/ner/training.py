@@ -298,12 +298,11 @@ def new_tagger(config, data):
     with the same config starts from the same random state."""
     keras.backend.clear_session()
     keras.utils.set_random_seed(config.seed)
-    featurizer = data.encoder.featurizer(config.use_words, config.use_chars)
     model = NERTagger(
         data.encoder.labels,
         config.crf_scheme,
         num_elmo_layers=data.num_layers,
-        word_vocab_size=featurizer.word_vocab_size,
+        word_vocab_size=data.encoder.word_vocab_size(config.use_words),
         char_filters=CHAR_FILTERS if config.use_chars else (),
         lstm_units=config.lstm_units,
         dropout=config.dropout,
@@ -319,11 +318,10 @@ def new_tagger(config, data):
 
 def batches_for(model, data, split, config, shuffle=False):
     """`NERBatches` of `split` with the inputs `model` takes."""
-    featurizer = data.encoder.featurizer(model.word_vocab_size > 0, bool(model.char_filters))
     return NERBatches(
         data.splits[split],
         data.encoder,
-        featurizer,
+        data.encoder.featurizer_for(model),
         data.features[split],
         batch_size=config.batch_size,
         shuffle=shuffle,
