@@ -9,7 +9,6 @@ version is never overwritten; the temporaries of a killed export are removed by 
 
 import logging
 import os
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -48,14 +47,28 @@ class ExportError(RuntimeError):
 # ---------------------------------------------------------------------------------------------------- versions
 
 
+INT64_MAX = 2**63 - 1
+
+
+def parse_version(name):
+    """The version number a model server reads from a directory name, as TF Serving's file-system source does: ASCII
+    digits that fit in int64 ("007" -> 7); None for any other name (overflowing numbers included)."""
+    if not (name.isascii() and name.isdigit()):
+        return None
+    number = int(name)
+    return number if number <= INT64_MAX else None
+
+
 def existing_versions(base_dir):
-    """The integer version directories under `base_dir`, sorted."""
+    """The version numbers of the directories under `base_dir` (as `parse_version` reads their names), sorted."""
     if not os.path.isdir(base_dir):
         return []
     return sorted(
-        int(name)
-        for name in os.listdir(base_dir)
-        if re.fullmatch(r"[0-9]+", name) and os.path.isdir(os.path.join(base_dir, name))
+        {
+            version
+            for name in os.listdir(base_dir)
+            if (version := parse_version(name)) is not None and os.path.isdir(os.path.join(base_dir, name))
+        }
     )
 
 
@@ -77,10 +90,10 @@ def publish_version(base_dir, version, write):
     remove_stale_temps(base_dir)  # any version's, left by a killed export
     if version is None:
         version = next_version(base_dir)
-    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"version must be a positive int, got {version!r}")
+    elif isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= INT64_MAX:
+        raise ValueError(f"version must be an int in [1, 2**63 - 1], got {version!r}")
     final = os.path.join(base_dir, str(version))
-    if os.path.exists(final):
+    if version in existing_versions(base_dir):  # also under another name ("007" is version 7)
         raise FileExistsError(f"version {version} already exists at {final}; versions are never overwritten")
     with atomic_path(final, directory=True, overwrite=False) as tmp:
         write(tmp)

@@ -42,6 +42,7 @@ import grpc
 import tensorflow as tf
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2
 
+from elmo_tf.export import parse_version
 from serving.batching import BatchingOptions, BatchScheduler, BatchStats
 from serving.servable import Limits, MiB, check_response_size, load_servable
 from serving.status import SIGNATURE_DEF_FIELD, ServingError, not_found, resource_exhausted, status_code
@@ -49,7 +50,6 @@ from serving.status import SIGNATURE_DEF_FIELD, ServingError, not_found, resourc
 logger = logging.getLogger("serving.registry")
 
 State = get_model_status_pb2.ModelVersionStatus.State
-INT64_MAX = 2**63 - 1
 NO_DEADLINE = 1e6  # seconds; longer timeouts (gRPC's "no deadline" is ~9.2e18 s) mean none
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _ABSOLUTE_PATH = re.compile(r"(?<![\w>)\]])(?:[A-Za-z]:)?[/\\][^\s'\"]*")
@@ -135,14 +135,6 @@ class ServerOptions:
 
 
 # ---------------------------------------------------------------------------------------------------- versions
-
-
-def parse_version(name):
-    """The version number of a base path child named `name` ("007" -> 7), or None (see the module docstring)."""
-    if not (name.isascii() and name.isdigit()):
-        return None
-    number = int(name)
-    return number if number <= INT64_MAX else None
 
 
 def versions_on_disk(base_path):

@@ -485,3 +485,17 @@ def test_a_live_exports_temporary_is_kept(model, tmp_path):
     dead.mkdir()
     ex.export_elmo(model, str(base), version=2, check=False)
     assert sorted(os.listdir(base)) == sorted(["2", live.name])
+
+
+def test_versions_are_numbered_as_the_model_server_reads_them(tmp_path):
+    """Export and server share `parse_version`: "007" is version 7 (not overwritten under the name "7"), an overflowing
+    name is no version (the next one is not 10**20 + 1, which no server would load)."""
+    base = tmp_path / "elmo"
+    for name in ("007", "99999999999999999999", "notes"):
+        (base / name).mkdir(parents=True)
+    assert ex.existing_versions(str(base)) == [7] and ex.next_version(str(base)) == 8
+    with pytest.raises(FileExistsError):
+        ex.publish_version(str(base), 7, lambda tmp: None)
+    with pytest.raises(ValueError, match="2\\*\\*63"):
+        ex.publish_version(str(base), 2**63, lambda tmp: None)
+    assert ex.publish_version(str(base), None, lambda tmp: None) == str(base / "8")
