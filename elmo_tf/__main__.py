@@ -1,4 +1,4 @@
-"""Command line: `python -m elmo_tf embed ...`.
+"""Command line: `python -m elmo_tf embed ...` and `python -m elmo_tf dump-token-embeddings ...`.
 
 Errors follow `elmo_tf.cli`: a bad flag, a missing input or an output that cannot be written exits 2 before
 anything is loaded; a bad options.json, weight file or input file exits 1; each with one line naming the flag
@@ -48,7 +48,9 @@ def build_parser():
         description="ELMo tools.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  python -m elmo_tf embed --options options.json --weights weights.hdf5 "
-        "--input sentences.txt --output out.hdf5\n  python -m elmo_tf embed --help      # all options of embed",
+        "--input sentences.txt --output out.hdf5\n  python -m elmo_tf embed --help      # all options of embed\n"
+        "  python -m elmo_tf dump-token-embeddings --options options.json --weights weights.hdf5 "
+        "--vocab vocab.txt --output token_embeddings.hdf5",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
@@ -89,11 +91,85 @@ def build_parser():
         default=0,
         help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
     )
+    add_dump_token_embeddings_parser(sub)
     return parser
+
+
+TOKEN_EMBEDDINGS_EPILOG = """example:
+  python -m elmo_tf dump-token-embeddings --options options.json --weights weights.hdf5 --vocab vocab.txt \\
+      --output token_embeddings.hdf5
+
+vocab: one token per line (UTF-8 bytes kept as they are; no empty line, no whitespace inside a token, no
+duplicate; <S> and </S> get the sentence-boundary vectors).
+output: dataset "embedding", float32 (vocabulary size, projection_dim), row j = line j + 1 of the vocabulary:
+the layout of bilm-tf's dump_token_embeddings and AllenNLP's vocab_to_cache (readers prepend a zero row for
+padding). Attributes vocabulary_size and vocabulary_sha256 record the vocabulary it was written for.
+"""
+
+
+def add_dump_token_embeddings_parser(sub):
+    p = sub.add_parser(
+        "dump-token-embeddings",
+        help="write the context-free (char CNN) vector of every vocabulary word to hdf5",
+        description="Write the char-CNN token vector of every word of a vocabulary (like bilm-tf's "
+        "dump_token_embeddings and AllenNLP's vocab_to_cache).",
+        epilog=TOKEN_EMBEDDINGS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--options", required=True, type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
+    p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
+    p.add_argument("--vocab", required=True, type=existing_file("--vocab"), help="vocabulary file, one token per line")
+    p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
+    p.add_argument(
+        "--batch-size", type=positive_int("--batch-size"), default=1024, help="tokens per char-CNN call (1024)"
+    )
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.command == "dump-token-embeddings":
+        return dump_token_embeddings_main(args)
+    return embed_main(args)
+
+
+def dump_token_embeddings_main(args):
+    # usage errors first, then the vocabulary, before the model is loaded
+    inputs = (("--vocab", args.vocab), ("--options", args.options), ("--weights", args.weights))
+    check_output_file("--output", args.output, inputs=inputs)
+    from elmo_tf.io.token_embeddings import (
+        TokenEmbeddingError,
+        compute_token_embeddings,
+        read_vocabulary,
+        write_token_embeddings,
+    )
+
+    try:
+        tokens = read_vocabulary(args.vocab)
+    except TokenEmbeddingError as e:
+        raise DataError(f"--vocab: {e}") from None
+    setup_logging()
+    log = logging.getLogger("elmo_tf")
+    from tqdm import tqdm
+
+    from elmo_tf.config import ConfigError
+    from elmo_tf.io import WeightFileError, load_elmo
+
+    try:
+        model = load_elmo(args.options, args.weights)
+    except ConfigError as e:
+        raise DataError(f"--options: {e}") from None
+    except WeightFileError as e:
+        raise DataError(f"--weights: {e}") from None
+    start = time.perf_counter()
+    with tqdm(total=len(tokens), unit="tok", file=sys.stderr, desc="dump-token-embeddings") as bar:
+        embedding = compute_token_embeddings(model, tokens, batch_size=args.batch_size, progress=bar.update)
+    write_token_embeddings(args.output, embedding, vocabulary=tokens)
+    seconds = time.perf_counter() - start
+    log.info("%d tokens in %.1f s; wrote %s (%d x %d)", len(tokens), seconds, args.output, *embedding.shape)
+    return 0
+
+
+def embed_main(args):
     # everything that can be checked is checked before TensorFlow and the model are loaded
     inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
     check_output_file("--output", args.output, inputs=inputs)
@@ -143,5 +219,8 @@ def main(argv=None):
     return 0
 
 
+COMMANDS = ("embed", "dump-token-embeddings")
+
 if __name__ == "__main__":
-    sys.exit(run(main, prog=f"{PROG} embed"))  # embed is the only command
+    command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else "embed"
+    sys.exit(run(main, prog=f"{PROG} {command}"))
