@@ -1,0 +1,208 @@
+"""The embed command's input and output, streamed: sentences read once line by line, embeddings written as they come.
+
+Input: one whitespace-tokenized sentence per line of a text file, read with `elmo_tf.io.text.raw_lines` (a UTF-8
+byte order mark skipped, "\\n" or "\\r\\n" line ends, UTF-16/UTF-32 and NUL bytes refused; other bytes kept as they
+are, invalid UTF-8 included) and split with `elmo_tf.preprocessing.tokenizer.split_tokens` (ASCII whitespace, as the
+graph's `tf.strings.split`).
+
+Output (AllenNLP's `embed_file` format): an hdf5 file with one float32 dataset per line, named by the 0-based line
+index ("0", "1", ...), and `sentence_to_index`, a one-element string dataset holding the JSON map
+`{sentence key: "line index"}`.
+
+Sentence keys. AllenNLP keys a sentence by `line.strip()` of its UTF-8 text. Here a key must never be shared by two
+lines whose tokens differ, whatever their bytes, so `sentence_key`:
+    1. decodes the line as UTF-8 with "surrogateescape": each byte of an invalid sequence (0x80-0xFF) becomes one
+       lone surrogate U+DC80-U+DCFF. This is a bijection between byte strings and its results, and no valid UTF-8
+       text decodes to a lone surrogate, so an invalid line never gets the key of a valid line nor of another
+       invalid line;
+    2. strips ASCII whitespace only (b" \\t\\n\\r\\x0b\\x0c", the separators of `split_tokens`). `str.strip()`
+       would also strip U+00A0, U+2003 ... and the ASCII separators U+001C-U+001F, which the tokenizer keeps inside
+       tokens: " x\\xa0" and " x" are different sentences.
+For a valid UTF-8 line with no other whitespace (`str.isspace()`) at its ends, the key IS AllenNLP's key.
+`json.dumps` (with its default `ensure_ascii=True`) writes a lone surrogate as a `\\udcXX` escape; `json.loads` gives
+it back, and a reader recovers the line's bytes (without the stripped ends) with
+`key.encode("utf-8", "surrogateescape")`, which is `key_to_line(key)`.
+
+Example:
+    with EmbeddingWriter("out.hdf5") as writer:
+        for sentence in iter_sentences("sentences.txt", max_sentence_tokens=100):
+            writer.write(sentence.index, embed(sentence.tokens))
+            writer.add_key(sentence.index, sentence.line)
+    # out.hdf5 is complete; on an exception, Ctrl-C or SIGTERM (through elmo_tf.cli.run) it is as it was before.
+"""
+
+import contextlib
+import json
+import operator
+from typing import NamedTuple
+
+import h5py
+import numpy as np
+
+from elmo_tf.io.atomic import atomic_path
+from elmo_tf.io.text import raw_lines
+from elmo_tf.preprocessing.tokenizer import split_tokens
+
+ASCII_WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.split() / tf.strings.split split on, and nothing else
+INDEX_DATASET = "sentence_to_index"
+
+
+def sentence_key(line):
+    """The key of `line` (bytes, one input line) in `sentence_to_index`: UTF-8 decoded with "surrogateescape",
+    ASCII whitespace stripped from both ends (see the module docstring).
+
+    Two lines get the same key only if they are equal once their ASCII whitespace ends are stripped, hence only if
+    they have the same tokens.
+    """
+    if not isinstance(line, (bytes, bytearray, memoryview)):
+        raise TypeError(f"line must be bytes, got {type(line).__name__}")
+    return bytes(line).decode("utf-8", "surrogateescape").strip(ASCII_WHITESPACE)
+
+
+def key_to_line(key):
+    """The bytes a `sentence_key` stands for (the line without its ASCII whitespace ends): `key` (str, as
+    `json.loads` returns it) encoded as UTF-8 with "surrogateescape"."""
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str, got {type(key).__name__}")
+    return key.encode("utf-8", "surrogateescape")
+
+
+class Sentence(NamedTuple):
+    """One input line. `index`: 0-based line index (the dataset name); `line`: its bytes without the line end (and,
+    for the first line, without a UTF-8 byte order mark); `tokens`: `split_tokens(line)` (bytes), cut to
+    `max_sentence_tokens` when set; `truncated`: whether it was cut."""
+
+    index: int
+    line: bytes
+    tokens: list
+    truncated: bool
+
+
+def _check_max_tokens(max_sentence_tokens):
+    if max_sentence_tokens is None:
+        return None
+    if isinstance(max_sentence_tokens, bool):
+        raise ValueError(f"max_sentence_tokens must be None or an int >= 1, got {max_sentence_tokens!r}")
+    try:
+        value = operator.index(max_sentence_tokens)
+    except TypeError:
+        raise ValueError(f"max_sentence_tokens must be None or an int >= 1, got {max_sentence_tokens!r}") from None
+    if value < 1:
+        raise ValueError(f"max_sentence_tokens must be None or an int >= 1, got {max_sentence_tokens!r}")
+    return value
+
+
+def iter_sentences(path, max_sentence_tokens=None):
+    """Yields a `Sentence` per line of `path`, reading the file once, line by line (nothing is kept: memory does not
+    grow with the file).
+
+    Args:
+        path: a text file, one whitespace-tokenized sentence per line (see `elmo_tf.io.text.raw_lines`).
+        max_sentence_tokens: optional int >= 1; longer sentences are cut to their first `max_sentence_tokens` tokens
+            (checked when called, not at the first `next`).
+    Raises:
+        ValueError: a bad `max_sentence_tokens`.
+        elmo_tf.io.text.TextFileError: (while iterating) a missing file, a UTF-16/UTF-32 file, a NUL byte; the
+            message names the file and the line.
+    """
+    limit = _check_max_tokens(max_sentence_tokens)
+    return _sentences(path, limit)
+
+
+def _sentences(path, limit):
+    for number, _, line in raw_lines(path):
+        tokens = split_tokens(line)
+        truncated = limit is not None and len(tokens) > limit
+        if truncated:
+            tokens = tokens[:limit]
+        yield Sentence(number - 1, line, tokens, truncated)
+
+
+class EmbeddingWriter:
+    """Writes the embed output hdf5 as embeddings come, under a temporary name renamed into place at the end.
+
+    Args:
+        output_path: the hdf5 file to write (its directory must exist); an existing file is replaced whole, at the
+            end of a clean `with` block only.
+        index: write `sentence_to_index` (False: leave it out, like AllenNLP's `forget_sentences`; keys are then
+            not even kept in memory).
+    Attributes:
+        written: how many sentence datasets `write` created.
+    The temporary is `.<output name>.tmp-<pid>-<random>` beside the output (`elmo_tf.io.atomic.atomic_path`, which
+    also removes the temporaries of dead processes first). On any exception leaving the block (KeyboardInterrupt and
+    SystemExit included) the temporary is removed and an existing output is left untouched. The key map is held in
+    memory until the end (one JSON string, as AllenNLP writes it): it grows with the number of distinct keys.
+    """
+
+    def __init__(self, output_path, index=True):
+        self.output_path = output_path
+        self.index = bool(index)
+        self.written = 0
+        self._keys = {}
+        self._file = None
+        self._stack = None
+
+    def __enter__(self):
+        if self._stack is not None:
+            raise RuntimeError(f"EmbeddingWriter for {self.output_path!r} is already open")
+        with contextlib.ExitStack() as stack:
+            tmp = stack.enter_context(atomic_path(self.output_path))
+            self._file = stack.enter_context(h5py.File(tmp, "w"))
+            self._stack = stack.pop_all()
+        self.written = 0
+        self._keys = {}
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        stack, self._stack = self._stack, None
+        try:
+            if exc_type is not None:
+                return stack.__exit__(exc_type, exc, tb)  # closes the file, removes the temporary
+            with stack:  # an error here (or while closing) removes the temporary too
+                if self.index:
+                    self._file.create_dataset(
+                        INDEX_DATASET,
+                        data=np.array([json.dumps(self._keys)], dtype=object),
+                        dtype=h5py.string_dtype(),
+                    )
+            return False
+        finally:
+            self._file = None
+
+    def _check_open(self):
+        if self._file is None:
+            raise RuntimeError("EmbeddingWriter is not open: use it in a `with` block")
+
+    @staticmethod
+    def _name(index):
+        if isinstance(index, bool):
+            raise ValueError(f"index must be an int >= 0, got {index!r}")
+        try:
+            value = operator.index(index)
+        except TypeError:
+            raise ValueError(f"index must be an int >= 0, got {index!r}") from None
+        if value < 0:
+            raise ValueError(f"index must be an int >= 0, got {index!r}")
+        return str(value)
+
+    def write(self, index, array):
+        """Creates the dataset `str(index)` holding `array` as float32 (any shape: `(L+1, tokens, 2P)` for all
+        layers, `(tokens, 2P)` for one). Each index is written once."""
+        self._check_open()
+        name = self._name(index)
+        if name in self._file:
+            raise ValueError(f"index {name} is already written to {self.output_path}")
+        self._file.create_dataset(name, data=np.asarray(array, dtype=np.float32))
+        self.written += 1
+
+    def add_key(self, index, line):
+        """Records `sentence_key(line) -> str(index)` for `sentence_to_index`; a later line with the same key
+        replaces an earlier one, as in AllenNLP. Nothing is recorded when `index` is False."""
+        self._check_open()
+        name = self._name(index)
+        key = sentence_key(line)
+        if self.index:
+            self._keys[key] = name
+
+
+__all__ = ["ASCII_WHITESPACE", "EmbeddingWriter", "Sentence", "iter_sentences", "key_to_line", "sentence_key"]

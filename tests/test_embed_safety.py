@@ -1,0 +1,234 @@
+"""`python -m elmo_tf embed` as a careless user and a hostile signal meet it.
+
+- an output that IS the input under another name (hard link, a symlinked directory): exit 2, one line, input kept
+  (the same path, a symlink to the file and a relative spelling are in tests/test_cli_errors.py);
+- SIGTERM, SIGINT (Ctrl-C) and SIGKILL while the output is being written, to a real subprocess: the temporary
+  `.<output>.tmp-<pid>-<random>` is removed (143, 130) or left for the next run to remove (SIGKILL), an older
+  output at the same path stays byte for byte, a live process's temporary is kept;
+- what the output says about odd input lines (a UTF-8 byte order mark, invalid UTF-8): xfail on the current
+  elmo_tf/embed.py, which reads lines itself instead of through elmo_tf.io.sentences.
+
+Every wait is bounded (60 s); a run is signalled once its temporary holds some datasets, not before.
+"""
+
+import codecs
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from cli_testlib import REPO_ROOT, assert_one_error, own_lines, run_command
+from tiny_models import TINY
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.io import save_elmo
+from elmo_tf.io.sentences import sentence_key
+from elmo_tf.models import ELMo
+
+L, P = TINY["num_layers"], TINY["projection_dim"]
+WAIT = 60  # seconds, the bound on every wait for a subprocess
+MID_WRITE_BYTES = 64 * 1024  # a temporary this large holds a few dozen datasets: the run is writing
+PREVIOUS = b"an older output that must survive\n" * 64
+SHORT = ["The cat sat on the mat .", "", "Hi there", "one two three four five"]
+# the interpreter starts with SIGINT at its default (a test runner started with SIGINT ignored would pass that on,
+# and Python installs no KeyboardInterrupt handler then), then becomes `python -m elmo_tf embed` in the same process
+EXEC_EMBED = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'elmo_tf', 'embed', *sys.argv[1:]])"
+)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A saved tiny biLM, a long input (a few thousand lines: a run lasts seconds) and a short one."""
+    d = tmp_path_factory.mktemp("embed_safety")
+    save_elmo(ELMo(BiLMConfig(**TINY)), d / "model")
+    rng = random.Random(7)
+    words = "the cat sat on a mat and ran far away from home quickly naïve café 日本語".split()
+    with open(d / "long.txt", "w", encoding="utf-8") as f:
+        for _ in range(6000):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) + "\n")
+    (d / "short.txt").write_text("\n".join(SHORT) + "\n", encoding="utf-8")
+    return d
+
+
+def embed_args(files, input, output, *extra):
+    model = files / "model"
+    args = ["--options", model / "options.json", "--weights", model / "weights.hdf5", "--input", input]
+    return [str(a) for a in (*args, "--output", output, *extra)]
+
+
+def start_embed(files, input, output, stderr_path):
+    """`python -m elmo_tf embed` started in a process of its own (its pid is the temporary's); stderr to a file,
+    so that a full pipe never blocks it."""
+    with open(stderr_path, "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-c", EXEC_EMBED, *embed_args(files, input, output, "--batch-size", "8")],
+            cwd=REPO_ROOT,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+def temporaries(directory, name, pid=None):
+    prefix = f".{name}.tmp-{'' if pid is None else f'{pid}-'}"
+    return sorted(p for p in directory.iterdir() if p.name.startswith(prefix))
+
+
+def wait_until_writing(process, output, stderr_path):
+    """The temporary of `process` once it holds `MID_WRITE_BYTES`; fails (and kills the process) if the run ends
+    first or nothing comes within `WAIT` seconds."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"embed ended ({process.returncode}) before it could be signalled:\n{stderr_path.read_text()}")
+        for tmp in temporaries(output.parent, output.name, process.pid):
+            try:
+                if tmp.stat().st_size >= MID_WRITE_BYTES:
+                    return tmp
+            except FileNotFoundError:
+                pass
+        time.sleep(0.02)
+    process.kill()
+    process.wait(WAIT)
+    pytest.fail(f"no temporary of {MID_WRITE_BYTES} bytes after {WAIT} s:\n{stderr_path.read_text()}")
+
+
+def signal_mid_write(files, tmp_path, signum):
+    """Runs embed on the long input into `tmp_path/out.hdf5` (holding `PREVIOUS`), sends `signum` while the
+    temporary is being written; returns (exit status, stderr, output path, the temporary's path)."""
+    output, stderr_path = tmp_path / "out.hdf5", tmp_path / "stderr.txt"
+    output.write_bytes(PREVIOUS)
+    process = start_embed(files, files / "long.txt", output, stderr_path)
+    try:
+        tmp = wait_until_writing(process, output, stderr_path)
+        process.send_signal(signum)
+        status = process.wait(WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT)
+    return status, stderr_path.read_text(errors="replace"), output, tmp
+
+
+def read_output(path):
+    with h5py.File(path, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        arrays = {key: f[key][...] for key in f if key != "sentence_to_index"}
+    return arrays, index
+
+
+# ---------------------------------------------------------------- --output naming the input
+
+
+def test_output_hard_linked_to_the_input(files, tmp_path):
+    source = tmp_path / "sentences.txt"
+    source.write_bytes(b"The cat sat .\n\nHi there\n")
+    hard = tmp_path / "out.hdf5"
+    os.link(source, hard)
+    result = run_command(["-m", "elmo_tf", "embed", *embed_args(files, source, hard)], timeout=WAIT)
+    assert_one_error(result, 2, "--output", "same file as --input", hard)
+    assert source.read_bytes() == hard.read_bytes() == b"The cat sat .\n\nHi there\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.hdf5", "sentences.txt"]  # no temporary either
+
+
+def test_output_through_a_symlinked_directory(files, tmp_path):
+    (tmp_path / "data").mkdir()
+    source = tmp_path / "data" / "sentences.txt"
+    source.write_bytes(b"The cat sat .\n")
+    (tmp_path / "alias").symlink_to(tmp_path / "data", target_is_directory=True)
+    output = tmp_path / "alias" / "sentences.txt"
+    result = run_command(["-m", "elmo_tf", "embed", *embed_args(files, source, output)], timeout=WAIT)
+    assert_one_error(result, 2, "--output", "same file as --input", output)
+    assert source.read_bytes() == b"The cat sat .\n"
+    assert os.listdir(tmp_path / "data") == ["sentences.txt"]
+
+
+# ---------------------------------------------------------------- signals while writing
+
+
+def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_output(files, tmp_path):
+    status, stderr, output, tmp = signal_mid_write(files, tmp_path, signal.SIGTERM)
+    assert status == 143, stderr
+    assert "Traceback" not in stderr, stderr
+    assert not tmp.exists() and temporaries(tmp_path, output.name) == []
+    assert output.read_bytes() == PREVIOUS
+
+
+def test_ctrl_c_mid_write_removes_the_temporary_and_keeps_the_old_output(files, tmp_path):
+    status, stderr, output, tmp = signal_mid_write(files, tmp_path, signal.SIGINT)
+    assert status == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert own_lines(stderr)[-1] == "python -m elmo_tf embed: interrupted", stderr
+    assert not tmp.exists() and temporaries(tmp_path, output.name) == []
+    assert output.read_bytes() == PREVIOUS
+
+
+def test_sigkill_leaves_a_temporary_that_the_next_run_removes(files, tmp_path):
+    status, stderr, output, tmp = signal_mid_write(files, tmp_path, signal.SIGKILL)
+    assert status == -signal.SIGKILL, stderr
+    assert temporaries(tmp_path, output.name) == [tmp]  # expected: nothing runs after SIGKILL
+    assert output.read_bytes() == PREVIOUS
+    sleeper = subprocess.Popen(["sleep", str(3 * WAIT)])
+    try:
+        live = tmp_path / f".{output.name}.tmp-{sleeper.pid}-0123abcd"
+        live.write_bytes(b"a run that is still going")
+        result = run_command(["-m", "elmo_tf", "embed", *embed_args(files, files / "short.txt", output)], timeout=WAIT)
+        assert result.returncode == 0, result.stderr
+        assert temporaries(tmp_path, output.name) == [live]  # the dead run's is gone, the live one's kept
+        assert live.read_bytes() == b"a run that is still going"
+    finally:
+        sleeper.kill()
+        sleeper.wait(WAIT)
+    arrays, index = read_output(output)
+    assert index == {line: str(i) for i, line in enumerate(SHORT)}
+    assert sorted(arrays, key=int) == [str(i) for i in range(len(SHORT))]
+    for i, line in enumerate(SHORT):
+        assert arrays[str(i)].shape == (L + 1, len(line.split()), 2 * P) and arrays[str(i)].dtype == np.float32
+        assert np.isfinite(arrays[str(i)]).all()
+    assert np.abs(arrays["0"]).max() > 0
+
+
+# ---------------------------------------------------------------- odd lines: a byte order mark, invalid UTF-8
+
+ODD_LINES = [b"Hi there", b"caf\xe9 au lait", b"Hi there", b"caf\xe8 au lait"]  # written after a UTF-8 BOM
+NOT_STREAMED = "embed.py read_sentences keeps the BOM; fixed when embed streams through elmo_tf.io.sentences"
+
+
+@pytest.fixture(scope="module")
+def odd_output(files):
+    """The output of one embed run on `ODD_LINES` (raises RuntimeError, not AssertionError, if the run fails, so
+    that the xfail tests below cannot pass as 'expected failures' for that)."""
+    source = files / "odd.txt"
+    source.write_bytes(codecs.BOM_UTF8 + b"".join(line + b"\n" for line in ODD_LINES))
+    output = files / "odd.hdf5"
+    result = run_command(["-m", "elmo_tf", "embed", *embed_args(files, source, output)], timeout=WAIT)
+    if result.returncode != 0:
+        raise RuntimeError(f"embed failed ({result.returncode}):\n{result.stderr}")
+    return read_output(output)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_STREAMED)
+def test_a_byte_order_mark_is_not_part_of_the_first_token(odd_output):
+    arrays, index = odd_output
+    assert arrays["0"].shape == arrays["2"].shape == (L + 1, 2, 2 * P)
+    # line 0 is line 2 ("Hi there") behind the BOM: the same tokens, the same vectors
+    np.testing.assert_allclose(arrays["0"], arrays["2"], atol=1e-5, rtol=0)
+    assert not any("\ufeff" in key for key in index), sorted(index)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_STREAMED)
+def test_lines_differing_only_in_invalid_bytes_keep_their_own_keys(odd_output):
+    arrays, index = odd_output
+    first, second = sentence_key(ODD_LINES[1]), sentence_key(ODD_LINES[3])
+    assert first != second
+    assert index.get(first) == "1" and index.get(second) == "3", sorted(index.items())
+    assert not np.allclose(arrays["1"], arrays["3"])  # different tokens, different vectors
