@@ -14,9 +14,10 @@ import time
 from elmo_tf.cli import (
     ArgumentParser,
     DataError,
+    UsageError,
     bounded_number,
     check_output_file,
-    check_text_file,
+    check_text_start,
     existing_file,
     positive_int,
     run,
@@ -32,13 +33,25 @@ EXAMPLES = """examples:
   python -m elmo_tf embed --options options.json --weights weights.hdf5 --input s.txt --output top.hdf5 \\
       --layers top --batch-size 32
 
-input: one whitespace-tokenized sentence per line (split on ASCII whitespace; bytes kept as they are; an empty
-file, a UTF-16 file or one with NUL bytes is refused).
+  python -m elmo_tf dump-token-embeddings --options options.json --weights weights.hdf5 --vocab vocab.txt \
+      --output tokens.hdf5
+  python -m elmo_tf embed --options options.json --weights weights.hdf5 --input s.txt --output out.hdf5 \
+      --token-embeddings tokens.hdf5 --vocab vocab.txt       # the char CNN only for words not in vocab.txt
+
+input: one whitespace-tokenized sentence per line (split on ASCII whitespace; bytes kept as they are; a UTF-8
+byte order mark is skipped; an empty file, a UTF-16 file or one with NUL bytes is refused). The file is read
+once, as a stream: memory does not grow with its size (except for the sentence_to_index keys).
 output: dataset "<line index>" per line: (L+1, n_tokens, 2P) for --layers all, (n_tokens, 2P) for top and
-average; "sentence_to_index": a JSON string {sentence: "line index"} (AllenNLP's format).
-Empty lines give a dataset with 0 tokens. Long sentences are embedded whole (alone in a batch when they
-pass --max-batch-tokens) unless --max-sentence-tokens cuts them. Outputs are stateless: a sentence gets
-the same vectors whatever it is batched with.
+average; "sentence_to_index": a JSON string {key: "line index"} (AllenNLP's format; left out with
+--no-sentence-index). A key is the line decoded as UTF-8 with ASCII whitespace stripped from its ends: AllenNLP's
+key for UTF-8 lines; invalid bytes become lone surrogates ("\\udcXX" in the JSON; key.encode("utf-8",
+"surrogateescape") gives the bytes back), so two lines with different tokens never share a key.
+Empty lines give a dataset with 0 tokens. Long sentences are embedded whole unless --max-sentence-tokens cuts
+them. Short sentences share a packed row (each between its own <S> and </S>, the LSTM state reset between
+them): outputs are stateless, a sentence gets the same vectors whatever it is batched with.
+The output is written under a hidden temporary name and renamed at the end: an interrupted run (Ctrl-C,
+SIGTERM: exit 130/143) removes it and leaves an existing output as it was; the temporary of a killed run
+(SIGKILL) is removed by the next run into the same directory.
 """
 
 
@@ -70,13 +83,18 @@ def build_parser():
         help="text file, one whitespace-tokenized sentence per line",
     )
     p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
-    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="sentences per batch (64)")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int("--batch-size"),
+        default=64,
+        help="packed rows per batch, the width of the LSTM's matmuls (64); a row holds several short sentences",
+    )
     p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
     p.add_argument(
         "--max-batch-tokens",
         type=positive_int("--max-batch-tokens"),
         default=None,
-        help="cap on rows x longest sentence per batch (default 128 x batch size)",
+        help="cap on rows x steps per batch (default 128 x batch size)",
     )
     p.add_argument(
         "--max-sentence-tokens",
@@ -84,7 +102,28 @@ def build_parser():
         default=None,
         help="cut longer sentences to this many tokens (default: never cut)",
     )
-    p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length")
+    p.add_argument(
+        "--no-sort",
+        action="store_true",
+        help="batch in file order (one batch of look-ahead) instead of by length within windows of 50 x batch size",
+    )
+    p.add_argument(
+        "--token-embeddings",
+        type=existing_file("--token-embeddings"),
+        default=None,
+        help="cached token vectors (bilm-tf/AllenNLP layout, from dump-token-embeddings); needs --vocab",
+    )
+    p.add_argument(
+        "--vocab",
+        type=existing_file("--vocab"),
+        default=None,
+        help="the vocabulary of --token-embeddings, one token per line",
+    )
+    p.add_argument(
+        "--no-sentence-index",
+        action="store_true",
+        help="do not write sentence_to_index (AllenNLP's --forget-sentences): memory then holds no keys",
+    )
     p.add_argument(
         "--threads",
         type=bounded_number("--threads", int, minimum=0),
@@ -170,10 +209,16 @@ def dump_token_embeddings_main(args):
 
 
 def embed_main(args):
-    # everything that can be checked is checked before TensorFlow and the model are loaded
+    # everything that can be checked is checked before TensorFlow and the model are loaded; the input itself is
+    # read once, while embedding (a bad line further down exits 1 naming it, and no output is left)
+    if (args.token_embeddings is None) != (args.vocab is None):
+        given, missing = ("--token-embeddings", "--vocab") if args.vocab is None else ("--vocab", "--token-embeddings")
+        raise UsageError(f"{given} needs {missing} (the cache's rows follow the vocabulary's lines)")
     inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
+    if args.vocab is not None:
+        inputs += (("--token-embeddings", args.token_embeddings), ("--vocab", args.vocab))
     check_output_file("--output", args.output, inputs=inputs)
-    total = check_text_file("--input", args.input)
+    check_text_start("--input", args.input)
     setup_logging()
     log = logging.getLogger("elmo_tf")
     import tensorflow as tf
@@ -182,6 +227,8 @@ def embed_main(args):
     from elmo_tf.config import ConfigError
     from elmo_tf.embed import embed_file
     from elmo_tf.io import WeightFileError, load_elmo
+    from elmo_tf.io.text import TextFileError
+    from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -192,28 +239,49 @@ def embed_main(args):
         raise DataError(f"--options: {e}") from None
     except WeightFileError as e:
         raise DataError(f"--weights: {e}") from None
+    token_embeddings = None
+    if args.vocab is not None:
+        try:
+            vocabulary = read_vocabulary(args.vocab)
+        except TokenEmbeddingError as e:
+            raise DataError(f"--vocab: {e}") from None
+        try:
+            token_embeddings = (
+                vocabulary,
+                load_token_embeddings(args.token_embeddings, vocabulary, projection_dim=model.config.projection_dim),
+            )
+        except TokenEmbeddingError as e:
+            raise DataError(f"--token-embeddings: {e}") from None
     start = time.perf_counter()
-    with tqdm(total=total, unit="sent", file=sys.stderr, desc="embed") as bar:
-        stats = embed_file(
-            model,
-            args.input,
-            args.output,
-            batch_size=args.batch_size,
-            layers=args.layers,
-            max_batch_tokens=args.max_batch_tokens,
-            sort=not args.no_sort,
-            max_sentence_tokens=args.max_sentence_tokens,
-            progress=bar.update,
-        )
+    try:
+        with tqdm(unit="sent", file=sys.stderr, desc="embed") as bar:
+            stats = embed_file(
+                model,
+                args.input,
+                args.output,
+                batch_size=args.batch_size,
+                layers=args.layers,
+                max_batch_tokens=args.max_batch_tokens,
+                sort=not args.no_sort,
+                max_sentence_tokens=args.max_sentence_tokens,
+                progress=bar.update,
+                token_embeddings=token_embeddings,
+                sentence_index=not args.no_sentence_index,
+            )
+    except TextFileError as e:
+        raise DataError(f"--input: {e}") from None
     seconds = time.perf_counter() - start
     log.info(
-        "%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; wrote %s",
+        "%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; %d distinct tokens per batch through "
+        "the char CNN, %d from the cache; wrote %s",
         stats["sentences"],
         stats["tokens"],
         seconds,
         stats["tokens"] / max(seconds, 1e-9),
         stats["empty"],
         stats["truncated"],
+        stats["distinct"] - stats["cached"],
+        stats["cached"],
         args.output,
     )
     return 0

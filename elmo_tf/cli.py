@@ -187,6 +187,26 @@ def check_text_file(flag, path, require_tokens=False):
     return lines
 
 
+def check_text_start(flag, path, head=1 << 16):
+    """`check_text_file` for a file that is then read once as a stream: only its first `head` bytes are checked here
+    (empty, only a UTF-8 byte order mark, a UTF-16/UTF-32 byte order mark, a NUL byte); the reader finds the rest
+    (`elmo_tf.io.text.raw_lines` names the line). Raises `DataError` naming `flag` and the file."""
+    import codecs
+
+    from elmo_tf.io.text import TextFileError, raw_lines
+
+    with open(path, "rb") as f:
+        start = f.read(head)
+    if start in (b"", codecs.BOM_UTF8):
+        raise DataError(f"{flag}: {path}: the file is empty")
+    try:  # the same checks and messages as the full reader, on the first lines
+        for _number, offset, line in raw_lines(path):
+            if offset + len(line) >= head:
+                break
+    except TextFileError as e:
+        raise DataError(f"{flag}: {e}") from None
+
+
 def setup_logging(verbose=False, quiet=False, fmt="%(levelname)s %(message)s"):
     """Logging of a CLI to stderr: INFO (DEBUG with `verbose`, WARNING with `quiet`), each line once.
 

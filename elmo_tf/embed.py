@@ -1,76 +1,215 @@
-"""Embedding many sentences with an `ELMo` model: length-aware batching, order restored by index.
+"""Embedding many sentences with an `ELMo` model: packed rows, token vectors computed once per batch, streamed.
 
 The library side of `python -m elmo_tf embed`; nothing here prints.
+
+How a batch is run (`Embedder`):
+  - Packed rows: a row holds several sentences back to back, each between its own `<S>` and `</S>`
+    (`<S> a b </S> <S> c d e </S> ...`); the biLM restarts both directions from the zero state at every
+    sentence (`BiLM(segment_starts=...)`), so a sentence gets exactly the vectors it gets alone. Rows are
+    filled best-fit (`pack_rows`) so almost no step of the LSTM loop is spent on padding, whatever the order
+    of the corpus.
+  - Token vectors: the char CNN runs once per distinct token of a batch (in chunks of `cnn_chunk` tokens, which
+    bounds its memory), not once per occurrence; `<S>`/`</S>` once per model; with a token-embedding cache
+    (`elmo_tf.io.token_embeddings`, the bilm-tf / AllenNLP layout), not at all for its words.
+  - The input gates of each LSTM layer are computed `gate_chunk` steps at a time (bounded memory).
 """
 
-import json
+import bisect
 
-import h5py
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.io.atomic import atomic_path
-from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids
-from elmo_tf.preprocessing.tokenizer import split_tokens
+from elmo_tf.io.sentences import EmbeddingWriter, iter_sentences
+from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, tokens_to_char_ids_numpy
 
 LAYER_CHOICES = ("all", "top", "average")
+ROW_LENGTH = 64  # positions per packed row (a sentence of n tokens takes n + 2); longer sentences get a row each
+BOUNDARIES = 2  # <S> and </S> around every sentence
 
 
-def plan_batches(lengths, batch_size=64, max_batch_tokens=None, sort=True, window=None):
-    """Groups sentence indices into batches: lists of indices, every sentence exactly once.
+def _positive(name, value):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
 
-    With `sort`, sentences are sorted by length inside windows of `window` sentences (default
-    `50 * batch_size`), so a batch holds similar lengths and a window is all that must be in memory.
-    A batch closes at `batch_size` sentences or when its padded size `rows * longest` would pass
-    `max_batch_tokens`; a sentence longer than `max_batch_tokens` gets a batch of its own.
-    Empty sentences (length 0) are not batched; the caller writes them directly.
+
+def pack_rows(sizes, row_length=ROW_LENGTH):
+    """Best-fit decreasing: puts items of `sizes` (positions each) into as few rows of `row_length` as it can.
+
+    An item larger than `row_length` gets a row of its own. Returns a list of rows, each a list of item
+    indices, the fullest rows first (rows of similar fill end up in the same batch).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_batch_tokens is not None and max_batch_tokens < 1:
-        raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
-    window = window or 50 * batch_size
-    indices = [i for i, n in enumerate(lengths) if n > 0]
-    batches = []
-    for start in range(0, len(indices), window):
-        chunk = indices[start : start + window]
-        if sort:
-            chunk = sorted(chunk, key=lambda i: lengths[i])
-        batch, longest = [], 0
-        for i in chunk:
-            new_longest = max(longest, lengths[i])
-            if batch and (
-                len(batch) == batch_size
-                or (max_batch_tokens is not None and (len(batch) + 1) * new_longest > max_batch_tokens)
-            ):
-                batches.append(batch)
-                batch, new_longest = [], lengths[i]
-            batch.append(i)
-            longest = new_longest
-        if batch:
+    row_length = _positive("row_length", row_length)
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    rows, fill = [], []
+    free = []  # sorted (room left, row number) of rows that can still take an item
+    for i in order:
+        size = sizes[i]
+        if size < 1:
+            raise ValueError(f"sizes must be positive, got {size} at {i}")
+        k = bisect.bisect_left(free, (size, -1))
+        if k < len(free):  # the row with the least room that still fits
+            room, row = free.pop(k)
+            rows[row].append(i)
+            fill[row] += size
+            if room - size > 0:
+                bisect.insort(free, (room - size, row))
+            continue
+        rows.append([i])
+        fill.append(size)
+        if row_length - size > 0:
+            bisect.insort(free, (row_length - size, len(rows) - 1))
+    return [rows[r] for r in sorted(range(len(rows)), key=lambda r: -fill[r])]
+
+
+def group_rows(row_sizes, batch_size, max_batch_positions=None):
+    """Groups consecutive rows into batches of at most `batch_size` rows and `rows x longest <= max_batch_positions`
+    positions (a row longer than that is a batch of its own). Returns lists of row numbers."""
+    batch_size = _positive("batch_size", batch_size)
+    if max_batch_positions is not None:
+        max_batch_positions = _positive("max_batch_positions", max_batch_positions)
+    batches, batch, longest = [], [], 0
+    for r, size in enumerate(row_sizes):
+        new_longest = max(longest, size)
+        if batch and (
+            len(batch) == batch_size
+            or (max_batch_positions is not None and (len(batch) + 1) * new_longest > max_batch_positions)
+        ):
             batches.append(batch)
+            batch, new_longest = [], size
+        batch.append(r)
+        longest = new_longest
+    if batch:
+        batches.append(batch)
     return batches
 
 
+def plan_batches(
+    lengths,
+    batch_size=64,
+    max_batch_tokens=None,
+    sort=True,
+    window=None,
+    row_length=ROW_LENGTH,
+):
+    """Plans packed batches for sentences of `lengths` tokens, in one pass over them (a stream works the same).
+
+    Sentences are gathered into a window, packed into rows (`pack_rows`, positions = tokens + 2) and the rows
+    grouped into batches of `batch_size` rows (`group_rows`, at most `max_batch_tokens` positions each). A window
+    is packed once it holds `window` sentences (default `50 * batch_size` with `sort`, one batch worth of
+    positions without it: corpus order with only as much look-ahead as one batch needs); the rows of a last,
+    incomplete batch go back to the window to be packed with the sentences that follow. Empty sentences (length
+    0) are not batched; the caller writes them directly.
+
+    Returns:
+        list of batches; a batch is a list of rows; a row is a list of sentence indices.
+    """
+    return list(
+        iter_batches(((i, n) for i, n in enumerate(lengths)), batch_size, max_batch_tokens, sort, window, row_length)
+    )
+
+
+def iter_batches(items, batch_size=64, max_batch_tokens=None, sort=True, window=None, row_length=ROW_LENGTH):
+    """`plan_batches` over a stream: `items` yields `(key, n_tokens)`; yields batches (lists of rows of keys) as soon
+    as they are complete, holding at most about one window of items."""
+    batch_size = _positive("batch_size", batch_size)
+    row_length = _positive("row_length", row_length)
+    if max_batch_tokens is not None:
+        max_batch_tokens = _positive("max_batch_tokens", max_batch_tokens)
+    if window is not None:
+        window = _positive("window", window)
+    pending = []  # (key, size in positions)
+    filled = 0
+
+    def full():
+        if sort:
+            return len(pending) >= (window or 50 * batch_size)
+        return filled >= (window or batch_size * row_length)
+
+    def flush(final):
+        rows = pack_rows([size for _, size in pending], row_length)
+        row_sizes = [sum(pending[i][1] for i in row) for row in rows]
+        batches = group_rows(row_sizes, batch_size, max_batch_tokens)
+        keep = []
+        if not final and len(batches[-1]) < batch_size:
+            keep = [pending[i] for r in batches.pop() for i in rows[r]]
+        done = [[[pending[i][0] for i in rows[r]] for r in batch] for batch in batches]
+        return done, keep
+
+    for key, n in items:
+        if n < 0:
+            raise ValueError(f"lengths must be >= 0, got {n} for {key!r}")
+        if n == 0:
+            continue
+        pending.append((key, n + BOUNDARIES))
+        filled += n + BOUNDARIES
+        if full():
+            done, pending = flush(final=False)
+            filled = sum(size for _, size in pending)
+            yield from done
+    if pending:
+        done, _ = flush(final=True)
+        yield from done
+
+
 class Embedder:
-    """Runs an `ELMo` model on lists of tokens, compiled once for any batch and length.
+    """Runs an `ELMo` model on lists of tokens in packed rows; any batch and length, compiled once.
 
     Args:
         model: an `ELMo` model.
         layers: "all" -> `(L+1, n, 2P)`, "top" -> `(n, 2P)`, "average" -> `(n, 2P)` (mean of the L+1 layers).
+        token_embeddings: optional `(vocabulary, array)`: tokens (bytes or str) and their precomputed token vectors
+            `(len(vocabulary), P)` (`elmo_tf.io.token_embeddings`); other tokens go through the char CNN.
+        row_length: positions per packed row (`embed_batch` packs its sentences into rows of this size).
+        gate_chunk: LSTM steps whose input gates are computed at once.
+        cnn_chunk: tokens per char-CNN call.
     """
 
-    def __init__(self, model, layers="all"):
+    def __init__(self, model, layers="all", token_embeddings=None, row_length=ROW_LENGTH, gate_chunk=8, cnn_chunk=256):
         if layers not in LAYER_CHOICES:
             raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}")
         self.model = model
         self.layers = layers
+        self.row_length = _positive("row_length", row_length)
+        self.gate_chunk = _positive("gate_chunk", gate_chunk)
+        self.cnn_chunk = _positive("cnn_chunk", cnn_chunk)
+        width = model.config.projection_dim
+        self._encode = tf.function(
+            lambda ids: model.char_cnn.encode_tokens(ids),
+            input_signature=[tf.TensorSpec([None, MAX_CHARS], tf.int32)],
+        )
+        # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
+        self._fixed = np.concatenate(
+            [np.zeros([1, width], np.float32), self._encode(np.stack([BOS_CHAR_IDS, EOS_CHAR_IDS]).astype(np.int32))]
+        )
+        self._cache_rows, self._cache = {}, None
+        if token_embeddings is not None:
+            vocabulary, array = token_embeddings
+            array = np.asarray(array, np.float32)
+            if array.shape != (len(vocabulary), width):
+                raise ValueError(
+                    f"token_embeddings must have shape ({len(vocabulary)}, {width}) for {len(vocabulary)} tokens "
+                    f"and projection_dim {width}, got {array.shape}"
+                )
+            self._cache = array
+            self._cache_rows = {_as_bytes(t): k for k, t in enumerate(vocabulary)}
+        self.stats = {"tokens": 0, "distinct": 0, "cached": 0, "positions": 0, "padded_positions": 0}
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string)])
-        def run(tokens):
-            acts = self.model(tokens_to_char_ids(tokens))["activations"]
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, width], tf.float32),  # vector table of the batch
+                tf.TensorSpec([None, None], tf.int32),  # (rows, steps): table row of each position, 0 = padding
+                tf.TensorSpec([None, None], tf.bool),  # (rows, steps): a sentence starts here
+                tf.TensorSpec([None, 2], tf.int32),  # (n, 2): (row, step) of every real token, in output order
+            ]
+        )
+        def run(table, table_rows, starts, positions):
+            x = tf.gather(table, table_rows)
+            lstm = model.bilm(x, mask=table_rows > 0, segment_starts=starts, gate_chunk=self.gate_chunk)
+            word = tf.gather_nd(x, positions)
+            acts = [tf.concat([word, word], axis=-1)] + [tf.gather_nd(layer, positions) for layer in lstm]
             if layers == "all":
-                return tf.stack(acts, axis=1)  # (batch, L+1, tokens, 2P)
+                return tf.stack(acts)  # (L+1, n, 2P)
             if layers == "top":
                 return acts[-1]
             return tf.add_n(acts) / len(acts)
@@ -82,27 +221,88 @@ class Embedder:
         width = 2 * self.model.config.projection_dim
         return (self.model.num_output_layers, 0, width) if self.layers == "all" else (0, width)
 
+    def token_vectors(self, tokens):
+        """`(table, rows)`: the vector table of `tokens` (padding, `<S>`, `</S>`, then each distinct token once) and
+        the table row of each token. Cached tokens are looked up, the others go through the char CNN."""
+        rows_of, distinct = {}, []
+        rows = np.empty(len(tokens), np.int32)
+        for k, token in enumerate(tokens):
+            row = rows_of.get(token)
+            if row is None:
+                row = rows_of[token] = len(self._fixed) + len(distinct)
+                distinct.append(token)
+            rows[k] = row
+        vectors = np.empty([len(distinct), self._fixed.shape[1]], np.float32)
+        cached = [(k, self._cache_rows[t]) for k, t in enumerate(distinct) if t in self._cache_rows]
+        if cached:
+            at, src = zip(*cached)
+            vectors[list(at)] = self._cache[list(src)]
+        fresh = [k for k, t in enumerate(distinct) if t not in self._cache_rows] if cached else range(len(distinct))
+        fresh = list(fresh)
+        for start in range(0, len(fresh), self.cnn_chunk):
+            part = fresh[start : start + self.cnn_chunk]
+            vectors[part] = self._encode(tokens_to_char_ids_numpy([distinct[k] for k in part])).numpy()
+        self.stats["distinct"] += len(distinct)
+        self.stats["cached"] += len(cached)
+        return np.concatenate([self._fixed, vectors]), rows
+
+    def embed_rows(self, rows):
+        """Embeds packed rows: `rows` is a list of rows, each a list of sentences (token lists, bytes or str, at
+        least one token each). Returns one float32 array per sentence, rows first, in order."""
+        sentences = [s for row in rows for s in row]
+        if not sentences:
+            return []
+        if any(len(s) == 0 for s in sentences):
+            raise ValueError("embed_rows: every sentence needs at least one token (write empty ones directly)")
+        tokens = [_as_bytes(t) for s in sentences for t in s]
+        table, token_rows = self.token_vectors(tokens)
+        steps = max(sum(len(s) + BOUNDARIES for s in row) for row in rows)
+        table_rows = np.zeros([len(rows), steps], np.int32)
+        starts = np.zeros([len(rows), steps], bool)
+        positions = np.empty([len(tokens), 2], np.int32)
+        bos, eos = 1, 2
+        k = 0
+        for r, row in enumerate(rows):
+            at = 0
+            for s in row:
+                n = len(s)
+                starts[r, at] = True
+                table_rows[r, at] = bos
+                table_rows[r, at + 1 : at + 1 + n] = token_rows[k : k + n]
+                table_rows[r, at + 1 + n] = eos
+                positions[k : k + n, 0] = r
+                positions[k : k + n, 1] = np.arange(at + 1, at + 1 + n)
+                at += n + BOUNDARIES
+                k += n
+        self.stats["tokens"] += len(tokens)
+        self.stats["positions"] += int((table_rows > 0).sum())
+        self.stats["padded_positions"] += table_rows.size
+        out = self._run(table, table_rows, starts, positions).numpy()
+        results, k = [], 0
+        for s in sentences:
+            n = len(s)
+            results.append(out[:, k : k + n] if self.layers == "all" else out[k : k + n])
+            k += n
+        return results
+
     def embed_batch(self, sentences):
-        """`sentences`: list of token lists (bytes or str). Returns one float32 array per sentence."""
-        longest = max((len(s) for s in sentences), default=0)
-        if longest == 0:
-            return [np.zeros(self.empty_shape, np.float32) for _ in sentences]
-        padded = [list(s) + [b""] * (longest - len(s)) for s in sentences]
-        out = self._run(tf.constant(padded, tf.string)).numpy()
-        if self.layers == "all":
-            return [out[k, :, : len(s)] for k, s in enumerate(sentences)]
-        return [out[k, : len(s)] for k, s in enumerate(sentences)]
+        """`sentences`: list of token lists (bytes or str). Returns one float32 array per sentence (empty ones
+        included), packing them into rows of `row_length` positions."""
+        results = [np.zeros(self.empty_shape, np.float32) for _ in sentences]
+        real = [i for i, s in enumerate(sentences) if len(s) > 0]
+        if not real:
+            return results
+        rows = [
+            [real[i] for i in row] for row in pack_rows([len(sentences[i]) + BOUNDARIES for i in real], self.row_length)
+        ]
+        embedded = self.embed_rows([[sentences[i] for i in row] for row in rows])
+        for i, array in zip((i for row in rows for i in row), embedded):
+            results[i] = array
+        return results
 
 
-def read_sentences(path):
-    """One whitespace-tokenized sentence per line, as lists of bytes tokens (ASCII whitespace, like
-    `tf.strings.split`; invalid UTF-8 is kept byte for byte). Returns (token lists, raw lines)."""
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
-    return [split_tokens(line) for line in lines], lines
+def _as_bytes(token):
+    return token.encode("utf-8", "surrogateescape") if isinstance(token, str) else bytes(token)
 
 
 def embed_file(
@@ -115,46 +315,70 @@ def embed_file(
     sort=True,
     max_sentence_tokens=None,
     progress=None,
+    token_embeddings=None,
+    sentence_index=True,
+    row_length=ROW_LENGTH,
 ):
     """Writes one dataset per input line ("0", "1", ...) plus `sentence_to_index` to `output_path` (hdf5).
 
-    Empty lines give a dataset with 0 tokens; sentences longer than `max_sentence_tokens` (when set)
-    are cut to that many tokens, otherwise they are embedded whole, in a batch of their own when they
-    pass `max_batch_tokens`. The file is written under a temporary name and renamed at the end.
+    The input is read once, line by line (`elmo_tf.io.sentences.iter_sentences`), and every sentence is written as
+    soon as its batch is done: memory holds one window of sentences and one batch, whatever the file's size (plus,
+    unless `sentence_index` is False, the keys of `sentence_to_index`). Empty lines give a dataset with 0 tokens;
+    sentences longer than `max_sentence_tokens` (when set) are cut to that many tokens. The file is written under a
+    temporary name and renamed at the end (`EmbeddingWriter`): an interrupted run leaves an existing output as it was.
 
     Args:
+        batch_size: packed rows per batch (a row holds several short sentences).
+        sort: pack sentences of similar length together within windows of `50 * batch_size` sentences; without
+            it, batches follow the file with one batch of look-ahead.
+        max_batch_tokens: cap on rows x steps of a batch (default `128 * batch_size`).
         progress: optional callable `progress(n_sentences_done)` called after each batch.
+        token_embeddings: optional `(vocabulary, array)` (see `Embedder`).
+        sentence_index: write `sentence_to_index` (AllenNLP's map from sentence to dataset name).
     Returns:
-        dict of counts: sentences, tokens, empty, truncated.
+        dict of counts: sentences, tokens, empty, truncated, and the embedder's stats.
     """
-    sentences, lines = read_sentences(input_path)
-    truncated = 0
-    if max_sentence_tokens is not None:
-        if max_sentence_tokens < 1:
-            raise ValueError(f"max_sentence_tokens must be >= 1, got {max_sentence_tokens}")
-        truncated = sum(len(s) > max_sentence_tokens for s in sentences)
-        sentences = [s[:max_sentence_tokens] for s in sentences]
+    embedder = Embedder(model, layers, token_embeddings=token_embeddings, row_length=row_length)
     if max_batch_tokens is None:
         max_batch_tokens = batch_size * 128
-    embedder = Embedder(model, layers)
-    lengths = [len(s) for s in sentences]
-    # hidden temporary beside the output, renamed at the end; a killed run's temporary goes at the next run
-    with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as f:
-        empty = [i for i, n in enumerate(lengths) if n == 0]
-        for i in empty:
-            f.create_dataset(str(i), data=np.zeros(embedder.empty_shape, np.float32))
-        if progress and empty:
-            progress(len(empty))
-        for batch in plan_batches(lengths, batch_size, max_batch_tokens, sort):
-            for i, array in zip(batch, embedder.embed_batch([sentences[i] for i in batch])):
-                f.create_dataset(str(i), data=array)
+    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
+    tokens_of = {}  # sentences read and not yet embedded
+
+    def items(writer):
+        for sentence in iter_sentences(input_path, max_sentence_tokens):
+            counts["sentences"] += 1
+            counts["tokens"] += len(sentence.tokens)
+            counts["truncated"] += sentence.truncated
+            if sentence_index:
+                writer.add_key(sentence.index, sentence.line)
+            if not sentence.tokens:
+                counts["empty"] += 1
+                writer.write(sentence.index, np.zeros(embedder.empty_shape, np.float32))
+                if progress:
+                    progress(1)
+                continue
+            tokens_of[sentence.index] = sentence.tokens
+            yield sentence.index, len(sentence.tokens)
+
+    with EmbeddingWriter(output_path, index=sentence_index) as writer:
+        for batch in iter_batches(items(writer), batch_size, max_batch_tokens, sort, row_length=row_length):
+            arrays = embedder.embed_rows([[tokens_of[i] for i in row] for row in batch])
+            for i, array in zip((i for row in batch for i in row), arrays):
+                writer.write(i, array)
+                del tokens_of[i]
             if progress:
-                progress(len(batch))
-        index = {line.decode("utf-8", "replace"): str(i) for i, line in enumerate(lines)}
-        f.create_dataset(
-            "sentence_to_index", data=np.array([json.dumps(index)], dtype=object), dtype=h5py.string_dtype()
-        )
-    return {"sentences": len(sentences), "tokens": sum(lengths), "empty": len(empty), "truncated": truncated}
+                progress(sum(len(row) for row in batch))
+    counts.update(embedder.stats)
+    return counts
 
 
-__all__ = ["Embedder", "LAYER_CHOICES", "MAX_CHARS", "embed_file", "plan_batches", "read_sentences"]
+__all__ = [
+    "Embedder",
+    "LAYER_CHOICES",
+    "ROW_LENGTH",
+    "embed_file",
+    "group_rows",
+    "iter_batches",
+    "pack_rows",
+    "plan_batches",
+]

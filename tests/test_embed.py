@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.embed import embed_file, plan_batches, read_sentences
+from elmo_tf.embed import embed_file, iter_batches, pack_rows, plan_batches
 from elmo_tf.io import save_elmo
+from elmo_tf.io.sentences import iter_sentences
 from elmo_tf.preprocessing import whitespace_tokenize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,48 +32,73 @@ LINES = [
 ]
 
 
-# ---------------------------------------------------------------- plan_batches
+# ---------------------------------------------------------------- packing plan
 
 
-def check_plan(batches, lengths, batch_size, max_batch_tokens, sort):
-    flat = [i for batch in batches for i in batch]
+def check_plan(batches, lengths, batch_size, max_batch_tokens, row_length):
+    flat = [i for batch in batches for row in batch for i in row]
     non_empty = [i for i, n in enumerate(lengths) if n > 0]
     assert sorted(flat) == non_empty  # every non-empty sentence exactly once, empty ones never
-    assert len(flat) == len(set(flat))
     for batch in batches:
         assert 1 <= len(batch) <= batch_size
+        sizes = [sum(lengths[i] + 2 for i in row) for row in batch]
         if max_batch_tokens is not None and len(batch) > 1:
-            assert len(batch) * max(lengths[i] for i in batch) <= max_batch_tokens
-    if not sort:
-        assert flat == non_empty
+            assert len(batch) * max(sizes) <= max_batch_tokens
+        for row, size in zip(batch, sizes):
+            assert size <= row_length or len(row) == 1  # only a sentence longer than a row gets a longer row
 
 
 @pytest.mark.parametrize("sort", [True, False], ids=["sorted", "file-order"])
-@pytest.mark.parametrize("batch_size,max_batch_tokens", [(1, None), (7, None), (64, None), (7, 60), (64, 200)])
-def test_plan_covers_every_sentence_once_within_limits(batch_size, max_batch_tokens, sort):
+@pytest.mark.parametrize(
+    "batch_size,max_batch_tokens,row_length", [(1, None, 64), (7, None, 16), (64, None, 64), (7, 60, 32), (64, 200, 64)]
+)
+def test_plan_covers_every_sentence_once_within_limits(batch_size, max_batch_tokens, row_length, sort):
     lengths = [int(n) for n in np.random.default_rng(batch_size).integers(0, 40, size=300)]
-    batches = plan_batches(lengths, batch_size, max_batch_tokens, sort)
-    check_plan(batches, lengths, batch_size, max_batch_tokens, sort)
+    batches = plan_batches(lengths, batch_size, max_batch_tokens, sort, row_length=row_length)
+    check_plan(batches, lengths, batch_size, max_batch_tokens, row_length)
 
 
-def test_plan_fills_batches_and_sorts_within_windows():
-    assert [len(b) for b in plan_batches([1] * 20, batch_size=7)] == [7, 7, 6]
-    lengths = [5, 1, 4, 2, 3, 0, 6, 2]
-    batches = plan_batches(lengths, batch_size=3, sort=True)
-    assert [[lengths[i] for i in b] for b in batches] == [[1, 2, 2], [3, 4, 5], [6]]
-    # windows of 4 sentences are sorted separately
-    windowed = plan_batches(lengths, batch_size=2, sort=True, window=4)
-    check_plan(windowed, lengths, 2, None, True)
-    flat = [lengths[i] for b in windowed for i in b]
-    assert flat[:4] == sorted(flat[:4]) and flat[4:] == sorted(flat[4:]) and flat != sorted(flat)
+@pytest.mark.parametrize("sort", [True, False], ids=["sorted", "file-order"])
+def test_packed_rows_leave_little_padding_in_any_order(sort):
+    """The point of packing: in file order too, almost every LSTM step of a batch is a real position."""
+    lengths = [int(n) for n in np.random.default_rng(1).integers(1, 40, size=2000)]
+    batches = plan_batches(lengths, batch_size=32, sort=sort, row_length=64)
+    real = sum(n + 2 for n in lengths)
+    padded = sum(len(b) * max(sum(lengths[i] + 2 for i in row) for row in b) for b in batches)
+    assert real / padded > 0.95
+    # sentences of one batch are padded to its longest without packing: far more waste
+    plain = sum(32 * max(lengths[k : k + 32]) + 64 for k in range(0, 2000, 32))
+    assert real / plain < 0.7
 
 
-def test_plan_respects_the_token_budget_and_isolates_long_sentences():
-    lengths = [3, 100, 2, 4, 4, 4, 4]
-    batches = plan_batches(lengths, batch_size=64, max_batch_tokens=12, sort=False)
-    assert [1] in batches  # longer than the budget: alone
-    check_plan(batches, lengths, 64, 12, False)
-    assert batches == [[0], [1], [2, 3, 4], [5, 6]]
+def test_pack_rows_best_fit():
+    assert pack_rows([3, 3, 2, 5, 1], row_length=6) == [[3, 4], [0, 1], [2]]  # 5+1, 3+3, 2
+    assert pack_rows([9, 2], row_length=4) == [[0], [1]]  # too long: a row of its own
+    rows = pack_rows([int(n) for n in np.random.default_rng(0).integers(1, 20, size=500)], row_length=40)
+    assert sorted(i for row in rows for i in row) == list(range(500))
+
+
+def test_a_stream_is_planned_with_bounded_look_ahead():
+    """iter_batches never holds more than about one window of sentences, and in file order it yields a batch as
+    soon as one batch of positions has been read."""
+    read = []
+
+    def stream():
+        for i, n in enumerate(np.random.default_rng(2).integers(1, 30, size=3000)):
+            read.append(i)
+            yield i, int(n)
+
+    emitted = 0
+    for batch in iter_batches(stream(), batch_size=8, sort=False, row_length=64):
+        emitted += sum(len(row) for row in batch)
+        assert len(read) - emitted < 8 * 64  # fewer pending sentences than one batch has positions
+    assert emitted == 3000
+    read.clear()
+    emitted = 0
+    for batch in iter_batches(stream(), batch_size=8, sort=True, window=100, row_length=64):
+        emitted += sum(len(row) for row in batch)
+        assert len(read) - emitted <= 100 + 8 * 64
+    assert emitted == 3000
 
 
 def test_plan_rejects_bad_arguments():
@@ -80,16 +106,22 @@ def test_plan_rejects_bad_arguments():
         plan_batches([1, 2], batch_size=0)
     with pytest.raises(ValueError, match="max_batch_tokens"):
         plan_batches([1, 2], batch_size=2, max_batch_tokens=0)
+    with pytest.raises(ValueError, match="row_length"):
+        plan_batches([1, 2], batch_size=2, row_length=0)
+    with pytest.raises(ValueError, match="lengths"):
+        plan_batches([1, -2], batch_size=2)
     assert plan_batches([0, 0], batch_size=2) == []
 
 
-# ---------------------------------------------------------------- read_sentences
+# ---------------------------------------------------------------- reading
 
 
-def test_read_sentences_matches_the_in_graph_tokenizer(tmp_path):
+def test_sentences_match_the_in_graph_tokenizer(tmp_path):
     path = tmp_path / "in.txt"
     path.write_bytes(b"a b\r\n\n  c\td  \ncaf\xe9 \xff\nlast")
-    tokens, lines = read_sentences(path)
+    sentences = list(iter_sentences(path))
+    lines = [s.line for s in sentences]
+    tokens = [s.tokens for s in sentences]
     assert lines == [b"a b", b"", b"  c\td  ", b"caf\xe9 \xff", b"last"]
     assert tokens == [[b"a", b"b"], [], [b"c", b"d"], [b"caf\xe9", b"\xff"], [b"last"]]
     tf_tokens, tf_lengths = whitespace_tokenize(tf.constant(lines))
@@ -117,17 +149,19 @@ def test_embed_file_layers_all_top_average(tiny_elmo, input_file, tmp_path, to_c
     outputs = {}
     for layers in ("all", "top", "average"):
         stats = embed_file(tiny_elmo, input_file, tmp_path / f"{layers}.hdf5", batch_size=3, layers=layers)
-        assert stats == {
+        assert {k: stats[k] for k in ("sentences", "tokens", "empty", "truncated")} == {
             "sentences": len(LINES),
             "tokens": sum(len(s.split()) for s in LINES),
             "empty": 2,
             "truncated": 0,
         }
+        assert stats["tokens"] == stats["cached"] + sum(len(s.split()) for s in LINES) and stats["cached"] == 0
+        assert stats["distinct"] < stats["tokens"]  # repeated tokens of a batch go through the char CNN once
         outputs[layers], index = read_output(tmp_path / f"{layers}.hdf5")
         assert sorted(outputs[layers], key=int) == [str(i) for i in range(len(LINES))]
-        for line, i in index.items():
-            assert LINES[int(i)] == line
-        assert set(index) == set(LINES)
+        for key, i in index.items():  # AllenNLP's key: the line without its (ASCII) whitespace ends
+            assert LINES[int(i)].strip(" \t") == key
+        assert set(index) == {line.strip(" \t") for line in LINES}
     for i, line in enumerate(LINES):
         n = len(line.split())
         everything, top, average = outputs["all"][str(i)], outputs["top"][str(i)], outputs["average"][str(i)]

@@ -200,13 +200,11 @@ def test_sigkill_leaves_a_temporary_that_the_next_run_removes(files, tmp_path):
 # ---------------------------------------------------------------- odd lines: a byte order mark, invalid UTF-8
 
 ODD_LINES = [b"Hi there", b"caf\xe9 au lait", b"Hi there", b"caf\xe8 au lait"]  # written after a UTF-8 BOM
-NOT_STREAMED = "embed.py read_sentences keeps the BOM; fixed when embed streams through elmo_tf.io.sentences"
 
 
 @pytest.fixture(scope="module")
 def odd_output(files):
-    """The output of one embed run on `ODD_LINES` (raises RuntimeError, not AssertionError, if the run fails, so
-    that the xfail tests below cannot pass as 'expected failures' for that)."""
+    """The output of one embed run on `ODD_LINES`."""
     source = files / "odd.txt"
     source.write_bytes(codecs.BOM_UTF8 + b"".join(line + b"\n" for line in ODD_LINES))
     output = files / "odd.hdf5"
@@ -216,7 +214,6 @@ def odd_output(files):
     return read_output(output)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_STREAMED)
 def test_a_byte_order_mark_is_not_part_of_the_first_token(odd_output):
     arrays, index = odd_output
     assert arrays["0"].shape == arrays["2"].shape == (L + 1, 2, 2 * P)
@@ -225,7 +222,6 @@ def test_a_byte_order_mark_is_not_part_of_the_first_token(odd_output):
     assert not any("\ufeff" in key for key in index), sorted(index)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_STREAMED)
 def test_lines_differing_only_in_invalid_bytes_keep_their_own_keys(odd_output):
     arrays, index = odd_output
     first, second = sentence_key(ODD_LINES[1]), sentence_key(ODD_LINES[3])

@@ -138,16 +138,24 @@ def load_bilm_weights(model, weights_path):
             NaN/inf values, or a shape that disagrees with the model built from the options (the message names
             the file, the dataset, the expected and found shapes). No variable changes unless all is well.
     """
-    updates = []  # everything is read and checked before any variable changes
+    entries = weight_map(model)
+
+    def read(f, name, variables):
+        expected = _expected_file_shape(name, variables)
+        # a char_embed that already holds the zero padding row (262 rows) is taken as is
+        padded = tuple(variables[0].shape) if name == "char_embed" else None
+        data = read_dataset(f, name, [expected] + ([padded] if padded else []), weights_path)
+        return data, padded
+
     with open_hdf5(weights_path) as f:
-        for name, variables, _, from_file in weight_map(model):
-            expected = _expected_file_shape(name, variables)
-            # a char_embed that already holds the zero padding row (262 rows) is taken as is
-            padded = tuple(variables[0].shape) if name == "char_embed" else None
-            data = read_dataset(f, name, [expected] + ([padded] if padded else []), weights_path)
-            updates.extend(zip(variables, [data] if data.shape == padded else from_file(data)))
-    for var, array in updates:
-        var.assign(array.astype(var.dtype))
+        # pass 1 reads and checks every dataset, one at a time (memory: the largest dataset, not the whole file),
+        # so no variable changes unless all is well; pass 2 reads each again and assigns it
+        for name, variables, _, _ in entries:
+            read(f, name, variables)
+        for name, variables, _, from_file in entries:
+            data, padded = read(f, name, variables)
+            for var, array in zip(variables, [data] if data.shape == padded else from_file(data)):
+                var.assign(array.astype(var.dtype, copy=False))
 
 
 def save_bilm_weights(model, weights_path):

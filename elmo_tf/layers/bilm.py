@@ -34,6 +34,12 @@ class BiLM(keras.layers.Layer):
             `[c, h]` of forward layer 0, 1, ..., then backward layer 0, 1, ...; zeros when None.
         return_state: also return the final states in the same order (after each row's last real
             token; for the backward stack, after its first token).
+        segment_starts: optional bool `(batch, time)`, True where a new sequence starts inside a row (packed
+            rows: `<S> a b </S> <S> c </S>`). Both stacks start each segment from the zero state (the forward
+            one at its first step, the backward one at its last), so every segment gets exactly the outputs it
+            gets alone in a row; `initial_state` then applies to the row's first segment only.
+        gate_chunk: optional python int: compute the input gates this many steps at a time (bounds their
+            memory to `gate_chunk` steps; default: all steps in one matmul).
     Returns:
         list of `num_layers` float `(batch, time, 2 * projection_dim)` (forward ++ backward, zeros at
         padding); with `return_state`, `(outputs, states)`.
@@ -98,7 +104,16 @@ class BiLM(keras.layers.Layer):
             for s in self.get_lstm(d, layer).zero_state(batch_size, dtype)
         ]
 
-    def call(self, inputs, mask=None, initial_state=None, return_state=False, training=None):
+    def call(
+        self,
+        inputs,
+        mask=None,
+        initial_state=None,
+        return_state=False,
+        training=None,
+        segment_starts=None,
+        gate_chunk=None,
+    ):
         x = tf.convert_to_tensor(inputs)
         if x.shape.rank != 3 or not x.dtype.is_floating:
             raise ValueError(
@@ -116,21 +131,36 @@ class BiLM(keras.layers.Layer):
                 f"layer), got {len(initial_state)}"
             )
         x_tm = tf.transpose(x, [1, 0, 2])
+
+        def reverse(t):
+            return tf.reverse_sequence(t, lengths, seq_axis=0, batch_axis=1)
+
         # the backward stack works in reversed time throughout; its outputs are restored at the end
-        stream = {"forward": x_tm, "backward": tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)}
+        stream = {"forward": x_tm, "backward": reverse(x_tm)}
+        resets = None
+        if segment_starts is not None:
+            starts = tf.transpose(tf.cast(segment_starts, tf.bool)) & mask_tm  # (time, batch)
+            # a segment ends where the next step starts another one or is padding
+            ends = mask_tm & tf.concat([starts[1:] | ~mask_tm[1:], tf.ones_like(starts[:1])], axis=0)
+            resets = [starts, reverse(ends)]
         outputs, final_states = [], {}
         for layer in range(self.num_layers):
             lstms = [self.get_lstm(d, layer) for d in DIRECTIONS]
             state_index = [(k * self.num_layers + layer) * 2 for k in range(len(DIRECTIONS))]
+            w_x, bias, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
             outs, cs, hs = projected_lstm_scan(
-                [lstm.input_gates(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)],
+                [lstm.dropped(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)],
                 mask_tm,
-                [tf.convert_to_tensor(lstm.recurrent_kernel) for lstm in lstms],
-                [tf.convert_to_tensor(lstm.projection_kernel) for lstm in lstms],
+                list(w_x),
+                list(bias),
+                list(w_h),
+                list(w_p),
                 [initial_state[i] for i in state_index],
                 [initial_state[i + 1] for i in state_index],
                 lstms[0].cell_clip,
                 lstms[0].proj_clip,
+                resets=resets,
+                chunk=gate_chunk,
             )
             for k, d in enumerate(DIRECTIONS):
                 outs[k].set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
@@ -138,7 +168,7 @@ class BiLM(keras.layers.Layer):
                 hs[k].set_shape([None, self.projection_dim])
                 final_states[d, layer] = [cs[k], hs[k]]
                 stream[d] = outs[k] + stream[d] if self.use_skip_connections and layer > 0 else outs[k]
-            backward = tf.reverse_sequence(stream["backward"], lengths, seq_axis=0, batch_axis=1)
+            backward = reverse(stream["backward"])
             both = tf.concat([stream["forward"], backward], axis=-1) * tf.cast(mask_tm, x.dtype)[:, :, None]
             outputs.append(tf.transpose(both, [1, 0, 2]))
         if return_state:

@@ -3,7 +3,6 @@
 import keras
 import tensorflow as tf
 
-from elmo_tf.layers import recurrence
 from elmo_tf.layers.recurrence import projected_lstm_scan
 
 
@@ -79,11 +78,18 @@ class ProjectedLSTM(keras.layers.Layer):
             name="projection_kernel", shape=(self.units, self.projection_dim), initializer="glorot_uniform"
         )
 
-    def input_gates(self, x_time_major, training=None):
-        """`x W_x + b` for all steps at once, feature-major: `(time, batch, input_dim)` -> `(time, 4*units, batch)`."""
+    def dropped(self, x, training=None):
+        """The inputs with this layer's dropout applied (in training only)."""
         if training and self.dropout > 0:
-            x_time_major = tf.nn.dropout(x_time_major, rate=self.dropout)
-        return recurrence.input_gates(x_time_major, self.input_kernel, self.bias)
+            return tf.nn.dropout(x, rate=self.dropout)
+        return x
+
+    def kernels(self):
+        """`(input_kernel, bias, recurrent_kernel, projection_kernel)` as tensors, in `projected_lstm_scan`'s order."""
+        return [
+            tf.convert_to_tensor(w)
+            for w in (self.input_kernel, self.bias, self.recurrent_kernel, self.projection_kernel)
+        ]
 
     def zero_state(self, batch_size, dtype=tf.float32):
         return [tf.zeros([batch_size, self.units], dtype), tf.zeros([batch_size, self.projection_dim], dtype)]
@@ -102,11 +108,14 @@ class ProjectedLSTM(keras.layers.Layer):
             x_tm = tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)
         if initial_state is None:
             initial_state = self.zero_state(tf.shape(x)[0], x.dtype)
+        w_x, bias, w_h, w_p = self.kernels()
         (out,), (c,), (h,) = projected_lstm_scan(
-            [self.input_gates(x_tm, training)],
+            [self.dropped(x_tm, training)],
             mask_tm,
-            [tf.convert_to_tensor(self.recurrent_kernel)],
-            [tf.convert_to_tensor(self.projection_kernel)],
+            [w_x],
+            [bias],
+            [w_h],
+            [w_p],
             [initial_state[0]],
             [initial_state[1]],
             self.cell_clip,
