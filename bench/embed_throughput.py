@@ -3,19 +3,27 @@
 Spec: the original-size architecture (93.6M parameters, random weights), 1,000 natural-English
 sentences (bench/sentences.py), batch 32 and 64, length-sorted and in corpus order, 2 threads:
 tokens/s, peak RSS, and achieved GFLOP/s (204 MFLOP of matmul per position for the original shapes)
-as a fraction of this machine's float32 matmul GFLOP/s measured by TF in the same run (4096^3, best of
-several, before and after the embedding runs).
-Targets: at least 2x AllenNLP at the same batch size and order, and at least 50% of the roofline.
+as a fraction of this machine's float32 matmul GFLOP/s measured by TF in the same run (the best of square
+matmuls of 1024, 2048 and 4096, best of several each, before and after the embedding runs: on some machines
+4096^3 runs at half the speed of 1024^3, and the roofline is the best the matmul reaches).
+Targets: at least 2x AllenNLP at the same batch size and order, at least 65% of the roofline length-sorted
+and 50% in corpus order, peak RSS at or below AllenNLP's. One more row, `+cache`, runs batch 64 sorted with
+a token-embedding cache (`python -m elmo_tf dump-token-embeddings`) for a vocabulary built from other text
+(--cache-vocab-from, default the Wikipedia and WikiText-2 parts of shared/data/pretrain, words seen twice or
+more): its speedup over the same configuration without the cache, and the share of tokens the cache held.
 
 How it is measured:
   - random original-size weights are written once with `elmo_tf.io.save_elmo` (seeded) into
     --weights-dir (default bench/results/cache/original-seed<seed>/, about 375 MB) and reused;
   - every run is its own subprocess, ours then the peer for each (batch size, order), so both see the
     same machine state; peak RSS is the subprocess's `ru_maxrss` (from `os.wait4`), model loading included;
-  - ours: a worker mode of this script (`--worker ours`) that loads the model, plans batches as
-    `python -m elmo_tf embed` does (`elmo_tf.embed.plan_batches`, max 128 x batch tokens per batch),
-    embeds one untimed warm-up batch (the first of the plan), then times `Embedder.embed_batch` over
-    all sentences with `--layers all`, keeping the arrays in memory (hdf5 writing excluded);
+  - ours: a worker mode of this script (`--worker ours`) that loads the model, plans packed batches as
+    `python -m elmo_tf embed` does (`elmo_tf.embed.plan_batches`: `batch_size` rows of 64 positions, several
+    short sentences per row, max 128 x batch positions per batch; sorted = by length within windows of
+    50 x batch sentences, corpus = file order with one batch of look-ahead), embeds one untimed warm-up batch
+    (the first of the plan), then times `Embedder.embed_rows` over all sentences with `--layers all`, keeping
+    the arrays in memory (hdf5 writing excluded). A batch of ours has as many rows as the peer's has
+    sentences, so the per-step matmuls have the same width;
     TF's intra-op and inter-op pools both get --threads threads;
   - the peer: ../shared/peer/allennlp_embed.py (`--sort` for length-sorted batches, `--threads`),
     which excludes model loading, runs one untimed warm-up batch and reports tokens/s of the pass;
@@ -54,7 +62,11 @@ DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache")
 ORDERS = ("sorted", "corpus")
 TARGET_RATIO = 2.0
 TARGET_ROOFLINE = 0.5
-MATMUL_N = 4096
+MATMUL_SIZES = (1024, 2048, 4096)
+TARGET_ROOFLINE_SORTED = 0.65
+DEFAULT_CACHE_VOCAB_FROM = ",".join(
+    os.path.join(SHARED, "data", "pretrain", name) for name in ("wikipedia_en_2015.txt", "wikitext2_train.txt")
+)
 PEER_LINE = re.compile(r"(\d+) tokens in ([0-9.]+) s: ([0-9.]+) tokens/s")
 
 log = logging.getLogger("embed_throughput")
@@ -116,67 +128,111 @@ def worker_weights(args):
 
 
 def worker_matmul(args):
-    """Best and median float32 GFLOP/s of a MATMUL_N^3 matmul with --threads threads."""
+    """Best and median float32 GFLOP/s of square matmuls (MATMUL_SIZES) with --threads threads; `best_gflops` is
+    the best over all sizes."""
     tf = _set_threads(args.threads)
-    a = tf.random.normal([MATMUL_N, MATMUL_N])
-    b = tf.random.normal([MATMUL_N, MATMUL_N])
-    matmul = tf.function(tf.matmul)
-    matmul(a, b).numpy()  # warm-up
-    times = []
-    for _ in range(args.matmul_repeats):
-        start = time.perf_counter()
-        c = matmul(a, b)
-        float(c[0, 0])
-        times.append(time.perf_counter() - start)
-    flop = 2 * MATMUL_N**3
-    times.sort()
+    sizes = {}
+    for n in MATMUL_SIZES:
+        a = tf.random.normal([n, n])
+        b = tf.random.normal([n, n])
+        matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
+        matmul(a, b).numpy()  # warm-up
+        times = []
+        for _ in range(args.matmul_repeats):
+            start = time.perf_counter()
+            matmul(a, b).numpy()
+            times.append(time.perf_counter() - start)
+        times.sort()
+        sizes[n] = {"best_gflops": 2 * n**3 / times[0] / 1e9, "median_gflops": 2 * n**3 / times[len(times) // 2] / 1e9}
     return {
-        "n": MATMUL_N,
+        "sizes": sizes,
         "threads": args.threads,
         "repeats": args.matmul_repeats,
-        "best_gflops": flop / times[0] / 1e9,
-        "median_gflops": flop / times[len(times) // 2] / 1e9,
+        "best_gflops": max(v["best_gflops"] for v in sizes.values()),
     }
+
+
+def worker_cache(args):
+    """Builds the +cache row's token-embedding file: a vocabulary of the words seen at least twice in
+    --cache-vocab-from (whitespace tokens), dumped with elmo_tf.io.token_embeddings."""
+    _set_threads(args.threads)
+    from collections import Counter
+
+    from elmo_tf.io import load_elmo
+    from elmo_tf.io.token_embeddings import compute_token_embeddings, write_token_embeddings
+
+    counts = Counter()
+    for path in args.cache_vocab_from.split(","):
+        with open(path, "rb") as f:
+            for line in f:
+                counts.update(line.split())
+    vocabulary = sorted((t for t, n in counts.items() if n >= 2), key=lambda t: (-counts[t], t))
+    model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
+    start = time.perf_counter()
+    embedding = compute_token_embeddings(model, vocabulary)
+    seconds = time.perf_counter() - start
+    with open(args.cache_vocab, "wb") as f:
+        f.write(b"".join(t + b"\n" for t in vocabulary))
+    write_token_embeddings(args.cache_file, embedding, vocabulary=vocabulary)
+    return {"vocabulary": len(vocabulary), "dump_seconds": seconds}
 
 
 def worker_ours(args):
     """Times elmo_tf's Embedder over the sentences: model loading and one warm-up batch excluded."""
     _set_threads(args.threads)
-    from elmo_tf.embed import Embedder, plan_batches, read_sentences
+    from elmo_tf.embed import Embedder, plan_batches
     from elmo_tf.io import load_elmo
+    from elmo_tf.io.sentences import iter_sentences
 
     start = time.perf_counter()
     model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
-    embedder = Embedder(model, "all")
+    token_embeddings = None
+    if args.cache_file:
+        from elmo_tf.io.token_embeddings import load_token_embeddings, read_vocabulary
+
+        vocabulary = read_vocabulary(args.cache_vocab)
+        token_embeddings = vocabulary, load_token_embeddings(args.cache_file, vocabulary)
+    embedder = Embedder(model, "all", token_embeddings=token_embeddings)
+    token_embeddings_rows = set(token_embeddings[0]) if token_embeddings else set()
     load_seconds = time.perf_counter() - start
-    sentences, _ = read_sentences(args.input)
+    sentences = [s.tokens for s in iter_sentences(args.input)]
     lengths = [len(s) for s in sentences]
     batches = plan_batches(lengths, args.batch_size, 128 * args.batch_size, sort=args.order == "sorted")
     start = time.perf_counter()
-    embedder.embed_batch([sentences[i] for i in batches[0]])
+    embedder.embed_rows([[sentences[i] for i in row] for row in batches[0]])
     warmup_seconds = time.perf_counter() - start
+    embedder.stats = dict.fromkeys(embedder.stats, 0)
     results = {}
     start = time.perf_counter()
     for batch in batches:
-        for i, array in zip(batch, embedder.embed_batch([sentences[i] for i in batch])):
+        order = [i for row in batch for i in row]
+        for i, array in zip(order, embedder.embed_rows([[sentences[i] for i in row] for row in batch])):
             results[i] = array
     seconds = time.perf_counter() - start
     tokens = sum(lengths)
     if len(results) != sum(n > 0 for n in lengths):
         raise RuntimeError(f"embedded {len(results)} sentences, expected {sum(n > 0 for n in lengths)}")
+    stats = embedder.stats
     return {
         "tokens": tokens,
         "sentences": len(results),
         "batches": len(batches),
+        "rows": sum(len(b) for b in batches),
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
         "load_seconds": load_seconds,
         "warmup_seconds": warmup_seconds,
+        "position_fill": stats["positions"] / max(stats["padded_positions"], 1),
+        "distinct_per_token": stats["distinct"] / max(stats["tokens"], 1),
+        "cache_hit_rate": stats["cached"] / max(stats["distinct"], 1),
+        "cached_token_share": (
+            sum(t in token_embeddings_rows for s in sentences for t in s) / tokens if token_embeddings else 0.0
+        ),
         "max_rss_mib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
-WORKERS = {"weights": worker_weights, "matmul": worker_matmul, "ours": worker_ours}
+WORKERS = {"weights": worker_weights, "matmul": worker_matmul, "ours": worker_ours, "cache": worker_cache}
 
 
 # ------------------------------------------------------------------------------------------ main process
@@ -285,7 +341,15 @@ def build_parser():
     parser.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
     parser.add_argument("--threads", type=int, default=2, help="threads of both tools and of the matmul (2)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each tool per configuration (1)")
-    parser.add_argument("--matmul-repeats", type=int, default=5, help="timed 4096^3 matmuls, best counts (5)")
+    parser.add_argument(
+        "--matmul-repeats", type=int, default=5, help="timed matmuls per size (1024, 2048, 4096), best counts (5)"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="leave out the +cache row")
+    parser.add_argument(
+        "--cache-vocab-from",
+        default=DEFAULT_CACHE_VOCAB_FROM,
+        help="comma-separated text files whose words seen twice or more make the +cache row's vocabulary",
+    )
     parser.add_argument("--skip-peer", action="store_true", help="run ours only")
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 100 sentences, batch 32, sorted (explicit flags still win)"
@@ -309,6 +373,8 @@ def build_parser():
     parser.add_argument("--input", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--order", choices=ORDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--cache-file", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-vocab", help=argparse.SUPPRESS)
     return parser
 
 
@@ -363,10 +429,9 @@ def main(argv=None):
         )
         matmul = [run_worker(args, "matmul", ["--matmul-repeats", str(args.matmul_repeats)], work)]
         log.info(
-            "matmul %d^3, %d threads: %.0f GFLOP/s (best of %d)",
-            MATMUL_N,
+            "matmul, %d threads: %s GFLOP/s (best of %d each)",
             args.threads,
-            matmul[0]["best_gflops"],
+            ", ".join(f"{n}^3 {v['best_gflops']:.0f}" for n, v in matmul[0]["sizes"].items()),
             args.matmul_repeats,
         )
         for batch_size in batch_sizes:
@@ -381,6 +446,24 @@ def main(argv=None):
                         run["peer"] = run_peer(args, input_path, batch_size, order, work)
                         log.info("peer  batch %d %s: %.0f tokens/s", batch_size, order, run["peer"]["tokens_per_s"])
                     runs.append(run)
+        if not args.no_cache:
+            cache_file = os.path.join(args.weights_dir, "token_embeddings.hdf5")
+            cache_vocab = os.path.join(args.weights_dir, "token_embeddings_vocab.txt")
+            if not (os.path.isfile(cache_file) and os.path.isfile(cache_vocab)):
+                log.info("dumping token embeddings for the words of %s", args.cache_vocab_from)
+                cache_args = ["--cache-file", cache_file, "--cache-vocab", cache_vocab]
+                run_worker(args, "cache", cache_args + ["--cache-vocab-from", args.cache_vocab_from], work)
+            batch_size = max(batch_sizes)
+            run = {"batch_size": batch_size, "order": "sorted", "repeat": 0, "cache": True}
+            run["ours"] = run_worker(
+                args,
+                "ours",
+                ["--input", input_path, "--batch-size", str(batch_size), "--order", "sorted"]
+                + ["--cache-file", cache_file, "--cache-vocab", cache_vocab],
+                work,
+            )
+            log.info("ours  batch %d sorted +cache: %.0f tokens/s", batch_size, run["ours"]["tokens_per_s"])
+            runs.append(run)
         matmul.append(run_worker(args, "matmul", ["--matmul-repeats", str(args.matmul_repeats)], work))
     except (RuntimeError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -395,6 +478,15 @@ def main(argv=None):
         ours["gflops"] = ours["tokens_per_s"] * fpp / 1e9
         ours["gflops_with_boundaries"] = (ours["tokens"] + 2 * ours["sentences"]) / ours["seconds"] * fpp / 1e9
         ours["fraction_of_roofline"] = ours["gflops"] / roofline
+        if run.get("cache"):
+            plain = [
+                r
+                for r in runs
+                if r["batch_size"] == run["batch_size"] and r["order"] == "sorted" and not r.get("cache")
+            ]
+            if plain:
+                run["speedup_vs_no_cache"] = ours["tokens_per_s"] / plain[0]["ours"]["tokens_per_s"]
+            continue
         if "peer" in run:
             run["peer"]["gflops"] = run["peer"]["tokens_per_s"] * fpp / 1e9
             run["ratio"] = ours["tokens_per_s"] / run["peer"]["tokens_per_s"]
@@ -402,36 +494,53 @@ def main(argv=None):
                 missed.append(
                     f"batch {run['batch_size']} {run['order']}: {run['ratio']:.2f}x AllenNLP < {TARGET_RATIO}x"
                 )
-        if ours["fraction_of_roofline"] < TARGET_ROOFLINE:
+            if ours["peak_rss_mib"] > run["peer"]["peak_rss_mib"]:
+                missed.append(
+                    f"batch {run['batch_size']} {run['order']}: peak RSS {ours['peak_rss_mib']:.0f} MiB > "
+                    f"AllenNLP's {run['peer']['peak_rss_mib']:.0f}"
+                )
+        target = TARGET_ROOFLINE_SORTED if run["order"] == "sorted" else TARGET_ROOFLINE
+        if ours["fraction_of_roofline"] < target:
             missed.append(
                 f"batch {run['batch_size']} {run['order']}: {ours['fraction_of_roofline']:.0%} of roofline "
-                f"< {TARGET_ROOFLINE:.0%}"
+                f"< {target:.0%}"
             )
 
     print(
         f"\nELMo embed throughput, {args.preset} architecture ({count_parameters(options) / 1e6:.1f}M parameters, "
         f"random weights), {len(sentences)} sentences / {n_tokens} tokens, {args.threads} threads"
     )
-    before_after = ", ".join(f"{m['best_gflops']:.0f}" for m in matmul)
+    sizes = "; ".join(
+        f"{n}^3 " + "/".join(f"{m['sizes'][str(n)]['best_gflops']:.0f}" for m in matmul) for n in MATMUL_SIZES
+    )
     print(
-        f"roofline: TF float32 matmul {MATMUL_N}^3 = {roofline:.0f} GFLOP/s (best of before/after: "
-        f"{before_after}); {fpp / 1e6:.1f} MFLOP matmul per token"
+        f"roofline: TF float32 matmul, best of sizes = {roofline:.0f} GFLOP/s (before/after: {sizes}); "
+        f"{fpp / 1e6:.1f} MFLOP matmul per token"
     )
     header = (
         f"{'config':<16} {'ours tok/s':>10} {'peer tok/s':>10} {'ratio':>6} {'ours GFLOP/s':>12} "
-        f"{'% roofline':>10} {'ours RSS MiB':>12} {'peer RSS MiB':>12}"
+        f"{'% roofline':>10} {'ours RSS MiB':>12} {'peer RSS MiB':>12} {'row fill':>8}"
     )
     print(header)
     for run in runs:
         ours, peer = run["ours"], run.get("peer")
-        config = f"b{run['batch_size']} {run['order']}" + (f" #{run['repeat']}" if args.repeats > 1 else "")
+        config = f"b{run['batch_size']} {run['order']}" + (" +cache" if run.get("cache") else "")
+        config += f" #{run['repeat']}" if args.repeats > 1 else ""
         peer_tps = f"{peer['tokens_per_s']:.0f}" if peer else "-"
         ratio = f"{run['ratio']:.2f}" if peer else "-"
         peer_rss = f"{peer['peak_rss_mib']:.0f}" if peer else "-"
         print(
             f"{config:<16} {ours['tokens_per_s']:>10.0f} {peer_tps:>10} {ratio:>6} {ours['gflops']:>12.0f} "
-            f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12}"
+            f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12} "
+            f"{ours['position_fill']:>8.0%}"
         )
+        if run.get("cache"):
+            speedup = run.get("speedup_vs_no_cache")
+            print(
+                f"{'':<16} cache: {ours['cached_token_share']:.0%} of tokens in the cache's vocabulary"
+                + (f", {speedup:.2f}x the same configuration without it" if speedup else "")
+                + " (its GFLOP/s counts the char-CNN work the cache saves)"
+            )
     load_after = os.getloadavg()
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} CPUs")
     if max(load_before[0], load_after[0]) > 0.5:
@@ -440,8 +549,8 @@ def main(argv=None):
             "(and the ratio) are not those of an idle machine; rerun alone"
         )
     print(
-        f"targets: >= {TARGET_RATIO}x AllenNLP, >= {TARGET_ROOFLINE:.0%} of roofline: "
-        + ("met" if not missed else "missed: " + "; ".join(missed))
+        f"targets: >= {TARGET_RATIO}x AllenNLP, RSS <= AllenNLP's, >= {TARGET_ROOFLINE_SORTED:.0%} of roofline sorted "
+        f"and >= {TARGET_ROOFLINE:.0%} in corpus order: " + ("met" if not missed else "missed: " + "; ".join(missed))
     )
 
     report = {
@@ -456,7 +565,13 @@ def main(argv=None):
         "roofline_gflops": roofline,
         "matmul": matmul,
         "runs": runs,
-        "targets": {"ratio_vs_peer": TARGET_RATIO, "fraction_of_roofline": TARGET_ROOFLINE, "missed": missed},
+        "targets": {
+            "ratio_vs_peer": TARGET_RATIO,
+            "fraction_of_roofline_sorted": TARGET_ROOFLINE_SORTED,
+            "fraction_of_roofline_corpus": TARGET_ROOFLINE,
+            "rss_vs_peer": 1.0,
+            "missed": missed,
+        },
         "quick": args.quick,
         "load_average_before": load_before,
         "load_average_after": load_after,
