@@ -127,11 +127,11 @@ def lstm_reference(
 
 def lstm_weights(lstm):
     """(W_0, B, W_P_0) of a `ProjectedLSTM` in the TF1 layout, as float64 arrays."""
-    w_0 = np.concatenate([lstm.input_kernel.numpy(), lstm.recurrent_kernel.numpy()], axis=0)
+    w_0 = np.concatenate([lstm.input_kernel.numpy().T, lstm.recurrent_kernel.numpy().T], axis=0)  # stored transposed
     return (
         w_0.astype(np.float64),
         lstm.bias.numpy().astype(np.float64),
-        lstm.projection_kernel.numpy().astype(np.float64),
+        lstm.projection_kernel.numpy().T.astype(np.float64),
     )
 
 

@@ -105,17 +105,18 @@ def weight_map(model):
         for layer in range(bilm.num_layers):
             lstm = bilm.get_lstm(direction, layer)
             prefix = _lstm_prefix(d, layer)
-            n_in = lstm.input_kernel.shape[0]
+            n_in = lstm.input_kernel.shape[1]
+            # the layer stores its kernels transposed (ProjectedLSTM): W_0 = [W_x; W_h] = [input^T; recurrent^T]
             entries.append(
                 (
                     f"{prefix}/W_0",
                     [lstm.input_kernel, lstm.recurrent_kernel],
-                    lambda v: np.concatenate(v, axis=0),
-                    lambda a, n=n_in: [a[:n], a[n:]],
+                    lambda v: np.concatenate([v[0].T, v[1].T], axis=0),
+                    lambda a, n=n_in: [a[:n].T, a[n:].T],
                 )
             )
             entries.append((f"{prefix}/B", [lstm.bias], lambda v: v[0], lambda a: [a]))
-            entries.append((f"{prefix}/W_P_0", [lstm.projection_kernel], lambda v: v[0], lambda a: [a]))
+            entries.append((f"{prefix}/W_P_0", [lstm.projection_kernel], lambda v: v[0].T, lambda a: [a.T]))
     return entries
 
 
@@ -125,8 +126,10 @@ def _expected_file_shape(name, variables):
         return (shapes[0][0] - 1, shapes[0][1])
     if name.startswith("CNN/W_cnn_"):
         return (1,) + shapes[0]
-    if name.endswith("/W_0"):
-        return (shapes[0][0] + shapes[1][0], shapes[0][1])
+    if name.endswith("/W_0"):  # the layer's kernels are transposed (see weight_map)
+        return (shapes[0][1] + shapes[1][1], shapes[0][0])
+    if name.endswith("/W_P_0"):
+        return shapes[0][::-1]
     return shapes[0]
 
 

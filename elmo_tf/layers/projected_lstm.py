@@ -1,9 +1,12 @@
 """One direction of one biLM layer: an LSTM with a projected output (TF1 `LSTMCell(num_proj=...)`)."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from elmo_tf.layers.recurrence import projected_lstm_scan
+
+KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
 
 
 def _check_clip(name, value):
@@ -18,8 +21,14 @@ class ProjectedLSTM(keras.layers.Layer):
     `m = clip((sigmoid(o) tanh(c)) W_P)`, gates `z = x W_x + m' W_h + b` in i, j, f, o order.
 
     The forget bias +1 is added at run time and is not part of `bias` (the weight files' convention).
-    The input-to-gates products of all time steps are computed in one matmul; only the recurrent part
+    The input-to-gates products of many time steps are computed in one matmul; only the recurrent part
     runs per step, in a compiled loop. Stateless by default: zero initial state.
+
+    Weights are stored in the orientation of the step's feature-major matmuls (`W^T h`), transposed from the
+    weight files': `input_kernel` `(4 * units, input_dim)` = `W_x^T`, `recurrent_kernel`
+    `(4 * units, projection_dim)` = `W_h^T`, `projection_kernel` `(projection_dim, units)` = `W_P^T`, so no call
+    copies them (a transposed copy of the original's kernels is 144 MB per layer). `.keras` files written before
+    (kernels as in the weight files) are recognized and transposed when loaded.
 
     Args:
         units: cell size (bilm-tf's `lstm.dim`, 4096 in the original).
@@ -67,16 +76,35 @@ class ProjectedLSTM(keras.layers.Layer):
         input_dim = input_shape[-1]
         if input_dim is None:
             raise ValueError(f"ProjectedLSTM needs a known input dimension, got input shape {input_shape}")
+        # transposed storage (see the class docstring); glorot and orthogonal are symmetric in the two axes
         self.input_kernel = self.add_weight(
-            name="input_kernel", shape=(input_dim, 4 * self.units), initializer="glorot_uniform"
+            name="input_kernel", shape=(4 * self.units, input_dim), initializer="glorot_uniform"
         )
         self.recurrent_kernel = self.add_weight(
-            name="recurrent_kernel", shape=(self.projection_dim, 4 * self.units), initializer="orthogonal"
+            name="recurrent_kernel", shape=(4 * self.units, self.projection_dim), initializer="orthogonal"
         )
         self.bias = self.add_weight(name="bias", shape=(4 * self.units,), initializer="zeros")
         self.projection_kernel = self.add_weight(
-            name="projection_kernel", shape=(self.units, self.projection_dim), initializer="glorot_uniform"
+            name="projection_kernel", shape=(self.projection_dim, self.units), initializer="glorot_uniform"
         )
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        store[KERNEL_LAYOUT_KEY] = np.array([1], np.int32)  # marks the transposed storage
+
+    def load_own_variables(self, store):
+        """Loads `.keras` weights; files without the layout mark (written before the kernels were stored transposed)
+        get their 2-D kernels transposed."""
+        variables = self._trainable_variables + self._non_trainable_variables
+        transposed = KERNEL_LAYOUT_KEY in store
+        found = len(store.keys()) - int(transposed)
+        if found != len(variables):
+            raise ValueError(f"layer {self.name!r} expects {len(variables)} variables, the file holds {found}")
+        for i, variable in enumerate(variables):
+            value = np.asarray(store[f"{i}"])
+            if not transposed and value.ndim == 2:
+                value = value.T
+            variable.assign(value)
 
     def dropped(self, x, training=None):
         """The inputs with this layer's dropout applied (in training only)."""

@@ -54,9 +54,9 @@ def projected_lstm_scan(
     Args:
         inputs: D tensors `(time, batch, in)` (time-major; dropout, if any, already applied).
         mask: bool `(time, batch)`; where False the state is carried unchanged and the output is 0.
-        input_kernels, biases: D tensors `(in, 4 * units)` and `(4 * units,)`.
-        recurrent_kernels: D tensors `(projection_dim, 4 * units)`.
-        projection_kernels: D tensors `(units, projection_dim)`.
+        input_kernels, biases: D tensors `(4 * units, in)` (`W_x^T`) and `(4 * units,)`.
+        recurrent_kernels: D tensors `(4 * units, projection_dim)` (`W_h^T`).
+        projection_kernels: D tensors `(projection_dim, units)` (`W_P^T`).
         initial_c, initial_h: D tensors `(batch, units)` and `(batch, projection_dim)`.
         cell_clip, proj_clip: python floats or None.
         resets: None, or D bool tensors `(time, batch)`: where True the step starts from the zero state
@@ -69,13 +69,12 @@ def projected_lstm_scan(
     """
     num = len(inputs)
     steps, batch = tf.shape(mask)[0], tf.shape(mask)[1]
-    # transposed once per call, one direction at a time (no stacked copy): the CPU kernels run `W^T h` with W^T
-    # materialized about 1.6x faster than with `transpose_a` on the stored kernel (measured at batch 32)
-    # and only once this layer's inputs exist (else the graph may make every layer's copies at once)
-    with tf.control_dependencies(list(inputs)):
-        input_kernels = [tf.transpose(k) for k in input_kernels]  # (4 * units, in)
-        recurrent_kernels = [tf.transpose(k) for k in recurrent_kernels]  # (4 * units, projection_dim)
-        projection_kernels = [tf.transpose(k) for k in projection_kernels]  # (projection_dim, units)
+    # kernels come stored as the matmuls read them (`W^T`): the CPU kernels run `W^T h` with W^T in memory about
+    # 5x faster than with `transpose_a` at a step's batch, and one matmul per direction (no stacked copy) beats
+    # a batched matmul; so nothing is copied per call
+    input_kernels = [tf.convert_to_tensor(k) for k in input_kernels]  # (4 * units, in)
+    recurrent_kernels = [tf.convert_to_tensor(k) for k in recurrent_kernels]  # (4 * units, projection_dim)
+    projection_kernels = [tf.convert_to_tensor(k) for k in projection_kernels]  # (projection_dim, units)
     biases = [tf.convert_to_tensor(b)[:, None] for b in biases]  # (4 * units, 1)
     c0 = tuple(tf.transpose(c) for c in initial_c)  # (units, batch)
     h0 = tuple(tf.transpose(h) for h in initial_h)  # (projection_dim, batch)

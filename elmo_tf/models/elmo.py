@@ -1,6 +1,7 @@
 """The ELMo encoder: char ids -> every biLM layer's activations, mask, lengths and named mixes."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
@@ -40,6 +41,14 @@ def build_bilm_layers(config, dropout=0.0):
     return char_cnn, bilm
 
 
+class _TokenCache:
+    """The attached token-embedding cache: a hash table token -> row and the `(1 + V, P)` vectors (row 0 zeros)."""
+
+    def __init__(self, table, vectors):
+        self.table = table
+        self.vectors = vectors
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class ELMo(keras.Model):
     """ELMo (Peters et al. 2018): `CharCNN` token vectors -> `BiLM` -> `ScalarMix` per named mix.
@@ -57,6 +66,9 @@ class ELMo(keras.Model):
         inputs: int32 char ids `(batch, tokens, 50)`, all-zero rows for padding (left-aligned), without
             sentence boundaries (see `elmo_tf.preprocessing.tokens_to_char_ids`).
         initial_state / return_state: see `BiLM`.
+        token_ids: optional int32 `(batch, tokens)` from `token_ids(tokens)` once `use_token_embeddings` attached
+            a cache: where > 0 the token's vector is taken from the cache (row id - 1) instead of the char CNN; 0
+            (unknown words, padding) goes through the char CNN. `embed_tokens` passes them itself.
     Returns:
         dict with `activations` (list of L+1 float `(batch, tokens, 2P)`: the token layer duplicated,
         then each LSTM layer; zeros at padding), `word_emb` `(batch, tokens, P)`, `lstm_outputs{l}`
@@ -97,7 +109,43 @@ class ELMo(keras.Model):
     def num_output_layers(self):
         return self.config.num_layers + 1
 
-    def call(self, inputs, initial_state=None, return_state=False, training=None):
+    def use_token_embeddings(self, vocabulary, embedding):
+        """Attaches a token-embedding cache: `vocabulary` (tokens, bytes or str) and their precomputed token vectors
+        `embedding` `(len(vocabulary), projection_dim)` (`elmo_tf.io.token_embeddings`, the bilm-tf / AllenNLP layout).
+        Calls with `token_ids` (and `embed_tokens`) then skip the char CNN for those words; outputs stay those of
+        the char CNN within float rounding as long as the cache was computed from this model's weights. The cache
+        is for inference: it is not part of the config nor of `.keras` files, and a trained char CNN makes it
+        stale. `use_token_embeddings(None, None)` detaches it."""
+        if vocabulary is None and embedding is None:
+            self._token_cache = None
+            return
+        width = self.config.projection_dim
+        embedding = np.asarray(embedding, np.float32)
+        tokens = [t.encode("utf-8", "surrogateescape") if isinstance(t, str) else bytes(t) for t in vocabulary]
+        if embedding.shape != (len(tokens), width):
+            raise ValueError(
+                f"embedding must have shape ({len(tokens)}, {width}) for {len(tokens)} tokens and projection_dim "
+                f"{width}, got {embedding.shape}"
+            )
+        if len(set(tokens)) != len(tokens) or b"" in tokens:
+            raise ValueError("vocabulary must hold distinct, non-empty tokens")
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(tokens, tf.string), tf.range(1, len(tokens) + 1, dtype=tf.int32)
+            ),
+            default_value=0,
+        )
+        vectors = tf.Variable(np.concatenate([np.zeros([1, width], np.float32), embedding]), trainable=False)
+        self._token_cache = _TokenCache(table, vectors)
+
+    def token_ids(self, tokens):
+        """tf.string `(batch, tokens)` -> int32 `(batch, tokens)`: 1 + the token's row in the attached cache, 0 for
+        words it does not hold and for padding ("")."""
+        if getattr(self, "_token_cache", None) is None:
+            raise ValueError("token_ids needs a token-embedding cache: call use_token_embeddings first")
+        return self._token_cache.table.lookup(tf.convert_to_tensor(tokens, tf.string))
+
+    def call(self, inputs, initial_state=None, return_state=False, training=None, token_ids=None):
         char_ids = tf.convert_to_tensor(inputs)
         if not char_ids.dtype.is_integer:
             raise TypeError(
@@ -109,7 +157,16 @@ class ELMo(keras.Model):
         mask = tf.reduce_any(char_ids > 0, axis=-1)
         with_bounds = add_sentence_boundaries(char_ids)
         mask_bounds = tf.reduce_any(with_bounds > 0, axis=-1)
-        tokens = self.char_cnn(with_bounds)
+        if token_ids is None:
+            tokens = self.char_cnn(with_bounds)
+        else:
+            cache = getattr(self, "_token_cache", None)
+            if cache is None:
+                raise ValueError("token_ids given but no token-embedding cache is attached (use_token_embeddings)")
+            ids = tf.pad(tf.cast(token_ids, tf.int32) * tf.cast(mask, tf.int32), [[0, 0], [1, 1]])  # boundaries: 0
+            hit = ids > 0
+            # the char CNN encodes only rows with a non-zero char id: cached words are zeroed out of its input
+            tokens = self.char_cnn(tf.where(hit[:, :, None], 0, with_bounds)) + tf.gather(cache.vectors, ids)
         result = self.bilm(
             tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state, training=training
         )
@@ -140,7 +197,10 @@ class ELMo(keras.Model):
         return outputs
 
     def embed_tokens(self, tokens, **kwargs):
-        """Calls the model on a tf.string `(batch, tokens)` tensor padded with ""."""
+        """Calls the model on a tf.string `(batch, tokens)` tensor padded with "" (through the attached token cache,
+        if any)."""
+        if getattr(self, "_token_cache", None) is not None and "token_ids" not in kwargs:
+            kwargs["token_ids"] = self.token_ids(tokens)
         return self(tokens_to_char_ids(tokens), **kwargs)
 
     def get_config(self):

@@ -90,11 +90,11 @@ def test_written_file_has_the_bilm_tf_layout(tiny_elmo, saved):
             for layer in range(2):
                 lstm = bilm.get_lstm(direction, layer)
                 w_0 = f[LSTM.format(d=d, l=layer, name="W_0")][...]
-                np.testing.assert_array_equal(w_0[:8], lstm.input_kernel.numpy())  # input rows first
-                np.testing.assert_array_equal(w_0[8:], lstm.recurrent_kernel.numpy())
+                np.testing.assert_array_equal(w_0[:8], lstm.input_kernel.numpy().T)  # input rows first
+                np.testing.assert_array_equal(w_0[8:], lstm.recurrent_kernel.numpy().T)
                 np.testing.assert_array_equal(f[LSTM.format(d=d, l=layer, name="B")][...], lstm.bias.numpy())
                 np.testing.assert_array_equal(
-                    f[LSTM.format(d=d, l=layer, name="W_P_0")][...], lstm.projection_kernel.numpy()
+                    f[LSTM.format(d=d, l=layer, name="W_P_0")][...], lstm.projection_kernel.numpy().T
                 )
 
 
@@ -117,8 +117,8 @@ def test_loads_a_real_bilm_tf_file_value_for_value(fixtures_dir):
         np.testing.assert_array_equal(model.char_cnn.conv_kernels[4].numpy(), f["CNN/W_cnn_4"][0])
         lstm = model.bilm.get_lstm("backward", 1)
         w_0 = f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_0"][...]
-        np.testing.assert_array_equal(lstm.input_kernel.numpy(), w_0[:16])
-        np.testing.assert_array_equal(lstm.recurrent_kernel.numpy(), w_0[16:])
+        np.testing.assert_array_equal(lstm.input_kernel.numpy().T, w_0[:16])
+        np.testing.assert_array_equal(lstm.recurrent_kernel.numpy().T, w_0[16:])
         np.testing.assert_array_equal(lstm.bias.numpy(), f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"][...])
 
 

@@ -122,10 +122,10 @@ def test_dropout_only_in_training(randomize):
 
 def test_weight_shapes_and_validation(randomize):
     layer = make_lstm(randomize)
-    assert tuple(layer.input_kernel.shape) == (DIM, 4 * UNITS)
-    assert tuple(layer.recurrent_kernel.shape) == (PROJ, 4 * UNITS)
+    assert tuple(layer.input_kernel.shape) == (4 * UNITS, DIM)  # stored transposed: the step's orientation
+    assert tuple(layer.recurrent_kernel.shape) == (4 * UNITS, PROJ)
     assert tuple(layer.bias.shape) == (4 * UNITS,)
-    assert tuple(layer.projection_kernel.shape) == (UNITS, PROJ)
+    assert tuple(layer.projection_kernel.shape) == (PROJ, UNITS)
     with pytest.raises(ValueError, match="units"):
         ProjectedLSTM(0, 4)
     with pytest.raises(ValueError, match="cell_clip"):
