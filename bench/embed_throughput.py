@@ -180,7 +180,9 @@ def worker_cache(args):
 def worker_ours(args):
     """Times elmo_tf's Embedder over the sentences: model loading and one warm-up batch excluded."""
     _set_threads(args.threads)
-    from elmo_tf.embed import Embedder, plan_batches
+    from elmo_tf.embed import Embedder, limit_malloc_arenas, plan_batches
+
+    limit_malloc_arenas()  # as `python -m elmo_tf embed` does
     from elmo_tf.io import load_elmo
     from elmo_tf.io.sentences import iter_sentences
 

@@ -225,11 +225,12 @@ def embed_main(args):
     from tqdm import tqdm
 
     from elmo_tf.config import ConfigError
-    from elmo_tf.embed import embed_file
+    from elmo_tf.embed import embed_file, limit_malloc_arenas
     from elmo_tf.io import WeightFileError, load_elmo
     from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
 
+    limit_malloc_arenas()  # before TensorFlow's threads allocate: about 100 MB less peak RSS
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)

@@ -218,3 +218,44 @@ def test_functional_model_with_elmo_save_load_round_trip(tiny_elmo, to_char_ids,
     keras.saving.save_model(model, path)
     loaded = keras.saving.load_model(path)
     np.testing.assert_array_equal(np.asarray(loaded(ids)), np.asarray(model(ids)))
+
+
+def _as_written_before_the_transposed_kernels(path, out):
+    """Rewrites a .keras file as the code before the transposed LSTM kernels wrote it: no layout mark, every
+    ProjectedLSTM kernel in the weight files' orientation."""
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "model.weights.h5":
+                weights = out.parent / "weights.h5"
+                weights.write_bytes(data)
+                with h5py.File(weights, "r+") as f:
+                    names = []
+                    f.visit(names.append)
+                    marked = [name for name in names if name.endswith("/kernel_layout")]
+                    assert len(marked) == 4  # 2 layers x 2 directions
+                    for name in marked:
+                        group = f[name.rsplit("/", 1)[0]]
+                        del group["kernel_layout"]
+                        for key in list(group):
+                            if group[key].ndim == 2:
+                                value = group[key][...].T
+                                del group[key]
+                                group[key] = value
+                data = weights.read_bytes()
+            dst.writestr(item, data)
+
+
+def test_keras_files_from_before_the_transposed_kernels_still_load(tiny_elmo, to_char_ids, tmp_path):
+    path = tmp_path / "elmo.keras"
+    keras.saving.save_model(tiny_elmo, path)
+    old = tmp_path / "old.keras"
+    _as_written_before_the_transposed_kernels(path, old)
+    ids = to_char_ids([["a", "bc", "def"], ["x"]])
+    want = tiny_elmo(ids)["elmo"].numpy()
+    np.testing.assert_allclose(keras.saving.load_model(old)(ids)["elmo"].numpy(), want, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(keras.saving.load_model(path)(ids)["elmo"].numpy(), want, atol=1e-6, rtol=0)
