@@ -7,10 +7,11 @@ as a fraction of this machine's float32 matmul GFLOP/s measured by TF in the sam
 matmuls of 1024, 2048 and 4096, best of several each, before and after the embedding runs: on some machines
 4096^3 runs at half the speed of 1024^3, and the roofline is the best the matmul reaches).
 Targets: at least 2x AllenNLP at the same batch size and order, at least 65% of the roofline length-sorted
-and 50% in corpus order, peak RSS at or below AllenNLP's. One more row, `+cache`, runs batch 64 sorted with
-a token-embedding cache (`python -m elmo_tf dump-token-embeddings`) for a vocabulary built from other text
-(--cache-vocab-from, default the Wikipedia and WikiText-2 parts of shared/data/pretrain, words seen twice or
-more): its speedup over the same configuration without the cache, and the share of tokens the cache held.
+and 50% in corpus order, peak RSS at or below AllenNLP's. Two more rows at the largest batch, sorted: `no memo`
+(the Embedder's LRU memo of recent token vectors off: the char CNN runs once per distinct token of each batch)
+and `+cache` (a token-embedding cache, `python -m elmo_tf dump-token-embeddings`, for a vocabulary built from
+other text: --cache-vocab-from, default the Wikipedia and WikiText-2 parts of shared/data/pretrain, words seen
+twice or more), with their speedups over the default and over `no memo`, and the share of tokens the cache held.
 
 How it is measured:
   - random original-size weights are written once with `elmo_tf.io.save_elmo` (seeded) into
@@ -194,7 +195,8 @@ def worker_ours(args):
 
         vocabulary = read_vocabulary(args.cache_vocab)
         token_embeddings = vocabulary, load_token_embeddings(args.cache_file, vocabulary)
-    embedder = Embedder(model, "all", token_embeddings=token_embeddings)
+    memo = {} if args.memo_size is None else {"memo_size": args.memo_size}
+    embedder = Embedder(model, "all", token_embeddings=token_embeddings, **memo)
     token_embeddings_rows = set(token_embeddings[0]) if token_embeddings else set()
     load_seconds = time.perf_counter() - start
     sentences = [s.tokens for s in iter_sentences(args.input)]
@@ -377,6 +379,7 @@ def build_parser():
     parser.add_argument("--order", choices=ORDERS, help=argparse.SUPPRESS)
     parser.add_argument("--cache-file", help=argparse.SUPPRESS)
     parser.add_argument("--cache-vocab", help=argparse.SUPPRESS)
+    parser.add_argument("--memo-size", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -456,7 +459,16 @@ def main(argv=None):
                 cache_args = ["--cache-file", cache_file, "--cache-vocab", cache_vocab]
                 run_worker(args, "cache", cache_args + ["--cache-vocab-from", args.cache_vocab_from], work)
             batch_size = max(batch_sizes)
-            run = {"batch_size": batch_size, "order": "sorted", "repeat": 0, "cache": True}
+            run = {"batch_size": batch_size, "order": "sorted", "repeat": 0, "variant": "no memo"}
+            run["ours"] = run_worker(
+                args,
+                "ours",
+                ["--input", input_path, "--batch-size", str(batch_size), "--order", "sorted", "--memo-size", "0"],
+                work,
+            )
+            log.info("ours  batch %d sorted, no memo: %.0f tokens/s", batch_size, run["ours"]["tokens_per_s"])
+            runs.append(run)
+            run = {"batch_size": batch_size, "order": "sorted", "repeat": 0, "cache": True, "variant": "+cache"}
             run["ours"] = run_worker(
                 args,
                 "ours",
@@ -480,14 +492,16 @@ def main(argv=None):
         ours["gflops"] = ours["tokens_per_s"] * fpp / 1e9
         ours["gflops_with_boundaries"] = (ours["tokens"] + 2 * ours["sentences"]) / ours["seconds"] * fpp / 1e9
         ours["fraction_of_roofline"] = ours["gflops"] / roofline
-        if run.get("cache"):
-            plain = [
-                r
+        if run.get("variant"):
+            same = {
+                r.get("variant"): r["ours"]["tokens_per_s"]
                 for r in runs
-                if r["batch_size"] == run["batch_size"] and r["order"] == "sorted" and not r.get("cache")
-            ]
-            if plain:
-                run["speedup_vs_no_cache"] = ours["tokens_per_s"] / plain[0]["ours"]["tokens_per_s"]
+                if r["batch_size"] == run["batch_size"] and r["order"] == "sorted"
+            }
+            if None in same:
+                run["speedup_vs_default"] = ours["tokens_per_s"] / same[None]
+            if run.get("cache") and "no memo" in same:
+                run["speedup_vs_no_memo"] = ours["tokens_per_s"] / same["no memo"]
             continue
         if "peer" in run:
             run["peer"]["gflops"] = run["peer"]["tokens_per_s"] * fpp / 1e9
@@ -526,7 +540,7 @@ def main(argv=None):
     print(header)
     for run in runs:
         ours, peer = run["ours"], run.get("peer")
-        config = f"b{run['batch_size']} {run['order']}" + (" +cache" if run.get("cache") else "")
+        config = f"b{run['batch_size']} {run['order']}" + (f" {run['variant']}" if run.get("variant") else "")
         config += f" #{run['repeat']}" if args.repeats > 1 else ""
         peer_tps = f"{peer['tokens_per_s']:.0f}" if peer else "-"
         ratio = f"{run['ratio']:.2f}" if peer else "-"
@@ -536,12 +550,17 @@ def main(argv=None):
             f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12} "
             f"{ours['position_fill']:>8.0%}"
         )
-        if run.get("cache"):
-            speedup = run.get("speedup_vs_no_cache")
+        if run.get("variant"):
+            versus = [
+                f"{run[key]:.2f}x {label}"
+                for key, label in (("speedup_vs_default", "the default (memo on)"), ("speedup_vs_no_memo", "no memo"))
+                if key in run
+            ]
+            what = f"{ours['cached_token_share']:.0%} of tokens in the cache's vocabulary; " if run.get("cache") else ""
             print(
-                f"{'':<16} cache: {ours['cached_token_share']:.0%} of tokens in the cache's vocabulary"
-                + (f", {speedup:.2f}x the same configuration without it" if speedup else "")
-                + " (its GFLOP/s counts the char-CNN work the cache saves)"
+                f"{'':<16} {run['variant']}: {what}"
+                + ", ".join(versus)
+                + " (GFLOP/s counts the char-CNN work a memo or cache saves)"
             )
     load_after = os.getloadavg()
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} CPUs")

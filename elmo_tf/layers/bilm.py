@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from elmo_tf.layers.projected_lstm import ProjectedLSTM
-from elmo_tf.layers.recurrence import projected_lstm_scan
+from elmo_tf.layers.recurrence import projected_lstm_scan, stack_directions
 
 DIRECTIONS = ("forward", "backward")
 
@@ -161,6 +161,7 @@ class BiLM(keras.layers.Layer):
                 lstms[0].proj_clip,
                 resets=resets,
                 chunk=gate_chunk,
+                stack_directions=stack_directions(self.units, self.projection_dim),
             )
             for k, d in enumerate(DIRECTIONS):
                 outs[k].set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims

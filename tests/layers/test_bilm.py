@@ -238,3 +238,45 @@ def test_gate_chunks_change_nothing(chunk, randomize):
     chunked = bilm(x, mask=mask, gate_chunk=chunk)
     for a, b in zip(whole, chunked):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_stacked_and_per_direction_recurrences_agree(chunk, randomize):
+    """Small kernels advance both directions as one stacked tensor, large ones one matmul per direction: both
+    give the same outputs and final states, with segment resets too."""
+    from elmo_tf.layers import recurrence
+
+    bilm = make_bilm(randomize)
+    lstms = [bilm.get_lstm(d, 0) for d in DIRECTIONS]
+    x, mask = make_inputs([9, 4, 1, 7], seed=7)
+    x_tm = tf.transpose(tf.constant(x), [1, 0, 2])
+    mask_tm = tf.transpose(tf.constant(mask))
+    resets = tf.transpose(tf.constant(np.arange(9)[None, :] % 3 == 0) & tf.constant(mask))
+    rng = np.random.default_rng(1)
+    c0 = [tf.constant(rng.normal(size=(4, UNITS)), tf.float32) for _ in DIRECTIONS]
+    h0 = [tf.constant(rng.normal(size=(4, PROJ)), tf.float32) for _ in DIRECTIONS]
+    w_x, bias, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
+    results = []
+    assert recurrence.stack_directions(UNITS, PROJ) and not recurrence.stack_directions(4096, 512)
+    for stacked in (True, False):
+        results.append(
+            recurrence.projected_lstm_scan.python_function(
+                [x_tm, x_tm[::-1]],
+                mask_tm,
+                list(w_x),
+                list(bias),
+                list(w_h),
+                list(w_p),
+                c0,
+                h0,
+                3.0,
+                3.0,
+                resets=[resets, resets],
+                chunk=chunk,
+                stack_directions=stacked,
+            )
+        )
+    for a, b in zip(*results):
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(np.asarray(u), np.asarray(v), atol=1e-6, rtol=0)
+    assert np.abs(np.asarray(results[0][0][0])).max() > 0.01
