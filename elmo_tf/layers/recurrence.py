@@ -144,16 +144,7 @@ def projected_lstm_scan(
         _, c, h, out = tf.while_loop(lambda k, *_: k < size, step, (tf.constant(0), c, h, out))
         return c, h, out
 
-    if chunk is None:
-        c, h, outputs = run(gates_for(0, steps), 0, steps, c0, h0, outputs)
-    else:
-
-        def one_chunk(start, c, h, out):
-            size = tf.minimum(chunk, steps - start)
-            c, h, out = run(gates_for(start, size), start, size, c, h, out)
-            return start + size, c, h, out
-
-        _, c, h, outputs = tf.while_loop(lambda start, *_: start < steps, one_chunk, (tf.constant(0), c0, h0, outputs))
+    c, h, outputs = _over_chunks(run, gates_for, steps, chunk, c0, h0, outputs)
     return (
         [tf.transpose(o.stack(), [0, 2, 1]) for o in outputs],  # (time, batch, projection_dim)
         [tf.transpose(x) for x in c],
@@ -189,19 +180,25 @@ def _stacked_scan(
         _, c, h, out = tf.while_loop(lambda k, *_: k < size, step, (tf.constant(0), c, h, out))
         return c, h, out
 
-    if chunk is None:
-        c, h, outputs = run(gates_for(0, steps), 0, steps, c0, h0, outputs)
-    else:
-
-        def one_chunk(start, c, h, out):
-            size = tf.minimum(chunk, steps - start)
-            c, h, out = run(gates_for(start, size), start, size, c, h, out)
-            return start + size, c, h, out
-
-        _, c, h, outputs = tf.while_loop(lambda start, *_: start < steps, one_chunk, (tf.constant(0), c0, h0, outputs))
+    c, h, outputs = _over_chunks(run, gates_for, steps, chunk, c0, h0, outputs)
     stacked = tf.transpose(outputs.stack(), [1, 0, 3, 2])  # (D, time, batch, projection_dim)
     return (
         [stacked[d] for d in range(num)],
         [tf.transpose(c[d]) for d in range(num)],
         [tf.transpose(h[d]) for d in range(num)],
     )
+
+
+def _over_chunks(run, gates_for, steps, chunk, c, h, out):
+    """Runs `run(gates, start, size, c, h, out)` over all steps at once (`chunk` None) or `chunk` steps at a time,
+    each time with the input gates of just those steps; returns the final `(c, h, out)`."""
+    if chunk is None:
+        return run(gates_for(0, steps), 0, steps, c, h, out)
+
+    def one_chunk(start, c, h, out):
+        size = tf.minimum(chunk, steps - start)
+        c, h, out = run(gates_for(start, size), start, size, c, h, out)
+        return start + size, c, h, out
+
+    _, c, h, out = tf.while_loop(lambda start, *_: start < steps, one_chunk, (tf.constant(0), c, h, out))
+    return c, h, out
