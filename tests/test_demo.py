@@ -77,6 +77,7 @@ def test_bad_arguments_name_the_flag(tmp_path, capsys, argv, flag):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # CI time: over 20 min on this machine with it (`make test-slow` runs it)
 def test_whole_demo_with_small_budgets(tmp_path):
     out = tmp_path / "demo_out"
     proc = subprocess.run(

@@ -200,6 +200,7 @@ def test_perplexity_of_an_untrained_model_is_near_vocab_size(data):
 
 
 # (b) ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # CI time: over 20 min on this machine with it (`make test-slow` runs it)
 def test_two_replicas_train_and_write_outputs(data, tmp_path):
     out = tmp_path / "run"
     proc = run_pretrain(
@@ -228,6 +229,7 @@ def free_ports(n):
             s.close()
 
 
+@pytest.mark.slow  # CI time: over 20 min on this machine with it (`make test-slow` runs it)
 def test_two_workers_train_in_step(data, tmp_path):
     out = tmp_path / "run"
     ports = free_ports(2)
