@@ -25,6 +25,7 @@ Example:
 """
 
 import argparse
+import operator
 import os
 import signal
 import sys
@@ -86,6 +87,17 @@ def run(main, argv=None, prog=None):
         except OSError:
             pass
         return DATA_EXIT
+
+
+def check_int(name, value, minimum, allow_none=False):
+    """`value` as an int, or ValueError "`name` must be [None or ]an int >= `minimum`, got `value`" (bools, floats
+    and strings refused). For library arguments; `positive_int` is the argparse twin."""
+    if value is None and allow_none:
+        return None
+    prefix = "None or " if allow_none else ""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
+        raise ValueError(f"{name} must be {prefix}an int >= {minimum}, got {value!r}")
+    return operator.index(value)
 
 
 def positive_int(name):

@@ -22,6 +22,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.cli import check_int
 from elmo_tf.io.sentences import EmbeddingWriter, iter_sentences
 from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, tokens_to_char_ids_numpy
 
@@ -31,9 +32,7 @@ BOUNDARIES = 2  # <S> and </S> around every sentence
 
 
 def _positive(name, value):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    return check_int(name, value, 1)
 
 
 def pack_rows(sizes, row_length=ROW_LENGTH):
@@ -188,9 +187,7 @@ class Embedder:
         self.row_length = _positive("row_length", row_length)
         self.gate_chunk = _positive("gate_chunk", gate_chunk)
         self.cnn_chunk = _positive("cnn_chunk", cnn_chunk)
-        if not isinstance(memo_size, int) or memo_size < 0:
-            raise ValueError(f"memo_size must be an int >= 0, got {memo_size!r}")
-        self.memo_size = memo_size
+        self.memo_size = check_int("memo_size", memo_size, 0)
         self._memo = collections.OrderedDict()  # token bytes -> vector, least recently used first
         width = model.config.projection_dim
         self._encode = tf.function(

@@ -33,12 +33,12 @@ Example:
 
 import contextlib
 import json
-import operator
 from typing import NamedTuple
 
 import h5py
 import numpy as np
 
+from elmo_tf.cli import check_int
 from elmo_tf.io.atomic import atomic_path
 from elmo_tf.io.text import raw_lines
 from elmo_tf.preprocessing.tokenizer import split_tokens
@@ -78,20 +78,6 @@ class Sentence(NamedTuple):
     truncated: bool
 
 
-def _check_max_tokens(max_sentence_tokens):
-    if max_sentence_tokens is None:
-        return None
-    if isinstance(max_sentence_tokens, bool):
-        raise ValueError(f"max_sentence_tokens must be None or an int >= 1, got {max_sentence_tokens!r}")
-    try:
-        value = operator.index(max_sentence_tokens)
-    except TypeError:
-        raise ValueError(f"max_sentence_tokens must be None or an int >= 1, got {max_sentence_tokens!r}") from None
-    if value < 1:
-        raise ValueError(f"max_sentence_tokens must be None or an int >= 1, got {max_sentence_tokens!r}")
-    return value
-
-
 def iter_sentences(path, max_sentence_tokens=None):
     """Yields a `Sentence` per line of `path`, reading the file once, line by line (nothing is kept: memory does not
     grow with the file).
@@ -105,7 +91,7 @@ def iter_sentences(path, max_sentence_tokens=None):
         elmo_tf.io.text.TextFileError: (while iterating) a missing file, a UTF-16/UTF-32 file, a NUL byte; the
             message names the file and the line.
     """
-    limit = _check_max_tokens(max_sentence_tokens)
+    limit = check_int("max_sentence_tokens", max_sentence_tokens, 1, allow_none=True)
     return _sentences(path, limit)
 
 
@@ -175,15 +161,7 @@ class EmbeddingWriter:
 
     @staticmethod
     def _name(index):
-        if isinstance(index, bool):
-            raise ValueError(f"index must be an int >= 0, got {index!r}")
-        try:
-            value = operator.index(index)
-        except TypeError:
-            raise ValueError(f"index must be an int >= 0, got {index!r}") from None
-        if value < 0:
-            raise ValueError(f"index must be an int >= 0, got {index!r}")
-        return str(value)
+        return str(check_int("index", index, 0))
 
     def write(self, index, array):
         """Creates the dataset `str(index)` holding `array` as float32 (any shape: `(L+1, tokens, 2P)` for all
