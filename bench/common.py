@@ -23,3 +23,29 @@ def git_commit(repo):
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+MATMUL_SIZES = (1024, 2048, 4096)
+
+
+def matmul_roofline(sizes=MATMUL_SIZES, repeats=5):
+    """This process's float32 matmul speed: `{"sizes": {n: {"best_gflops", "median_gflops"}}, "best_gflops"}` over
+    square matmuls of each size (best of `repeats` after a warm-up). The best over sizes is the roofline: on
+    some machines 4096^3 runs at half the speed of 1024^3. Set TF's thread counts before calling."""
+    import time
+
+    import tensorflow as tf
+
+    result = {}
+    for n in sizes:
+        a, b = tf.random.normal([n, n]), tf.random.normal([n, n])
+        matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
+        matmul(a, b).numpy()  # warm-up
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            matmul(a, b).numpy()
+            times.append(time.perf_counter() - start)
+        times.sort()
+        result[n] = {"best_gflops": 2 * n**3 / times[0] / 1e9, "median_gflops": 2 * n**3 / times[len(times) // 2] / 1e9}
+    return {"sizes": result, "repeats": repeats, "best_gflops": max(v["best_gflops"] for v in result.values())}

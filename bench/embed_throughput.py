@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from common import git_commit, parse_list
+from common import MATMUL_SIZES, git_commit, matmul_roofline, parse_list
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -63,7 +63,6 @@ DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache")
 ORDERS = ("sorted", "corpus")
 TARGET_RATIO = 2.0
 TARGET_ROOFLINE = 0.5
-MATMUL_SIZES = (1024, 2048, 4096)
 TARGET_ROOFLINE_SORTED = 0.65
 DEFAULT_CACHE_VOCAB_FROM = ",".join(
     os.path.join(SHARED, "data", "pretrain", name) for name in ("wikipedia_en_2015.txt", "wikitext2_train.txt")
@@ -131,26 +130,8 @@ def worker_weights(args):
 def worker_matmul(args):
     """Best and median float32 GFLOP/s of square matmuls (MATMUL_SIZES) with --threads threads; `best_gflops` is
     the best over all sizes."""
-    tf = _set_threads(args.threads)
-    sizes = {}
-    for n in MATMUL_SIZES:
-        a = tf.random.normal([n, n])
-        b = tf.random.normal([n, n])
-        matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
-        matmul(a, b).numpy()  # warm-up
-        times = []
-        for _ in range(args.matmul_repeats):
-            start = time.perf_counter()
-            matmul(a, b).numpy()
-            times.append(time.perf_counter() - start)
-        times.sort()
-        sizes[n] = {"best_gflops": 2 * n**3 / times[0] / 1e9, "median_gflops": 2 * n**3 / times[len(times) // 2] / 1e9}
-    return {
-        "sizes": sizes,
-        "threads": args.threads,
-        "repeats": args.matmul_repeats,
-        "best_gflops": max(v["best_gflops"] for v in sizes.values()),
-    }
+    _set_threads(args.threads)
+    return dict(matmul_roofline(MATMUL_SIZES, args.matmul_repeats), threads=args.threads)
 
 
 def worker_cache(args):

@@ -1,31 +1,37 @@
-"""biLM training throughput on this machine: target tokens/s of forward + backward + update (sampled
-softmax), for the `small` and `original` presets, on 1 and 2 replicas, in one run.
+"""biLM training throughput: target tokens/s of forward + backward + update (sampled softmax), ours side by
+side with an earlier commit in one run, as a ratio and as a fraction of TF's matmul roofline measured in the
+same run; and a profile of one training step by part.
+
+Settings (`--configs`):
+  ptb5m     the 5.28M-parameter PTB model of bench/pretrain_ptb.py (Kim et al.'s small char CNN, 2 x LSTM
+            384 / projection 192), trained as pretrain_ptb.py trains it: sentences up to 100 tokens,
+            2,048 sampled negatives;
+  small     the `small` preset (original char CNN, 2 x LSTM 1024 / 128), 8,192 negatives, 50 tokens;
+  original  the original shapes (2 x LSTM 4096 / 512), 8,192 negatives, 50 tokens.
+--num-sampled / --max-tokens override the per-setting values for all settings.
 
 How it is measured:
-  - every (config, replicas) setting runs in its own subprocess (a worker mode of this script), because
-    `--cpu-replicas` splits the CPU into logical devices, which TensorFlow allows only before its first op;
-  - the worker builds `elmo_tf.pretrain.Trainer` exactly as training/pretrain.py does (MirroredStrategy over
-    the local devices: 1 or 2 logical CPUs; Adagrad, clip 10, dropout 0.1, --num-sampled log-uniform
-    negatives) and drives its compiled train step (`Trainer._dataset` / `Trainer._train_step`, the step
-    `Trainer.train` runs), without checkpoints or logs;
-  - data: the first --lines lines of PTB train (natural sentence lengths, length-bucketed batches of
-    --batch-size sentences over all replicas), vocabulary: PTB's 9,999 word types + 3 specials;
+  - every (commit, config, replicas) runs in its own subprocess (a worker mode of this script): it builds
+    `elmo_tf.pretrain.Trainer` as training/pretrain.py does (MirroredStrategy over 1 or 2 logical CPUs,
+    Adagrad, clip 10, dropout 0.1) and drives its compiled train step on the trainer's own tf.data input,
+    without checkpoints or logs;
+  - --baseline REV (default 97bf9b2, the commit before this work): the worker runs with that commit's
+    `elmo_tf` (extracted with `git archive` into a temporary directory) on the same data, batch and seed,
+    right before ours for each setting, so the ratio compares neighbours in time; --rounds N repeats the pair
+    and reports the median;
+  - data: the first --lines lines of PTB train, vocabulary: PTB's 9,999 word types + 3 specials;
   - --warmup untimed steps (tracing, first allocations), then --steps timed steps; each step syncs on
-    its loss. Tokens = targets per direction (words + </S>), as the training log counts them;
-  - reported: targets/s, seconds per step, an estimate of achieved GFLOP/s (3 x the forward matmul FLOP
-    per position: char CNN, highway, projection, LSTMs, plus the sampled softmax logits of both
-    directions), the speed-up of 2 replicas over 1, CPU utilization (process CPU s / wall s over the timed
-    steps) and peak RSS.
-The softmax cost depends on --num-sampled (8192, the original recipe) and not on the vocabulary size;
-with the 10k PTB vocabulary 8192 negatives are close to a full softmax.
-
-Two replicas on one CPU do not add compute: they split each batch in two and add an all-reduce, so the
-speed-up on a single CPU shows the overhead of the distribution path (and any gain from running two
-smaller graphs concurrently); on 2 GPUs or 2 machines each replica gets its own device.
+    its loss. Targets = words + </S> per direction, as the training log counts them;
+  - GFLOP/s: 3 x the forward matmul FLOP per target (char CNN, highway, projection, LSTMs, softmax logits of
+    the sampled set in both directions); backward = 2 x forward. Work on padding is not counted;
+  - roofline: TF float32 square matmuls of 1024, 2048 and 4096 in a worker before and after, the best of all.
+--profile (ours only) times the parts of one step on one batch of median length: input pipeline, char CNN,
+each LSTM layer (both directions; the hand-written backward pass and TF's automatic one), the sampled softmax
+of both directions, the optimizer update, the whole step; each forward + backward, with GFLOP/s.
 
 usage: .venv/bin/python bench/train_throughput.py --quick          # smoke run: a few steps per setting
-       .venv/bin/python bench/train_throughput.py                  # full run, alone on the machine
-       [--configs small,original] [--replicas 1,2] [--batch-size 64] [--threads 0] [--out PATH]
+       .venv/bin/python bench/train_throughput.py --profile        # full run, alone on the machine
+       [--configs ptb5m,original] [--replicas 1] [--baseline 97bf9b2|none] [--rounds 1] [--out PATH]
 Writes bench/results/train_throughput.json.
 """
 
@@ -35,6 +41,7 @@ import logging
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,34 +49,58 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import git_commit, matmul_roofline, parse_list  # noqa: E402
+from pretrain_ptb import PTB_5M  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb", "ptb.train.txt"))
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "train_throughput.json")
+DEFAULT_BASELINE = "97bf9b2"
+SETTINGS = {
+    "ptb5m": {"num_sampled": 2048, "max_tokens": 100, "steps": 20, "quick_steps": 3},
+    "small": {"num_sampled": 8192, "max_tokens": 50, "steps": 12, "quick_steps": 2},
+    "original": {"num_sampled": 8192, "max_tokens": 50, "steps": 6, "quick_steps": 2},
+}
 log = logging.getLogger("train_throughput")
 
 
-def forward_flops_per_position(options, num_sampled):
-    """Matmul FLOP (2 per multiply-add) of one forward pass per position, sampled softmax of both
-    directions included."""
+def bilm_config(name):
+    from elmo_tf.config import BiLMConfig, get_config
+
+    return BiLMConfig(**PTB_5M) if name == "ptb5m" else get_config(name)
+
+
+def flops(options, num_sampled):
+    """Forward matmul FLOP (2 per multiply-add) per position, by part: `char_cnn` (convolutions, highway,
+    projection), `lstm` (per layer, both directions), `softmax` (sampled logits, both directions)."""
     cnn, lstm = options["char_cnn"], options["lstm"]
     chars, char_dim = cnn["max_characters_per_token"], cnn["embedding"]["dim"]
-    filters = cnn["filters"]
-    n_filters = sum(n for _, n in filters)
-    units, proj, layers = lstm["dim"], lstm["projection_dim"], lstm["n_layers"]
-    flops = sum(2 * (chars - w + 1) * w * char_dim * n for w, n in filters)
-    flops += cnn.get("n_highway", 0) * 2 * (2 * n_filters * n_filters)
-    if n_filters != proj:
-        flops += 2 * n_filters * proj
-    flops += 2 * layers * (2 * (proj + proj) * 4 * units + 2 * units * proj)
-    flops += 2 * 2 * (num_sampled + 1) * proj
-    return flops
+    n_filters = sum(n for _, n in cnn["filters"])
+    units, proj = lstm["dim"], lstm["projection_dim"]
+    char_cnn = sum(2 * (chars - w + 1) * w * char_dim * n for w, n in cnn["filters"])
+    char_cnn += cnn.get("n_highway", 0) * 2 * (2 * n_filters * n_filters)
+    char_cnn += 2 * n_filters * proj if n_filters != proj else 0
+    return {
+        "char_cnn": char_cnn,
+        "lstm": 2 * (2 * (proj + proj) * 4 * units + 2 * units * proj),
+        "layers": lstm["n_layers"],
+        "softmax": 2 * 2 * (num_sampled + 1) * proj,
+    }
 
 
-def worker(args):
-    """One setting in this process: prints one JSON line."""
+def flops_per_target(options, num_sampled):
+    part = flops(options, num_sampled)
+    return part["char_cnn"] + part["layers"] * part["lstm"] + part["softmax"]
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def make_trainer(args, tmp):
+    """The Trainer of this process's `elmo_tf` (ours or the baseline's), on the first --lines lines."""
     import tensorflow as tf
 
-    from elmo_tf.config import get_config
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
     from elmo_tf.pretrain import TrainConfig, Trainer
@@ -81,41 +112,60 @@ def worker(args):
 
     keras.utils.set_random_seed(0)
     vocab = build_vocabulary(count_words([args.data]))
+    corpus = os.path.join(tmp, "train.txt")
+    with open(args.data, "rb") as src, open(corpus, "wb") as dst:
+        for k, line in enumerate(src):
+            if k >= args.lines:
+                break
+            dst.write(line)
+    train_config = TrainConfig(
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        steps=10**6,
+        num_sampled=args.num_sampled,
+        shuffle_buffer=args.lines,
+    )
     strategy = get_strategy("mirrored")
-    config = get_config(args.worker_config)
+    config = bilm_config(args.worker_config)
+    trainer = Trainer(strategy, config, train_config, vocab, [corpus], os.path.join(tmp, "run"))
+    return trainer, vocab, corpus
+
+
+def _step_and_dataset(trainer):
+    """(train_step, distributed dataset) of this Trainer: the split one (`TrainLoop`) or the baseline's."""
+    if hasattr(trainer, "_build_train_step"):
+        return trainer._train_step, trainer._dataset(0)
+    return trainer.train_step, trainer.distributed_dataset(0)
+
+
+def worker(args):
+    """One setting in this process: prints one JSON line."""
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = os.path.join(tmp, "train.txt")
-        with open(args.data, "rb") as src, open(corpus, "wb") as dst:
-            for k, line in enumerate(src):
-                if k >= args.lines:
-                    break
-                dst.write(line)
-        train_config = TrainConfig(
-            batch_size=args.batch_size,
-            max_tokens=args.max_tokens,
-            steps=10**6,
-            num_sampled=args.num_sampled,
-            shuffle_buffer=args.lines,
-        )
-        trainer = Trainer(strategy, config, train_config, vocab, [corpus], os.path.join(tmp, "run"))
-        iterator = iter(trainer._dataset(0))
+        trainer, vocab, corpus = make_trainer(args, tmp)
+        train_step, dataset = _step_and_dataset(trainer)
+        iterator = iter(dataset)
         t0 = time.perf_counter()
         for _ in range(args.warmup):
-            fwd, _, _ = trainer._train_step(iterator)
+            fwd, _, _ = train_step(iterator)
             float(fwd)
         warmup_s = time.perf_counter() - t0
         targets, wall0, cpu0 = 0.0, time.perf_counter(), time.process_time()
         for _ in range(args.steps):
-            _, _, count = trainer._train_step(iterator)
+            _, _, count = train_step(iterator)
             targets += float(count)
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         params = trainer.model.count_params()
-    fpp = forward_flops_per_position(config.to_options(), min(args.num_sampled, len(vocab) - 1))
+        parts = profile_parts(args, trainer, vocab, corpus) if args.profile else None
+    options = trainer.model.config.to_options()
+    num_sampled = min(args.num_sampled, len(vocab) - 1)
+    fpt = flops_per_target(options, num_sampled)
     result = {
         "config": args.worker_config,
-        "replicas": strategy.num_replicas_in_sync,
+        "replicas": args.worker_replicas,
         "params": params,
         "batch_size": args.batch_size,
+        "max_tokens": args.max_tokens,
+        "num_sampled": num_sampled,
         "steps": args.steps,
         "warmup_steps": args.warmup,
         "warmup_seconds": warmup_s,
@@ -125,68 +175,217 @@ def worker(args):
         "targets_per_s": targets / wall,
         "seconds_per_step": wall / args.steps,
         "cpu_utilization": cpu / wall,
-        "gflops_estimate": 3 * fpp * targets / wall / 1e9,
-        "forward_mflop_per_position": fpp / 1e6,
+        "gflops": 3 * fpt * targets / wall / 1e9,
+        "forward_mflop_per_target": fpt / 1e6,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "parts": parts,
     }
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 
 
-def run_setting(args, config, replicas, steps, warmup):
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker-config",
-        config,
-        "--worker-replicas",
-        str(replicas),
-        "--data",
-        args.data,
-        "--lines",
-        str(args.lines),
-        "--batch-size",
-        str(args.batch_size),
-        "--max-tokens",
-        str(args.max_tokens),
-        "--num-sampled",
-        str(args.num_sampled),
-        "--steps",
-        str(steps),
-        "--warmup",
-        str(warmup),
-        "--threads",
-        str(args.threads),
-    ]
+def profile_parts(args, trainer, vocab, corpus):
+    """Milliseconds (median of --profile-repeats) and GFLOP/s of each part of one step, on one batch."""
+    import tensorflow as tf
+
+    from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
+    from elmo_tf.preprocessing.chars import add_sentence_boundaries
+    from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
+
+    model, optimizer = trainer.model, trainer.optimizer
+    ds = lm_dataset(
+        [corpus], vocabulary_table(vocab.words), args.batch_size, max_tokens=args.max_tokens, shuffle_buffer=1000
+    )
+    it = iter(ds)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
+    batches = [next(it) for _ in range(args.profile_repeats * 4)]
+    input_ms = (time.perf_counter() - t0) * 1000 / len(batches)
+    batches.sort(key=lambda b: int(b["token_ids"].shape[1]))
+    batch = batches[len(batches) // 2]
+    rows, length = (int(n) for n in batch["token_ids"].shape)
+    targets = int(tf.reduce_sum(tf.cast(batch["token_ids"] > 0, tf.int32))) + rows
+    positions = rows * (length + 2)  # what the LSTMs and the char CNN compute on (padding included)
+    part_flops = flops(model.config.to_options(), model.num_sampled)
+
+    def sync(result):
+        return [t.numpy() for t in tf.nest.flatten(result, expand_composites=True) if t is not None]
+
+    def timed(fn, *inputs):
+        sync(fn(*inputs))
+        times = []
+        for _ in range(args.profile_repeats):
+            start = time.perf_counter()
+            sync(fn(*inputs))
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2] * 1000
+
+    parts = [{"part": "input pipeline (per batch)", "ms": input_ms, "flop": 0}]
+    variables = model.trainable_variables
+
+    @tf.function
+    def whole(batch):
+        with tf.GradientTape() as tape:
+            fwd, bwd, count = model.losses_sum(batch, training=True)
+            loss = 0.5 * (fwd + bwd) / count
+        return loss, tape.gradient(loss, variables)
+
+    _, grads = whole(batch)
+
+    @tf.function
+    def apply(grads):
+        optimizer.apply_gradients(zip(grads, variables))
+        return tf.constant(0)
+
+    chars = add_sentence_boundaries(batch["char_ids"])
+    cnn_vars = model.char_cnn.trainable_variables
+
+    @tf.function
+    def char_cnn(chars):
+        with tf.GradientTape() as tape:
+            out = model.char_cnn(chars, training=True)
+        return tape.gradient(out, cnn_vars)
+
+    parts.append({"part": "char CNN", "ms": timed(char_cnn, chars), "flop": 3 * part_flops["char_cnn"] * positions})
+    bilm = model.bilm
+    units, proj = bilm.units, bilm.projection_dim
+    x = tf.random.normal([length + 2, rows, proj], stddev=0.5)
+    mask = tf.ones([length + 2, rows], tf.bool)
+    for layer in range(bilm.num_layers):
+        lstms = [bilm.get_lstm(d, layer) for d in ("forward", "backward")]
+        lstm_vars = [v for lstm in lstms for v in lstm.trainable_variables]
+        for name, scan in (("hand-written backward", fast_gradient_scan), ("TF automatic backward", None)):
+
+            @tf.function
+            def lstm_step(x, lstms=lstms, lstm_vars=lstm_vars, scan=scan):
+                zeros = [tf.zeros([rows, units]), tf.zeros([rows, units])], [tf.zeros([rows, proj])] * 2
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    w_x, b, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
+                    scan_args = (2 * [x], mask, list(w_x), list(b), list(w_h), list(w_p), *zeros, 3.0, 3.0)
+                    if scan is None:
+                        outs, _, _ = projected_lstm_scan(*scan_args, stack_directions=stack_directions(units, proj))
+                    else:
+                        outs, _, _ = scan(*scan_args)
+                    loss = tf.reduce_sum(outs[0]) + tf.reduce_sum(outs[1])
+                return tape.gradient(loss, lstm_vars + [x])
+
+            parts.append(
+                {
+                    "part": f"LSTM layer {layer}, both directions ({name})",
+                    "ms": timed(lstm_step, x),
+                    "flop": 3 * part_flops["lstm"] * positions,
+                    "in_step": scan is not None,
+                }
+            )
+    states = tf.random.normal([targets, proj], stddev=0.3)
+    labels = tf.random.uniform([targets, 1], 0, model.vocab_size, tf.int64)
+
+    @tf.function
+    def softmax(states):
+        with tf.GradientTape() as tape:
+            tape.watch(states)
+            loss = 0.0
+            for _ in range(2):  # forward and backward LMs
+                loss += tf.reduce_sum(
+                    tf.nn.sampled_softmax_loss(
+                        weights=model.softmax_kernel.value,
+                        biases=model.softmax_bias.value,
+                        labels=labels,
+                        inputs=states,
+                        num_sampled=model.num_sampled,
+                        num_classes=model.vocab_size,
+                        remove_accidental_hits=True,
+                    )
+                )
+        return tape.gradient(loss, [model.softmax_kernel, model.softmax_bias, states])
+
+    parts.append(
+        {
+            "part": "sampled softmax, both directions",
+            "ms": timed(softmax, states),
+            "flop": 3 * part_flops["softmax"] * targets,
+        }
+    )
+    parts.append({"part": "optimizer update", "ms": timed(apply, grads), "flop": 0})
+    whole_ms = timed(lambda b: whole(b)[0], batch)
+    apply_ms = parts[-1]["ms"]
+    fpt = flops_per_target(model.config.to_options(), model.num_sampled)
+    parts.append(
+        {"part": "whole step (forward + backward + update)", "ms": whole_ms + apply_ms, "flop": 3 * fpt * targets}
+    )
+    for part in parts:
+        part["gflops"] = part["flop"] / part["ms"] / 1e6 if part["flop"] else None
+    return {"rows": rows, "length": length, "targets": targets, "positions": positions, "parts": parts}
+
+
+def worker_matmul(args):
+    import tensorflow as tf
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    print("RESULT " + json.dumps(matmul_roofline(repeats=3)), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+
+def run_worker(args, extra, pythonpath=None):
+    cmd = [sys.executable, os.path.abspath(__file__), "--data", args.data, "--threads", str(args.threads), *extra]
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=pythonpath or REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        log.error("%s x%d failed (exit %d):\n%s", config, replicas, proc.returncode, proc.stderr[-3000:])
-        return {"config": config, "replicas": replicas, "error": proc.stderr[-3000:], "returncode": proc.returncode}
+        log.error("worker %s failed (exit %d):\n%s", extra[:4], proc.returncode, proc.stderr[-3000:])
+        return {"error": proc.stderr[-3000:], "returncode": proc.returncode}
     result = json.loads(lines[-1][len("RESULT ") :])
     result["process_seconds"] = time.perf_counter() - t0
     return result
 
 
+def extract_commit(rev, into):
+    """`rev`'s tree in `into` (git archive), and its full hash."""
+    full = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO, capture_output=True, text=True
+    )
+    if full.returncode:
+        raise ValueError(f"--baseline: not a commit of this repository: {rev!r}")
+    archive = subprocess.run(["git", "archive", full.stdout.strip()], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    return full.stdout.strip()
+
+
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default="small,original", help="presets, comma-separated")
-    p.add_argument("--replicas", default="1,2", help="replica counts, comma-separated")
+    p.add_argument("--configs", default="ptb5m,original", type=lambda s: parse_list(s, str, "--configs"))
+    p.add_argument("--replicas", default="1", type=lambda s: parse_list(s, int, "--replicas"))
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help="commit to compare with ('none': ours only)")
+    p.add_argument("--rounds", type=int, default=1, help="baseline/ours pairs per setting, median reported (1)")
     p.add_argument("--data", default=DEFAULT_DATA, help="one sentence per line (default: PTB train)")
     p.add_argument("--lines", type=int, default=5000, help="lines of --data to train on")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per step over all replicas (64)")
-    p.add_argument("--max-tokens", type=int, default=50)
-    p.add_argument("--num-sampled", type=int, default=8192)
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default 20 small / 6 original; quick 3 / 2)")
+    p.add_argument("--max-tokens", type=int, default=None, help="default per setting (ptb5m 100, else 50)")
+    p.add_argument("--num-sampled", type=int, default=None, help="default per setting (ptb5m 2048, else 8192)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default per setting; quick 2-3)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; quick 1)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per process (0: TensorFlow's default)")
+    p.add_argument("--profile", action="store_true", help="also time the parts of one step (ours)")
+    p.add_argument("--profile-repeats", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, batch 32")
-    p.add_argument("--timeout", type=int, default=3600, help="seconds per setting")
+    p.add_argument("--timeout", type=int, default=3600, help="seconds per worker")
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--worker-config", help=argparse.SUPPRESS)
     p.add_argument("--worker-replicas", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker-matmul", action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
 
 
 def main(argv=None):
@@ -195,75 +394,152 @@ def main(argv=None):
     if not os.path.isfile(args.data):
         log.error("--data: no such file: %s", args.data)
         return 2
+    if args.worker_matmul:
+        return worker_matmul(args)
     if args.worker_config:
-        args.steps = args.steps or 1
-        args.warmup = 1 if args.warmup is None else args.warmup
         return worker(args)
-    if args.quick and args.batch_size == 64:
-        args.batch_size = 32
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    replica_counts = [int(r) for r in args.replicas.split(",")]
-    for r in replica_counts:
+    for name in args.configs:
+        if name not in SETTINGS:
+            log.error("--configs: unknown setting %r (choose from %s)", name, ", ".join(SETTINGS))
+            return 2
+    for r in args.replicas:
         if r < 1 or args.batch_size % r:
             log.error("--replicas: %d must be >= 1 and divide --batch-size %d", r, args.batch_size)
             return 2
-    load_before = os.getloadavg()
-    results = []
-    for config in configs:
-        steps = args.steps or ((3 if args.quick else 20) if config == "small" else (2 if args.quick else 6))
-        warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
-        for replicas in replica_counts:
-            log.info(
-                "%s, %d replica(s): %d warm-up + %d timed steps of %d sentences",
-                config,
-                replicas,
-                warmup,
-                steps,
-                args.batch_size,
-            )
-            result = run_setting(args, config, replicas, steps, warmup)
-            if "error" not in result:
-                log.info(
-                    "  %.0f targets/s, %.2f s/step, ~%.1f GFLOP/s, CPU %.0f%%, peak RSS %.0f MB",
-                    result["targets_per_s"],
-                    result["seconds_per_step"],
-                    result["gflops_estimate"],
-                    100 * result["cpu_utilization"],
-                    result["peak_rss_mb"],
-                )
-            results.append(result)
-    load_after = os.getloadavg()
-    base = {r["config"]: r["targets_per_s"] for r in results if r.get("replicas") == 1 and "error" not in r}
-    for r in results:
-        if "error" not in r and r["config"] in base:
-            r["speedup_vs_1"] = r["targets_per_s"] / base[r["config"]]
+    if args.rounds < 1:
+        log.error("--rounds: must be >= 1, got %d", args.rounds)
+        return 2
+    if args.quick and args.batch_size == 64:
+        args.batch_size = 32
+    tmp = tempfile.mkdtemp(prefix="train_throughput-")
+    try:
+        baseline = None
+        if args.baseline.lower() != "none":
+            try:
+                baseline = {"rev": args.baseline, "commit": extract_commit(args.baseline, tmp), "path": tmp}
+            except ValueError as e:
+                log.error("%s", e)
+                return 2
+        return run_all(args, baseline)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
+
+def run_all(args, baseline):
+    load_before = os.getloadavg()
+    matmul = [run_worker(args, ["--worker-matmul"])]
+    log.info("matmul roofline before: %.0f GFLOP/s", matmul[0].get("best_gflops", float("nan")))
+    results = []
+    for name in args.configs:
+        setting = SETTINGS[name]
+        steps = args.steps or (setting["quick_steps"] if args.quick else setting["steps"])
+        warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+        max_tokens = args.max_tokens or setting["max_tokens"]
+        num_sampled = args.num_sampled or setting["num_sampled"]
+        for replicas in args.replicas:
+            extra = [
+                *("--worker-config", name, "--worker-replicas", str(replicas), "--lines", str(args.lines)),
+                *("--batch-size", str(args.batch_size), "--max-tokens", str(max_tokens)),
+                *("--num-sampled", str(num_sampled), "--steps", str(steps), "--warmup", str(warmup)),
+            ]
+            rounds = {"baseline": [], "ours": []}
+            for k in range(args.rounds):
+                for who in ("baseline", "ours") if baseline else ("ours",):
+                    log.info("%s x%d, %s, round %d: %d + %d steps", name, replicas, who, k + 1, warmup, steps)
+                    profile = ["--profile", "--profile-repeats", str(args.profile_repeats)]
+                    r = run_worker(
+                        args,
+                        extra + (profile if who == "ours" and args.profile and k == 0 else []),
+                        pythonpath=baseline["path"] if who == "baseline" else None,
+                    )
+                    if "error" not in r:
+                        log.info("  %.0f targets/s, %.1f GFLOP/s", r["targets_per_s"], r["gflops"])
+                    rounds[who].append(r)
+            row = {"config": name, "replicas": replicas, "rounds": rounds}
+            for who, runs in rounds.items():
+                good = [r for r in runs if "error" not in r]
+                if good:
+                    row[who] = {
+                        "targets_per_s": median([r["targets_per_s"] for r in good]),
+                        "gflops": median([r["gflops"] for r in good]),
+                        "peak_rss_mb": max(r["peak_rss_mb"] for r in good),
+                        "seconds_per_step": median([r["seconds_per_step"] for r in good]),
+                        "params": good[0]["params"],
+                        "num_sampled": good[0]["num_sampled"],
+                        "max_tokens": good[0]["max_tokens"],
+                    }
+                    parts = [r["parts"] for r in good if r.get("parts")]
+                    if parts:
+                        row["parts"] = parts[0]
+            if "ours" in row and "baseline" in row:
+                row["speedup"] = row["ours"]["targets_per_s"] / row["baseline"]["targets_per_s"]
+            results.append(row)
+    matmul.append(run_worker(args, ["--worker-matmul"]))
+    load_after = os.getloadavg()
+    roofline = max(m.get("best_gflops", 0.0) for m in matmul)
+    report(args, baseline, results, matmul, roofline, load_before, load_after)
+    failed = any("error" in r for row in results for runs in row["rounds"].values() for r in runs)
+    return 1 if failed else 0
+
+
+def report(args, baseline, results, matmul, roofline, load_before, load_after):
+    sizes = ", ".join(
+        f"{n}^3 " + "/".join(f"{m['sizes'][n]['best_gflops']:.0f}" for m in matmul if "sizes" in m)
+        for n in (matmul[0].get("sizes") or {})
+    )
     print()
     print(
-        f"biLM training throughput (forward + backward + Adagrad update, sampled softmax {args.num_sampled}), "
-        f"batch {args.batch_size} sentences, {os.cpu_count()} CPUs"
+        f"biLM training throughput (forward + backward + Adagrad update), batch {args.batch_size} sentences, "
+        f"{os.cpu_count()} CPUs; roofline {roofline:.0f} GFLOP/s (TF float32 matmul, before/after: {sizes})"
     )
-    print("| config | params | replicas | targets/s | s/step | vs 1 replica | ~GFLOP/s | CPU util | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in results:
-        if "error" in r:
-            print(f"| {r['config']} | - | {r['replicas']} | failed (exit {r['returncode']}) | | | | | |")
-            continue
-        print(
-            f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['replicas']} | {r['targets_per_s']:.0f} | "
-            f"{r['seconds_per_step']:.2f} | {r.get('speedup_vs_1', float('nan')):.2f}x | {r['gflops_estimate']:.1f} "
-            f"| {100 * r['cpu_utilization']:.0f}% | {r['peak_rss_mb']:.0f} |"
-        )
+    base_name = baseline["rev"] if baseline else "-"
     print(
-        f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}"
-        + ("  (busy machine: numbers are only a smoke test)" if max(load_before[0], load_after[0]) > 1.5 else "")
+        f"| config | params | replicas | sampled | ours targets/s | {base_name} targets/s | speed-up | "
+        "ours GFLOP/s | % roofline (ours / base) | peak RSS MB (ours / base) |"
     )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in results:
+        ours, base = row.get("ours"), row.get("baseline")
+        if not ours:
+            print(f"| {row['config']} | - | {row['replicas']} | - | failed | | | | | |")
+            continue
+        ours["fraction_of_roofline"] = ours["gflops"] / roofline if roofline else None
+        if base:
+            base["fraction_of_roofline"] = base["gflops"] / roofline if roofline else None
+        print(
+            f"| {row['config']} | {ours['params'] / 1e6:.2f}M | {row['replicas']} | {ours['num_sampled']} | "
+            f"{ours['targets_per_s']:.0f} | {base['targets_per_s'] if base else float('nan'):.0f} | "
+            f"{row.get('speedup', float('nan')):.2f}x | {ours['gflops']:.1f} | "
+            f"{ours['fraction_of_roofline']:.0%} / {base['fraction_of_roofline'] if base else float('nan'):.0%} | "
+            f"{ours['peak_rss_mb']:.0f} / {base['peak_rss_mb'] if base else float('nan'):.0f} |"
+        )
+    for row in results:
+        if not row.get("parts"):
+            continue
+        prof = row["parts"]
+        print()
+        print(
+            f"profile of one step, {row['config']}: batch of {prof['rows']} sentences x {prof['length']} tokens "
+            f"({prof['targets']} targets, {prof['positions']} positions with <S>/</S> and padding); forward + backward"
+        )
+        print("| part | ms | GFLOP/s | % roofline |")
+        print("|---|---:|---:|---:|")
+        for part in prof["parts"]:
+            gflops = part["gflops"]
+            print(
+                f"| {part['part']} | {part['ms']:.1f} | {'-' if gflops is None else f'{gflops:.1f}'} | "
+                f"{'-' if gflops is None else f'{gflops / roofline:.0%}'} |"
+            )
+    busy = max(load_before[0], load_after[0]) > 1.5
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}" + ("  (busy machine)" if busy else ""))
 
     from importlib.metadata import version
 
     record = {
         "benchmark": "train_throughput",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "commit": git_commit(REPO),
+        "baseline": {k: baseline[k] for k in ("rev", "commit")} if baseline else None,
         "machine": {
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
@@ -271,13 +547,14 @@ def main(argv=None):
             "load_average_before": load_before,
             "load_average_after": load_after,
         },
+        "roofline_gflops": roofline,
+        "matmul": matmul,
         "settings": {
             "batch_size": args.batch_size,
-            "max_tokens": args.max_tokens,
-            "num_sampled": args.num_sampled,
             "lines": args.lines,
             "data": args.data,
             "threads": args.threads,
+            "rounds": args.rounds,
             "quick": args.quick,
         },
         "results": results,
@@ -286,7 +563,6 @@ def main(argv=None):
     with open(args.out, "w") as f:
         json.dump(record, f, indent=2)
     log.info("wrote %s", args.out)
-    return 1 if any("error" in r for r in results) else 0
 
 
 if __name__ == "__main__":

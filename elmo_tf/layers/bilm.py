@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from elmo_tf.layers.projected_lstm import ProjectedLSTM
-from elmo_tf.layers.recurrence import projected_lstm_scan, stack_directions
+from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
 
 DIRECTIONS = ("forward", "backward")
 
@@ -148,7 +148,7 @@ class BiLM(keras.layers.Layer):
             lstms = [self.get_lstm(d, layer) for d in DIRECTIONS]
             state_index = [(k * self.num_layers + layer) * 2 for k in range(len(DIRECTIONS))]
             w_x, bias, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
-            outs, cs, hs = projected_lstm_scan(
+            scan_args = (
                 [lstm.dropped(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)],
                 mask_tm,
                 list(w_x),
@@ -159,10 +159,16 @@ class BiLM(keras.layers.Layer):
                 [initial_state[i + 1] for i in state_index],
                 lstms[0].cell_clip,
                 lstms[0].proj_clip,
-                resets=resets,
-                chunk=gate_chunk,
-                stack_directions=stack_directions(self.units, self.projection_dim),
             )
+            if training is True and gate_chunk is None:  # the hand-written backward pass (same values, faster gradient)
+                outs, cs, hs = fast_gradient_scan(*scan_args, resets=resets)
+            else:
+                outs, cs, hs = projected_lstm_scan(
+                    *scan_args,
+                    resets=resets,
+                    chunk=gate_chunk,
+                    stack_directions=stack_directions(self.units, self.projection_dim),
+                )
             for k, d in enumerate(DIRECTIONS):
                 outs[k].set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
                 cs[k].set_shape([None, self.units])
