@@ -234,16 +234,19 @@ def fast_gradient_scan(
     backward loop does only what is sequential, `dh = W_h dz` and `dr = W_P dm` with transposed copies made
     once per call, and stores each step's gate gradient `dz`; the weight and input gradients then come from
     a few large matmuls over all steps at once (`dW_h = dZ H^T`, `dW_x = dZ X`, `dX = W_x^T dZ`, `dW_P = dM R^T`).
-    The forward loop keeps the gate activations, the cell before clipping, the state each step started from
-    and the projection before clipping (per step `(6 * units + 2 * projection_dim) * batch` floats per
-    direction, about what the automatic gradient keeps).
 
-    Same arguments as `projected_lstm_scan` (no `chunk`, no stacking: one matmul per direction).
-    Returns D outputs `(time, batch, projection_dim)`, D final c, D final h.
+    The D directions advance stacked, state `(D, features, batch)`: one plain matmul per direction (no batched
+    matmul, see STACK_DIRECTIONS_BELOW) but one set of element-wise ops for all, which at a step's batch cost
+    as much as the matmuls. The forward loop keeps the gate activations, the cell before clipping, the state each
+    step started from, the projection before clipping and `o * tanh(c)` (per step and direction
+    `(7 * units + 2 * projection_dim) * batch` floats, about what the automatic gradient keeps).
+
+    Same arguments as `projected_lstm_scan` (no `chunk`). Returns D outputs `(time, batch, projection_dim)`,
+    D final c `(batch, units)`, D final h `(batch, projection_dim)`.
     """
     num = len(inputs)
     mask = tf.convert_to_tensor(mask)
-    reset_list = None if resets is None else [tf.convert_to_tensor(r) for r in resets]
+    fresh_all = None if resets is None else tf.stack([tf.convert_to_tensor(r) for r in resets], axis=1)[:, :, None, :]
     flat = [
         tf.convert_to_tensor(t)
         for group in (inputs, input_kernels, biases, recurrent_kernels, projection_kernels, initial_c, initial_h)
@@ -254,132 +257,112 @@ def fast_gradient_scan(
     def scan(*flat):
         xs, w_xs, bs, w_hs, w_ps, c0s, h0s = (list(flat[k * num : (k + 1) * num]) for k in range(7))
         steps, batch = tf.shape(mask)[0], tf.shape(mask)[1]
-        keep_all = mask[:, None, :]  # (time, 1, batch)
-        fresh_all = None if reset_list is None else [r[:, None, :] for r in reset_list]
+        keep_all = mask[:, None, None, :]  # (time, 1, 1, batch)
         gates = []
         for x, w_x, b in zip(xs, w_xs, bs):
             z = tf.matmul(w_x, tf.reshape(x, [steps * batch, tf.shape(x)[-1]]), transpose_b=True) + b[:, None]
-            gates.append(tf.reshape(z, [tf.shape(w_x)[0], steps, batch]))  # (4 * units, time, batch)
-        c0 = tuple(tf.transpose(c) for c in c0s)
-        h0 = tuple(tf.transpose(h) for h in h0s)
+            gates.append(tf.transpose(tf.reshape(z, [tf.shape(w_x)[0], steps, batch]), [1, 0, 2]))
+        gates = tf.stack(gates, axis=1)  # (time, D, 4 * units, batch): a step's gates are one contiguous slice
+        c0 = tf.stack([tf.transpose(c) for c in c0s])  # (D, units, batch)
+        h0 = tf.stack([tf.transpose(h) for h in h0s])  # (D, projection_dim, batch)
 
-        def arrays(like):
-            return tuple(tf.TensorArray(t.dtype, size=steps, element_shape=t.shape) for t in like)
+        def array(like):
+            return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
-        acts0 = tuple(tf.zeros([tf.shape(w)[0], batch]) for w in w_hs)
-        saved0 = (arrays(h0), arrays(acts0), arrays(c0), arrays(c0), arrays(h0), arrays(h0))
+        acts0 = tf.concat([c0, c0, c0, c0], axis=1)
+        saved0 = tuple(array(t) for t in (h0, acts0, c0, c0, c0, h0, h0))  # out, acts, c_in, c_raw, r, h_in, m_raw
 
         def step(t, c, h, saved):
-            out, acts, c_ins, c_raws, h_ins, m_raws = saved
             keep = keep_all[t]
-            new = ([], [], [], [], [], [], [], [])
-            for d in range(num):
-                c_in, h_in = c[d], h[d]
-                if fresh_all is not None:
-                    fresh = fresh_all[d][t]
-                    c_in = tf.where(fresh, tf.zeros_like(c_in), c_in)
-                    h_in = tf.where(fresh, tf.zeros_like(h_in), h_in)
-                z = gates[d][:, t, :] + tf.matmul(w_hs[d], h_in)
-                zi, zj, zf, zo = tf.split(z, 4, axis=0)
-                i, j, f, o = tf.sigmoid(zi), tf.tanh(zj), tf.sigmoid(zf + FORGET_BIAS), tf.sigmoid(zo)
-                c_raw = f * c_in + i * j
-                c_new = tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw
-                m_raw = tf.matmul(w_ps[d], o * tf.tanh(c_new))
-                m = tf.clip_by_value(m_raw, -proj_clip, proj_clip) if proj_clip else m_raw
-                for k, value in enumerate(
-                    (
-                        tf.where(keep, c_new, c_in),
-                        tf.where(keep, m, h_in),
-                        out[d].write(t, tf.where(keep, m, tf.zeros_like(m))),
-                        acts[d].write(t, tf.concat([i, j, f, o], axis=0)),
-                        c_ins[d].write(t, c_in),
-                        c_raws[d].write(t, c_raw),
-                        h_ins[d].write(t, h_in),
-                        m_raws[d].write(t, m_raw),
-                    )
-                ):
-                    new[k].append(value)
-            return t + 1, tuple(new[0]), tuple(new[1]), tuple(tuple(v) for v in new[2:])
+            if fresh_all is not None:
+                c = tf.where(fresh_all[t], tf.zeros_like(c), c)
+                h = tf.where(fresh_all[t], tf.zeros_like(h), h)
+            z = gates[t] + tf.stack([tf.matmul(w_hs[d], h[d]) for d in range(num)])
+            zi, zj, zf, zo = tf.split(z, 4, axis=1)
+            i, j, f, o = tf.sigmoid(zi), tf.tanh(zj), tf.sigmoid(zf + FORGET_BIAS), tf.sigmoid(zo)
+            c_raw = f * c + i * j
+            c_new = tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw
+            r = o * tf.tanh(c_new)
+            m_raw = tf.stack([tf.matmul(w_ps[d], r[d]) for d in range(num)])
+            m = tf.clip_by_value(m_raw, -proj_clip, proj_clip) if proj_clip else m_raw
+            values = (tf.where(keep, m, tf.zeros_like(m)), tf.concat([i, j, f, o], axis=1), c, c_raw, r, h, m_raw)
+            saved = tuple(a.write(t, v) for a, v in zip(saved, values))
+            return t + 1, tf.where(keep, c_new, c), tf.where(keep, m, h), saved
 
         _, c, h, saved = tf.while_loop(lambda t, *_: t < steps, step, (tf.constant(0), c0, h0, saved0))
-        out, acts, c_ins, c_raws, h_ins, m_raws = ([a.stack() for a in group] for group in saved)
+        out, acts, c_ins, c_raws, rs, h_ins, m_raws = saved
+        out = out.stack()  # (time, D, projection_dim, batch)
         results = (
-            [tf.transpose(o, [0, 2, 1]) for o in out]  # (time, batch, projection_dim)
-            + [tf.transpose(x) for x in c]
-            + [tf.transpose(x) for x in h]
+            [tf.transpose(out[:, d], [0, 2, 1]) for d in range(num)]  # (time, batch, projection_dim)
+            + [tf.transpose(c[d]) for d in range(num)]
+            + [tf.transpose(h[d]) for d in range(num)]
         )
 
         def grad(*upstream):
-            d_out = [tf.transpose(_zeros_if_none(g, r), [0, 2, 1]) for g, r in zip(upstream[:num], results[:num])]
-            dc = tuple(tf.transpose(_zeros_if_none(g, r)) for g, r in zip(upstream[num : 2 * num], results[num:]))
-            dh = tuple(tf.transpose(_zeros_if_none(g, r)) for g, r in zip(upstream[2 * num :], results[2 * num :]))
+            d_out = tf.stack(
+                [tf.transpose(_zeros_if_none(g, y), [0, 2, 1]) for g, y in zip(upstream[:num], results[:num])], axis=1
+            )  # (time, D, projection_dim, batch)
+            dc = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[num : 2 * num], results[num:])])
+            dh = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[2 * num :], results[2 * num :])])
             w_h_t = [tf.transpose(w) for w in w_hs]  # (projection_dim, 4 * units), once per call
             w_p_t = [tf.transpose(w) for w in w_ps]  # (units, projection_dim)
-            d_zs0 = tuple(tf.TensorArray(a.dtype, size=steps, element_shape=a.shape[1:]) for a in acts)
-            d_ms0 = tuple(tf.TensorArray(m.dtype, size=steps, element_shape=m.shape[1:]) for m in m_raws)
 
             def back(k, dc, dh, d_zs, d_ms):
                 t = steps - 1 - k
                 keep = keep_all[t]
-                new_dc, new_dh, new_dz, new_dm = [], [], [], []
-                for d in range(num):
-                    i, j, f, o = tf.split(acts[d][t], 4, axis=0)
-                    c_raw = c_raws[d][t]
-                    c_new = tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw
-                    tanh_c = tf.tanh(c_new)
-                    dm = tf.where(keep, dh[d] + d_out[d][t], tf.zeros_like(dh[d]))
-                    if proj_clip:
-                        dm = tf.where(_clip_passes(m_raws[d][t], proj_clip), dm, tf.zeros_like(dm))
-                    dr = tf.matmul(w_p_t[d], dm)  # (units, batch)
-                    dcell = tf.where(keep, dc[d], tf.zeros_like(dc[d])) + dr * o * (1.0 - tanh_c * tanh_c)
-                    if cell_clip:
-                        dcell = tf.where(_clip_passes(c_raw, cell_clip), dcell, tf.zeros_like(dcell))
-                    dz = tf.concat(
-                        [
-                            dcell * j * i * (1.0 - i),
-                            dcell * i * (1.0 - j * j),
-                            dcell * c_ins[d][t] * f * (1.0 - f),
-                            dr * tanh_c * o * (1.0 - o),
-                        ],
-                        axis=0,
-                    )
-                    dc_in = dcell * f + tf.where(keep, tf.zeros_like(dc[d]), dc[d])
-                    dh_in = tf.matmul(w_h_t[d], dz) + tf.where(keep, tf.zeros_like(dh[d]), dh[d])
-                    if fresh_all is not None:
-                        fresh = fresh_all[d][t]
-                        dc_in = tf.where(fresh, tf.zeros_like(dc_in), dc_in)
-                        dh_in = tf.where(fresh, tf.zeros_like(dh_in), dh_in)
-                    new_dc.append(dc_in)
-                    new_dh.append(dh_in)
-                    new_dz.append(d_zs[d].write(t, dz))
-                    new_dm.append(d_ms[d].write(t, dm))
-                return k + 1, tuple(new_dc), tuple(new_dh), tuple(new_dz), tuple(new_dm)
+                i, j, f, o = tf.split(acts.read(t), 4, axis=1)
+                c_raw = c_raws.read(t)
+                tanh_c = tf.tanh(tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw)
+                dm = tf.where(keep, dh + d_out[t], tf.zeros_like(dh))
+                if proj_clip:
+                    dm = tf.where(_clip_passes(m_raws.read(t), proj_clip), dm, tf.zeros_like(dm))
+                dr = tf.stack([tf.matmul(w_p_t[d], dm[d]) for d in range(num)])  # (D, units, batch)
+                dcell = tf.where(keep, dc, tf.zeros_like(dc)) + dr * o * (1.0 - tanh_c * tanh_c)
+                if cell_clip:
+                    dcell = tf.where(_clip_passes(c_raw, cell_clip), dcell, tf.zeros_like(dcell))
+                dz = tf.concat(
+                    [
+                        dcell * j * i * (1.0 - i),
+                        dcell * i * (1.0 - j * j),
+                        dcell * c_ins.read(t) * f * (1.0 - f),
+                        dr * tanh_c * o * (1.0 - o),
+                    ],
+                    axis=1,
+                )
+                dc_in = dcell * f + tf.where(keep, tf.zeros_like(dc), dc)
+                dh_in = tf.stack([tf.matmul(w_h_t[d], dz[d]) for d in range(num)]) + tf.where(
+                    keep, tf.zeros_like(dh), dh
+                )
+                if fresh_all is not None:
+                    dc_in = tf.where(fresh_all[t], tf.zeros_like(dc_in), dc_in)
+                    dh_in = tf.where(fresh_all[t], tf.zeros_like(dh_in), dh_in)
+                return k + 1, dc_in, dh_in, d_zs.write(t, dz), d_ms.write(t, dm)
 
-            _, dc, dh, d_zs, d_ms = tf.while_loop(lambda k, *_: k < steps, back, (tf.constant(0), dc, dh, d_zs0, d_ms0))
+            _, dc, dh, d_zs, d_ms = tf.while_loop(
+                lambda k, *_: k < steps, back, (tf.constant(0), dc, dh, array(acts0), array(h0))
+            )
+            d_zs, d_ms, h_in, r = d_zs.stack(), d_ms.stack(), h_ins.stack(), rs.stack()  # (time, D, features, batch)
 
-            def feature_major(stacked):  # (time, features, batch) -> (features, time * batch)
-                return tf.reshape(tf.transpose(stacked, [1, 0, 2]), [tf.shape(stacked)[1], steps * batch])
+            def feature_major(stacked, d):  # (time, D, features, batch) -> (features, time * batch) of direction d
+                return tf.reshape(tf.transpose(stacked[:, d], [1, 0, 2]), [tf.shape(stacked)[2], steps * batch])
 
             grads = {name: [] for name in ("x", "w_x", "b", "w_h", "w_p")}
             for d in range(num):
-                d_z = feature_major(d_zs[d].stack())  # (4 * units, time * batch)
+                d_z = feature_major(d_zs, d)  # (4 * units, time * batch)
                 x = tf.reshape(xs[d], [steps * batch, tf.shape(xs[d])[-1]])
-                _, _, _, o = tf.split(acts[d], 4, axis=1)
-                c_new = tf.clip_by_value(c_raws[d], -cell_clip, cell_clip) if cell_clip else c_raws[d]
-                r = feature_major(o * tf.tanh(c_new))  # (units, time * batch)
                 grads["x"].append(tf.reshape(tf.matmul(d_z, w_xs[d], transpose_a=True), tf.shape(xs[d])))
                 grads["w_x"].append(tf.matmul(d_z, x))
                 grads["b"].append(tf.reduce_sum(d_z, axis=1))
-                grads["w_h"].append(tf.matmul(d_z, feature_major(h_ins[d]), transpose_b=True))
-                grads["w_p"].append(tf.matmul(feature_major(d_ms[d].stack()), r, transpose_b=True))
+                grads["w_h"].append(tf.matmul(d_z, feature_major(h_in, d), transpose_b=True))
+                grads["w_p"].append(tf.matmul(feature_major(d_ms, d), feature_major(r, d), transpose_b=True))
             return (
                 grads["x"]
                 + grads["w_x"]
                 + grads["b"]
                 + grads["w_h"]
                 + grads["w_p"]
-                + [tf.transpose(x) for x in dc]
-                + [tf.transpose(x) for x in dh]
+                + [tf.transpose(dc[d]) for d in range(num)]
+                + [tf.transpose(dh[d]) for d in range(num)]
             )
 
         return results, grad

@@ -1,0 +1,99 @@
+"""A training step of the fast path (hand-written LSTM backward pass, char CNN once per distinct token) against
+the plain path (TF's automatic gradient, char CNN on every position): same loss, gradients and updated weights."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tiny_models import TINY
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
+from elmo_tf.preprocessing.chars import add_sentence_boundaries
+from elmo_tf.pretrain import TrainConfig, make_optimizer
+
+VOCAB = 40
+
+
+def _batch(seed, rows=5, length=9):
+    rng = np.random.default_rng(seed)
+    words = rng.integers(1, 30, size=(12, 50)).astype(np.int32)  # 12 distinct words, repeated in the batch
+    words[:, 6:] = 0
+    picks = rng.integers(0, 12, size=(rows, length))
+    chars = words[picks]
+    lengths = np.array([length, 3, 7, 1, 5])[:rows]
+    for r, n in enumerate(lengths):
+        chars[r, n:] = 0
+    token_ids = np.where(np.arange(length)[None] < lengths[:, None], 3 + picks, 0).astype(np.int32)
+    return {"char_ids": tf.constant(chars), "token_ids": tf.constant(token_ids)}
+
+
+def _model(fast):
+    keras.utils.set_random_seed(7)
+    model = BiLMPretrainer(BiLMConfig(**TINY), VOCAB, dropout=0.0, num_sampled=10)
+    model.fast_gradient = fast
+    return model
+
+
+def _step(model, batch, sampled):
+    with tf.GradientTape() as tape:
+        fwd, bwd, count = model.losses_sum(batch, training=True, sampled=sampled)
+        loss = 0.5 * (fwd + bwd) / count
+    variables = model.trainable_variables
+    grads = tape.gradient(loss, variables)
+    return float(loss), [tf.convert_to_tensor(g).numpy() for g in grads], variables, grads
+
+
+def test_encode_distinct_equals_the_char_cnn_on_every_position():
+    model = _model(True)
+    chars = add_sentence_boundaries(_batch(1)["char_ids"])
+    mask = tf.reduce_any(chars > 0, axis=-1)
+    variables = model.char_cnn.trainable_variables
+    with tf.GradientTape(persistent=True) as tape:
+        every = model.char_cnn(chars)
+        distinct = model.encode_distinct(chars, mask)
+        weights = tf.random.stateless_normal(tf.shape(every), seed=[1, 2])
+        loss_every, loss_distinct = tf.reduce_sum(every * weights), tf.reduce_sum(distinct * weights)
+    np.testing.assert_allclose(distinct.numpy(), every.numpy(), rtol=1e-6, atol=1e-6)
+    for a, b in zip(tape.gradient(loss_every, variables), tape.gradient(loss_distinct, variables)):
+        np.testing.assert_allclose(tf.convert_to_tensor(b).numpy(), tf.convert_to_tensor(a).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_training_step_of_the_fast_path_matches_the_plain_path(seed):
+    """Full softmax (the sampled one draws random negatives); one Adagrad update from each."""
+    batch = _batch(seed)
+    fast, plain = _model(True), _model(False)
+    loss_fast, grads_fast, vars_fast, raw_fast = _step(fast, batch, sampled=False)
+    loss_plain, grads_plain, vars_plain, raw_plain = _step(plain, batch, sampled=False)
+    assert loss_fast == pytest.approx(loss_plain, rel=1e-6)
+    assert len(grads_fast) == len(grads_plain)
+    for v, a, b in zip(vars_fast, grads_plain, grads_fast):
+        scale = max(1e-3, float(np.abs(a).max()))
+        np.testing.assert_allclose(b, a, atol=2e-5 * scale, err_msg=v.path)
+    assert max(float(np.abs(g).max()) for g in grads_plain) > 1e-3  # the comparison is not of zeros
+    for raw, variables in ((raw_fast, vars_fast), (raw_plain, vars_plain)):
+        optimizer = make_optimizer(TrainConfig(steps=1))
+        optimizer.apply_gradients(zip(raw, variables))
+    for a, b in zip(vars_plain, vars_fast):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), atol=1e-5, err_msg=a.path)
+
+
+def test_the_fast_path_is_the_training_default_and_differs_from_the_plain_path_in_speed_only():
+    """The switch really selects another code path: its graph holds the hand-written gradient's loops."""
+    batch = _batch(3)
+
+    def graph_ops(fast):
+        model = _model(fast)
+
+        @tf.function
+        def step(batch):
+            with tf.GradientTape() as tape:
+                fwd, _, _ = model.losses_sum(batch, training=True, sampled=False)
+            return tape.gradient(fwd, model.trainable_variables)
+
+        return {op.type for op in step.get_concrete_function(batch).graph.get_operations()}
+
+    assert BiLMPretrainer(BiLMConfig(**TINY), VOCAB).fast_gradient is True
+    assert "IdentityN" in graph_ops(True)  # tf.custom_gradient's marker
+    assert "IdentityN" not in graph_ops(False)
