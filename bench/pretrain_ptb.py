@@ -11,12 +11,14 @@ embedding 15, filters 25 x width for widths 1-6 = 525, one highway layer), 2-lay
 192-dim projection in each direction, one softmax (10,002 x 192 + bias) shared by both directions:
 5,282,610 parameters, of which 1.93M softmax, 0.69M char CNN, 2.66M LSTMs (1.33M per direction).
 
-Training: `elmo_tf.pretrain.Trainer` in this process (the same loop as training/pretrain.py), default
-MirroredStrategy (--cpu-replicas N splits the CPU), sampled softmax with --num-sampled log-uniform negatives,
-Adagrad 0.2 / clip 10 / dropout 0.1 (the original recipe) unless flags say otherwise, sentences of up to
---max-tokens (100: every PTB sentence whole). It stops after --steps, or when --minutes of wall-clock
-training time are spent (checked after every step; start-up and evaluation are not counted). The run
-directory keeps checkpoints; --resume continues it (the budget then counts from the resume).
+Training: `elmo_tf.pretrain.Trainer` in this process, run by `elmo_tf.pretrain.run_pretraining` (the same
+loop, checkpoints, log.csv and model directory as training/pretrain.py), default MirroredStrategy
+(--cpu-replicas N splits the CPU), sampled softmax with --num-sampled log-uniform negatives, Adagrad 0.2 /
+clip 10 / dropout 0.1 (the original recipe) unless flags say otherwise, sentences of up to --max-tokens (100:
+every PTB sentence whole). It stops after --steps, or when --minutes of training wall time are spent
+(`elmo_tf.pretrain.StopAfterMinutes`, checked after every step; the first step's tracing is counted, start-up
+and evaluation are not). The run directory keeps checkpoints; --resume continues it, and the budget counts
+the run's total training time (restored from the checkpoint), not only this session's.
 
 Evaluation: `elmo_tf.pretrain.evaluate_perplexity`, full softmax over the 10,002 entries. Each sentence is
 scored on its own from <S> (no state carried across sentences), targets = words + </S> (forward) or
@@ -74,8 +76,24 @@ ANCHORS = [
 DEFAULT_LR = {"adagrad": 0.2, "adam": 1e-3, "sgd": 1.0}
 
 
-class BudgetSpent(Exception):
-    """Raised from the progress callback when the training time budget is spent."""
+def make_clock(log_every):
+    """A Keras callback timing the steps after the first (which includes tracing), logging every `log_every`."""
+    import keras
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.start = self.last = self.first_step = None
+
+        def on_train_batch_end(self, step, logs=None):  # `Trainer.fit` passes the step number as `batch`
+            now = time.perf_counter()
+            if self.start is None:
+                self.start, self.first_step = now, step
+            self.last = now
+            if step % log_every == 0:
+                log.info("step %d loss %.3f (%.0f s)", step, logs["loss"], now - self.start)
+
+    return Clock()
 
 
 def head_file(path, n_lines, tmp_dir):
@@ -143,7 +161,7 @@ def main(argv=None):
     from elmo_tf.config import BiLMConfig
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretrain import TrainConfig, Trainer, evaluate_perplexity, write_model_dir
+    from elmo_tf.pretrain import Checkpoints, TrainConfig, Trainer, evaluate_perplexity, run_pretraining
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -172,7 +190,9 @@ def main(argv=None):
         seed=args.seed,
     )
     strategy = get_strategy("mirrored")
-    trainer = Trainer(strategy, bilm_config, train_config, vocab, [files["train"]], args.run_dir)
+    trainer = Trainer(strategy, bilm_config, train_config, vocab, [files["train"]])
+    checkpoints = Checkpoints(trainer, args.run_dir)
+    checkpoints.restore()
     model = trainer.model
     params = {
         "total": model.count_params(),
@@ -192,27 +212,17 @@ def main(argv=None):
         f"{args.steps} steps" if args.steps else f"{args.minutes:g} min",
     )
 
-    clock = {"start": None, "cpu": None}
-    budget_s = None if args.steps else args.minutes * 60.0
-
-    def progress(step, loss):
-        now = time.perf_counter()
-        if clock["start"] is None:  # the first step includes tracing: the clock starts after it
-            clock["start"], clock["cpu"], clock["first_step"] = now, time.process_time(), step
-        clock["last"] = now
-        if step % args.log_every == 0:
-            log.info("step %d loss %.3f (%.0f s)", step, loss, now - clock["start"])
-        if budget_s is not None and now - clock["start"] >= budget_s:
-            raise BudgetSpent()
-
+    clock = make_clock(args.log_every)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    try:
-        trainer.train(progress=progress)
-        stopped = "steps"
-    except BudgetSpent:
-        stopped = "budget"
-        trainer.save_checkpoint()
-        write_model_dir(model, vocab, args.run_dir)
+    run = run_pretraining(
+        trainer,
+        checkpoints,
+        train_config.steps,
+        callbacks=[clock],
+        max_minutes=None if args.steps else args.minutes,
+        progress=False,
+    )
+    stopped = "budget" if run["stop_reason"] == "stop_training" else "steps"
     train_wall, train_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     last_step = int(trainer.step.numpy())
     steps_done = last_step - first_step
@@ -223,8 +233,8 @@ def main(argv=None):
     sentences_per_epoch = 42068  # ptb.train.txt lines; none is cut at --max-tokens 100
     targets_per_epoch = 887521 + sentences_per_epoch
     # speed after the first (tracing) step: sentences/s x the corpus's mean targets per sentence
-    timed_steps = last_step - clock.get("first_step", last_step)
-    timed_s = clock["last"] - clock["start"] if clock["start"] is not None else 0.0
+    timed_steps = last_step - (last_step if clock.first_step is None else clock.first_step)
+    timed_s = clock.last - clock.start if clock.start is not None else 0.0
     tokens_per_s = (
         timed_steps * args.batch_size * targets_per_epoch / sentences_per_epoch / timed_s
         if timed_steps > 0 and timed_s > 0

@@ -14,13 +14,18 @@ Data: one sentence or paragraph per line, whitespace tokens; lines longer than -
 pieces trained as separate sentences (stateless, length-bucketed batches; see elmo_tf/preprocessing/
 lm_dataset.py). Empty lines are skipped; invalid UTF-8 is kept byte for byte (unknown words -> <UNK>).
 
-Faults: a checkpoint every --checkpoint-every steps and at the end (and on Ctrl-C); rerunning the same
-command after a crash or `kill -9` resumes from the last checkpoint with the step, optimizer state and
-data position restored. A NaN/inf loss stops the run (exit 3) and keeps the last good checkpoint.
+Stopping: after --steps / --epochs, or once --max-minutes of training wall time are spent (the run's
+total, continued on resume; start-up and validation not counted): the model directory is written either way.
+
+Faults: a checkpoint every --checkpoint-every steps, at the end, and on Ctrl-C (exit 130) or SIGTERM
+(exit 143); rerunning the same command after any of these, a crash or `kill -9` resumes from the last
+checkpoint with the step, optimizer state, training time and data position restored. A NaN/inf loss stops
+the run (exit 3) and keeps the last good checkpoint. Bad flags: one error line naming the flag, exit 2.
 
 Output DIR: options.json, weights.hdf5 (bilm-tf/AllenNLP layout, for `python -m elmo_tf embed`),
-vocab.txt, softmax.hdf5 (softmax/W, softmax/b), metrics.json, train_config.json, log.csv,
-tensorboard/, checkpoints/.
+vocab.txt, softmax.hdf5 (softmax/W, softmax/b), metrics.json, train_config.json (all written atomically),
+log.csv (one row per --log-every steps: epoch = step, step, loss, perplexity, tokens_per_s, elapsed_minutes,
+val_perplexity), tensorboard/ (keras.callbacks.TensorBoard), checkpoints/.
 """
 
 import argparse
@@ -28,21 +33,65 @@ import logging
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before elmo_tf, which imports TensorFlow
+
+from elmo_tf.cli import (  # noqa: E402
+    ArgumentParser,
+    DataError,
+    UsageError,
+    bounded_number,
+    check_output_dir,
+    existing_file,
+    positive_int,
+    run,
+    setup_logging,
+)
+
+NON_FINITE_EXIT = 3
+# TrainConfig's error messages start with the field's name; the flag that sets it
+CONFIG_FLAGS = {
+    "batch_size": "--batch-size",
+    "max_tokens": "--max-tokens",
+    "give": "--steps",
+    "optimizer": "--optimizer",
+    "learning_rate": "--learning-rate",
+    "clip_norm": "--clip-norm",
+    "dropout": "--dropout",
+    "num_sampled": "--num-sampled",
+    "checkpoint_every": "--checkpoint-every",
+    "log_every": "--log-every",
+    "validate_every": "--validate-every",
+}
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="pretrain.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, help="glob of training text files (quote it)")
     p.add_argument("--vocab", required=True, help="vocabulary from training/build_vocab.py")
     p.add_argument("--config", required=True, help="small | medium | original | an options.json file")
     p.add_argument("--output", required=True, help="run directory (created; reused to resume)")
-    p.add_argument("--valid", default=None, help="held-out text file for perplexity")
+    p.add_argument("--valid", default=None, type=existing_file("--valid"), help="held-out text file for perplexity")
     p.add_argument("--strategy", default="mirrored", choices=("mirrored", "multi_worker", "one_device"))
-    p.add_argument("--cpu-replicas", type=int, default=1, help="split the CPU into N logical devices (mirrored)")
+    p.add_argument(
+        "--cpu-replicas",
+        type=positive_int("--cpu-replicas"),
+        default=1,
+        help="split the CPU into N logical devices (mirrored)",
+    )
     length = p.add_mutually_exclusive_group(required=True)
-    length.add_argument("--steps", type=int, default=0, help="training steps")
-    length.add_argument("--epochs", type=float, default=0.0, help="passes over the training data")
+    length.add_argument("--steps", type=positive_int("--steps"), default=0, help="training steps")
+    length.add_argument(
+        "--epochs",
+        type=bounded_number("--epochs", float, minimum=0, minimum_inclusive=False),
+        default=0.0,
+        help="passes over the training data",
+    )
+    p.add_argument(
+        "--max-minutes",
+        type=bounded_number("--max-minutes", float, minimum=0, minimum_inclusive=False),
+        default=None,
+        help="stop after this much training wall time (the run's total; the model dir is written)",
+    )
     p.add_argument("--batch-size", type=int, default=128, help="sentences per step over all replicas (128)")
     p.add_argument("--max-tokens", type=int, default=50, help="cut longer lines into pieces (50)")
     p.add_argument("--optimizer", default="adagrad", choices=("adagrad", "adam", "sgd"))
@@ -59,6 +108,7 @@ def build_parser():
         "--init-from",
         nargs=2,
         metavar=("OPTIONS", "WEIGHTS"),
+        type=existing_file("--init-from"),
         default=None,
         help="start from an existing biLM (bilm-tf/AllenNLP files)",
     )
@@ -67,41 +117,46 @@ def build_parser():
 
 
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from elmo_tf.cli import setup_logging
-
+    args = build_parser().parse_args(argv)
     setup_logging()
     import tensorflow as tf
 
     from elmo_tf.config import BiLMConfig, get_config
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.vocabulary import Vocabulary, expand_glob
-    from elmo_tf.pretrain import NonFiniteLossError, TrainConfig, Trainer
-
-    def fail(flag, message):
-        parser.error(f"{flag}: {message}")
+    from elmo_tf.pretrain import (
+        CheckpointMismatchError,
+        Checkpoints,
+        NonFiniteLossError,
+        TrainConfig,
+        Trainer,
+        count_steps,
+        load_initial_weights,
+        run_pretraining,
+    )
 
     try:
         train_files = expand_glob(args.train)
     except ValueError as e:
-        fail("--train", e)
-    if args.valid and not os.path.isfile(args.valid):
-        fail("--valid", f"no such file: {args.valid!r}")
-    if args.init_from:
-        for path in args.init_from:
-            if not os.path.isfile(path):
-                fail("--init-from", f"no such file: {path!r}")
+        raise UsageError(f"--train: {e}") from None
     try:
         vocab = Vocabulary.load(args.vocab)
     except ValueError as e:
-        fail("--vocab", e)
+        raise UsageError(f"--vocab: {e}") from None
     try:
         bilm_config = BiLMConfig.from_json(args.config) if args.config.endswith(".json") else get_config(args.config)
     except ValueError as e:
-        fail("--config", e)
-    if args.cpu_replicas < 1:
-        fail("--cpu-replicas", f"must be >= 1, got {args.cpu_replicas}")
+        raise UsageError(f"--config: {e}") from None
+    if args.init_from:
+        try:
+            init_config = BiLMConfig.from_json(args.init_from[0])
+        except ValueError as e:
+            raise DataError(f"--init-from: {e}") from None
+        if init_config != bilm_config:
+            raise UsageError(
+                f"--init-from: options {args.init_from[0]!r} describe a different architecture than --config "
+                f"{args.config!r}; pass the same options as --config"
+            )
     lr = args.learning_rate or {"adagrad": 0.2, "adam": 1e-3, "sgd": 1.0}[args.optimizer]
     try:
         train_config = TrainConfig(
@@ -121,7 +176,8 @@ def main(argv=None):
             seed=args.seed,
         )
     except ValueError as e:
-        fail("--" + str(e).split(" ")[0].replace("_", "-"), e)
+        raise UsageError(f"{CONFIG_FLAGS.get(str(e).split(' ')[0], '--config')}: {e}") from None
+    check_output_dir("--output", args.output)
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     if args.strategy == "mirrored":
@@ -129,48 +185,39 @@ def main(argv=None):
     try:
         strategy = get_strategy(args.strategy)
     except ValueError as e:
-        fail("--strategy", e)
+        raise UsageError(f"--strategy: {e}") from None
     import keras
 
     keras.utils.set_random_seed(args.seed)
-    try:
-        trainer = Trainer(
-            strategy,
-            bilm_config,
-            train_config,
-            vocab,
-            train_files,
-            args.output,
-            valid_files=[args.valid] if args.valid else None,
-            init_from=args.init_from,
+    if args.batch_size % strategy.num_replicas_in_sync:
+        raise UsageError(
+            f"--batch-size: {args.batch_size} does not divide evenly over {strategy.num_replicas_in_sync} replicas"
         )
-    except ValueError as e:
-        fail("--init-from" if args.init_from and "init-from" in str(e) else "--output", e)
-    logging.info(
-        "%d replicas, %s parameters, %d steps (from step %d), output %s",
-        strategy.num_replicas_in_sync,
-        f"{trainer.model.count_params():,}",
-        trainer.total_steps,
-        int(trainer.step.numpy()),
-        args.output,
-    )
-    bar = keras.utils.Progbar(trainer.total_steps, stateful_metrics=["loss", "perplexity"])
-    bar.update(int(trainer.step.numpy()))
+    valid_files = [args.valid] if args.valid else None
+    trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, valid_files=valid_files)
+    checkpoints = Checkpoints(trainer, args.output)
     try:
-        result = trainer.train(
-            progress=lambda step, loss: bar.update(
-                step, [("loss", loss), ("perplexity", float(min(__import__("math").exp(loss), 1e9)))]
-            )
-        )
+        resumed = checkpoints.restore()
+    except CheckpointMismatchError as e:
+        raise UsageError(f"--output: {e}") from None
+    if args.init_from and not resumed:
+        try:
+            load_initial_weights(trainer.model, vocab, *args.init_from)
+        except ValueError as e:
+            raise DataError(f"--init-from: {e}") from None
+    total_steps = count_steps(train_config, train_files)
+    try:
+        result = run_pretraining(trainer, checkpoints, total_steps, max_minutes=args.max_minutes)
     except NonFiniteLossError as e:
-        logging.error("%s", e)
-        return 3
+        logging.error("%s. Lower --learning-rate or --clip-norm.", e)
+        return NON_FINITE_EXIT
     logging.info(
-        "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s",
+        "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s%s",
         result["step"],
         result["loss"],
         result["perplexity"],
         result["tokens_per_s"],
+        f" (stopped: {args.max_minutes:g} minutes)" if result["stop_reason"] == "stop_training" else "",
         "; valid perplexity forward {forward:.2f} backward {backward:.2f} average {average:.2f}".format(
             **result["valid"]
         )
@@ -181,4 +228,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main, prog="pretrain.py"))

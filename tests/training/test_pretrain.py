@@ -1,6 +1,7 @@
-"""training/pretrain.py and elmo_tf/pretrain.py: loss falls, 2 replicas, 2 workers, kill -9 and resume, the
-exported weights.hdf5 reproduces the in-memory model, perplexity on the training sentences, NaN stop,
---init-from, bad arguments.
+"""training/pretrain.py and elmo_tf/pretrain.py: loss falls, 2 replicas, 2 workers, kill -9 and resume, SIGTERM
+saves and resumes, --max-minutes, the exported weights.hdf5 reproduces the in-memory model, perplexity on the
+training sentences, NaN stop, --init-from, bad arguments. (The loop, its callbacks and the atomic writes
+in-process: test_pretrain_loop.py.)
 
 Every run is a tiny model (char filters 8+8+16, 1 highway, LSTM 64 -> 16, 2 layers) on 40 short sentences
 written into a temporary directory, so a run is mostly process start-up. Every subprocess has a timeout so
@@ -24,13 +25,14 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_testlib import assert_one_error
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
 from elmo_tf.models import ELMo
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
-from elmo_tf.pretrain import NonFiniteLossError, TrainConfig, Trainer, evaluate_perplexity
+from elmo_tf.pretrain import Checkpoints, NonFiniteLossError, TrainConfig, Trainer, evaluate_perplexity, run_pretraining
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN = REPO_ROOT / "training" / "pretrain.py"
@@ -96,10 +98,16 @@ def run_pretrain(data, output, *args, config=None, timeout=TIMEOUT, env=None):
     )
 
 
+LOG_COLUMNS = ["epoch", "step", "loss", "perplexity", "tokens_per_s", "elapsed_minutes", "val_perplexity"]
+
+
 def read_log(output):
+    """The header of log.csv and its (step, loss) rows (keras.callbacks.CSVLogger: `epoch` = the step)."""
     with open(Path(output) / "log.csv", newline="") as f:
-        rows = list(csv.reader(f))
-    return rows[0], [(int(r[0]), float(r[1])) for r in rows[1:]]
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert all(r["epoch"] == r["step"] for r in rows), rows
+    return reader.fieldnames, [(int(r["step"]), float(r["loss"])) for r in rows]
 
 
 def done_line(stderr):
@@ -165,7 +173,7 @@ def assert_model_dir(out):
 # (a) ---------------------------------------------------------------------------------------------------
 def test_loss_falls_on_a_small_corpus(trained, data):
     header, rows = read_log(trained["dir"])
-    assert header == ["step", "loss", "perplexity", "tokens_per_s", "valid_perplexity"]
+    assert header == LOG_COLUMNS
     steps = [s for s, _ in rows]
     assert steps == list(range(1, 201))
     losses = np.array([loss for _, loss in rows])
@@ -347,6 +355,88 @@ def test_kill_9_then_same_command_resumes(data, tmp_path):
     assert steps[len(rows_before) :] == list(range(resumed_at + 5, total + 1, 5))
 
 
+def temporaries(out):
+    """Leftovers of interrupted writes under `out`: elmo_tf.io.atomic's `.<name>.tmp-<pid>-<hex>` and the
+    `_temp` directories of TensorFlow's checkpoint writer."""
+    return [p for p in Path(out).rglob("*") if ".tmp-" in p.name or p.name.endswith("_temp")]
+
+
+def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path):
+    out = tmp_path / "run"
+    total = 60  # about 2 s of steps after the first: the SIGTERM lands long before the end
+    args = [
+        sys.executable,
+        str(PRETRAIN),
+        "--train",
+        str(data["train"]),
+        "--vocab",
+        str(data["vocab"]),
+        "--config",
+        str(data["options"]),
+        "--output",
+        str(out),
+        "--steps",
+        str(total),
+        "--log-every",
+        "1",
+        "--checkpoint-every",
+        "1000",
+        *FAST,
+    ]
+    with open(tmp_path / "first.log", "w+") as log:
+        proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + TIMEOUT
+        try:
+            # mid-training: after the first log row (step 1)
+            while not (out / "log.csv").exists() or len((out / "log.csv").read_text().splitlines()) < 2:
+                assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no log row appeared"
+                time.sleep(0.02)
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        first = log.read()
+    assert proc.returncode == 143, first[-3000:]
+    assert "Traceback" not in first, first[-3000:]
+    saved = re.search(r"saved (\S+ckpt-(\d+)) \(interrupted\): a rerun resumes from it", first)
+    assert saved, first[-3000:]
+    stopped_at = int(saved.group(2))
+    assert 1 <= stopped_at < total
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")) == saved.group(1)
+    assert not (out / "weights.hdf5").exists()  # stopped, not finished
+    assert temporaries(out) == []
+    _, rows_before = read_log(out)
+    assert rows_before and rows_before[-1][0] in (stopped_at - 1, stopped_at)  # the stopped step's row may be lost
+
+    second = subprocess.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resumed from {saved.group(1)} at step {stopped_at}" in second.stderr
+    assert f"{total} steps (from step {stopped_at})" in second.stderr
+    assert json.loads((out / "metrics.json").read_text())["step"] == total
+    assert_model_dir(out)
+    assert temporaries(out) == []
+    steps = [s for s, _ in read_log(out)[1]]
+    assert steps[len(rows_before) :] == list(range(stopped_at + 1, total + 1))
+
+
+def test_max_minutes_stops_and_writes_the_model_dir(data, tmp_path):
+    out = tmp_path / "run"
+    # 0.001 minutes = 60 ms: less than the first step, which includes tracing the train step
+    proc = run_pretrain(data, out, "--steps", 100000, "--max-minutes", 0.001, "--log-every", 1000, *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done: step 1, " in proc.stderr and "(stopped: 0.001 minutes)" in proc.stderr, proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["step"] == 1 and metrics["stop_reason"] == "stop_training"
+    assert metrics["elapsed_minutes"] >= 0.001
+    assert_model_dir(out)
+    assert [s for s, _ in read_log(out)[1]] == [1]  # the window the stop cut short is logged
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")).endswith("ckpt-1")
+
+
 # (e) ---------------------------------------------------------------------------------------------------
 def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
     vocab = data["words"]
@@ -358,9 +448,8 @@ def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
         TrainConfig(batch_size=8, steps=5, num_sampled=16, optimizer="adam", learning_rate=0.02),
         vocab,
         [str(data["train"])],
-        str(out),
     )
-    result = trainer.train()
+    result = run_pretraining(trainer, Checkpoints(trainer, out), 5, progress=False)
     assert result["step"] == 5 and math.isfinite(result["loss"])
 
     sentences = [data["lines"][0].split(), data["lines"][1].split()[:3], ["unseen", "wörds", "."]]
@@ -463,43 +552,50 @@ def test_diverged_weights_are_never_checkpointed(data, tmp_path):
     assert not list((out / "checkpoints").glob("ckpt-*.index"))  # (an absent directory globs to nothing)
 
 
-def _trainer(data, out, **train):
-    config = dict(batch_size=8, num_sampled=16, optimizer="sgd", learning_rate=0.5, checkpoint_every=1000, steps=4)
-    config.update(train)
-    return Trainer(
-        tf.distribute.OneDeviceStrategy("/cpu:0"),
-        BiLMConfig.from_options(TINY_OPTIONS),
-        TrainConfig(**config),
-        data["words"],
-        [str(data["train"])],
-        str(out),
-    )
+class _Run:
+    """A Trainer on the tiny model (one device) with the Checkpoints of `out`, restored as a rerun would be."""
+
+    def __init__(self, data, out, **train):
+        config = dict(batch_size=8, num_sampled=16, optimizer="sgd", learning_rate=0.5, checkpoint_every=1000, steps=4)
+        config.update(train)
+        self.trainer = Trainer(
+            tf.distribute.OneDeviceStrategy("/cpu:0"),
+            BiLMConfig.from_options(TINY_OPTIONS),
+            TrainConfig(**config),
+            data["words"],
+            [str(data["train"])],
+        )
+        self.checkpoints = Checkpoints(self.trainer, out)
+        self.resumed = self.checkpoints.restore()
+
+    def train(self):
+        return run_pretraining(self.trainer, self.checkpoints, self.trainer.config.steps, progress=False)
 
 
 def test_learning_rate_flag_applies_on_resume(data, tmp_path):
-    _trainer(data, tmp_path / "run", learning_rate=0.5, steps=2).train()
-    resumed = _trainer(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=4)
-    assert not resumed.fresh_start
-    assert float(resumed.optimizer.learning_rate.numpy()) == pytest.approx(1e30)
+    _Run(data, tmp_path / "run", learning_rate=0.5, steps=2).train()
+    resumed = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=4)
+    assert resumed.resumed
+    assert float(resumed.trainer.optimizer.learning_rate.numpy()) == pytest.approx(1e30)
 
 
 def test_nan_after_a_good_checkpoint_keeps_it(data, tmp_path):
     """In-process: a run from a good checkpoint diverges; NonFiniteLossError, checkpoint files untouched."""
-    _trainer(data, tmp_path / "run", steps=4, checkpoint_every=2).train()
+    _Run(data, tmp_path / "run", steps=4, checkpoint_every=2).train()
     before = checkpoint_digests(tmp_path / "run")
     assert {"ckpt-2.index", "ckpt-4.index"} <= set(before)
-    resumed = _trainer(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1000)
+    resumed = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1000)
     with pytest.raises(NonFiniteLossError, match=r"loss is (nan|-?inf) at step (5|6|7).*ckpt-4\) is kept"):
         resumed.train()
     assert checkpoint_digests(tmp_path / "run") == before
 
 
 def test_last_good_checkpoint_is_really_good(data, tmp_path):
-    trainer = _trainer(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1)
+    run = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1)
     with pytest.raises(NonFiniteLossError):
-        trainer.train()
-    kept = _trainer(data, tmp_path / "run")  # restores the checkpoint the message calls good
-    batch = next(iter(kept._dataset(0)))
+        run.train()
+    kept = _Run(data, tmp_path / "run").trainer  # restores the checkpoint the message calls good
+    batch = next(iter(kept.distributed_dataset(0)))
     fwd, bwd, count = kept.model.losses_sum(batch, training=False, sampled=False)
     assert math.isfinite(float(fwd + bwd)) and float(fwd + bwd) / float(count) < 3 * math.log(
         data["vocab_size"]
@@ -609,4 +705,17 @@ def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, mes
     proc = run_cli(PRETRAIN, *argv, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"error: {flag}" in proc.stderr and message in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--steps", "1", "--max-minutes", "0"], "--max-minutes must be > 0, got '0'"),
+        (["--steps", "1", "--dropout", "1.5"], "--dropout: dropout must be in [0, 1), got 1.5"),
+    ],
+)
+def test_bad_numbers_exit_2_naming_the_flag(data, tmp_path, extra, message):
+    proc = run_pretrain(data, tmp_path / "run", *extra, timeout=120)
+    assert_one_error(proc, 2, message)
     assert not (tmp_path / "run").exists()

@@ -1,0 +1,283 @@
+"""elmo_tf/pretrain.py in-process: building a Trainer does no I/O, the loop calls Keras callbacks (hooks, logs,
+`model.stop_training`, interrupts), and the run directory's files are written atomically.
+
+The model is tests/tiny_models.TINY on 24 short made-up sentences; each test builds its own Trainer (about a
+second) and trains a handful of steps. The command line around the same code: test_pretrain.py.
+"""
+
+import builtins
+import hashlib
+import math
+import os
+
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tiny_models import TINY
+
+from elmo_tf.config import BiLMConfig
+from elmo_tf.io import build_vocabulary, count_words
+from elmo_tf.io.vocabulary import Vocabulary
+from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
+from elmo_tf.pretrain import (
+    STOP_REASONS,
+    Checkpoints,
+    TrainConfig,
+    Trainer,
+    run_pretraining,
+    write_model_dir,
+)
+
+MODEL_FILES = ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("loop_corpus")
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("abcdefgh"), size=rng.integers(2, 6))) for _ in range(30)]
+    lines = [" ".join(rng.choice(words, size=rng.integers(3, 7))) for _ in range(24)]
+    (d / "train.txt").write_text("\n".join(lines) + "\n")
+    vocab = build_vocabulary(count_words([str(d / "train.txt")]))
+    return {"train": str(d / "train.txt"), "vocab": vocab}
+
+
+def make_trainer(corpus, train_files=None, valid_files=None, **train):
+    config = dict(batch_size=8, num_sampled=8, optimizer="adam", learning_rate=0.01, dropout=0.0, steps=6)
+    config.update(train)
+    return Trainer(
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+        BiLMConfig(**TINY),
+        TrainConfig(**config),
+        corpus["vocab"],
+        train_files or [corpus["train"]],
+        valid_files=valid_files,
+    )
+
+
+def temporaries(directory):
+    return [p for p in os.listdir(directory) if ".tmp-" in p]
+
+
+class Recorder(keras.callbacks.Callback):
+    """Every hook call: (hook, epoch/batch index, sorted log keys); the logs of each epoch end and train end."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.epoch_logs, self.end_logs = [], [], None
+
+    def on_train_begin(self, logs=None):
+        self.calls.append(("train_begin", None, sorted(logs)))
+        self.begin_params = dict(self.params)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.calls.append(("epoch_begin", epoch, sorted(logs or {})))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls.append(("batch_begin", batch, sorted(logs or {})))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("batch_end", batch, sorted(logs)))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.calls.append(("epoch_end", epoch, sorted(logs)))
+        self.epoch_logs.append(dict(logs))
+
+    def on_train_end(self, logs=None):
+        self.calls.append(("train_end", None, sorted(logs)))
+        self.end_logs = dict(logs)
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Sets `model.stop_training` (the Keras convention) after step `step`."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.step:
+            self.model.stop_training = True
+
+
+class InterruptAtStep(keras.callbacks.Callback):
+    def __init__(self, step, error):
+        super().__init__()
+        self.step, self.error = step, error
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.step:
+            raise self.error
+
+
+# ----------------------------------------------------------------------------------------------- no I/O
+def test_building_a_trainer_touches_no_file(corpus, tmp_path, monkeypatch):
+    missing = tmp_path / "not_yet" / "train.txt"  # its directory does not exist
+    calls = []
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            calls.append((name, args))
+            raise AssertionError(f"{name}{args} while building")
+
+        return call
+
+    for module, name in ((builtins, "open"), (os, "open"), (os, "makedirs"), (os, "mkdir"), (os, "replace")):
+        monkeypatch.setattr(module, name, refuse(name))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    monkeypatch.chdir(tmp_path)  # a relative write would land here
+    trainer = make_trainer(corpus, train_files=[str(missing)], valid_files=[str(tmp_path / "nor_this.txt")])
+    checkpoints = Checkpoints(trainer, tmp_path / "run")  # reads a checkpoint state file if there is one
+    monkeypatch.undo()
+    assert calls == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run dir, no not_yet/
+    assert checkpoints.latest is None and trainer.model.built and int(trainer.step.numpy()) == 0
+    # the data is read when the dataset is iterated: that is where a missing file shows
+    with pytest.raises(tf.errors.NotFoundError, match="not_yet"):
+        next(iter(trainer.distributed_dataset(0)))
+    assert not missing.parent.exists()
+
+
+def test_a_string_where_a_list_of_files_belongs_is_refused(corpus, tmp_path):
+    with pytest.raises(ValueError, match=r"valid_files must be a list of file paths, got '.*run'"):
+        make_trainer(corpus, valid_files=str(tmp_path / "run"))  # the output dir of the old signature
+    with pytest.raises(ValueError, match="train_files must be a list of file paths"):
+        make_trainer(corpus, train_files=corpus["train"])
+
+
+# ------------------------------------------------------------------------------------------- callbacks
+def test_callbacks_receive_the_hooks_and_logs(corpus):
+    trainer = make_trainer(corpus, valid_files=[corpus["train"]])
+    recorder = Recorder()
+    result = trainer.fit(7, callbacks=[recorder], log_every=3, validate_every=6)
+
+    hooks = [(hook, index) for hook, index, _ in recorder.calls]
+    expected = [("train_begin", None)]
+    for begin, end in ((1, 3), (4, 6), (7, 7)):  # windows of log_every steps; the last one cut at total_steps
+        expected.append(("epoch_begin", end))
+        for step in range(begin, end + 1):
+            expected += [("batch_begin", step), ("batch_end", step)]
+        expected.append(("epoch_end", end))
+    expected.append(("train_end", None))
+    assert hooks == expected
+    assert recorder.calls[0][2] == ["elapsed_minutes", "step"]
+    batch_keys = {tuple(keys) for hook, _, keys in recorder.calls if hook == "batch_end"}
+    assert batch_keys == {("elapsed_minutes", "loss", "step", "tokens")}
+    window = ["elapsed_minutes", "loss", "perplexity", "step", "tokens_per_s"]
+    assert [sorted(logs) for logs in recorder.epoch_logs] == [window, sorted(window + ["val_perplexity"]), window]
+    assert [logs["step"] for logs in recorder.epoch_logs] == [3, 6, 7]
+    for logs in recorder.epoch_logs:
+        assert math.isclose(logs["perplexity"], math.exp(logs["loss"]), rel_tol=1e-6)
+        assert 0 < logs["loss"] < 10 and logs["tokens_per_s"] > 0
+    minutes = [logs["elapsed_minutes"] for logs in recorder.epoch_logs]
+    assert 0 < minutes[0] < minutes[1] < minutes[2]
+    assert 1 < recorder.epoch_logs[1]["val_perplexity"] < 2 * len(corpus["vocab"])
+    assert recorder.end_logs["stop_reason"] == "steps" and recorder.end_logs["step"] == 7
+    assert recorder.model is trainer.model
+    assert recorder.begin_params["total_steps"] == 7 and recorder.begin_params["initial_step"] == 0
+    assert result["step"] == 7 and result["stop_reason"] == "steps"
+    assert math.isclose(trainer.train_seconds.numpy() / 60, minutes[-1], rel_tol=1e-9)
+
+    # a second fit continues from step 7 with the training time so far
+    again = Recorder()
+    trainer.fit(8, callbacks=[again], log_every=3)
+    assert [(h, i) for h, i, _ in again.calls if h.startswith("epoch")] == [("epoch_begin", 8), ("epoch_end", 8)]
+    assert again.epoch_logs[0]["elapsed_minutes"] > minutes[-1]
+
+
+def test_stop_training_ends_the_run_with_the_model_dir_written(corpus, tmp_path):
+    trainer = make_trainer(corpus, checkpoint_every=1000)
+    out = tmp_path / "run"
+    recorder = Recorder()
+    callbacks = [StopAtStep(2), recorder]
+    result = run_pretraining(trainer, Checkpoints(trainer, out), 50, callbacks=callbacks, progress=False)
+    assert result["step"] == 2 and result["stop_reason"] == "stop_training"
+    assert recorder.end_logs["stop_reason"] == "stop_training"
+    assert [logs["step"] for logs in recorder.epoch_logs] == [2]  # the cut window is closed and logged
+    for name in (*MODEL_FILES, "metrics.json", "train_config.json", "log.csv"):
+        assert (out / name).is_file(), name
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")).endswith("ckpt-2")
+    assert (out / "log.csv").read_text().splitlines()[-1].startswith("2,2,")
+    assert temporaries(out) == []
+
+
+def test_an_interrupt_saves_a_checkpoint_an_error_does_not(corpus, tmp_path):
+    trainer = make_trainer(corpus, checkpoint_every=1000)
+    out = tmp_path / "run"
+    checkpoints = Checkpoints(trainer, out)
+    recorder = Recorder()
+    with pytest.raises(RuntimeError, match="boom"):
+        callbacks = [InterruptAtStep(2, RuntimeError("boom")), recorder]
+        run_pretraining(trainer, checkpoints, 50, callbacks=callbacks, progress=False)
+    assert recorder.end_logs["stop_reason"] == "error"
+    assert checkpoints.latest is None  # a bug is not a reason to checkpoint
+
+    # Ctrl-C (SIGTERM arrives as SystemExit through elmo_tf.cli and takes the same path: test_pretrain.py)
+    with pytest.raises(KeyboardInterrupt):
+        callbacks = [InterruptAtStep(3, KeyboardInterrupt()), recorder]
+        run_pretraining(trainer, checkpoints, 50, callbacks=callbacks, progress=False)
+    assert recorder.end_logs["stop_reason"] == "interrupted" and "interrupted" in STOP_REASONS
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")).endswith("ckpt-3")
+    assert not (out / "weights.hdf5").exists()  # interrupted: no model dir
+    resumed = make_trainer(corpus)
+    assert Checkpoints(resumed, out).restore() and int(resumed.step.numpy()) == 3
+
+
+# -------------------------------------------------------------------------------------------- atomic
+@pytest.fixture
+def two_models(tmp_path):
+    """A model dir written from one model, and a second model (other options, weights and vocabulary)."""
+    words_a = ["<S>", "</S>", "<UNK>", "the", "cat"]
+    first = BiLMPretrainer(BiLMConfig(**TINY), len(words_a), dropout=0.0)
+    out = tmp_path / "model"
+    write_model_dir(first, Vocabulary(words_a), out)
+    words_b = [*words_a, "sat"]
+    second = BiLMPretrainer(BiLMConfig(**dict(TINY, cell_clip=2.0)), len(words_b), dropout=0.0)
+    digests = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in MODEL_FILES}
+    return out, second, Vocabulary(words_b), digests
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name", MODEL_FILES)
+def test_a_write_stopped_before_the_rename_keeps_the_previous_file(two_models, monkeypatch, name):
+    out, model, vocab, before = two_models
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(dst) == name:
+            raise SystemExit(143)  # SIGTERM through elmo_tf.cli, with the new file complete under its temporary
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(SystemExit):
+        write_model_dir(model, vocab, out)
+    assert digest(out / name) == before[name]
+    assert temporaries(out) == []
+    monkeypatch.undo()
+    write_model_dir(model, vocab, out)  # and a later write replaces it
+    assert digest(out / name) != before[name]
+
+
+def test_a_writer_failing_midway_keeps_the_previous_weights(two_models, monkeypatch):
+    out, model, vocab, before = two_models
+    real_create = h5py.Group.create_dataset
+    created = []
+
+    def create_dataset(self, name, *args, **kwargs):
+        created.append(name)
+        if len(created) == 3:  # two datasets of the new weights written, then the writer fails
+            raise OSError("disk full")
+        return real_create(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", create_dataset)
+    with pytest.raises(OSError, match="disk full"):
+        write_model_dir(model, vocab, out)
+    assert digest(out / "weights.hdf5") == before["weights.hdf5"]
+    assert digest(out / "softmax.hdf5") == before["softmax.hdf5"]  # not reached
+    assert digest(out / "options.json") != before["options.json"]  # written whole before the weights
+    assert temporaries(out) == []
