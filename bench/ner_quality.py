@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -53,6 +54,12 @@ def build_parser():
     p.add_argument("--lstm-units", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=0, help="TF intra/inter-op threads per run (0: default)")
+    p.add_argument(
+        "--elmo-args",
+        default="",
+        help="extra train_ner.py flags of the elmo variant, the ELMo recipe levers: e.g. '--mix-layer-norm "
+        "--mix-l2 0.001 --gamma 1.0' (a different setting needs its own --workdir: finished runs are reused)",
+    )
     p.add_argument("--workdir", default=os.path.join(ROOT, "bench", "results", "ner_runs"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "ner_quality.json"))
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
@@ -88,6 +95,7 @@ def run_one(args, dataset, variant, seed):
     ]
     if variant == "elmo":
         cmd += ["--elmo", args.bilm, "--cache", os.path.join(args.workdir, dataset, "elmo_features.h5")]
+        cmd += shlex.split(args.elmo_args)
     else:
         cmd += ["--no-elmo"]
     if args.dry_run:
@@ -205,7 +213,18 @@ def main(argv=None):
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "settings": {
             k: getattr(args, k)
-            for k in ("datasets", "variants", "seeds", "epochs", "patience", "lstm_units", "batch_size", "bilm", "data")
+            for k in (
+                "datasets",
+                "variants",
+                "seeds",
+                "epochs",
+                "patience",
+                "lstm_units",
+                "batch_size",
+                "bilm",
+                "data",
+                "elmo_args",
+            )
         },
         "bilm": bilm_info,
         "summary": summary,
