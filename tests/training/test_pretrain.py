@@ -98,6 +98,12 @@ def run_pretrain(data, output, *args, config=None, timeout=TIMEOUT, env=None):
     )
 
 
+def pretrain_command(data, output, *args):
+    """The training/pretrain.py command line on the test data (for tests that start it with Popen)."""
+    base = ["--train", data["train"], "--vocab", data["vocab"], "--config", data["options"], "--output", output]
+    return [sys.executable, str(PRETRAIN), *map(str, base), *map(str, args)]
+
+
 LOG_COLUMNS = ["epoch", "step", "loss", "perplexity", "tokens_per_s", "elapsed_minutes", "val_perplexity"]
 
 
@@ -250,19 +256,7 @@ def test_two_workers_train_in_step(data, tmp_path):
         logs.append(log)
         procs.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    str(PRETRAIN),
-                    "--train",
-                    str(data["train"]),
-                    "--vocab",
-                    str(data["vocab"]),
-                    "--config",
-                    str(data["options"]),
-                    "--output",
-                    str(out),
-                    *map(str, args),
-                ],
+                pretrain_command(data, out, *args),
                 cwd=REPO_ROOT,
                 env=subprocess_env(TF_CONFIG=tf_config),
                 stdout=subprocess.DEVNULL,
@@ -299,25 +293,7 @@ def test_two_workers_train_in_step(data, tmp_path):
 def test_kill_9_then_same_command_resumes(data, tmp_path):
     out = tmp_path / "run"
     total = 150
-    args = [
-        sys.executable,
-        str(PRETRAIN),
-        "--train",
-        str(data["train"]),
-        "--vocab",
-        str(data["vocab"]),
-        "--config",
-        str(data["options"]),
-        "--output",
-        str(out),
-        "--steps",
-        str(total),
-        "--log-every",
-        "5",
-        "--checkpoint-every",
-        "10",
-        *FAST,
-    ]
+    args = pretrain_command(data, out, "--steps", total, "--log-every", 5, "--checkpoint-every", 10, *FAST)
     with open(tmp_path / "first.log", "w") as log:
         proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
         state = out / "checkpoints" / "checkpoint"  # written by the manager after the checkpoint's files
@@ -364,25 +340,7 @@ def temporaries(out):
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path):
     out = tmp_path / "run"
     total = 60  # about 2 s of steps after the first: the SIGTERM lands long before the end
-    args = [
-        sys.executable,
-        str(PRETRAIN),
-        "--train",
-        str(data["train"]),
-        "--vocab",
-        str(data["vocab"]),
-        "--config",
-        str(data["options"]),
-        "--output",
-        str(out),
-        "--steps",
-        str(total),
-        "--log-every",
-        "1",
-        "--checkpoint-every",
-        "1000",
-        *FAST,
-    ]
+    args = pretrain_command(data, out, "--steps", total, "--log-every", 1, "--checkpoint-every", 1000, *FAST)
     with open(tmp_path / "first.log", "w+") as log:
         proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + TIMEOUT
