@@ -21,6 +21,8 @@ Weight sets:
                     by 3 they make the random LSTM expanding, and float32 rounding differences between
                     any two implementations then grow along the sentence (seen: 1e-6 at the start of a
                     150-token sentence, 9e-4 at its end), which measures the random model, not the code.
+  trained_<dir>     --trained DIR: a biLM this project trained (training/pretrain.py writes options.json and
+                    weights.hdf5 in the bilm-tf layout): AllenNLP loads it as it loads released weights
 
 Sentences: the first --n-sentences lines of the natural-English corpus (bench/sentences.py), plus a few
 edge cases (tokens over 48 bytes, multi-byte UTF-8 cut inside a character, the literal tokens <S> and
@@ -176,6 +178,14 @@ def main(argv=None):
         default="fixture_allennlp,fixture_bilm_tf,random",
         help="comma-separated subset of fixture_allennlp, fixture_bilm_tf, random",
     )
+    parser.add_argument(
+        "--trained",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="also compare a biLM we trained: DIR holds options.json and weights.hdf5 (a training/pretrain.py "
+        "output dir); repeatable",
+    )
     parser.add_argument("--random-preset", default="small", help="BiLMConfig preset of the random model (small)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random model (0)")
     parser.add_argument(
@@ -229,6 +239,13 @@ def main(argv=None):
     if "fixture_bilm_tf" in wanted:
         d = os.path.join(FIXTURES, "bilm_tf", "model")
         weight_sets.append(("fixture_bilm_tf", os.path.join(d, "options.json"), os.path.join(d, "lm_weights.hdf5")))
+    for d in args.trained:
+        files = [os.path.join(d, name) for name in ("options.json", "weights.hdf5")]
+        missing = [f for f in files if not os.path.isfile(f)]
+        if missing:
+            print(f"error: --trained: no {', '.join(map(repr, missing))}", file=sys.stderr)
+            return 2
+        weight_sets.append((f"trained_{os.path.basename(os.path.normpath(d))}", *files))
     results = {}
     status = 0
     try:
