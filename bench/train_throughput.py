@@ -50,9 +50,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import git_commit, matmul_roofline, parse_list  # noqa: E402
-from pretrain_ptb import PTB_5M  # noqa: E402
+from common import git_commit, matmul_roofline, parse_list  # bench/common.py, beside this script
+from pretrain_ptb import PTB_5M  # the PTB model of bench/pretrain_ptb.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb", "ptb.train.txt"))
