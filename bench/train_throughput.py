@@ -98,7 +98,9 @@ def flops_per_target(options, num_sampled):
 
 
 def make_trainer(args, tmp):
-    """The Trainer of this process's `elmo_tf` (ours or the baseline's), on the first --lines lines."""
+    """The Trainer of this process's `elmo_tf` (ours or the baseline's, told apart once, by its signature) on the
+    first --lines lines, with its compiled step and distributed dataset: `(trainer, train_step, dataset, vocab,
+    corpus)`."""
     import tensorflow as tf
 
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
@@ -129,23 +131,17 @@ def make_trainer(args, tmp):
     config = bilm_config(args.worker_config)
     if "output_dir" in inspect.signature(Trainer).parameters:  # a baseline's Trainer, which did I/O itself
         trainer = Trainer(strategy, config, train_config, vocab, [corpus], os.path.join(tmp, "run"))
+        train_step, dataset = trainer._train_step, trainer._dataset(0)
     else:
         trainer = Trainer(strategy, config, train_config, vocab, [corpus])
-    return trainer, vocab, corpus
-
-
-def _step_and_dataset(trainer):
-    """(train_step, distributed dataset) of this Trainer: the split one (`TrainLoop`) or the baseline's."""
-    if hasattr(trainer, "_build_train_step"):
-        return trainer._train_step, trainer._dataset(0)
-    return trainer.train_step, trainer.distributed_dataset(0)
+        train_step, dataset = trainer.train_step, trainer.distributed_dataset(0)
+    return trainer, train_step, dataset, vocab, corpus
 
 
 def worker(args):
     """One setting in this process: prints one JSON line."""
     with tempfile.TemporaryDirectory() as tmp:
-        trainer, vocab, corpus = make_trainer(args, tmp)
-        train_step, dataset = _step_and_dataset(trainer)
+        trainer, train_step, dataset, vocab, corpus = make_trainer(args, tmp)
         iterator = iter(dataset)
         t0 = time.perf_counter()
         for _ in range(args.warmup):
