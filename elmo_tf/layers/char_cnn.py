@@ -5,7 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from elmo_tf.layers.highway import Highway
-from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
+from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS, PAD
 
 
 def _padding_row_zero(initializer):
@@ -106,12 +106,34 @@ class CharCNN(keras.layers.Layer):
             self.projection.build((None, self.num_filters))
 
     def encode_tokens(self, char_ids):
-        """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`."""
-        x = ops.take(self.char_embedding, char_ids, axis=0)  # (n, chars, dim)
+        """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`.
+
+        The convolutions run over the batch's longest token only, not all `max_chars` positions: past it, every
+        real token has nothing but padding chars, so each of its windows there has the value of an all-padding
+        window. When every real token is short enough to have at least one such window for every width (length
+        <= max_chars - widest filter), the ids are cut to the longest token plus `widest - 1` positions, one
+        all-padding token is encoded beside them, and each real token's max also takes that token's value: the
+        same max as over all positions, and the same gradients (a tie's gradient goes to one of the equal
+        windows instead of being shared). Words are far shorter than 50 bytes, so this halves the convolutions'
+        work in typical batches. All-zero rows (no token) are left as they are, and a real token with anything
+        but padding chars after its end keeps the whole width.
+        """
+        char_ids = tf.convert_to_tensor(char_ids)
+        widest = max(width for width, _ in self.filters)
+        real = tf.reduce_any(char_ids > 0, axis=1)  # (n,)
+        used = tf.reduce_any(tf.logical_and(tf.not_equal(char_ids, PAD), real[:, None]), axis=0)  # (max_chars,)
+        longest = tf.reduce_max(tf.where(used, tf.range(1, self.max_chars + 1), 0))
+        cut = longest <= self.max_chars - widest
+        kept = tf.where(cut, tf.maximum(longest, 1) + widest - 1, self.max_chars)
+        # the last row is one all-padding token: its max is the value of an all-padding window
+        ids = tf.concat([char_ids[:, :kept], tf.fill([1, kept], tf.constant(PAD, char_ids.dtype))], axis=0)
+        add_padding_window = tf.logical_and(cut, real)[:, None]
+        x = ops.take(self.char_embedding, ids, axis=0)  # (n + 1, kept, dim)
         pooled = []
         for kernel, bias in zip(self.conv_kernels, self.conv_biases):
-            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias
-            pooled.append(self.activation(ops.max(conv, axis=1)))
+            conv = ops.max(tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias, axis=1)
+            tokens = tf.where(add_padding_window, tf.maximum(conv[:-1], conv[-1:]), conv[:-1])
+            pooled.append(self.activation(tokens))
         h = self.highway(ops.concatenate(pooled, axis=-1))
         return self.projection(h) if self.use_projection else h
 
@@ -125,10 +147,8 @@ class CharCNN(keras.layers.Layer):
         mask = tf.reduce_any(char_ids > 0, axis=-1)
         # encode only real tokens, then scatter back: padding costs nothing
         where = tf.where(mask)
-        # one extra padding-char token keeps the convolutions' batch non-empty (an empty batch or
-        # all-padding input would otherwise fail in conv1d / max); it is dropped right after
-        flat = tf.concat([tf.gather_nd(char_ids, where), tf.fill([1, self.max_chars], 1)], axis=0)
-        encoded = self.encode_tokens(flat)[:-1]
+        # (encode_tokens adds its own all-padding token, so the convolutions' batch is never empty)
+        encoded = self.encode_tokens(tf.gather_nd(char_ids, where))
         shape = tf.concat([tf.shape(char_ids, out_type=tf.int64)[:2], [self.projection_dim]], axis=0)
         return tf.scatter_nd(where, encoded, shape)
 

@@ -113,29 +113,32 @@ class BiLMPretrainer(keras.Model):
     def losses_sum(self, inputs, training=False, sampled=None):
         """Summed cross-entropies: `(forward_sum, backward_sum, n_targets)`.
 
-        `sampled` (default: `training`) uses the sampled softmax with log-uniform negatives; otherwise the
-        full softmax (exact, for perplexity).
+        `sampled` (default: `training`) uses the sampled softmax, with one draw of log-uniform negatives for
+        both directions; otherwise the full softmax (exact, for perplexity), one direction at a time (its logits
+        are `(targets, vocab_size)` floats).
         """
         sampled = training if sampled is None else sampled
         out = self(inputs, training=training)
-        sums = []
-        for direction in ("forward", "backward"):
-            states, targets = self._flatten(out, direction)
-            if sampled:
-                loss = tf.nn.sampled_softmax_loss(
-                    weights=self.softmax_kernel.value,
-                    biases=self.softmax_bias.value,
-                    labels=tf.cast(targets[:, None], tf.int64),
-                    inputs=states,
-                    num_sampled=self.num_sampled,
-                    num_classes=self.vocab_size,
-                    remove_accidental_hits=True,
-                )
-            else:
-                logits = tf.matmul(states, self.softmax_kernel, transpose_b=True) + self.softmax_bias
-                loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
-            sums.append(tf.reduce_sum(loss))
+        (states_f, targets_f), (states_b, targets_b) = self._flatten(out, "forward"), self._flatten(out, "backward")
         count = tf.reduce_sum(out["weights"])
+        if sampled:
+            # one sampled softmax for both directions: one draw of negatives, one gather of their rows, one matmul.
+            # The sampler already shares its negatives over every target of a batch; now over both directions too.
+            loss = tf.nn.sampled_softmax_loss(
+                weights=self.softmax_kernel.value,
+                biases=self.softmax_bias.value,
+                labels=tf.cast(tf.concat([targets_f, targets_b], axis=0)[:, None], tf.int64),
+                inputs=tf.concat([states_f, states_b], axis=0),
+                num_sampled=self.num_sampled,
+                num_classes=self.vocab_size,
+                remove_accidental_hits=True,
+            )
+            n_forward = tf.shape(targets_f)[0]
+            return tf.reduce_sum(loss[:n_forward]), tf.reduce_sum(loss[n_forward:]), count
+        sums = []
+        for states, targets in ((states_f, targets_f), (states_b, targets_b)):
+            logits = tf.matmul(states, self.softmax_kernel, transpose_b=True) + self.softmax_bias
+            sums.append(tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)))
         return sums[0], sums[1], count
 
     def get_config(self):

@@ -80,7 +80,9 @@ def test_padding_rows_give_zero_vectors_and_tokens_are_context_free(randomize, t
     out = np.asarray(layer(ids))
     assert not out[0, 2:].any() and not out[1, 1:].any() and not out[2].any()
     assert np.abs(out[0, :2]).min(axis=-1).max() > 0
-    np.testing.assert_array_equal(out[0, 1], out[1, 0])  # the same token gives the same vector anywhere
+    # the same token gives the same vector anywhere (up to float rounding: a row's place in a batch can change
+    # the kernels' blocking)
+    np.testing.assert_allclose(out[0, 1], out[1, 0], atol=1e-6, rtol=0)
     np.testing.assert_array_equal(np.asarray(layer.compute_mask(ids)), ids.any(axis=-1))
 
 
@@ -135,3 +137,97 @@ def test_gradients_reach_every_weight(randomize, to_char_ids):
     assert len(grads) == len(layer.weights)
     for var, grad in zip(layer.trainable_weights, grads):
         assert grad is not None and np.abs(np.asarray(tf.convert_to_tensor(grad))).max() > 0, var.path
+
+
+# --- the convolutions run over the batch's longest token only (CharCNN.encode_tokens) ---
+
+from elmo_tf.preprocessing.chars import PAD  # noqa: E402
+
+WIDEST = max(width for width, _ in FILTERS)
+
+
+def full_width_tokens(layer, char_ids):
+    """The token encoder over all 50 positions of every row (no cut): the reference for the cut."""
+    x = tf.gather(layer.char_embedding, char_ids)
+    pooled = [
+        layer.activation(tf.reduce_max(tf.nn.conv1d(x, kernel, 1, "VALID") + bias, axis=1))
+        for kernel, bias in zip(layer.conv_kernels, layer.conv_biases)
+    ]
+    h = layer.highway(tf.concat(pooled, axis=-1))
+    return layer.projection(h) if layer.use_projection else h
+
+
+def padding_window_dominant(layer):
+    """Makes the padding char's embedding large along every kernel, so an all-padding window is the max of many
+    filters: a cut that forgot that window would give other values."""
+    emb = layer.char_embedding.numpy()
+    emb[PAD] = 4.0 * np.sign(sum(k.numpy().sum(axis=(0, 2)) for k in layer.conv_kernels))
+    layer.char_embedding.assign(emb)
+
+
+@pytest.fixture
+def conv_widths(monkeypatch):
+    """Records the char-axis length of every conv1d input."""
+    widths, conv1d = [], tf.nn.conv1d
+
+    def spy(x, *args, **kwargs):
+        widths.append(int(x.shape[1]))
+        return conv1d(x, *args, **kwargs)
+
+    monkeypatch.setattr(tf.nn, "conv1d", spy)
+    return widths
+
+
+def test_cut_to_the_longest_token_gives_the_values_of_all_positions(randomize, to_char_ids, conv_widths):
+    layer = make_cnn(randomize)
+    padding_window_dominant(layer)
+    sentences = [["a", "to", "word"], ["longest"], ["<S>", "x"]]
+    ids = to_char_ids(sentences)
+    out = np.asarray(layer(ids))
+    longest = len("longest") + 2  # with begin / end of word
+    assert set(conv_widths) == {longest + WIDEST - 1}, conv_widths
+    np.testing.assert_allclose(out, numpy_char_cnn(ids, layer), atol=1e-5, rtol=0)
+    # the case is a real one: over the cut positions alone, the longest token's filters differ
+    flat = ids.reshape(-1, 50)[ids.reshape(-1, 50).any(axis=1)]
+    cut = np.asarray(full_width_tokens(layer, flat[:, : longest + WIDEST - 1]))
+    full = np.asarray(full_width_tokens(layer, flat))
+    assert np.abs(cut - full).max() > 1e-3
+    np.testing.assert_allclose(np.asarray(layer.encode_tokens(flat)), full, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    ["a 48-byte token", "45 bytes: no padding window of the widest filter", "zeros after the end of word"],
+)
+def test_no_cut_when_a_token_has_no_padding_window(rows, randomize, to_char_ids, conv_widths):
+    layer = make_cnn(randomize)
+    padding_window_dominant(layer)
+    if rows == "a 48-byte token":
+        ids = to_char_ids([["ab", "z" * 70]])
+    elif rows.startswith("45 bytes"):
+        ids = to_char_ids([["ab", "y" * (50 - WIDEST - 1)]])  # 45 + 2 > 50 - 3: the widest filter has no such window
+    else:
+        ids = to_char_ids([["ab", "cd"]])
+        ids[0, 1, 4:] = 0  # a caller's own ids: no padding chars after the token
+    out = np.asarray(layer(ids))
+    assert set(conv_widths) == {50}, conv_widths
+    np.testing.assert_allclose(out, numpy_char_cnn(ids, layer), atol=1e-5, rtol=0)
+
+
+def test_cut_gives_the_gradients_of_all_positions(randomize, to_char_ids):
+    layer = make_cnn(randomize)
+    padding_window_dominant(layer)
+    flat = to_char_ids([["a", "to", "word", "longest", "a"]])[0]
+    flat = np.concatenate([flat, np.zeros([2, 50], np.int32)])  # all-zero rows too, as encode_distinct has
+    target = tf.constant(np.random.default_rng(0).normal(size=(len(flat), 6)), tf.float32)
+    grads = []
+    for encode in (layer.encode_tokens, lambda ids: full_width_tokens(layer, ids)):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(encode(tf.constant(flat)) * target)
+        grads.append(tape.gradient(loss, layer.trainable_weights))
+    for var, ours, full in zip(layer.trainable_weights, *grads):
+        np.testing.assert_allclose(
+            np.asarray(tf.convert_to_tensor(ours)), np.asarray(tf.convert_to_tensor(full)), atol=1e-4, rtol=1e-5,
+            err_msg=var.path,
+        )
+    assert np.abs(np.asarray(tf.convert_to_tensor(grads[0][0]))[PAD]).max() > 0  # the padding window got its share

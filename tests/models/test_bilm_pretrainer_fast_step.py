@@ -97,3 +97,27 @@ def test_the_fast_path_is_the_training_default_and_differs_from_the_plain_path_i
     assert BiLMPretrainer(BiLMConfig(**TINY), VOCAB).fast_gradient is True
     assert "IdentityN" in graph_ops(True)  # tf.custom_gradient's marker
     assert "IdentityN" not in graph_ops(False)
+
+
+def test_one_sampled_softmax_serves_both_directions(monkeypatch):
+    """One `sampled_softmax_loss` call over the forward targets, then the backward ones; the sums are split at
+    the right row (a fake loss of 1 per forward row and 1000 per backward row shows any misplaced row)."""
+    model = _model(True)
+    batch = _batch(1)
+    out = model(batch, training=True)
+    n_targets = int(tf.reduce_sum(out["weights"]))
+    calls = []
+
+    def fake(weights, biases, labels, inputs, num_sampled, num_classes, **kwargs):
+        calls.append((labels.numpy()[:, 0], int(inputs.shape[0]), num_sampled, num_classes))
+        return tf.concat([tf.ones([n_targets]), tf.fill([n_targets], 1000.0)], axis=0) + 0.0 * inputs[:, 0]
+
+    monkeypatch.setattr(tf.nn, "sampled_softmax_loss", fake)
+    fwd, bwd, count = model.losses_sum(batch, training=True)
+    assert len(calls) == 1
+    labels, rows, num_sampled, num_classes = calls[0]
+    assert rows == 2 * n_targets and (num_sampled, num_classes) == (10, VOCAB)
+    _, targets_f = model._flatten(out, "forward")
+    _, targets_b = model._flatten(out, "backward")
+    np.testing.assert_array_equal(labels, np.concatenate([targets_f.numpy(), targets_b.numpy()]))
+    assert (float(fwd), float(bwd), float(count)) == (n_targets, 1000.0 * n_targets, n_targets)
