@@ -57,8 +57,10 @@ def build_parser():
     p.add_argument(
         "--elmo-args",
         default="",
-        help="extra train_ner.py flags of the elmo variant, the ELMo recipe levers: e.g. '--mix-layer-norm "
-        "--mix-l2 0.001 --gamma 1.0' (a different setting needs its own --workdir: finished runs are reused)",
+        help="extra train_ner.py flags of the elmo variant, the ELMo recipe levers, given with '=': e.g. "
+        "--elmo-args='--mix-layer-norm --mix-l2 0.001 --gamma 1.0' or --elmo-args=--mix-layer-norm (argparse takes "
+        "a lone '--flag' after a space for an option of its own); a different setting needs its own --workdir: "
+        "finished runs are reused",
     )
     p.add_argument("--workdir", default=os.path.join(ROOT, "bench", "results", "ner_runs"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "ner_quality.json"))
