@@ -227,7 +227,10 @@ def test_cut_gives_the_gradients_of_all_positions(randomize, to_char_ids):
         grads.append(tape.gradient(loss, layer.trainable_weights))
     for var, ours, full in zip(layer.trainable_weights, *grads):
         np.testing.assert_allclose(
-            np.asarray(tf.convert_to_tensor(ours)), np.asarray(tf.convert_to_tensor(full)), atol=1e-4, rtol=1e-5,
+            np.asarray(tf.convert_to_tensor(ours)),
+            np.asarray(tf.convert_to_tensor(full)),
+            atol=1e-4,
+            rtol=1e-5,
             err_msg=var.path,
         )
     assert np.abs(np.asarray(tf.convert_to_tensor(grads[0][0]))[PAD]).max() > 0  # the padding window got its share
