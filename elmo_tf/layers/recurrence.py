@@ -213,6 +213,19 @@ def _clip_passes(x, clip):
     return (x >= -clip) & (x <= clip)
 
 
+def _gates_last(t):
+    """Rows `(i, j, f, o)` of a `(4 * units, ...)` tensor as `(i, f, o, j)`: the three sigmoid gates first, so one
+    sigmoid and one tanh cover a step's gates (slices along the first axis share memory, no copy)."""
+    i, j, f, o = tf.split(t, 4, axis=0)
+    return tf.concat([i, f, o, j], axis=0)
+
+
+def _gates_back(t):
+    """The inverse of `_gates_last`: rows `(i, f, o, j)` back to `(i, j, f, o)`."""
+    i, f, o, j = tf.split(t, 4, axis=0)
+    return tf.concat([i, j, f, o], axis=0)
+
+
 def fast_gradient_scan(
     inputs,
     mask,
@@ -235,11 +248,21 @@ def fast_gradient_scan(
     once per call, and stores each step's gate gradient `dz`; the weight and input gradients then come from
     a few large matmuls over all steps at once (`dW_h = dZ H^T`, `dW_x = dZ X`, `dX = W_x^T dZ`, `dW_P = dM R^T`).
 
-    The D directions advance stacked, state `(D, features, batch)`: one plain matmul per direction (no batched
-    matmul, see STACK_DIRECTIONS_BELOW) but one set of element-wise ops for all, which at a step's batch cost
-    as much as the matmuls. The forward loop keeps the gate activations, the cell before clipping, the state each
-    step started from, the projection before clipping and `o * tanh(c)` (per step and direction
-    `(7 * units + 2 * projection_dim) * batch` floats, about what the automatic gradient keeps).
+    The per-step element-wise work is what costs at a step's batch (each op touches only `units * batch` floats
+    per direction, so its fixed cost is about its arithmetic), so the loops hold as few ops as possible:
+    - the D directions advance stacked: one plain matmul per direction (no batched matmul, see
+      STACK_DIRECTIONS_BELOW) but one set of element-wise ops for all;
+    - gates are laid out `(4, D, units, batch)` in the order `(i, f, o, j)` (the kernels' rows are reordered once
+      per call, the forget bias added to the bias once per call): one sigmoid and one tanh per step, and the
+      gates are slices of one tensor, no split or concat copies;
+    - the masks are broadcast once per call to the shapes they select in (a broadcasting select costs several
+      times a plain one);
+    - what the backward pass multiplies by (the activations' derivatives, the clips' pass masks) is computed
+      once over all steps from the saved forward values, so the backward loop is multiplies, selects and the two
+      matmuls; the outputs and `o * tanh(c)` are recomputed over all steps instead of saved per step.
+    The forward loop saves the gates after their activations, the cell before clipping, the state each step
+    started from and the projection before clipping: per step and direction `6 * units + 2 * projection_dim`
+    floats times the batch.
 
     Same arguments as `projected_lstm_scan` (no `chunk`). Returns D outputs `(time, batch, projection_dim)`,
     D final c `(batch, units)`, D final h `(batch, projection_dim)`.
@@ -257,104 +280,113 @@ def fast_gradient_scan(
     def scan(*flat):
         xs, w_xs, bs, w_hs, w_ps, c0s, h0s = (list(flat[k * num : (k + 1) * num]) for k in range(7))
         steps, batch = tf.shape(mask)[0], tf.shape(mask)[1]
-        keep_all = mask[:, None, None, :]  # (time, 1, 1, batch)
+        units, proj = tf.shape(w_ps[0])[1], tf.shape(w_ps[0])[0]
+        dtype = xs[0].dtype
+        w_xs_r = [_gates_last(w) for w in w_xs]  # (4 * units, in), rows (i, f, o, j)
+        w_hs_r = [_gates_last(w) for w in w_hs]  # (4 * units, projection_dim)
+        forget = tf.constant([[0.0], [FORGET_BIAS], [0.0], [0.0]], dtype)
+        bs_r = [tf.reshape(tf.reshape(_gates_last(b), [4, units]) + forget, [-1, 1]) for b in bs]
         gates = []
-        for x, w_x, b in zip(xs, w_xs, bs):
-            z = tf.matmul(w_x, tf.reshape(x, [steps * batch, tf.shape(x)[-1]]), transpose_b=True) + b[:, None]
-            gates.append(tf.transpose(tf.reshape(z, [tf.shape(w_x)[0], steps, batch]), [1, 0, 2]))
-        gates = tf.stack(gates, axis=1)  # (time, D, 4 * units, batch): a step's gates are one contiguous slice
+        for x, w_x, b in zip(xs, w_xs_r, bs_r):
+            z = tf.matmul(w_x, tf.reshape(x, [steps * batch, tf.shape(x)[-1]]), transpose_b=True) + b
+            gates.append(tf.reshape(z, [4, units, steps, batch]))
+        gates = tf.transpose(tf.stack(gates), [3, 1, 0, 2, 4])  # (time, 4, D, units, batch)
         c0 = tf.stack([tf.transpose(c) for c in c0s])  # (D, units, batch)
         h0 = tf.stack([tf.transpose(h) for h in h0s])  # (D, projection_dim, batch)
+        keep_c = tf.broadcast_to(mask[:, None, None, :], [steps, num, units, batch])
+        keep_h = tf.broadcast_to(mask[:, None, None, :], [steps, num, proj, batch])
+        if fresh_all is not None:
+            fresh_c = tf.broadcast_to(fresh_all, [steps, num, units, batch])
+            fresh_h = tf.broadcast_to(fresh_all, [steps, num, proj, batch])
 
         def array(like):
             return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
-        acts0 = tf.concat([c0, c0, c0, c0], axis=1)
-        saved0 = tuple(array(t) for t in (h0, acts0, c0, c0, c0, h0, h0))  # out, acts, c_in, c_raw, r, h_in, m_raw
+        sig0 = tf.stack([c0, c0, c0])
+        saved0 = tuple(array(t) for t in (sig0, c0, c0, c0, h0, h0))  # sigmoids, tanh(j), c_in, c_raw, h_in, m_raw
 
         def step(t, c, h, saved):
-            keep = keep_all[t]
             if fresh_all is not None:
-                c = tf.where(fresh_all[t], tf.zeros_like(c), c)
-                h = tf.where(fresh_all[t], tf.zeros_like(h), h)
-            z = gates[t] + tf.stack([tf.matmul(w_hs[d], h[d]) for d in range(num)])
-            zi, zj, zf, zo = tf.split(z, 4, axis=1)
-            i, j, f, o = tf.sigmoid(zi), tf.tanh(zj), tf.sigmoid(zf + FORGET_BIAS), tf.sigmoid(zo)
+                c = tf.where(fresh_c[t], tf.zeros_like(c), c)
+                h = tf.where(fresh_h[t], tf.zeros_like(h), h)
+            z = gates[t] + tf.stack([tf.reshape(tf.matmul(w_hs_r[d], h[d]), [4, units, batch]) for d in range(num)], 1)
+            sig, j = tf.sigmoid(z[:3]), tf.tanh(z[3])
+            i, f, o = tf.unstack(sig)
             c_raw = f * c + i * j
             c_new = tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw
-            r = o * tf.tanh(c_new)
-            m_raw = tf.stack([tf.matmul(w_ps[d], r[d]) for d in range(num)])
+            m_raw = tf.stack([tf.matmul(w_ps[d], o[d] * tf.tanh(c_new[d])) for d in range(num)])
             m = tf.clip_by_value(m_raw, -proj_clip, proj_clip) if proj_clip else m_raw
-            values = (tf.where(keep, m, tf.zeros_like(m)), tf.concat([i, j, f, o], axis=1), c, c_raw, r, h, m_raw)
-            saved = tuple(a.write(t, v) for a, v in zip(saved, values))
-            return t + 1, tf.where(keep, c_new, c), tf.where(keep, m, h), saved
+            saved = tuple(a.write(t, v) for a, v in zip(saved, (sig, j, c, c_raw, h, m_raw)))
+            return t + 1, tf.where(keep_c[t], c_new, c), tf.where(keep_h[t], m, h), saved
 
         _, c, h, saved = tf.while_loop(lambda t, *_: t < steps, step, (tf.constant(0), c0, h0, saved0))
-        out, acts, c_ins, c_raws, rs, h_ins, m_raws = saved
-        out = out.stack()  # (time, D, projection_dim, batch)
+        sigs, js, c_ins, c_raws, h_ins, m_raws = (a.stack() for a in saved)  # (time, ...)
+        m_all = tf.clip_by_value(m_raws, -proj_clip, proj_clip) if proj_clip else m_raws
+        out = tf.transpose(tf.where(keep_h, m_all, tf.zeros_like(m_all)), [1, 0, 3, 2])  # (D, time, batch, proj)
         results = (
-            [tf.transpose(out[:, d], [0, 2, 1]) for d in range(num)]  # (time, batch, projection_dim)
+            tf.unstack(out)  # D x (time, batch, projection_dim)
             + [tf.transpose(c[d]) for d in range(num)]
             + [tf.transpose(h[d]) for d in range(num)]
         )
 
         def grad(*upstream):
-            d_out = tf.stack(
-                [tf.transpose(_zeros_if_none(g, y), [0, 2, 1]) for g, y in zip(upstream[:num], results[:num])], axis=1
-            )  # (time, D, projection_dim, batch)
+            d_out = tf.stack([_zeros_if_none(g, y) for g, y in zip(upstream[:num], results[:num])])
+            d_out = tf.transpose(d_out, [1, 0, 3, 2])  # (time, D, projection_dim, batch)
             dc = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[num : 2 * num], results[num:])])
             dh = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[2 * num :], results[2 * num :])])
-            w_h_t = [tf.transpose(w) for w in w_hs]  # (projection_dim, 4 * units), once per call
+            w_h_t = [tf.transpose(w) for w in w_hs_r]  # (projection_dim, 4 * units), once per call
             w_p_t = [tf.transpose(w) for w in w_ps]  # (units, projection_dim)
+            # over all steps at once: (time, D, units, batch) each, the gates' rows (time, 3, D, units, batch)
+            i, f, o = tf.unstack(sigs, axis=1)
+            c_new = tf.clip_by_value(c_raws, -cell_clip, cell_clip) if cell_clip else c_raws
+            tanh_c = tf.tanh(c_new)
+            r = o * tanh_c  # what the projection saw
+            through_c = tf.cast(_clip_passes(c_raws, cell_clip), dtype) if cell_clip else None
+            # dz = (dcell, dcell, dr, dcell) * scales in (i, f, o, j) order, with dcell the gradient of the clipped
+            # cell (its clip's pass mask is in the scales of i, f, j and in the carry f)
+            scales = tf.stack(
+                [js * i * (1.0 - i), c_ins * f * (1.0 - f), tanh_c * o * (1.0 - o), i * (1.0 - js * js)], axis=1
+            )
+            if through_c is not None:
+                scales = scales * tf.stack([through_c, through_c, tf.ones_like(through_c), through_c], axis=1)
+                f = f * through_c
+            to_cell = o * (1.0 - tanh_c * tanh_c)
+            keep_m = keep_h & _clip_passes(m_raws, proj_clip) if proj_clip else keep_h
 
             def back(k, dc, dh, d_zs, d_ms):
                 t = steps - 1 - k
-                keep = keep_all[t]
-                i, j, f, o = tf.split(acts.read(t), 4, axis=1)
-                c_raw = c_raws.read(t)
-                tanh_c = tf.tanh(tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw)
-                dm = tf.where(keep, dh + d_out[t], tf.zeros_like(dh))
-                if proj_clip:
-                    dm = tf.where(_clip_passes(m_raws.read(t), proj_clip), dm, tf.zeros_like(dm))
+                dm = tf.where(keep_m[t], dh + d_out[t], tf.zeros_like(dh))
                 dr = tf.stack([tf.matmul(w_p_t[d], dm[d]) for d in range(num)])  # (D, units, batch)
-                dcell = tf.where(keep, dc, tf.zeros_like(dc)) + dr * o * (1.0 - tanh_c * tanh_c)
-                if cell_clip:
-                    dcell = tf.where(_clip_passes(c_raw, cell_clip), dcell, tf.zeros_like(dcell))
-                dz = tf.concat(
-                    [
-                        dcell * j * i * (1.0 - i),
-                        dcell * i * (1.0 - j * j),
-                        dcell * c_ins.read(t) * f * (1.0 - f),
-                        dr * tanh_c * o * (1.0 - o),
-                    ],
-                    axis=1,
-                )
-                dc_in = dcell * f + tf.where(keep, tf.zeros_like(dc), dc)
-                dh_in = tf.stack([tf.matmul(w_h_t[d], dz[d]) for d in range(num)]) + tf.where(
-                    keep, tf.zeros_like(dh), dh
+                dcell = tf.where(keep_c[t], dc + dr * to_cell[t], tf.zeros_like(dc))
+                dz = tf.stack([dcell, dcell, dr, dcell]) * scales[t]  # (4, D, units, batch)
+                dc_in = tf.where(keep_c[t], dcell * f[t], dc)
+                dh_in = tf.where(
+                    keep_h[t],
+                    tf.stack([tf.matmul(w_h_t[d], tf.reshape(dz[:, d], [-1, batch])) for d in range(num)]),
+                    dh,
                 )
                 if fresh_all is not None:
-                    dc_in = tf.where(fresh_all[t], tf.zeros_like(dc_in), dc_in)
-                    dh_in = tf.where(fresh_all[t], tf.zeros_like(dh_in), dh_in)
+                    dc_in = tf.where(fresh_c[t], tf.zeros_like(dc_in), dc_in)
+                    dh_in = tf.where(fresh_h[t], tf.zeros_like(dh_in), dh_in)
                 return k + 1, dc_in, dh_in, d_zs.write(t, dz), d_ms.write(t, dm)
 
             _, dc, dh, d_zs, d_ms = tf.while_loop(
-                lambda k, *_: k < steps, back, (tf.constant(0), dc, dh, array(acts0), array(h0))
+                lambda k, *_: k < steps, back, (tf.constant(0), dc, dh, array(tf.stack([c0] * 4)), array(h0))
             )
-            d_zs, d_ms, h_in, r = d_zs.stack(), d_ms.stack(), h_ins.stack(), rs.stack()  # (time, D, features, batch)
-
-            def feature_major(stacked, d):  # (time, D, features, batch) -> (features, time * batch) of direction d
-                return tf.reshape(tf.transpose(stacked[:, d], [1, 0, 2]), [tf.shape(stacked)[2], steps * batch])
+            d_zs = tf.unstack(tf.reshape(tf.transpose(d_zs.stack(), [2, 1, 3, 0, 4]), [num, 4 * units, -1]))
+            d_ms = tf.unstack(tf.reshape(tf.transpose(d_ms.stack(), [1, 2, 0, 3]), [num, proj, -1]))
+            h_in = tf.unstack(tf.reshape(tf.transpose(h_ins, [1, 2, 0, 3]), [num, proj, -1]))
+            r = tf.unstack(tf.reshape(tf.transpose(r, [1, 2, 0, 3]), [num, units, -1]))
 
             grads = {name: [] for name in ("x", "w_x", "b", "w_h", "w_p")}
             for d in range(num):
-                d_z = feature_major(d_zs, d)  # (4 * units, time * batch)
+                d_z = d_zs[d]  # (4 * units, time * batch), rows (i, f, o, j)
                 x = tf.reshape(xs[d], [steps * batch, tf.shape(xs[d])[-1]])
-                grads["x"].append(tf.reshape(tf.matmul(d_z, w_xs[d], transpose_a=True), tf.shape(xs[d])))
-                grads["w_x"].append(tf.matmul(d_z, x))
-                grads["b"].append(tf.reduce_sum(d_z, axis=1))
-                grads["w_h"].append(tf.matmul(d_z, feature_major(h_in, d), transpose_b=True))
-                grads["w_p"].append(tf.matmul(feature_major(d_ms, d), feature_major(r, d), transpose_b=True))
+                grads["x"].append(tf.reshape(tf.matmul(d_z, w_xs_r[d], transpose_a=True), tf.shape(xs[d])))
+                grads["w_x"].append(_gates_back(tf.matmul(d_z, x)))
+                grads["b"].append(_gates_back(tf.reduce_sum(d_z, axis=1)))
+                grads["w_h"].append(_gates_back(tf.matmul(d_z, h_in[d], transpose_b=True)))
+                grads["w_p"].append(tf.matmul(d_ms[d], r[d], transpose_b=True))
             return (
                 grads["x"]
                 + grads["w_x"]

@@ -46,7 +46,7 @@ def test_fast_gradient_equals_automatic_gradient(clips, with_resets):
     plain_values, plain_grads = _value_and_grads(projected_lstm_scan, args, mask, resets, weights, clips)
     fast_values, fast_grads = _value_and_grads(fast_gradient_scan, args, mask, resets, weights, clips)
     for plain, fast in zip(plain_values, fast_values):
-        np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(fast, plain, rtol=1e-5, atol=1e-5)  # the forget bias is added in another order
     for plain, fast in zip(plain_grads, fast_grads):
         scale = max(1.0, float(np.abs(plain).max()))
         np.testing.assert_allclose(fast, plain, rtol=1e-5, atol=1e-5 * scale)
