@@ -208,6 +208,12 @@ def _zeros_if_none(grad, like):
     return tf.zeros_like(like) if grad is None else grad
 
 
+def _clip(x, clip):
+    """`tf.clip_by_value(x, -clip, clip)` as one op (TF's is a minimum and a maximum), for values whose gradient is
+    written by hand; `x` itself when `clip` is None."""
+    return tf.raw_ops.ClipByValue(t=x, clip_value_min=-clip, clip_value_max=clip) if clip else x
+
+
 def _clip_passes(x, clip):
     """Where `tf.clip_by_value(x, -clip, clip)` passes its gradient (TF: `-clip <= x <= clip`)."""
     return (x >= -clip) & (x <= clip)
@@ -293,6 +299,7 @@ def fast_gradient_scan(
         gates = tf.transpose(tf.stack(gates), [3, 1, 0, 2, 4])  # (time, 4, D, units, batch)
         c0 = tf.stack([tf.transpose(c) for c in c0s])  # (D, units, batch)
         h0 = tf.stack([tf.transpose(h) for h in h0s])  # (D, projection_dim, batch)
+        zeros_c, zeros_h = tf.zeros_like(c0), tf.zeros_like(h0)  # once, not a fill per step
         keep_c = tf.broadcast_to(mask[:, None, None, :], [steps, num, units, batch])
         keep_h = tf.broadcast_to(mask[:, None, None, :], [steps, num, proj, batch])
         if fresh_all is not None:
@@ -307,21 +314,22 @@ def fast_gradient_scan(
 
         def step(t, c, h, saved):
             if fresh_all is not None:
-                c = tf.where(fresh_c[t], tf.zeros_like(c), c)
-                h = tf.where(fresh_h[t], tf.zeros_like(h), h)
+                c = tf.where(fresh_c[t], zeros_c, c)
+                h = tf.where(fresh_h[t], zeros_h, h)
             z = gates[t] + tf.stack([tf.reshape(tf.matmul(w_hs_r[d], h[d]), [4, units, batch]) for d in range(num)], 1)
             sig, j = tf.sigmoid(z[:3]), tf.tanh(z[3])
             i, f, o = tf.unstack(sig)
             c_raw = f * c + i * j
-            c_new = tf.clip_by_value(c_raw, -cell_clip, cell_clip) if cell_clip else c_raw
-            m_raw = tf.stack([tf.matmul(w_ps[d], o[d] * tf.tanh(c_new[d])) for d in range(num)])
-            m = tf.clip_by_value(m_raw, -proj_clip, proj_clip) if proj_clip else m_raw
+            c_new = _clip(c_raw, cell_clip)
+            r = o * tf.tanh(c_new)
+            m_raw = tf.stack([tf.matmul(w_ps[d], r[d]) for d in range(num)])
+            m = _clip(m_raw, proj_clip)
             saved = tuple(a.write(t, v) for a, v in zip(saved, (sig, j, c, c_raw, h, m_raw)))
             return t + 1, tf.where(keep_c[t], c_new, c), tf.where(keep_h[t], m, h), saved
 
         _, c, h, saved = tf.while_loop(lambda t, *_: t < steps, step, (tf.constant(0), c0, h0, saved0))
         sigs, js, c_ins, c_raws, h_ins, m_raws = (a.stack() for a in saved)  # (time, ...)
-        m_all = tf.clip_by_value(m_raws, -proj_clip, proj_clip) if proj_clip else m_raws
+        m_all = _clip(m_raws, proj_clip)
         out = tf.transpose(tf.where(keep_h, m_all, tf.zeros_like(m_all)), [1, 0, 3, 2])  # (D, time, batch, proj)
         results = (
             tf.unstack(out)  # D x (time, batch, projection_dim)
@@ -338,42 +346,43 @@ def fast_gradient_scan(
             w_p_t = [tf.transpose(w) for w in w_ps]  # (units, projection_dim)
             # over all steps at once: (time, D, units, batch) each, the gates' rows (time, 3, D, units, batch)
             i, f, o = tf.unstack(sigs, axis=1)
-            c_new = tf.clip_by_value(c_raws, -cell_clip, cell_clip) if cell_clip else c_raws
-            tanh_c = tf.tanh(c_new)
+            tanh_c = tf.tanh(_clip(c_raws, cell_clip))
             r = o * tanh_c  # what the projection saw
             through_c = tf.cast(_clip_passes(c_raws, cell_clip), dtype) if cell_clip else None
             # dz = (dcell, dcell, dr, dcell) * scales in (i, f, o, j) order, with dcell the gradient of the clipped
             # cell (its clip's pass mask is in the scales of i, f, j and in the carry f)
+            # (time, D, 4, units, batch): a step's dz is laid out direction-major, so each direction's matmul reads
+            # one contiguous slice of it
             scales = tf.stack(
-                [js * i * (1.0 - i), c_ins * f * (1.0 - f), tanh_c * o * (1.0 - o), i * (1.0 - js * js)], axis=1
+                [js * i * (1.0 - i), c_ins * f * (1.0 - f), tanh_c * o * (1.0 - o), i * (1.0 - js * js)], axis=2
             )
             if through_c is not None:
-                scales = scales * tf.stack([through_c, through_c, tf.ones_like(through_c), through_c], axis=1)
+                scales = scales * tf.stack([through_c, through_c, tf.ones_like(through_c), through_c], axis=2)
                 f = f * through_c
             to_cell = o * (1.0 - tanh_c * tanh_c)
             keep_m = keep_h & _clip_passes(m_raws, proj_clip) if proj_clip else keep_h
 
             def back(k, dc, dh, d_zs, d_ms):
                 t = steps - 1 - k
-                dm = tf.where(keep_m[t], dh + d_out[t], tf.zeros_like(dh))
+                dm = tf.where(keep_m[t], dh + d_out[t], zeros_h)
                 dr = tf.stack([tf.matmul(w_p_t[d], dm[d]) for d in range(num)])  # (D, units, batch)
-                dcell = tf.where(keep_c[t], dc + dr * to_cell[t], tf.zeros_like(dc))
-                dz = tf.stack([dcell, dcell, dr, dcell]) * scales[t]  # (4, D, units, batch)
+                dcell = tf.where(keep_c[t], dc + dr * to_cell[t], zeros_c)
+                dz = tf.stack([dcell, dcell, dr, dcell], axis=1) * scales[t]  # (D, 4, units, batch)
                 dc_in = tf.where(keep_c[t], dcell * f[t], dc)
                 dh_in = tf.where(
                     keep_h[t],
-                    tf.stack([tf.matmul(w_h_t[d], tf.reshape(dz[:, d], [-1, batch])) for d in range(num)]),
+                    tf.stack([tf.matmul(w_h_t[d], tf.reshape(dz[d], [-1, batch])) for d in range(num)]),
                     dh,
                 )
                 if fresh_all is not None:
-                    dc_in = tf.where(fresh_c[t], tf.zeros_like(dc_in), dc_in)
-                    dh_in = tf.where(fresh_h[t], tf.zeros_like(dh_in), dh_in)
+                    dc_in = tf.where(fresh_c[t], zeros_c, dc_in)
+                    dh_in = tf.where(fresh_h[t], zeros_h, dh_in)
                 return k + 1, dc_in, dh_in, d_zs.write(t, dz), d_ms.write(t, dm)
 
             _, dc, dh, d_zs, d_ms = tf.while_loop(
-                lambda k, *_: k < steps, back, (tf.constant(0), dc, dh, array(tf.stack([c0] * 4)), array(h0))
+                lambda k, *_: k < steps, back, (tf.constant(0), dc, dh, array(tf.stack([c0] * 4, axis=1)), array(h0))
             )
-            d_zs = tf.unstack(tf.reshape(tf.transpose(d_zs.stack(), [2, 1, 3, 0, 4]), [num, 4 * units, -1]))
+            d_zs = tf.unstack(tf.reshape(tf.transpose(d_zs.stack(), [1, 2, 3, 0, 4]), [num, 4 * units, -1]))
             d_ms = tf.unstack(tf.reshape(tf.transpose(d_ms.stack(), [1, 2, 0, 3]), [num, proj, -1]))
             h_in = tf.unstack(tf.reshape(tf.transpose(h_ins, [1, 2, 0, 3]), [num, proj, -1]))
             r = tf.unstack(tf.reshape(tf.transpose(r, [1, 2, 0, 3]), [num, units, -1]))
