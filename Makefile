@@ -23,7 +23,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow tests
