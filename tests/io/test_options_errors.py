@@ -66,7 +66,12 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("path,value,needle", BAD_VALUES, ids=[f"{p}={v!r}"[:40] for p, v, _ in BAD_VALUES])
+def _case_id(path, value):
+    """A test id that is the same in every process (xdist workers compare them): no object address."""
+    return f"{path}={'<deleted>' if value is DELETE else repr(value)}"[:40]
+
+
+@pytest.mark.parametrize("path,value,needle", BAD_VALUES, ids=[_case_id(p, v) for p, v, _ in BAD_VALUES])
 def test_bad_values_name_the_file_the_key_and_the_value(options, tmp_path, path, value, needle):
     file = tmp_path / "options.json"
     file.write_text(json.dumps(set_key(options, path, value)), encoding="utf-8")
