@@ -42,6 +42,7 @@ from elmo_tf.io.atomic import atomic_path, write_json
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
+from elmo_tf.optimizers import FusedAdagrad, FusedAdam
 from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 
 log = logging.getLogger("elmo_tf.pretrain")
@@ -98,11 +99,12 @@ class TrainConfig:
 
 
 def make_optimizer(config):
-    """The Keras optimizer a `TrainConfig` names (Adagrad as in bilm-tf: initial accumulator 1.0)."""
+    """The Keras optimizer a `TrainConfig` names (Adagrad as in bilm-tf: initial accumulator 1.0). Adagrad and Adam
+    are elmo_tf's fused ones (`elmo_tf.optimizers`: one kernel per variable, repeated sparse indices summed)."""
     if config.optimizer == "adagrad":
-        return keras.optimizers.Adagrad(config.learning_rate, initial_accumulator_value=1.0, epsilon=1e-7)
+        return FusedAdagrad(config.learning_rate, initial_accumulator_value=1.0, epsilon=1e-7)
     if config.optimizer == "adam":
-        return keras.optimizers.Adam(config.learning_rate)
+        return FusedAdam(config.learning_rate)
     return keras.optimizers.SGD(config.learning_rate)
 
 
