@@ -188,6 +188,7 @@ def profile_parts(args, trainer, vocab, corpus):
     import tensorflow as tf
 
     from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
+    from elmo_tf.models.bilm_pretrainer import sampled_softmax_loss
     from elmo_tf.preprocessing.chars import add_sentence_boundaries
     from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 
@@ -296,14 +297,13 @@ def profile_parts(args, trainer, vocab, corpus):
             loss = 0.0
             for _ in range(2):  # forward and backward LMs
                 loss += tf.reduce_sum(
-                    tf.nn.sampled_softmax_loss(
+                    sampled_softmax_loss(
                         weights=model.softmax_kernel.value,
                         biases=model.softmax_bias.value,
                         labels=labels,
                         inputs=states,
                         num_sampled=model.num_sampled,
                         num_classes=model.vocab_size,
-                        remove_accidental_hits=True,
                     )
                 )
         return tape.gradient(loss, [model.softmax_kernel, model.softmax_bias, states])
