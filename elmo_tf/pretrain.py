@@ -214,9 +214,11 @@ def clip_and_average(grads, clip, replicas):
     """
     norm = tf.linalg.global_norm(grads)
     scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)  # (norm - norm): NaN when norm is inf/NaN
-    if replicas == 1:
-        return tf.cond(norm <= clip, lambda: list(grads), lambda: [_scale(g, scale) for g in grads])
-    return [_scale(g, scale / replicas) for g in grads]
+
+    def scaled():
+        return [_scale(g, scale / replicas) for g in grads]
+
+    return tf.cond(norm <= clip, lambda: list(grads), scaled) if replicas == 1 else scaled()
 
 
 def _compile_train_step(strategy, model, optimizer, step, clip):
