@@ -208,7 +208,10 @@ def profile_parts(args, trainer, vocab, corpus):
     part_flops = flops(model.config.to_options(), model.num_sampled)
 
     def sync(result):
-        return [t.numpy() for t in tf.nest.flatten(result, expand_composites=True) if t is not None]
+        flat = tf.nest.flatten(result, expand_composites=True)
+        if any(t is None for t in flat):  # a part without all its gradients would time less than its work
+            raise RuntimeError("a profiled part returned a None gradient")
+        return [t.numpy() for t in flat]
 
     def timed(fn, *inputs):
         sync(fn(*inputs))
@@ -260,25 +263,32 @@ def profile_parts(args, trainer, vocab, corpus):
     units, proj = bilm.units, bilm.projection_dim
     x = tf.random.normal([length + 2, rows, proj], stddev=0.5)
     mask = tf.ones([length + 2, rows], tf.bool)
+    def lstm_part(lstms, scan):
+        """One layer's forward + backward, both directions, with the gradients of its weights and input. (Built in
+        a closure: variables passed to a `tf.function` as default arguments are not the ones the tape watches, so
+        their gradients came back None and the weight-gradient matmuls were pruned from the timing.)"""
+        lstm_vars = [v for lstm in lstms for v in lstm.trainable_variables]
+
+        @tf.function
+        def lstm_step(x):
+            zeros = [tf.zeros([rows, units]), tf.zeros([rows, units])], [tf.zeros([rows, proj])] * 2
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                w_x, b, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
+                scan_args = (2 * [x], mask, list(w_x), list(b), list(w_h), list(w_p), *zeros, 3.0, 3.0)
+                if scan is None:
+                    outs, _, _ = projected_lstm_scan(*scan_args, stack_directions=stack_directions(units, proj))
+                else:
+                    outs, _, _ = scan(*scan_args)
+                loss = tf.reduce_sum(outs[0]) + tf.reduce_sum(outs[1])
+            return tape.gradient(loss, lstm_vars + [x])
+
+        return lstm_step
+
     for layer in range(bilm.num_layers):
         lstms = [bilm.get_lstm(d, layer) for d in ("forward", "backward")]
-        lstm_vars = [v for lstm in lstms for v in lstm.trainable_variables]
         for name, scan in (("hand-written backward", fast_gradient_scan), ("TF automatic backward", None)):
-
-            @tf.function
-            def lstm_step(x, lstms=lstms, lstm_vars=lstm_vars, scan=scan):
-                zeros = [tf.zeros([rows, units]), tf.zeros([rows, units])], [tf.zeros([rows, proj])] * 2
-                with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    w_x, b, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
-                    scan_args = (2 * [x], mask, list(w_x), list(b), list(w_h), list(w_p), *zeros, 3.0, 3.0)
-                    if scan is None:
-                        outs, _, _ = projected_lstm_scan(*scan_args, stack_directions=stack_directions(units, proj))
-                    else:
-                        outs, _, _ = scan(*scan_args)
-                    loss = tf.reduce_sum(outs[0]) + tf.reduce_sum(outs[1])
-                return tape.gradient(loss, lstm_vars + [x])
-
+            lstm_step = lstm_part(lstms, scan)
             parts.append(
                 {
                     "part": f"LSTM layer {layer}, both directions ({name})",
