@@ -130,6 +130,7 @@ def build_parser():
     budget.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per step, all replicas (64)")
     p.add_argument("--max-tokens", type=int, default=100)
+    p.add_argument("--bucket-width", type=int, default=2, help="length buckets this many tokens wide (2; was 10)")
     p.add_argument("--num-sampled", type=int, default=2048, help="sampled-softmax negatives (2048 of 10,002)")
     p.add_argument("--optimizer", default="adagrad", choices=sorted(DEFAULT_LR))
     p.add_argument("--learning-rate", type=float, default=None, help="default 0.2 adagrad, 1e-3 adam, 1.0 sgd")
@@ -187,6 +188,7 @@ def main(argv=None):
         checkpoint_every=args.checkpoint_every,
         log_every=args.log_every,
         shuffle_buffer=50000,
+        bucket_width=args.bucket_width,
         seed=args.seed,
     )
     strategy = get_strategy("mirrored")
@@ -318,6 +320,8 @@ def main(argv=None):
                 "clip_norm",
                 "dropout",
                 "num_sampled",
+                "shuffle_buffer",
+                "bucket_width",
                 "seed",
             )
         },

@@ -8,7 +8,10 @@ Settings (`--configs`):
             2,048 sampled negatives;
   small     the `small` preset (original char CNN, 2 x LSTM 1024 / 128), 8,192 negatives, 50 tokens;
   original  the original shapes (2 x LSTM 4096 / 512), 8,192 negatives, 50 tokens.
---num-sampled / --max-tokens override the per-setting values for all settings.
+--num-sampled / --max-tokens override the per-setting values for all settings. --bucket-width W batches our
+sentences in length buckets W tokens wide instead of our TrainConfig's default (2); the baseline keeps its own
+pipeline (97bf9b2: buckets 10 wide, 22% of a PTB batch's positions padding), so `--bucket-width 10` compares the
+two at the same padding.
 
 How it is measured:
   - every (commit, config, replicas) runs in its own subprocess (a worker mode of this script): it builds
@@ -120,7 +123,11 @@ def make_trainer(args, tmp):
             if k >= args.lines:
                 break
             dst.write(line)
+    pipeline = {}
+    if args.bucket_width and "bucket_width" in TrainConfig.__dataclass_fields__:  # not in a baseline's TrainConfig
+        pipeline["bucket_width"] = args.bucket_width
     train_config = TrainConfig(
+        **pipeline,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
         steps=10**6,
@@ -165,6 +172,7 @@ def worker(args):
         "batch_size": args.batch_size,
         "max_tokens": args.max_tokens,
         "num_sampled": num_sampled,
+        "bucket_width": getattr(trainer.config, "bucket_width", 10),  # 97bf9b2's lm_dataset: 10
         "steps": args.steps,
         "warmup_steps": args.warmup,
         "warmup_seconds": warmup_s,
@@ -194,7 +202,12 @@ def profile_parts(args, trainer, vocab, corpus):
 
     model, optimizer = trainer.model, trainer.optimizer
     ds = lm_dataset(
-        [corpus], vocabulary_table(vocab.words), args.batch_size, max_tokens=args.max_tokens, shuffle_buffer=1000
+        [corpus],
+        vocabulary_table(vocab.words),
+        args.batch_size,
+        max_tokens=args.max_tokens,
+        shuffle_buffer=1000,
+        bucket_width=trainer.config.bucket_width,
     )
     it = iter(ds)
     t0 = time.perf_counter()
@@ -263,6 +276,7 @@ def profile_parts(args, trainer, vocab, corpus):
     units, proj = bilm.units, bilm.projection_dim
     x = tf.random.normal([length + 2, rows, proj], stddev=0.5)
     mask = tf.ones([length + 2, rows], tf.bool)
+
     def lstm_part(lstms, scan):
         """One layer's forward + backward, both directions, with the gradients of its weights and input. (Built in
         a closure: variables passed to a `tf.function` as default arguments are not the ones the tape watches, so
@@ -388,6 +402,7 @@ def build_parser():
     p.add_argument("--batch-size", type=int, default=64, help="sentences per step over all replicas (64)")
     p.add_argument("--max-tokens", type=int, default=None, help="default per setting (ptb5m 100, else 50)")
     p.add_argument("--num-sampled", type=int, default=None, help="default per setting (ptb5m 2048, else 8192)")
+    p.add_argument("--bucket-width", type=int, default=0, help="ours: length-bucket width (0: TrainConfig's default)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default per setting; quick 2-3)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; quick 1)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per process (0: TensorFlow's default)")
@@ -466,9 +481,12 @@ def run_all(args, baseline):
                 for who in ("baseline", "ours") if baseline else ("ours",):
                     log.info("%s x%d, %s, round %d: %d + %d steps", name, replicas, who, k + 1, warmup, steps)
                     profile = ["--profile", "--profile-repeats", str(args.profile_repeats)]
+                    ours = (["--bucket-width", str(args.bucket_width)] if args.bucket_width else []) + (
+                        profile if args.profile and k == 0 else []
+                    )
                     r = run_worker(
                         args,
-                        extra + (profile if who == "ours" and args.profile and k == 0 else []),
+                        extra + (ours if who == "ours" else []),
                         pythonpath=baseline["path"] if who == "baseline" else None,
                     )
                     if "error" not in r:
@@ -486,6 +504,7 @@ def run_all(args, baseline):
                         "params": good[0]["params"],
                         "num_sampled": good[0]["num_sampled"],
                         "max_tokens": good[0]["max_tokens"],
+                        "bucket_width": good[0].get("bucket_width"),
                     }
                     parts = [r["parts"] for r in good if r.get("parts")]
                     if parts:
@@ -514,13 +533,13 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
     base_name = baseline["rev"] if baseline else "-"
     print(
         f"| config | params | replicas | sampled | ours targets/s | {base_name} targets/s | speed-up | "
-        "ours GFLOP/s | % roofline (ours / base) | peak RSS MB (ours / base) |"
+        "ours GFLOP/s | % roofline (ours / base) | peak RSS MB (ours / base) | buckets (ours / base) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in results:
         ours, base = row.get("ours"), row.get("baseline")
         if not ours:
-            print(f"| {row['config']} | - | {row['replicas']} | - | failed | | | | | |")
+            print(f"| {row['config']} | - | {row['replicas']} | - | failed | | | | | | |")
             continue
         ours["fraction_of_roofline"] = ours["gflops"] / roofline if roofline else None
         if base:
@@ -530,7 +549,8 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
             f"{ours['targets_per_s']:.0f} | {base['targets_per_s'] if base else float('nan'):.0f} | "
             f"{row.get('speedup', float('nan')):.2f}x | {ours['gflops']:.1f} | "
             f"{ours['fraction_of_roofline']:.0%} / {base['fraction_of_roofline'] if base else float('nan'):.0%} | "
-            f"{ours['peak_rss_mb']:.0f} / {base['peak_rss_mb'] if base else float('nan'):.0f} |"
+            f"{ours['peak_rss_mb']:.0f} / {base['peak_rss_mb'] if base else float('nan'):.0f} | "
+            f"{ours['bucket_width']} / {base['bucket_width'] if base else '-'} |"
         )
     for row in results:
         if not row.get("parts"):

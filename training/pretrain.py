@@ -61,6 +61,7 @@ CONFIG_FLAGS = {
     "checkpoint_every": "--checkpoint-every",
     "log_every": "--log-every",
     "validate_every": "--validate-every",
+    "bucket_width": "--bucket-width",
 }
 
 
@@ -103,6 +104,9 @@ def build_parser():
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--validate-every", type=int, default=0, help="steps between valid perplexities (0: at the end)")
     p.add_argument("--shuffle-buffer", type=int, default=10000)
+    p.add_argument(
+        "--bucket-width", type=int, default=2, help="batch sentences by length in buckets this many tokens wide (2)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--init-from",
@@ -173,6 +177,7 @@ def main(argv=None):
             log_every=args.log_every,
             validate_every=args.validate_every,
             shuffle_buffer=args.shuffle_buffer,
+            bucket_width=args.bucket_width,
             seed=args.seed,
         )
     except ValueError as e:

@@ -43,7 +43,7 @@ def lm_dataset(
     repeat=True,
     num_shards=1,
     shard_index=0,
-    bucket_width=10,
+    bucket_width=2,
 ):
     """Batches for `BiLMPretrainer`: dicts with `char_ids` `(batch, T, 50)` and `token_ids` `(batch, T)`.
 
@@ -56,12 +56,16 @@ def lm_dataset(
         seed: shuffling seed; each pass over the data reshuffles deterministically.
         repeat: loop over the data forever (training); False gives one pass (evaluation).
         num_shards, shard_index: this input pipeline's share of the lines (multi-worker training).
-        bucket_width: sentences are grouped in buckets of this many tokens of length.
+        bucket_width: sentences are grouped in buckets of this many tokens of length, and a batch is padded to its
+            longest sentence. The LSTMs compute on the padding too: with 64 PTB sentences, widths of 10 leave 22%
+            of the positions padding, widths of 2 about 3% (1 gives none, with batches of equal lengths).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if bucket_width < 1:
+        raise ValueError(f"bucket_width must be >= 1, got {bucket_width}")
     ds = tf.data.TextLineDataset(list(files))
     if num_shards > 1:
         ds = ds.shard(num_shards, shard_index)

@@ -169,6 +169,38 @@ def test_10000_token_line_is_cut_into_pieces(tmp_path, max_tokens):
     assert max(b["token_ids"].shape[1] for b in got) == max_tokens
 
 
+@pytest.mark.parametrize("width", [1, 2, 10])
+def test_bucket_width_bounds_the_padding(tmp_path, width):
+    """A batch holds sentences whose lengths differ by less than `bucket_width` and is padded to its longest, so
+    no row carries `bucket_width` or more padding positions; every piece still comes once."""
+    lines, vocab = write_corpus(tmp_path / "train.txt", n_lines=200)
+    got = batches(
+        lm_dataset(
+            [str(tmp_path / "train.txt")],
+            vocabulary_table(vocab),
+            8,
+            shuffle_buffer=0,
+            repeat=False,
+            bucket_width=width,
+        )
+    )
+    spans = []
+    for b in got:
+        lengths = (b["char_ids"] > 0).any(-1).sum(1)
+        assert lengths.max() == b["token_ids"].shape[1]
+        spans.append(int(lengths.max() - lengths.min()))
+    assert max(spans) < width
+    if width == 10:
+        assert max(spans) > 2  # the wide buckets do mix lengths (the narrow ones' bound is not vacuous)
+    assert sorted(sentences(got, vocab)) == sorted(tuple(line.split()) for line in lines)
+
+
+def test_bucket_width_must_be_positive(tmp_path):
+    _, vocab = write_corpus(tmp_path / "train.txt")
+    with pytest.raises(ValueError, match="bucket_width must be >= 1, got 0"):
+        lm_dataset([str(tmp_path / "train.txt")], vocabulary_table(vocab), 4, bucket_width=0)
+
+
 def test_token_ids_through_vocabulary(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("the cat sat on the mat\nthe zebra <S> </S> <UNK>\n")
