@@ -61,9 +61,9 @@ DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb"
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "train_throughput.json")
 DEFAULT_BASELINE = "97bf9b2"
 SETTINGS = {
-    "ptb5m": {"num_sampled": 2048, "max_tokens": 100, "steps": 20, "quick_steps": 3},
+    "ptb5m": {"num_sampled": 2048, "max_tokens": 100, "steps": 30, "quick_steps": 3},
     "small": {"num_sampled": 8192, "max_tokens": 50, "steps": 12, "quick_steps": 2},
-    "original": {"num_sampled": 8192, "max_tokens": 50, "steps": 6, "quick_steps": 2},
+    "original": {"num_sampled": 8192, "max_tokens": 50, "steps": 10, "quick_steps": 2},
 }
 log = logging.getLogger("train_throughput")
 
