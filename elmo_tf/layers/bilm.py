@@ -41,8 +41,9 @@ class BiLM(keras.layers.Layer):
         gate_chunk: optional python int: compute the input gates this many steps at a time (bounds their
             memory to `gate_chunk` steps; default: all steps in one matmul).
         fast_gradient: in training (`training=True`, no `gate_chunk`), run the scan with the hand-written
-            backward pass (`recurrence.fast_gradient_scan`: same values, gradients 1.5-2.5x faster); False: TF's
-            automatic gradient of the plain scan (the reference the fast one is tested against).
+            backward pass (`recurrence.fast_gradient_scan`: same values; a layer's forward + backward 1.3-1.5x as
+            fast, bench/train_throughput.py --profile); False: TF's automatic gradient of the plain scan (the
+            reference the fast one is tested against).
     Returns:
         list of `num_layers` float `(batch, time, 2 * projection_dim)` (forward ++ backward, zeros at
         padding); with `return_state`, `(outputs, states)`.
