@@ -130,7 +130,7 @@ def build_parser():
     budget.add_argument("--steps", type=int, default=0, help="train exactly this many steps instead")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per step, all replicas (64)")
     p.add_argument("--max-tokens", type=int, default=100)
-    p.add_argument("--bucket-width", type=int, default=2, help="length buckets this many tokens wide (2; was 10)")
+    p.add_argument("--bucket-width", type=int, default=10, help="length buckets this many tokens wide (10)")
     p.add_argument("--num-sampled", type=int, default=2048, help="sampled-softmax negatives (2048 of 10,002)")
     p.add_argument("--optimizer", default="adagrad", choices=sorted(DEFAULT_LR))
     p.add_argument("--learning-rate", type=float, default=None, help="default 0.2 adagrad, 1e-3 adam, 1.0 sgd")

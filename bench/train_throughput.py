@@ -9,9 +9,8 @@ Settings (`--configs`):
   small     the `small` preset (original char CNN, 2 x LSTM 1024 / 128), 8,192 negatives, 50 tokens;
   original  the original shapes (2 x LSTM 4096 / 512), 8,192 negatives, 50 tokens.
 --num-sampled / --max-tokens override the per-setting values for all settings. --bucket-width W batches our
-sentences in length buckets W tokens wide instead of our TrainConfig's default (2); the baseline keeps its own
-pipeline (97bf9b2: buckets 10 wide, 22% of a PTB batch's positions padding), so `--bucket-width 10` compares the
-two at the same padding.
+sentences in length buckets W tokens wide instead of our TrainConfig's default (10, as 97bf9b2's fixed width: 22%
+of a PTB batch's positions padding); the baseline keeps its own pipeline.
 
 How it is measured:
   - every (commit, config, replicas) runs in its own subprocess (a worker mode of this script): it builds

@@ -78,7 +78,7 @@ class TrainConfig:
     log_every: int = 10
     validate_every: int = 0  # 0: only at the end
     shuffle_buffer: int = 10000
-    bucket_width: int = 2  # sentences batched by length in buckets this wide (padding: 3% at 2, 22% at 10)
+    bucket_width: int = 10  # length buckets this wide; 2 pads less and steps ~8% faster, but trained worse (lm_dataset)
     seed: int = 0
 
     def __post_init__(self):

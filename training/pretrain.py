@@ -105,7 +105,7 @@ def build_parser():
     p.add_argument("--validate-every", type=int, default=0, help="steps between valid perplexities (0: at the end)")
     p.add_argument("--shuffle-buffer", type=int, default=10000)
     p.add_argument(
-        "--bucket-width", type=int, default=2, help="batch sentences by length in buckets this many tokens wide (2)"
+        "--bucket-width", type=int, default=10, help="batch sentences by length in buckets this many tokens wide (10)"
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
