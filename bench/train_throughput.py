@@ -475,17 +475,15 @@ def run_all(args, baseline):
                 *("--batch-size", str(args.batch_size), "--max-tokens", str(max_tokens)),
                 *("--num-sampled", str(num_sampled), "--steps", str(steps), "--warmup", str(warmup)),
             ]
+            ours_extra = ["--bucket-width", str(args.bucket_width)] if args.bucket_width else []
+            profile = ["--profile", "--profile-repeats", str(args.profile_repeats)] if args.profile else []
             rounds = {"baseline": [], "ours": []}
             for k in range(args.rounds):
                 for who in ("baseline", "ours") if baseline else ("ours",):
                     log.info("%s x%d, %s, round %d: %d + %d steps", name, replicas, who, k + 1, warmup, steps)
-                    profile = ["--profile", "--profile-repeats", str(args.profile_repeats)]
-                    ours = (["--bucket-width", str(args.bucket_width)] if args.bucket_width else []) + (
-                        profile if args.profile and k == 0 else []
-                    )
                     r = run_worker(
                         args,
-                        extra + (ours if who == "ours" else []),
+                        extra + (ours_extra + (profile if k == 0 else []) if who == "ours" else []),
                         pythonpath=baseline["path"] if who == "baseline" else None,
                     )
                     if "error" not in r:
