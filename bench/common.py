@@ -28,18 +28,19 @@ def git_commit(repo):
 MATMUL_SIZES = (1024, 2048, 4096)
 
 
-def matmul_roofline(sizes=MATMUL_SIZES, repeats=5):
-    """This process's float32 matmul speed: `{"sizes": {n: {"best_gflops", "median_gflops"}}, "best_gflops"}` over
-    square matmuls of each size (best of `repeats` after a warm-up). The best over sizes is the roofline: on
-    some machines 4096^3 runs at half the speed of 1024^3. Set TF's thread counts before calling."""
+def matmul_roofline(sizes=MATMUL_SIZES, repeats=5, dtype="float32"):
+    """This process's matmul speed in `dtype` (float32 unless told): `{"sizes": {n: {"best_gflops",
+    "median_gflops"}}, "best_gflops"}` over square matmuls of each size (best of `repeats` after a warm-up). The
+    best over sizes is the roofline: on some machines 4096^3 runs at half the speed of 1024^3. Set TF's thread
+    counts before calling."""
     import time
 
     import tensorflow as tf
 
     result = {}
     for n in sizes:
-        a, b = tf.random.normal([n, n]), tf.random.normal([n, n])
-        matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
+        a, b = (tf.cast(tf.random.normal([n, n]), dtype) for _ in range(2))
+        matmul = tf.function(lambda a, b: tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32)))
         matmul(a, b).numpy()  # warm-up
         times = []
         for _ in range(repeats):

@@ -125,6 +125,8 @@ def make_trainer(args, tmp):
     pipeline = {}
     if args.bucket_width and "bucket_width" in TrainConfig.__dataclass_fields__:  # not in a baseline's TrainConfig
         pipeline["bucket_width"] = args.bucket_width
+    if args.matmul_precision != "float32":  # only ours has it; the driver passes it to ours only
+        pipeline["matmul_precision"] = args.matmul_precision
     train_config = TrainConfig(
         **pipeline,
         batch_size=args.batch_size,
@@ -172,6 +174,7 @@ def worker(args):
         "max_tokens": args.max_tokens,
         "num_sampled": num_sampled,
         "bucket_width": getattr(trainer.config, "bucket_width", 10),  # 97bf9b2's lm_dataset: 10
+        "matmul_precision": getattr(trainer.config, "matmul_precision", "float32"),
         "steps": args.steps,
         "warmup_steps": args.warmup,
         "warmup_seconds": warmup_s,
@@ -200,6 +203,7 @@ def profile_parts(args, trainer, vocab, corpus):
     from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 
     model, optimizer = trainer.model, trainer.optimizer
+    matmul_dtype = getattr(model, "matmul_dtype", None)  # the parts run their matmuls as the step does
     ds = lm_dataset(
         [corpus],
         vocabulary_table(vocab.words),
@@ -292,7 +296,7 @@ def profile_parts(args, trainer, vocab, corpus):
                 if scan is None:
                     outs, _, _ = projected_lstm_scan(*scan_args, stack_directions=stack_directions(units, proj))
                 else:
-                    outs, _, _ = scan(*scan_args)
+                    outs, _, _ = scan(*scan_args, matmul_dtype=matmul_dtype)
                 loss = tf.reduce_sum(outs[0]) + tf.reduce_sum(outs[1])
             return tape.gradient(loss, lstm_vars + [x])
 
@@ -327,6 +331,7 @@ def profile_parts(args, trainer, vocab, corpus):
                         inputs=states,
                         num_sampled=model.num_sampled,
                         num_classes=model.vocab_size,
+                        matmul_dtype=matmul_dtype,
                     )
                 )
         return tape.gradient(loss, [model.softmax_kernel, model.softmax_bias, states])
@@ -355,7 +360,10 @@ def worker_matmul(args):
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    print("RESULT " + json.dumps(matmul_roofline(repeats=3)), flush=True)
+    result = matmul_roofline(repeats=3)
+    if args.matmul_precision != "float32":
+        result[args.matmul_precision] = matmul_roofline(repeats=3, dtype=args.matmul_precision)
+    print("RESULT " + json.dumps(result), flush=True)
     return 0
 
 
@@ -402,6 +410,13 @@ def build_parser():
     p.add_argument("--max-tokens", type=int, default=None, help="default per setting (ptb5m 100, else 50)")
     p.add_argument("--num-sampled", type=int, default=None, help="default per setting (ptb5m 2048, else 8192)")
     p.add_argument("--bucket-width", type=int, default=0, help="ours: length-bucket width (0: TrainConfig's default)")
+    p.add_argument(
+        "--matmul-precision",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help="ours: TrainConfig.matmul_precision, the dtype of the LSTM and softmax matmuls (float32); bfloat16 also "
+        "measures a bfloat16 roofline",
+    )
     p.add_argument("--steps", type=int, default=None, help="timed steps (default per setting; quick 2-3)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; quick 1)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per process (0: TensorFlow's default)")
@@ -460,7 +475,8 @@ def main(argv=None):
 
 def run_all(args, baseline):
     load_before = os.getloadavg()
-    matmul = [run_worker(args, ["--worker-matmul"])]
+    precision = ["--matmul-precision", args.matmul_precision]
+    matmul = [run_worker(args, ["--worker-matmul", *precision])]
     log.info("matmul roofline before: %.0f GFLOP/s", matmul[0].get("best_gflops", float("nan")))
     results = []
     for name in args.configs:
@@ -476,6 +492,8 @@ def run_all(args, baseline):
                 *("--num-sampled", str(num_sampled), "--steps", str(steps), "--warmup", str(warmup)),
             ]
             ours_extra = ["--bucket-width", str(args.bucket_width)] if args.bucket_width else []
+            if args.matmul_precision != "float32":
+                ours_extra += ["--matmul-precision", args.matmul_precision]
             profile = ["--profile", "--profile-repeats", str(args.profile_repeats)] if args.profile else []
             rounds = {"baseline": [], "ours": []}
             for k in range(args.rounds):
@@ -502,6 +520,7 @@ def run_all(args, baseline):
                         "num_sampled": good[0]["num_sampled"],
                         "max_tokens": good[0]["max_tokens"],
                         "bucket_width": good[0].get("bucket_width"),
+                        "matmul_precision": good[0].get("matmul_precision", "float32"),
                     }
                     parts = [r["parts"] for r in good if r.get("parts")]
                     if parts:
@@ -509,7 +528,7 @@ def run_all(args, baseline):
             if "ours" in row and "baseline" in row:
                 row["speedup"] = row["ours"]["targets_per_s"] / row["baseline"]["targets_per_s"]
             results.append(row)
-    matmul.append(run_worker(args, ["--worker-matmul"]))
+    matmul.append(run_worker(args, ["--worker-matmul", *precision]))
     load_after = os.getloadavg()
     roofline = max(m.get("best_gflops", 0.0) for m in matmul)
     report(args, baseline, results, matmul, roofline, load_before, load_after)
@@ -566,6 +585,17 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
                 f"| {part['part']} | {part['ms']:.1f} | {'-' if gflops is None else f'{gflops:.1f}'} | "
                 f"{'-' if gflops is None else f'{gflops / roofline:.0%}'} |"
             )
+    low_roofline = None
+    if args.matmul_precision != "float32":
+        low_roofline = max(m.get(args.matmul_precision, {}).get("best_gflops", 0.0) for m in matmul)
+        print(
+            f"ours ran its LSTM and softmax matmuls in {args.matmul_precision} (the baseline float32); "
+            f"{args.matmul_precision} matmul roofline {low_roofline:.0f} GFLOP/s: ours at "
+            + ", ".join(
+                f"{row['config']} {row['ours']['gflops'] / low_roofline:.0%}" for row in results if row.get("ours")
+            )
+            + " of it"
+        )
     busy = max(load_before[0], load_after[0]) > 1.5
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}" + ("  (busy machine)" if busy else ""))
 
@@ -584,6 +614,8 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
             "load_average_after": load_after,
         },
         "roofline_gflops": roofline,
+        "matmul_precision": args.matmul_precision,
+        "low_precision_roofline_gflops": low_roofline,
         "matmul": matmul,
         "settings": {
             "batch_size": args.batch_size,

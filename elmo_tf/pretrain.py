@@ -47,6 +47,7 @@ from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 
 log = logging.getLogger("elmo_tf.pretrain")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
+MATMUL_PRECISIONS = ("float32", "bfloat16")
 # How `Trainer.fit` ended, as `logs["stop_reason"]` of `on_train_end`.
 STOP_REASONS = ("steps", "stop_training", "interrupted", "non_finite", "error")
 
@@ -79,6 +80,10 @@ class TrainConfig:
     validate_every: int = 0  # 0: only at the end
     shuffle_buffer: int = 10000
     bucket_width: int = 10  # sentences batched in length buckets this wide (see lm_dataset for the measured trade-off)
+    # dtype of the training step's LSTM and sampled-softmax matmuls; "bfloat16" steps faster on CPUs with
+    # AVX512_BF16 and on GPUs, with the weights, state and optimizer still float32 (bench/README.md has the
+    # measurements); evaluation and exports are float32 either way
+    matmul_precision: str = "float32"
     seed: int = 0
 
     def __post_init__(self):
@@ -97,6 +102,8 @@ class TrainConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.validate_every < 0:
             raise ValueError(f"validate_every must be >= 0, got {self.validate_every}")
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul_precision must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}")
 
 
 def make_optimizer(config):
@@ -317,6 +324,7 @@ class Trainer:
                 num_sampled=train_config.num_sampled,
                 dropout=train_config.dropout,
             )
+            self.model.matmul_dtype = None if train_config.matmul_precision == "float32" else "bfloat16"
             self.optimizer = make_optimizer(train_config)
             self.optimizer.build(self.model.trainable_variables)
             # Keras callbacks read the optimizer from the model (TensorBoard logs its learning rate), as after

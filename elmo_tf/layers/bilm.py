@@ -7,6 +7,7 @@ from elmo_tf.layers.projected_lstm import ProjectedLSTM
 from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
 
 DIRECTIONS = ("forward", "backward")
+MATMUL_DTYPES = (None, "float32", "bfloat16")  # the training scan's matmuls (`BiLM.call(matmul_dtype=)`)
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -44,6 +45,9 @@ class BiLM(keras.layers.Layer):
             backward pass (`recurrence.fast_gradient_scan`: same values; a layer's forward + backward 1.3-1.5x as
             fast, bench/train_throughput.py --profile); False: TF's automatic gradient of the plain scan (the
             reference the fast one is tested against).
+        matmul_dtype: None, "float32" or "bfloat16": the dtype of the training scan's matmuls (where
+            `fast_gradient` applies; see `recurrence.fast_gradient_scan`); the weights, the state and the
+            element-wise math stay float32. Inference and evaluation always run float32.
     Returns:
         list of `num_layers` float `(batch, time, 2 * projection_dim)` (forward ++ backward, zeros at
         padding); with `return_state`, `(outputs, states)`.
@@ -118,7 +122,10 @@ class BiLM(keras.layers.Layer):
         segment_starts=None,
         gate_chunk=None,
         fast_gradient=True,
+        matmul_dtype=None,
     ):
+        if matmul_dtype not in MATMUL_DTYPES:
+            raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {matmul_dtype!r}")
         x = tf.convert_to_tensor(inputs)
         if x.shape.rank != 3 or not x.dtype.is_floating:
             raise ValueError(
@@ -166,7 +173,7 @@ class BiLM(keras.layers.Layer):
                 lstms[0].proj_clip,
             )
             if training is True and gate_chunk is None and fast_gradient:
-                outs, cs, hs = fast_gradient_scan(*scan_args, resets=resets)
+                outs, cs, hs = fast_gradient_scan(*scan_args, resets=resets, matmul_dtype=matmul_dtype)
             else:
                 outs, cs, hs = projected_lstm_scan(
                     *scan_args,

@@ -8,7 +8,9 @@ from elmo_tf.models.elmo import build_bilm_layers
 from elmo_tf.preprocessing.chars import add_sentence_boundaries
 
 
-def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_classes, sampled_values=None):
+def sampled_softmax_loss(
+    weights, biases, labels, inputs, num_sampled, num_classes, sampled_values=None, matmul_dtype=None
+):
     """Sampled softmax cross-entropy per target, `logsumexp(t, s_1 .. s_K) - t`, with log-uniform negatives and
     accidental hits removed: the values and gradients of `tf.nn.sampled_softmax_loss(...,
     remove_accidental_hits=True)` to float rounding, with fewer passes over the `(targets, K)` logits.
@@ -26,6 +28,8 @@ def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_class
         num_sampled: K; num_classes: the sampler's range.
         sampled_values: optional `(sampled, true_expected_count, sampled_expected_count)` as
             `tf.random.log_uniform_candidate_sampler` returns them; default: one draw of it (`unique=True`).
+        matmul_dtype: optional dtype of the `(targets, K)` logits' matmul and its gradients (e.g. "bfloat16");
+            the logits come back in the inputs' dtype.
     Returns:
         float `(targets,)`.
     """
@@ -41,7 +45,12 @@ def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_class
         - tf.math.log(tf.reshape(true_expected, [-1]))
     )
     sampled_bias = tf.gather(biases, sampled) - tf.math.log(sampled_expected)
-    sampled_logits = tf.matmul(inputs, tf.gather(weights, sampled), transpose_b=True) + sampled_bias
+    sampled_weights = tf.gather(weights, sampled)
+    if matmul_dtype is not None and tf.dtypes.as_dtype(matmul_dtype) != inputs.dtype:
+        low = tf.matmul(tf.cast(inputs, matmul_dtype), tf.cast(sampled_weights, matmul_dtype), transpose_b=True)
+        sampled_logits = tf.cast(low, inputs.dtype) + sampled_bias
+    else:
+        sampled_logits = tf.matmul(inputs, sampled_weights, transpose_b=True) + sampled_bias
     rows, columns, hit_weights = tf.nn.compute_accidental_hits(labels, sampled, num_true=1)
     hits = tf.stack([rows, tf.cast(columns, tf.int32)], axis=1)
     sampled_logits = tf.tensor_scatter_nd_add(sampled_logits, hits, tf.cast(hit_weights, sampled_logits.dtype))
@@ -111,6 +120,9 @@ class BiLMPretrainer(keras.Model):
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
         self.fast_gradient = True  # the LSTMs' hand-written backward pass in training (False: TF's, for tests)
+        # dtype of the training step's LSTM and sampled-softmax matmuls (None: float32; "bfloat16": the Trainer's
+        # `TrainConfig.matmul_precision`); evaluation and inference always run float32
+        self.matmul_dtype = None
         p = config.projection_dim
         self.softmax_kernel = self.add_weight(
             name="softmax_kernel",
@@ -128,7 +140,11 @@ class BiLMPretrainer(keras.Model):
         with_bounds = add_sentence_boundaries(char_ids)
         mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
         top = self.bilm(
-            self.encode_distinct(with_bounds, mask_b), mask=mask_b, training=training, fast_gradient=self.fast_gradient
+            self.encode_distinct(with_bounds, mask_b),
+            mask=mask_b,
+            training=training,
+            fast_gradient=self.fast_gradient,
+            matmul_dtype=self.matmul_dtype,
         )[-1]
         if training and self.dropout > 0:
             top = tf.nn.dropout(top, rate=self.dropout)
@@ -187,6 +203,7 @@ class BiLMPretrainer(keras.Model):
                 inputs=tf.concat([states_f, states_b], axis=0),
                 num_sampled=self.num_sampled,
                 num_classes=self.vocab_size,
+                matmul_dtype=self.matmul_dtype,
             )
             n_forward = tf.shape(targets_f)[0]
             return tf.reduce_sum(loss[:n_forward]), tf.reduce_sum(loss[n_forward:]), count

@@ -8,15 +8,17 @@ import tensorflow as tf
 from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan
 
 
-def _problem(seed, steps=7, batch=5, dim=6, units=8, proj=4, num=2, lengths=(7, 3, 5, 1, 0)):
+def _problem(seed, steps=7, batch=5, dim=6, units=8, proj=4, num=2, lengths=(7, 3, 5, 1, 0), kernel_scale=1.0):
     rng = np.random.default_rng(seed)
     mask = np.arange(steps)[:, None] < np.array(lengths)[None, :]
     args = dict(
         inputs=[tf.constant(rng.normal(size=(steps, batch, dim)), tf.float32) for _ in range(num)],
-        input_kernels=[tf.constant(rng.normal(size=(4 * units, dim)), tf.float32) for _ in range(num)],
+        input_kernels=[tf.constant(kernel_scale * rng.normal(size=(4 * units, dim)), tf.float32) for _ in range(num)],
         biases=[tf.constant(rng.normal(size=(4 * units,)), tf.float32) for _ in range(num)],
-        recurrent_kernels=[tf.constant(rng.normal(size=(4 * units, proj)), tf.float32) for _ in range(num)],
-        projection_kernels=[tf.constant(rng.normal(size=(proj, units)), tf.float32) for _ in range(num)],
+        recurrent_kernels=[
+            tf.constant(kernel_scale * rng.normal(size=(4 * units, proj)), tf.float32) for _ in range(num)
+        ],
+        projection_kernels=[tf.constant(kernel_scale * rng.normal(size=(proj, units)), tf.float32) for _ in range(num)],
         initial_c=[tf.constant(rng.normal(size=(batch, units)), tf.float32) for _ in range(num)],
         initial_h=[tf.constant(rng.normal(size=(batch, proj)), tf.float32) for _ in range(num)],
     )
@@ -67,3 +69,34 @@ def test_one_direction_in_a_compiled_function():
     values, grads = _value_and_grads(compiled, args, mask, None, weights, (3.0, 3.0))
     for a, b in zip(expected_values + expected_grads, values + grads):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(a).max())))
+
+
+@pytest.mark.parametrize("clips, with_resets", [((None, None), False), ((0.5, 0.3), True), ((3.0, 3.0), True)])
+def test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32(clips, with_resets):
+    """`matmul_dtype="bfloat16"` runs every product in bfloat16 (8 significant bits) and the rest in float32: values
+    and gradients within a few bfloat16 roundings of the float32 ones (relative to their scale), and not equal to
+    them (the products really ran in bfloat16). Kernels of initialization scale: with unit-normal ones the gates
+    saturate and the unclipped recurrence amplifies any rounding over the steps, float32's too."""
+    args, mask, resets, weights = _problem(
+        seed=4, steps=9, batch=6, dim=16, units=24, proj=12, lengths=(9, 3, 5, 1, 0, 8), kernel_scale=0.25
+    )
+    resets = resets if with_resets else None
+    exact_values, exact_grads = _value_and_grads(fast_gradient_scan, args, mask, resets, weights, clips)
+    low_values, low_grads = _value_and_grads(
+        fast_gradient_scan, args, mask, resets, weights, clips, matmul_dtype="bfloat16"
+    )
+    differences = []
+    for exact, low in zip(exact_values + exact_grads, low_values + low_grads):
+        assert low.dtype == np.float32
+        scale = max(1.0, float(np.abs(exact).max()))
+        np.testing.assert_allclose(low, exact, atol=3e-2 * scale)
+        differences.append(float(np.abs(low - exact).max()) / scale)
+    assert max(differences) > 1e-4
+
+
+def test_float32_matmul_dtype_is_the_default_path():
+    args, mask, _, weights = _problem(seed=5)
+    default = _value_and_grads(fast_gradient_scan, args, mask, None, weights, (3.0, 3.0))
+    named = _value_and_grads(fast_gradient_scan, args, mask, None, weights, (3.0, 3.0), matmul_dtype="float32")
+    for a, b in zip(default[0] + default[1], named[0] + named[1]):
+        np.testing.assert_array_equal(b, a)

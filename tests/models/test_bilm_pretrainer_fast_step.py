@@ -122,3 +122,38 @@ def test_one_sampled_softmax_serves_both_directions(monkeypatch):
     _, targets_b = model._flatten(out, "backward")
     np.testing.assert_array_equal(labels, np.concatenate([targets_f.numpy(), targets_b.numpy()]))
     assert (float(fwd), float(bwd), float(count)) == (n_targets, 1000.0 * n_targets, n_targets)
+
+
+def test_a_training_step_with_bfloat16_matmuls_stays_close_to_float32():
+    """`matmul_dtype="bfloat16"` (TrainConfig.matmul_precision): the LSTM and sampled-softmax products in bfloat16,
+    the rest float32; one step's loss and gradients within bfloat16 rounding of the float32 step's, on the same
+    sampled negatives (same seed)."""
+    batch = _batch(4)
+    results = []
+    for dtype in (None, "bfloat16"):
+        model = _model(True)
+        model.matmul_dtype = dtype
+        tf.random.set_seed(11)  # the same negatives for both
+        results.append(_step(model, batch, sampled=True))
+    (loss_exact, grads_exact, variables, _), (loss_low, grads_low, _, _) = results
+    assert loss_low == pytest.approx(loss_exact, rel=2e-2)
+    assert loss_low != loss_exact
+    for v, a, b in zip(variables, grads_exact, grads_low):
+        assert b.dtype == np.float32, v.path
+        np.testing.assert_allclose(b, a, atol=5e-2 * max(1e-3, float(np.abs(a).max())), err_msg=v.path)
+
+
+def test_evaluation_runs_float32_whatever_the_matmul_dtype():
+    batch = _batch(5)
+    exact, low = _model(True), _model(True)
+    low.matmul_dtype = "bfloat16"
+    a = exact.losses_sum(batch, training=False, sampled=False)
+    b = low.losses_sum(batch, training=False, sampled=False)
+    assert [float(t) for t in a] == [float(t) for t in b]
+
+
+def test_bilm_names_a_bad_matmul_dtype():
+    model = _model(True)
+    model.matmul_dtype = "float16"
+    with pytest.raises(ValueError, match=r"matmul_dtype must be one of \(None, 'float32', 'bfloat16'\), got 'float16'"):
+        model.losses_sum(_batch(1), training=True, sampled=False)

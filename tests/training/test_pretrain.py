@@ -672,6 +672,7 @@ def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, mes
         (["--steps", "1", "--max-minutes", "0"], "--max-minutes must be > 0, got '0'"),
         (["--steps", "1", "--dropout", "1.5"], "--dropout: dropout must be in [0, 1), got 1.5"),
         (["--steps", "1", "--bucket-width", "0"], "--bucket-width: bucket_width must be >= 1, got 0"),
+        (["--steps", "1", "--matmul-precision", "fp16"], "--matmul-precision: invalid choice: 'fp16'"),
     ],
 )
 def test_bad_numbers_exit_2_naming_the_flag(data, tmp_path, extra, message):

@@ -281,3 +281,24 @@ def test_a_writer_failing_midway_keeps_the_previous_weights(two_models, monkeypa
     assert digest(out / "softmax.hdf5") == before["softmax.hdf5"]  # not reached
     assert digest(out / "options.json") != before["options.json"]  # written whole before the weights
     assert temporaries(out) == []
+
+
+def test_bfloat16_matmul_precision_trains_float32_weights(corpus):
+    """TrainConfig.matmul_precision="bfloat16" reaches the model; steps stay finite, the weights, their updates and
+    the optimizer's slots stay float32."""
+    trainer = make_trainer(corpus, matmul_precision="bfloat16")
+    assert trainer.model.matmul_dtype == "bfloat16"
+    assert make_trainer(corpus).model.matmul_dtype is None
+    before = [v.numpy().copy() for v in trainer.model.trainable_variables]
+    iterator = iter(trainer.distributed_dataset(0))
+    for _ in range(3):
+        fwd, bwd, count = (float(t) for t in trainer.train_step(iterator))
+        assert math.isfinite(fwd / count) and math.isfinite(bwd / count) and count > 0
+    after = trainer.model.trainable_variables
+    assert all(v.dtype == "float32" for v in after + trainer.optimizer.variables if "int" not in v.dtype)
+    assert sum(not np.array_equal(a, b.numpy()) for a, b in zip(before, after)) == len(before)
+
+
+def test_a_bad_matmul_precision_is_named():
+    with pytest.raises(ValueError, match=r"matmul_precision must be one of \('float32', 'bfloat16'\), got 'fp16'"):
+        TrainConfig(steps=1, matmul_precision="fp16")
