@@ -131,6 +131,12 @@ def build_parser():
     p.add_argument("--batch-size", type=int, default=64, help="sentences per step, all replicas (64)")
     p.add_argument("--max-tokens", type=int, default=100)
     p.add_argument("--bucket-width", type=int, default=10, help="length buckets this many tokens wide (10)")
+    p.add_argument(
+        "--matmul-precision",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help="dtype of the training step's LSTM and softmax matmuls (float32; evaluation is float32 either way)",
+    )
     p.add_argument("--num-sampled", type=int, default=2048, help="sampled-softmax negatives (2048 of 10,002)")
     p.add_argument("--optimizer", default="adagrad", choices=sorted(DEFAULT_LR))
     p.add_argument("--learning-rate", type=float, default=None, help="default 0.2 adagrad, 1e-3 adam, 1.0 sgd")
@@ -189,6 +195,7 @@ def main(argv=None):
         log_every=args.log_every,
         shuffle_buffer=50000,
         bucket_width=args.bucket_width,
+        matmul_precision=args.matmul_precision,
         seed=args.seed,
     )
     strategy = get_strategy("mirrored")
@@ -322,6 +329,7 @@ def main(argv=None):
                 "num_sampled",
                 "shuffle_buffer",
                 "bucket_width",
+                "matmul_precision",
                 "seed",
             )
         },
