@@ -27,6 +27,7 @@ Example:
 """
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -48,6 +49,9 @@ from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 log = logging.getLogger("elmo_tf.pretrain")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 MATMUL_PRECISIONS = ("float32", "bfloat16")
+# the TrainConfig fields that set which batches a step sees: a resumed run skips the steps already trained, which
+# lands on the same data position only when they are the run's own (`Checkpoints.restore` checks them)
+DATA_ORDER_FIELDS = ("batch_size", "max_tokens", "shuffle_buffer", "bucket_width", "seed")
 # How `Trainer.fit` ended, as `logs["stop_reason"]` of `on_train_end`.
 STOP_REASONS = ("steps", "stop_training", "interrupted", "non_finite", "error")
 
@@ -104,6 +108,17 @@ class TrainConfig:
             raise ValueError(f"validate_every must be >= 0, got {self.validate_every}")
         if self.matmul_precision not in MATMUL_PRECISIONS:
             raise ValueError(f"matmul_precision must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}")
+
+
+def _cpu_has_bfloat16():
+    """Whether this CPU multiplies bfloat16 natively (x86 AVX512_BF16 or AMX); True where it cannot be told (not
+    Linux), so that no warning is given without evidence."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return True
+    return flags is None or bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def make_optimizer(config):
@@ -325,6 +340,11 @@ class Trainer:
                 dropout=train_config.dropout,
             )
             self.model.matmul_dtype = None if train_config.matmul_precision == "float32" else "bfloat16"
+        if self.model.matmul_dtype and not tf.config.list_logical_devices("GPU") and not _cpu_has_bfloat16():
+            log.warning(
+                "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls are emulated and "
+                "may run slower than float32"
+            )
             self.optimizer = make_optimizer(train_config)
             self.optimizer.build(self.model.trainable_variables)
             # Keras callbacks read the optimizer from the model (TensorBoard logs its learning rate), as after
@@ -570,12 +590,18 @@ class Checkpoints:
         written before `train_seconds` was saved restore with the training time starting at 0. In a multi-worker
         run every worker must call this (it ends with a collective check that all restored the same step).
 
+        The settings that decide the data order (`DATA_ORDER_FIELDS`) must be the run's own, as its
+        `train_config.json` records them: the resumed run skips the batches already trained, which are the same
+        batches only under the same settings. Other files than the run's are logged as a warning (more data may be
+        meant). Other settings (steps, learning rate, dropout, clipping, ...) may change between runs.
+
         Raises:
-            CheckpointMismatchError: the checkpoint does not fit the model or optimizer, or the workers restored
-                different steps.
+            CheckpointMismatchError: the checkpoint does not fit the model or optimizer, the data order differs
+                from the run's, or the workers restored different steps.
         """
         path = self.latest
         if path:
+            self._check_data_order(path)
             saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
             checkpoint = self.checkpoint
             if "train_seconds" not in saved:
@@ -596,6 +622,47 @@ class Checkpoints:
             log.info("resumed from %s at step %d", path, int(self.trainer.step.numpy()))
         self._check_workers_agree()
         return path is not None
+
+    def _check_data_order(self, path):
+        """Raises CheckpointMismatchError when this trainer's data-order settings differ from those in the run's
+        `train_config.json` (a run without a readable one, e.g. a non-chief worker's, is not checked)."""
+        config_path = os.path.join(self.output_dir, "train_config.json")
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:  # ValueError: bad JSON or bad UTF-8
+            log.warning("%s unreadable (%s); the data order of the resumed run is not checked", config_path, e)
+            return
+        run = saved.get("train") if isinstance(saved, dict) else None
+        if not isinstance(run, dict):
+            log.warning("%s holds no 'train' settings; the data order of the resumed run is not checked", config_path)
+            return
+        ours = dataclasses.asdict(self.trainer.config)
+        changed = [
+            f"{name} {run[name]!r} -> {ours[name]!r}"
+            for name in DATA_ORDER_FIELDS
+            if run.get(name, ours[name]) != ours[name]
+        ]
+        if changed:
+            raise CheckpointMismatchError(
+                f"checkpoint {path} was trained with another data order ({'; '.join(changed)}, from {config_path}): "
+                "a resumed run skips the batches already trained, which are the same batches only with the run's own "
+                "batch size, max tokens, shuffle buffer, bucket width and seed; rerun with those or use a new output "
+                "directory"
+            )
+        files = saved.get("train_files")
+        if isinstance(files, list) and [os.path.basename(str(f)) for f in files] != [
+            os.path.basename(f) for f in self.trainer.train_files
+        ]:  # a warning: more data on resume may be meant; paths are compared by name (relative globs, another cwd)
+            log.warning(
+                "the training files differ from the run's (%d files, was %d, %s): the resumed run does not continue "
+                "at the same data position",
+                len(self.trainer.train_files),
+                len(files),
+                config_path,
+            )
 
     def _check_workers_agree(self):
         """All workers must resume from the same step, or their collectives pair up out of step."""

@@ -32,7 +32,15 @@ from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
 from elmo_tf.models import ELMo
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
-from elmo_tf.pretrain import Checkpoints, NonFiniteLossError, TrainConfig, Trainer, evaluate_perplexity, run_pretraining
+from elmo_tf.pretrain import (
+    CheckpointMismatchError,
+    Checkpoints,
+    NonFiniteLossError,
+    TrainConfig,
+    Trainer,
+    evaluate_perplexity,
+    run_pretraining,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN = REPO_ROOT / "training" / "pretrain.py"
@@ -535,6 +543,44 @@ def test_learning_rate_flag_applies_on_resume(data, tmp_path):
     resumed = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=4)
     assert resumed.resumed
     assert float(resumed.trainer.optimizer.learning_rate.numpy()) == pytest.approx(1e30)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"bucket_width": 2}, "bucket_width 10 -> 2"),
+        ({"seed": 3}, "seed 0 -> 3"),
+        ({"batch_size": 4}, "batch_size 8 -> 4"),
+    ],
+)
+def test_resuming_with_another_data_order_is_refused(data, tmp_path, change, named):
+    """A resumed run skips the batches already trained; under other data-order settings those are other batches, so
+    the rerun is refused, naming the setting and both values, before any state is restored or file written."""
+    _Run(data, tmp_path / "run", steps=2).train()
+    before = checkpoint_digests(tmp_path / "run")
+    with pytest.raises(CheckpointMismatchError, match=re.escape(named) + r".*rerun with those or use a new output"):
+        _Run(data, tmp_path / "run", steps=4, **change)
+    assert checkpoint_digests(tmp_path / "run") == before
+    # the run's own settings, with other steps, learning rate and dropout, still resume
+    assert _Run(data, tmp_path / "run", steps=4, learning_rate=0.1, dropout=0.2).resumed
+
+
+def test_an_unreadable_train_config_does_not_block_resuming(data, tmp_path, caplog):
+    _Run(data, tmp_path / "run", steps=2).train()
+    (tmp_path / "run" / "train_config.json").write_bytes(b"\xff\xfe not json")
+    with caplog.at_level("WARNING", logger="elmo_tf.pretrain"):
+        assert _Run(data, tmp_path / "run", steps=4, bucket_width=2).resumed
+    assert "train_config.json unreadable" in caplog.text and "not checked" in caplog.text
+
+
+def test_resume_on_other_training_files_warns(data, tmp_path, caplog):
+    _Run(data, tmp_path / "run", steps=2).train()
+    config = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    config["train_files"] = ["a.txt", "b.txt"]
+    (tmp_path / "run" / "train_config.json").write_text(json.dumps(config))
+    with caplog.at_level("WARNING", logger="elmo_tf.pretrain"):
+        assert _Run(data, tmp_path / "run", steps=4).resumed
+    assert "training files differ from the run's (1 files, was 2" in caplog.text
 
 
 def test_nan_after_a_good_checkpoint_keeps_it(data, tmp_path):

@@ -302,3 +302,14 @@ def test_bfloat16_matmul_precision_trains_float32_weights(corpus):
 def test_a_bad_matmul_precision_is_named():
     with pytest.raises(ValueError, match=r"matmul_precision must be one of \('float32', 'bfloat16'\), got 'fp16'"):
         TrainConfig(steps=1, matmul_precision="fp16")
+
+
+def test_bfloat16_on_a_cpu_without_it_warns(corpus, monkeypatch, caplog):
+    import elmo_tf.pretrain as pretrain
+
+    monkeypatch.setattr(pretrain, "_cpu_has_bfloat16", lambda: False)
+    with caplog.at_level("WARNING", logger="elmo_tf.pretrain"):
+        make_trainer(corpus)
+        assert "AVX512_BF16" not in caplog.text
+        make_trainer(corpus, matmul_precision="bfloat16")
+    assert "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX" in caplog.text
