@@ -340,17 +340,17 @@ class Trainer:
                 dropout=train_config.dropout,
             )
             self.model.matmul_dtype = None if train_config.matmul_precision == "float32" else "bfloat16"
-        if self.model.matmul_dtype and not tf.config.list_logical_devices("GPU") and not _cpu_has_bfloat16():
-            log.warning(
-                "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls are emulated and "
-                "may run slower than float32"
-            )
             self.optimizer = make_optimizer(train_config)
             self.optimizer.build(self.model.trainable_variables)
             # Keras callbacks read the optimizer from the model (TensorBoard logs its learning rate), as after
             # `compile`; the checkpoint keys stay the same (the optimizer is also a direct child of it)
             self.model.optimizer = self.optimizer
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        if self.model.matmul_dtype and not tf.config.list_logical_devices("GPU") and not _cpu_has_bfloat16():
+            log.warning(
+                "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls are emulated and "
+                "may run slower than float32"
+            )
         self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_seconds")
         self.train_step = _compile_train_step(strategy, self.model, self.optimizer, self.step, train_config.clip_norm)
         self.probe_loss = tf.function(lambda batch: self.model.losses_sum(batch, training=False, sampled=False))
