@@ -51,6 +51,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from common import git_commit  # bench/common.py, beside this script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb"))
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "pretrain_ptb.json")
@@ -157,6 +159,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    commit = git_commit(REPO)  # the code that trains (read before the run: the checkout may change during it)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     files = {split: os.path.join(args.data, f"ptb.{split}.txt") for split in ("train", "valid", "test")}
     missing = [f for f in files.values() if not os.path.isfile(f)]
@@ -307,6 +310,7 @@ def main(argv=None):
     record = {
         "benchmark": "pretrain_ptb",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "commit": commit,
         "machine": {
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
