@@ -171,7 +171,14 @@ def main(argv=None):
     from elmo_tf.config import BiLMConfig
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretrain import Checkpoints, TrainConfig, Trainer, evaluate_perplexity, run_pretraining
+    from elmo_tf.pretrain import (
+        CheckpointMismatchError,
+        Checkpoints,
+        TrainConfig,
+        Trainer,
+        evaluate_perplexity,
+        run_pretraining,
+    )
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -204,7 +211,11 @@ def main(argv=None):
     strategy = get_strategy("mirrored")
     trainer = Trainer(strategy, bilm_config, train_config, vocab, [files["train"]])
     checkpoints = Checkpoints(trainer, args.run_dir)
-    checkpoints.restore()
+    try:
+        checkpoints.restore()
+    except CheckpointMismatchError as e:  # --resume with other settings than the run's
+        log.error("--resume: %s", e)
+        return 2
     model = trainer.model
     params = {
         "total": model.count_params(),

@@ -587,7 +587,8 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
             )
     low_roofline = None
     if args.matmul_precision != "float32":
-        low_roofline = max(m.get(args.matmul_precision, {}).get("best_gflops", 0.0) for m in matmul)
+        low_roofline = max(m.get(args.matmul_precision, {}).get("best_gflops", 0.0) for m in matmul) or None
+    if low_roofline:  # None when its measurement failed (the workers' errors are in the JSON)
         print(
             f"ours ran its LSTM and softmax matmuls in {args.matmul_precision} (the baseline float32); "
             f"{args.matmul_precision} matmul roofline {low_roofline:.0f} GFLOP/s: ours at "

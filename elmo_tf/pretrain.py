@@ -590,18 +590,24 @@ class Checkpoints:
         written before `train_seconds` was saved restore with the training time starting at 0. In a multi-worker
         run every worker must call this (it ends with a collective check that all restored the same step).
 
-        The settings that decide the data order (`DATA_ORDER_FIELDS`) must be the run's own, as its
-        `train_config.json` records them: the resumed run skips the batches already trained, which are the same
-        batches only under the same settings. Other files than the run's are logged as a warning (more data may be
-        meant). Other settings (steps, learning rate, dropout, clipping, ...) may change between runs.
+        The settings that decide the data order (`DATA_ORDER_FIELDS` and the replica count) must be the run's
+        own, as its `train_config.json` records them (all workers refuse together): the resumed run skips the
+        batches already trained, which are the same batches only under the same settings. Other files than the
+        run's are logged as a warning (more data may be meant). Other settings (steps, learning rate, dropout,
+        clipping, ...) may change between runs.
 
         Raises:
             CheckpointMismatchError: the checkpoint does not fit the model or optimizer, the data order differs
                 from the run's, or the workers restored different steps.
         """
         path = self.latest
+        refusal = self._data_order_refusal(path) if path else None
+        # decided together: a worker that raised alone would leave the others waiting in the next collective
+        if self.trainer._any_worker(refusal is not None) and refusal is None:
+            refusal = f"another worker refused to resume from {path}: its run records another data order (see its log)"
+        if refusal:
+            raise CheckpointMismatchError(refusal)
         if path:
-            self._check_data_order(path)
             saved = {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
             checkpoint = self.checkpoint
             if "train_seconds" not in saved:
@@ -623,9 +629,10 @@ class Checkpoints:
         self._check_workers_agree()
         return path is not None
 
-    def _check_data_order(self, path):
-        """Raises CheckpointMismatchError when this trainer's data-order settings differ from those in the run's
-        `train_config.json` (a run without a readable one, e.g. a non-chief worker's, is not checked)."""
+    def _data_order_refusal(self, path):
+        """Why resuming from `path` would train on another data order than the run's: this trainer's data-order
+        settings or replica count differ from those in the run's `train_config.json`; None when they agree (a
+        run without a readable one, e.g. a non-chief worker's, is not checked)."""
         config_path = os.path.join(self.output_dir, "train_config.json")
         try:
             with open(config_path, encoding="utf-8") as f:
@@ -645,13 +652,9 @@ class Checkpoints:
             for name in DATA_ORDER_FIELDS
             if run.get(name, ours[name]) != ours[name]
         ]
-        if changed:
-            raise CheckpointMismatchError(
-                f"checkpoint {path} was trained with another data order ({'; '.join(changed)}, from {config_path}): "
-                "a resumed run skips the batches already trained, which are the same batches only with the run's own "
-                "batch size, max tokens, shuffle buffer, bucket width and seed; rerun with those or use a new output "
-                "directory"
-            )
+        replicas = self.trainer.strategy.num_replicas_in_sync
+        if isinstance(saved.get("replicas"), int) and saved["replicas"] != replicas:
+            changed.append(f"replicas {saved['replicas']} -> {replicas}")  # each replica's batches are bucketed apart
         files = saved.get("train_files")
         if isinstance(files, list) and [os.path.basename(str(f)) for f in files] != [
             os.path.basename(f) for f in self.trainer.train_files
@@ -663,6 +666,14 @@ class Checkpoints:
                 len(files),
                 config_path,
             )
+        if not changed:
+            return None
+        return (
+            f"checkpoint {path} was trained with another data order ({'; '.join(changed)}, from {config_path}): "
+            "a resumed run skips the batches already trained, which are the same batches only with the run's own "
+            "batch size, max tokens, shuffle buffer, bucket width, seed and replica count; rerun with those or use "
+            "a new output directory"
+        )
 
     def _check_workers_agree(self):
         """All workers must resume from the same step, or their collectives pair up out of step."""

@@ -46,8 +46,9 @@ class BiLM(keras.layers.Layer):
             fast, bench/train_throughput.py --profile); False: TF's automatic gradient of the plain scan (the
             reference the fast one is tested against).
         matmul_dtype: None, "float32" or "bfloat16": the dtype of the training scan's matmuls (where
-            `fast_gradient` applies; see `recurrence.fast_gradient_scan`); the weights, the state and the
-            element-wise math stay float32. Inference and evaluation always run float32.
+            `fast_gradient` applies; see `recurrence.fast_gradient_scan`); the weights, the cell state and the
+            element-wise math stay float32, the products (and so the outputs) hold bfloat16's precision.
+            Inference and evaluation always run float32.
     Returns:
         list of `num_layers` float `(batch, time, 2 * projection_dim)` (forward ++ backward, zeros at
         padding); with `return_state`, `(outputs, states)`.

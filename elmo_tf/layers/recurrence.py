@@ -274,7 +274,8 @@ def fast_gradient_scan(
 
     `matmul_dtype` (None: the inputs' dtype): the dtype every matmul runs in, forward and backward, e.g.
     `"bfloat16"`: the kernels are cast once per call, each product's operands per step, and each product comes
-    back in the inputs' dtype; the state, the gates' element-wise math and the clipping stay in it. On CPUs with
+    back in the inputs' dtype; the cell state, the gates' element-wise math and the clipping stay in it (the
+    projected state `h`, a product, is float32 holding bfloat16's precision). On CPUs with
     AVX512_BF16 (and GPUs) a bfloat16 matmul runs at about twice the float32 rate; a layer at the original shapes
     trained 1.7x as fast here. Products are rounded to bfloat16's 8 significant bits (relative 2^-9), so values
     and gradients differ from float32 by about 0.5% of their scale (tests/layers/test_fast_gradient.py).

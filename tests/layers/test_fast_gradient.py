@@ -94,9 +94,11 @@ def test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32(clips, with_r
     assert max(differences) > 1e-4
 
 
-def test_float32_matmul_dtype_is_the_default_path():
+def test_matmul_dtype_float32_named_is_exact():
+    """`matmul_dtype="float32"` (what `TrainConfig.matmul_precision`'s default names) matches TF's automatic gradient
+    of the plain scan as closely as the default does."""
     args, mask, _, weights = _problem(seed=5)
-    default = _value_and_grads(fast_gradient_scan, args, mask, None, weights, (3.0, 3.0))
+    plain = _value_and_grads(projected_lstm_scan, args, mask, None, weights, (3.0, 3.0))
     named = _value_and_grads(fast_gradient_scan, args, mask, None, weights, (3.0, 3.0), matmul_dtype="float32")
-    for a, b in zip(default[0] + default[1], named[0] + named[1]):
-        np.testing.assert_array_equal(b, a)
+    for a, b in zip(plain[0] + plain[1], named[0] + named[1]):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(a).max())))

@@ -565,6 +565,17 @@ def test_resuming_with_another_data_order_is_refused(data, tmp_path, change, nam
     assert _Run(data, tmp_path / "run", steps=4, learning_rate=0.1, dropout=0.2).resumed
 
 
+def test_resuming_on_another_replica_count_is_refused(data, tmp_path):
+    """Each replica's batches are bucketed apart, so the replica count is part of the data order too."""
+    _Run(data, tmp_path / "run", steps=2).train()
+    config = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert config["replicas"] == 1
+    config["replicas"] = 2  # as a run on 2 replicas records it
+    (tmp_path / "run" / "train_config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointMismatchError, match=r"replicas 2 -> 1"):
+        _Run(data, tmp_path / "run", steps=4)
+
+
 def test_an_unreadable_train_config_does_not_block_resuming(data, tmp_path, caplog):
     _Run(data, tmp_path / "run", steps=2).train()
     (tmp_path / "run" / "train_config.json").write_bytes(b"\xff\xfe not json")
