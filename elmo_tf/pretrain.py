@@ -42,13 +42,14 @@ from elmo_tf.distribute import is_chief
 from elmo_tf.io.atomic import atomic_path, write_json
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.io.vocabulary import Vocabulary
+from elmo_tf.layers.bilm import MATMUL_DTYPES
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.optimizers import FusedAdagrad, FusedAdam
 from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 
 log = logging.getLogger("elmo_tf.pretrain")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
-MATMUL_PRECISIONS = ("float32", "bfloat16")
+MATMUL_PRECISIONS = tuple(d for d in MATMUL_DTYPES if d)  # what BiLM's training scan takes: float32, bfloat16
 # the TrainConfig fields that set which batches a step sees: a resumed run skips the steps already trained, which
 # lands on the same data position only when they are the run's own (`Checkpoints.restore` checks them)
 DATA_ORDER_FIELDS = ("batch_size", "max_tokens", "shuffle_buffer", "bucket_width", "seed")
@@ -339,7 +340,8 @@ class Trainer:
                 num_sampled=train_config.num_sampled,
                 dropout=train_config.dropout,
             )
-            self.model.matmul_dtype = None if train_config.matmul_precision == "float32" else "bfloat16"
+            precision = train_config.matmul_precision
+            self.model.matmul_dtype = None if precision == "float32" else precision
             self.optimizer = make_optimizer(train_config)
             self.optimizer.build(self.model.trainable_variables)
             # Keras callbacks read the optimizer from the model (TensorBoard logs its learning rate), as after
@@ -638,14 +640,14 @@ class Checkpoints:
             with open(config_path, encoding="utf-8") as f:
                 saved = json.load(f)
         except FileNotFoundError:
-            return
+            return None
         except (OSError, ValueError) as e:  # ValueError: bad JSON or bad UTF-8
             log.warning("%s unreadable (%s); the data order of the resumed run is not checked", config_path, e)
-            return
+            return None
         run = saved.get("train") if isinstance(saved, dict) else None
         if not isinstance(run, dict):
             log.warning("%s holds no 'train' settings; the data order of the resumed run is not checked", config_path)
-            return
+            return None
         ours = dataclasses.asdict(self.trainer.config)
         changed = [
             f"{name} {run[name]!r} -> {ours[name]!r}"

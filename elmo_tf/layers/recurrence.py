@@ -14,6 +14,8 @@ can hold several independent sequences back to back (packed rows, no padding bet
 then gets exactly the outputs it gets alone in a row.
 """
 
+import functools
+
 import tensorflow as tf
 
 # Below this many elements per recurrent kernel (4 * units * projection_dim) the directions advance as one stacked
@@ -300,12 +302,8 @@ def fast_gradient_scan(
         dtype = xs[0].dtype
         mm = tf.dtypes.as_dtype(matmul_dtype) if matmul_dtype else dtype
         low = mm != dtype
-
-        def lo(t):  # an operand of a matmul, in the matmul's dtype
-            return tf.cast(t, mm) if low else t
-
-        def hi(t):  # a matmul's result, back in the state's dtype
-            return tf.cast(t, dtype) if low else t
+        lo = functools.partial(tf.cast, dtype=mm)  # a matmul's operand (tf.cast to the same dtype is no op)
+        hi = functools.partial(tf.cast, dtype=dtype)  # a matmul's product, back in the state's dtype
 
         w_xs_r = [_gates_last(lo(w)) for w in w_xs]  # (4 * units, in), rows (i, f, o, j)
         w_hs_r = [_gates_last(lo(w)) for w in w_hs]  # (4 * units, projection_dim)

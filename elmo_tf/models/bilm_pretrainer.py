@@ -45,12 +45,9 @@ def sampled_softmax_loss(
         - tf.math.log(tf.reshape(true_expected, [-1]))
     )
     sampled_bias = tf.gather(biases, sampled) - tf.math.log(sampled_expected)
-    sampled_weights = tf.gather(weights, sampled)
-    if matmul_dtype is not None and tf.dtypes.as_dtype(matmul_dtype) != inputs.dtype:
-        low = tf.matmul(tf.cast(inputs, matmul_dtype), tf.cast(sampled_weights, matmul_dtype), transpose_b=True)
-        sampled_logits = tf.cast(low, inputs.dtype) + sampled_bias
-    else:
-        sampled_logits = tf.matmul(inputs, sampled_weights, transpose_b=True) + sampled_bias
+    mm = matmul_dtype or inputs.dtype  # tf.cast to the same dtype is no op
+    products = tf.matmul(tf.cast(inputs, mm), tf.cast(tf.gather(weights, sampled), mm), transpose_b=True)
+    sampled_logits = tf.cast(products, inputs.dtype) + sampled_bias
     rows, columns, hit_weights = tf.nn.compute_accidental_hits(labels, sampled, num_true=1)
     hits = tf.stack([rows, tf.cast(columns, tf.int32)], axis=1)
     sampled_logits = tf.tensor_scatter_nd_add(sampled_logits, hits, tf.cast(hit_weights, sampled_logits.dtype))
