@@ -177,7 +177,7 @@ class Demo:
         self.server = subprocess.Popen(
             cmd, cwd=HERE, env=self.env, stdout=self.server_log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        from serving.client import ElmoClient, ServingError
+        from elmo_tf.serving.client import ElmoClient, ServingError
 
         deadline = time.monotonic() + 180
         with ElmoClient(f"127.0.0.1:{port}", model_name="elmo", timeout=10) as client:
@@ -410,7 +410,7 @@ def check_served(log, bilm, port, rest_port):
 
     from elmo_tf import load_elmo
     from elmo_tf.preprocessing import tokens_to_char_ids_numpy
-    from serving.client import ElmoClient, ElmoRestClient
+    from elmo_tf.serving.client import ElmoClient, ElmoRestClient
 
     sentences = TAG_SENTENCES[:2]
     elmo = load_elmo(os.path.join(bilm, "options.json"), os.path.join(bilm, "weights.hdf5"))

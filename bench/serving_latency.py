@@ -214,7 +214,7 @@ class Server:
         self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
 
     def wait(self, timeout):
-        from serving.client import ElmoClient
+        from elmo_tf.serving.client import ElmoClient
 
         with ElmoClient(f"127.0.0.1:{self.port}", "elmo") as client:
             client.wait_for_model(timeout=timeout)
@@ -271,7 +271,7 @@ def run_preset(args, preset, sentences, results_dir):
                 return call
 
             callers["in-process"] = make_inprocess
-        from serving.client import ElmoClient, ElmoRestClient
+        from elmo_tf.serving.client import ElmoClient, ElmoRestClient
 
         for batching, names in ((True, ("grpc", "rest")), (False, ("grpc-nobatch",))):
             if not set(names) & set(args.transports):

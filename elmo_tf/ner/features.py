@@ -91,7 +91,7 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
         FeatureSourceError: with a one-line reason.
     """
     if elmo_server:
-        from serving.client import ElmoClient
+        from elmo_tf.serving.client import ElmoClient
 
         try:
             source = ServedFeatures(ElmoClient(elmo_server, model_name=model_name), batch_size=batch_size)

@@ -1,5 +1,6 @@
 """Fixtures of the serving tests: a small random ELMo exported with `export_elmo`, a shared embedded server on
-127.0.0.1 (gRPC + REST on free ports) and clients. Helpers live in serving_testlib.py.
+127.0.0.1 (gRPC + REST on free ports), clients, the REST tests' `strict` server, and the model loaded without a
+server. Helpers live in serving_testlib.py, rest_testlib.py and serving_fake.py.
 """
 
 import os
@@ -7,7 +8,8 @@ import shutil
 import textwrap
 
 import pytest
-from serving_testlib import ex, make_model, start_server
+from rest_testlib import SMALL_LIMIT, TIMEOUT_S
+from serving_testlib import VALID, ex, make_model, reference_sentences, start_server
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -35,10 +37,34 @@ def server(base_path):
 
 @pytest.fixture
 def client(server):
-    from serving.client import ElmoClient
+    from elmo_tf.serving.client import ElmoClient
 
     with ElmoClient(f"127.0.0.1:{server.grpc_port}", model_name="elmo", timeout=60) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def expected(model):
+    """The Keras model's outputs for `VALID`, the request every hostile case ends with."""
+    return reference_sentences(model, VALID)
+
+
+@pytest.fixture(scope="session")
+def loaded(base_path):
+    """Version 1 of `model` loaded in this process (a `servable.Servable`), without a server."""
+    from elmo_tf.serving.servable import load_servable
+
+    return load_servable("elmo", 1, os.path.join(base_path, "1"))
+
+
+@pytest.fixture(scope="module")
+def strict(base_path):
+    """A server with a 3 s REST request deadline and a 4 MiB message limit, batching off (see rest_testlib)."""
+    server = start_server(
+        base_path, rest_api_timeout_in_ms=int(TIMEOUT_S * 1000), max_message_bytes=SMALL_LIMIT, enable_batching=False
+    )
+    yield server
+    server.stop(grace=1.0)
 
 
 @pytest.fixture

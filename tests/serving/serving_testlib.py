@@ -1,10 +1,12 @@
-"""Helpers of the serving tests: the test model, free ports, servers, Keras reference outputs, parity checks.
+"""Helpers of the serving tests: the test model, free ports, servers, Keras reference outputs, parity checks, and the
+checks every hostile case ends with (a valid request served in time, the RSS growth reported).
 
 The model has projection 32 so that 16 sentences of 400 tokens with all outputs (about 5.7 MB) exceed gRPC's
 4 MiB default message size.
 """
 
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -14,6 +16,9 @@ import numpy as np
 import elmo_tf.export as ex
 
 REPO = Path(__file__).resolve().parents[2]
+SERVE = str(REPO / "serving" / "serve.py")
+VALID = ["a valid request after the hostile one", "short"]  # the request every hostile case ends with
+SERVED_WITHIN = 5.0  # seconds for the valid request after each case
 
 ATOL = 1e-5
 SERVING_CONFIG = dict(
@@ -62,7 +67,8 @@ def assert_parity(expected, actual, keys=None, atol=ATOL):
 
 
 def start_server(base, **options):
-    from serving.server import ModelServer, ServerOptions
+    from elmo_tf.serving.options import ServerOptions
+    from elmo_tf.serving.server import ModelServer
 
     options.setdefault("port", 0)
     options.setdefault("rest_api_port", 0)
@@ -115,3 +121,38 @@ def listening_addresses(pid):
                     host = socket.inet_ntop(socket.AF_INET6, b"".join(raw[k : k + 4][::-1] for k in range(0, 16, 4)))
                 found.append((host, int(port, 16)))
     return found
+
+
+def assert_serves(server, expected, version=1):
+    """A valid request is answered correctly by `version` within SERVED_WITHIN seconds; returns the seconds."""
+    start = time.monotonic()
+    from elmo_tf.serving.client import ElmoClient
+
+    with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=SERVED_WITHIN, max_retries=0) as c:
+        out = c.embed(VALID)
+    elapsed = time.monotonic() - start
+    assert out.model_version == version
+    assert_parity(expected, out)
+    return elapsed
+
+
+def report(case, before, after, served):
+    print(f"\n[{case}] RSS {before:.1f} -> {after:.1f} MiB ({after - before:+.1f}); valid request {served:.3f} s")
+
+
+def statuses(client):
+    return [(s["version"], s["state"]) for s in client.model_status()]
+
+
+def copy_version(base, source, name, files=None):
+    """Copies version directory `source` to `name` under `base`: whole, or only `files` (a copy under way)."""
+    if files is None:
+        shutil.copytree(os.path.join(base, source), os.path.join(base, name))
+        return
+    os.makedirs(os.path.join(base, name))
+    for f in files:
+        shutil.copy(os.path.join(base, source, f), os.path.join(base, name, f))
+
+
+def messages(caplog, text):
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]

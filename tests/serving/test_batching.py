@@ -1,4 +1,4 @@
-"""serving/batching.py: concurrent requests merge into fewer model calls (the real model over gRPC, and a fake
+"""elmo_tf/serving/batching.py: concurrent requests merge into fewer model calls (the real model over gRPC, and a fake
 signature), each request gets exactly its own outputs, big requests run alone, deadlines and stop are handled."""
 
 import threading
@@ -10,9 +10,9 @@ import pytest
 from serving_fake import fake_runner
 from serving_testlib import assert_parity, reference_sentences, reference_tokens, start_server
 
-from serving.batching import BatchingOptions, BatchScheduler, BatchStats
-from serving.client import ElmoClient
-from serving.status import ServingError
+from elmo_tf.serving.batching import BatchingOptions, BatchScheduler, BatchStats
+from elmo_tf.serving.client import ElmoClient
+from elmo_tf.serving.status import ServingError
 
 
 def test_scheduler_merges_up_to_max_batch_size_and_runs_big_requests_alone():
@@ -23,7 +23,9 @@ def test_scheduler_merges_up_to_max_batch_size_and_runs_big_requests_alone():
     results = {}
 
     def send(k, rows):
-        results[k] = scheduler.submit(runner.prepare({"x": np.full((rows, 2), k, np.float32)}), timeout=30)
+        results[k] = scheduler.submit(
+            runner, runner.budget.prepare({"x": np.full((rows, 2), k, np.float32)}), timeout=30
+        )
 
     try:
         threads = [threading.Thread(target=send, args=(k, rows)) for k, rows in enumerate([1, 1, 1, 1, 6, 2])]
@@ -45,17 +47,17 @@ def test_scheduler_merges_up_to_max_batch_size_and_runs_big_requests_alone():
 def test_scheduler_deadline_and_stop():
     runner = fake_runner(delay=0.5)
     scheduler = BatchScheduler(BatchingOptions(max_batch_size=1, num_threads=1), BatchStats(), "fake", 1)
-    request = runner.prepare({"x": np.ones((1, 1), np.float32)})
-    blocker = threading.Thread(target=scheduler.submit, args=(request,), kwargs={"timeout": 30})
+    request = runner.budget.prepare({"x": np.ones((1, 1), np.float32)})
+    blocker = threading.Thread(target=scheduler.submit, args=(runner, request), kwargs={"timeout": 30})
     blocker.start()
     time.sleep(0.1)
     with pytest.raises(ServingError) as info:
-        scheduler.submit(request, timeout=0.1)  # queued behind a 0.5 s call
+        scheduler.submit(runner, request, timeout=0.1)  # queued behind a 0.5 s call
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
     blocker.join(30)
     scheduler.stop(5)
     with pytest.raises(ServingError) as info:
-        scheduler.submit(request, timeout=1)
+        scheduler.submit(runner, request, timeout=1)
     assert info.value.code == grpc.StatusCode.UNAVAILABLE
 
 
@@ -75,7 +77,7 @@ def batching_server(base_path):
 
 
 def test_concurrent_requests_merge_into_fewer_model_calls(batching_server, model):
-    before = batching_server.stats()
+    before = batching_server.core.stats()
     jobs = []
     for k in range(8):
         sentences = [" ".join(f"m{k}w{i}" for i in range(2 + 3 * k + j)) for j in range(1 + k % 3)]
@@ -106,7 +108,7 @@ def test_concurrent_requests_merge_into_fewer_model_calls(batching_server, model
     assert not failures, failures
     for k in range(8):  # each request gets its own rows, at its own width
         assert_parity(expected[k], results[k])
-    after = batching_server.stats()
+    after = batching_server.core.stats()
     requests = after["requests"] - before["requests"]
     calls = after["model_calls"] - before["model_calls"]
     assert requests == 8

@@ -1,5 +1,5 @@
-"""serving/client.py: ElmoClient against the embedded server over gRPC (parity with the Keras model, output_filter,
-status/metadata, errors, retries on UNAVAILABLE only, deadlines, message size) and ElmoRestClient."""
+"""elmo_tf/serving/client.py: ElmoClient against the embedded server over gRPC (parity with the Keras model,
+output_filter, status/metadata, errors, retries on UNAVAILABLE only, deadlines, message size) and ElmoRestClient."""
 
 import time
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from serving_testlib import assert_parity, free_port, reference_sentences, reference_tokens
 
-from serving.client import ElmoClient, ElmoRestClient, tokens_arrays
-from serving.status import ServingError
+from elmo_tf.serving.client import ElmoClient, ElmoRestClient, tokens_arrays
+from elmo_tf.serving.status import ServingError
 
 SENTENCES = [
     "The cat sat on the mat .",

@@ -1,51 +1,56 @@
-"""The embedded model server: a `serving.registry.ModelRegistry` (models, versions, requests) with its two fronts,
-TF Serving's gRPC API (`serving.grpc_front`) and its REST API (`serving.rest`), so TF Serving's clients work
-unchanged.
+"""The embedded model server: a `core.ServerCore` (models, versions, requests) and its two fronts, TF Serving's gRPC
+API (`grpc_front`) and its REST API (`rest_front`), so TF Serving's clients work unchanged. As TF Serving's Server
+holds a ServerCore, `ModelServer` holds its core (`server.core`) and starts and stops it with the fronts.
 
-Errors (gRPC status; REST maps them as TF Serving does, see `serving.status`):
+Errors (gRPC status; REST maps them as TF Serving does, see `status`):
     NOT_FOUND: unknown model name ("Servable not found for request: Latest(name)"), version
         ("... Specific(name, 7)"), or signature ("Serving signature key "x" not found."). Stock TF Serving answers
         an unknown signature with FAILED_PRECONDITION on gRPC (INVALID_ARGUMENT on REST); clients that talk to both
         should treat either as "no such signature".
-    INVALID_ARGUMENT: inputs or outputs that do not match the SignatureDef (see `serving.servable`), or a graph
-        error caused by the values (TensorFlow's message).
-    RESOURCE_EXHAUSTED: a request above the request budget (see `serving.servable.Limits`), above the gRPC
-        message size (`max_message_bytes`, both directions; gRPC's own message), beyond `max_requests_in_flight`
-        Predict requests at once, or beyond the calls gRPC queues (4 x `grpc_max_threads`).
+    INVALID_ARGUMENT: inputs or outputs that do not match the SignatureDef (see `budget`), or a graph error caused by
+        the values (TensorFlow's message).
+    RESOURCE_EXHAUSTED: a request above the request budget (see `budget.Limits`), above the gRPC message size
+        (`max_message_bytes`, both directions; gRPC's own message), beyond `max_requests_in_flight` Predict requests
+        at once, or beyond the calls gRPC queues (4 x `grpc_max_threads`).
     DEADLINE_EXCEEDED: the client's deadline passed before the model ran, or while its request waited for it.
     INTERNAL: a bug; logged with its traceback. No request error stops the server.
 Messages never show the server's filesystem paths (the log does).
 
 Concurrency: gRPC calls run on a pool of `grpc_max_threads` threads, REST requests on the REST front's event loop;
-with batching (on by default, see `serving.batching`) `num_batch_threads` workers make the model calls, merging
-concurrent requests. Binds 127.0.0.1 unless `host` says otherwise.
+with batching (on by default, see `batching`) `num_batch_threads` workers make the model calls, merging concurrent
+requests. Binds 127.0.0.1 unless `host` says otherwise.
 
 Example:
     server = ModelServer({"elmo": "models/elmo"}, ServerOptions(port=0, rest_api_port=0)).start()
-    print(server.grpc_port, server.rest_port)
+    print(server.grpc_port, server.rest_port, server.core.stats())
     ...
     server.stop()
 """
 
 import logging
 
-from serving.grpc_front import GrpcServer
-from serving.registry import ModelRegistry, ServerOptions, State  # noqa: F401 (ServerOptions, State: public API)
-from serving.rest import RestServer
+from elmo_tf.serving.core import ServerCore
+from elmo_tf.serving.grpc_front import GrpcServer
+from elmo_tf.serving.options import ServerOptions
+from elmo_tf.serving.rest_front import RestServer
 
-logger = logging.getLogger("serving.server")
+logger = logging.getLogger(__name__)
 
 
-class ModelServer(ModelRegistry):
-    """The registry of `models` served over gRPC, and over REST when `options.rest_api_port` is not None.
+class ModelServer:
+    """The `ServerCore` of `models`, served over gRPC, and over REST when `options.rest_api_port` is not None.
 
     Args:
         models: `{model_name: base_path}`.
         options: `ServerOptions`.
+    Attributes:
+        core: the `ServerCore` (models, versions, predict, status, metadata, stats).
+        grpc_port, rest_port: the ports listened on once started (None before, and for REST when it is off).
     """
 
     def __init__(self, models, options=None):
-        super().__init__(models, options)
+        self.options = options or ServerOptions()
+        self.core = ServerCore(models, self.options)
         self._grpc = None
         self._rest = None
         self.grpc_port = None
@@ -53,16 +58,16 @@ class ModelServer(ModelRegistry):
 
     def start(self):
         """Loads each model's highest version, then listens (gRPC, and REST when `rest_api_port` is set)."""
-        self.poll()
-        self._grpc = GrpcServer(self, self.options)
+        self.core.poll()
+        self._grpc = GrpcServer(self.core, self.options)
         self._grpc.start()
         self.grpc_port = self._grpc.port
         if self.options.rest_api_port is not None:
-            self._rest = RestServer(self, self.options)
+            self._rest = RestServer(self.core, self.options)
             self._rest.start()
             self.rest_port = self._rest.port
             logger.info("REST API listening on %s:%d", self.options.host, self.rest_port)
-        self.start_polling()
+        self.core.start_polling()
         return self
 
     def stop(self, grace=5.0):
@@ -72,7 +77,7 @@ class ModelServer(ModelRegistry):
             self._rest.stop(grace)
         if stopped is not None:
             stopped.wait(grace + 1.0)
-        self.stop_models(grace)
+        self.core.stop(grace)
         logger.info("server stopped")
 
     def __enter__(self):

@@ -1,10 +1,13 @@
-"""`ServingError`: a gRPC status code and message, shared by the client and the embedded server.
+"""`ServingError`: a gRPC status code and message, shared by the clients and the embedded server; and
+`redact_paths`, which keeps the server's filesystem paths out of what clients are told.
 
 The REST API answers each gRPC code with the HTTP status TF Serving's REST handler uses
 (`tensorflow_serving/model_servers/http_server.cc`, `ToHTTPStatusCode`): INVALID_ARGUMENT and
 FAILED_PRECONDITION 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNIMPLEMENTED 501, UNAVAILABLE 503,
 DEADLINE_EXCEEDED 504, INTERNAL/UNKNOWN 500.
 """
+
+import re
 
 import grpc
 
@@ -47,6 +50,8 @@ GRPC_CODE_OF_HTTP = {
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
+_ABSOLUTE_PATH = re.compile(r"(?<![\w>)\]])(?:[A-Za-z]:)?[/\\][^\s'\"]*")
+
 # TensorFlow's error codes (tf.errors.*.error_code, tensorflow.error.Code) are the gRPC codes' numbers
 _CODE_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -87,3 +92,11 @@ def not_found(message):
 
 def resource_exhausted(message):
     return ServingError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def redact_paths(message, known=()):
+    """`message` without filesystem paths: each of `known` (`{path: replacement}` items) is replaced, then any other
+    absolute path becomes "<path>"."""
+    for path, replacement in known:
+        message = message.replace(path, replacement)
+    return _ABSOLUTE_PATH.sub("<path>", message)

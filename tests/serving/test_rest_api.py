@@ -1,39 +1,21 @@
-"""serving/rest.py over real HTTP: TF Serving's /v1/models endpoints, row ("instances") and columnar ("inputs")
-predict formats with parity, b64 strings, versions, and errors as {"error": ...} with TF Serving's HTTP codes."""
+"""elmo_tf/serving/rest_api.py over real HTTP on 127.0.0.1: TF Serving's /v1/models endpoints, row ("instances") and
+columnar ("inputs") predict formats with parity, b64 strings, versions, metrics, and errors as {"error": ...} with TF
+Serving's HTTP codes, malformed requests included."""
 
 import base64
-import http.client
-import json
-import urllib.parse
 
 import numpy as np
 import pytest
-from serving_testlib import assert_parity, reference_sentences, reference_tokens, start_server
+from rest_testlib import (
+    arrays,
+    assert_still_serving,
+    call,
+    get,
+    post,
+)
+from serving_testlib import assert_parity, reference_sentences, reference_tokens
 
 SENTENCES = ["The cat sat on the mat .", "ELMo", ""]
-
-
-def call(url, method="GET", body=None, raw=None, headers=None):
-    parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
-    try:
-        payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        connection.request(method, parts.path, body=payload, headers=headers or {})
-        response = connection.getresponse()
-        data = response.read()
-        return response.status, (
-            json.loads(data) if response.getheader("Content-Type", "").startswith("application/json") else data.decode()
-        )
-    finally:
-        connection.close()
-
-
-def arrays(outputs):
-    result = {}
-    for key, value in outputs.items():
-        array = np.asarray(value)
-        result[key] = array.astype(np.float32) if array.dtype.kind == "f" else array
-    return result
 
 
 def test_model_status(rest_url):
@@ -193,13 +175,21 @@ def test_metrics_endpoint(rest_url):
     assert 'elmo_serving_version{model="elmo"} 1' in text
 
 
-def test_body_above_the_limit_is_refused(base_path):
-    server = start_server(base_path, enable_batching=False, max_message_bytes=1 << 16)
-    try:
-        url = f"http://127.0.0.1:{server.rest_port}/v1/models/elmo:predict"
-        got, answer = call(url, "POST", {"inputs": ["x" * (1 << 17)]})
-        assert got == 413 and "above the server's limit of 65536 bytes (--max_message_bytes)" in answer["error"]
-        got, answer = call(url, "POST", {"inputs": ["still fine"]})
-        assert got == 200
-    finally:
-        server.stop(grace=1.0)
+def test_malformed_requests_are_400(strict):
+    port = strict.rest_port
+    cases = [
+        b"",
+        b"\xff\xfe{not utf-8",
+        b'{"instances": ["a"]',
+        b'{"instances": ["a"]} trailing',
+        b'{"instances": [1' + b"0" * 5000 + b"]}",  # an integer too long to convert
+        b'{"instances": ["\\ud800"]}',  # a lone surrogate
+        b'{"signature_name": "tokens", "inputs": {"tokens": [[["a"]]], "sequence_len": [1]}}',
+        b'{"signature_name": "tokens", "instances": [{"tokens": ["a"], "sequence_len": [[[1]]]}]}',
+    ]
+    for raw in cases:
+        status, body = post(port, raw)
+        assert status == 400, (raw[:60], body)
+    status, body = get(port, "/v1/models/elmo/versions/" + "9" * 5000)
+    assert status == 400 and "Failed to convert version" in body["error"], body
+    assert_still_serving(port)

@@ -4,7 +4,8 @@ Like TF Serving's `--enable_batching` (a shared batch scheduler with `max_batch_
 `num_batch_threads`, and `pad_variable_length_inputs`): each of `num_threads` workers takes the oldest waiting
 request, adds the requests queued behind it for the same signature while the merged batch stays within
 `max_batch_size` rows (a single larger request runs alone, never split), optionally waits up to `batch_timeout`
-for more, and runs them in one call (`SignatureRunner.run_batch`, which pads, merges and splits the outputs back).
+for more, and runs them in one call (`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs
+back).
 With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
 which is when merging pays, and a lone request pays no delay. A request whose deadline passes, or whose client
 goes away, while it is queued is dropped before it runs (DEADLINE_EXCEEDED, CANCELLED).
@@ -21,9 +22,10 @@ import time
 
 import grpc
 
-from serving.status import ServingError
+from elmo_tf.serving.merge import run_batch
+from elmo_tf.serving.status import ServingError
 
-logger = logging.getLogger("serving.batching")
+logger = logging.getLogger(__name__)
 
 
 class BatchStats:
@@ -125,8 +127,9 @@ class BatchScheduler:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, request, timeout=None, cancelled=None):
-        """Queues `request` (a `servable.Request`) and waits for its outputs (alias -> array, all outputs).
+    def submit(self, runner, request, timeout=None, cancelled=None):
+        """Queues `request` (a `budget.Request`) to `runner` (a `servable.SignatureRunner`) and waits for its outputs
+        (alias -> array, all outputs).
 
         Args:
             timeout: seconds to wait (None: no limit; the request's deadline); past it, DEADLINE_EXCEEDED and the
@@ -141,7 +144,7 @@ class BatchScheduler:
         with self._cond:
             if self._stopping:
                 raise ServingError(grpc.StatusCode.UNAVAILABLE, f"model {self.name} is unloading; retry")
-            self._queues.setdefault(request.runner, collections.deque()).append(task)
+            self._queues.setdefault(runner, collections.deque()).append(task)
             self._cond.notify()
         if not task.done.wait(timeout):
             task.abandoned = True
@@ -197,7 +200,7 @@ class BatchScheduler:
                 return None
             self._cond.wait()
         tasks, rows = [first], first.request.batch
-        if not runner.mergeable:
+        if not runner.signature.mergeable:
             return runner, tasks
 
         def fill():
@@ -232,7 +235,7 @@ class BatchScheduler:
                 return
             runner, tasks = taken
             try:
-                results = runner.run_batch([t.request for t in tasks])
+                results = run_batch(runner, [t.request for t in tasks])
             except Exception as e:  # run_batch catches per request; this is a bug guard
                 logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
                 results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)

@@ -40,8 +40,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from elmo_tf.serving.status import GRPC_CODE_OF_HTTP, ServingError, status_code
 from elmo_tf.serving_contract import SENTENCES, SENTENCES_SIGNATURE, SEQUENCE_LEN, TOKENS, TOKENS_SIGNATURE
-from serving.status import GRPC_CODE_OF_HTTP, ServingError, status_code
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 

@@ -1,10 +1,10 @@
-"""TF Serving's gRPC API over a `serving.registry.ModelRegistry`: `tensorflow.serving.PredictionService`
+"""TF Serving's gRPC API over a `core.ServerCore`: `tensorflow.serving.PredictionService`
 (`Predict`, `GetModelMetadata`; `Classify`, `Regress` and `MultiInference` answer UNIMPLEMENTED) and
 `tensorflow.serving.ModelService.GetModelStatus`, with the protos of `tensorflow_serving.apis`.
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
 gRPC's own message), each input's TensorProto is checked (dtype, declared shape, limits:
-`SignatureRunner.check_tensor_proto`) before `tf.make_ndarray` reads its values, and a call whose deadline has
+`budget.RequestBudget.check_tensor_proto`) before `tf.make_ndarray` reads its values, and a call whose deadline has
 passed is not run. Calls beyond `4 x grpc_max_threads` waiting for a thread are refused by gRPC
 (RESOURCE_EXHAUSTED).
 """
@@ -22,10 +22,9 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from serving.registry import redact_paths
-from serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found
+from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, redact_paths
 
-logger = logging.getLogger("serving.grpc")
+logger = logging.getLogger(__name__)
 
 
 def _model_spec(request):
@@ -38,13 +37,13 @@ def _model_spec(request):
 
 
 def decode_tensor_protos(protos):
-    """`runner -> {alias: array}` for `ModelRegistry.predict`: names and each TensorProto's declared dtype and shape
-    are checked before its values are read."""
+    """`budget -> {alias: array}` for `ServerCore.predict`: names and each TensorProto's declared dtype and shape
+    are checked against the signature's request budget before its values are read."""
 
-    def decode(runner):
-        runner.check_input_names(protos.keys())
+    def decode(budget):
+        budget.signature.check_input_names(protos.keys())
         for alias, proto in protos.items():
-            runner.check_tensor_proto(alias, proto)
+            budget.check_tensor_proto(alias, proto)
         arrays = {}
         for alias, proto in protos.items():
             try:
@@ -77,13 +76,13 @@ def _answer(context, method, response_type, work):
 
 
 class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, registry):
-        self.registry = registry
+    def __init__(self, core):
+        self.core = core
 
     def Predict(self, request, context):
         def work():
             name, version = _model_spec(request)
-            served, signature, outputs = self.registry.predict(
+            served, signature, outputs = self.core.predict(
                 name,
                 version,
                 request.model_spec.signature_name,
@@ -110,19 +109,19 @@ class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer)
             for field in request.metadata_field:
                 if field != SIGNATURE_DEF_FIELD:
                     raise invalid_argument(f"Metadata field {field} is not supported")
-            return self.registry.model_metadata(name, version)
+            return self.core.model_metadata(name, version)
 
         return _answer(context, "GetModelMetadata", get_model_metadata_pb2.GetModelMetadataResponse, work)
 
 
 class _ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, registry):
-        self.registry = registry
+    def __init__(self, core):
+        self.core = core
 
     def GetModelStatus(self, request, context):
         def work():
             name, version = _model_spec(request)
-            return self.registry.model_status(name, version)
+            return self.core.model_status(name, version)
 
         return _answer(context, "GetModelStatus", get_model_status_pb2.GetModelStatusResponse, work)
 
@@ -133,14 +132,14 @@ def listen_address(host, port):
 
 
 class GrpcServer:
-    """The gRPC API of a `ModelRegistry` on `options.host:options.port` (0: a free port, see `.port`).
+    """The gRPC API of a `ServerCore` on `options.host:options.port` (0: a free port, see `.port`).
 
     Args:
-        registry: `ModelRegistry`.
+        core: `core.ServerCore`.
         options: `ServerOptions` (host, port, grpc_max_threads, max_message_bytes).
     """
 
-    def __init__(self, registry, options):
+    def __init__(self, core, options):
         size = options.max_message_bytes
         self._server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(max_workers=options.grpc_max_threads, thread_name_prefix="grpc"),
@@ -151,8 +150,8 @@ class GrpcServer:
             ],
             maximum_concurrent_rpcs=4 * options.grpc_max_threads,
         )
-        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(_PredictionServicer(registry), self._server)
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(registry), self._server)
+        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(_PredictionServicer(core), self._server)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core), self._server)
         address = listen_address(options.host, options.port)
         try:
             self.port = self._server.add_insecure_port(address)

@@ -1,0 +1,411 @@
+"""`serve`: serves SavedModel exports over TF Serving's gRPC and REST APIs: the stock model server when installed, else
+the embedded one (`elmo_tf.serving.server`). `serving/serve.py` runs `main` under the `elmo_tf.cli` contract.
+
+    python serving/serve.py --model_base_path models/elmo --model_name elmo --port 8500 [--rest_api_port 8501]
+
+With `tensorflow_model_server` on PATH (and no --embedded), this script replaces itself with it (exec), passing
+the TF Serving flags it was given as `--flag=value` plus any flags it does not know verbatim (e.g.
+--monitoring_config_file); the embedded server's own flags (--max_*, --num_batch_threads, ...) are dropped with a
+warning. The stock server has no flag for the address it binds: it listens on all interfaces (gRPC on
+0.0.0.0:--port, REST on [::]:--rest_api_port; `--grpc_socket_path` adds a UNIX socket). So the hand-over needs
+`--host 0.0.0.0` (or `::`), saying so; with the default --host 127.0.0.1, or any other address, serve.py refuses
+(exit status 2) rather than listen on all interfaces: give --embedded to serve on that address. Its batching is
+off unless --enable_batching is given.
+
+Otherwise the embedded server runs (see elmo_tf/serving/server.py for the API, versions and errors): it binds
+127.0.0.1 unless --host says otherwise, batches concurrent requests unless --enable_batching=false, polls
+--model_base_path for new versions every --file_system_poll_wait_seconds, and stops gracefully on SIGTERM or
+SIGINT (no new requests, running ones finish, exit status 0). A bad flag or config file: one line naming the
+flag, exit status 2; a port that cannot be bound: exit status 1.
+"""
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+
+from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, setup_logging
+from elmo_tf.serving.config_files import BATCHING_FIELDS, parse_batching_parameters, parse_model_config
+
+logger = logging.getLogger("serve")
+
+PROG = "serve.py"
+STOCK_BINARY = "tensorflow_model_server"
+MiB = 1 << 20
+
+# flags TF Serving's model server has (passed to it as --name=value)
+TF_SERVING_FLAGS = (
+    "port",
+    "rest_api_port",
+    "rest_api_num_threads",
+    "rest_api_timeout_in_ms",
+    "model_name",
+    "model_base_path",
+    "model_config_file",
+    "enable_batching",
+    "batching_parameters_file",
+    "file_system_poll_wait_seconds",
+    "max_num_load_retries",
+    "load_retry_interval_micros",
+    "tensorflow_intra_op_parallelism",
+    "tensorflow_inter_op_parallelism",
+    "grpc_max_threads",
+    "enable_model_warmup",
+)
+# the embedded server's own flags (dropped when running the stock server)
+EMBEDDED_FLAGS = (
+    "host",
+    "max_batch_size",
+    "batch_timeout_micros",
+    "num_batch_threads",
+    "max_request_sentences",
+    "max_tokens_per_sentence",
+    "max_request_tokens",
+    "max_message_bytes",
+    "max_requests_in_flight",
+    "rest_api_max_body_bytes",
+    "rest_api_max_bytes_in_flight",
+    "embedded",
+    "verbose",
+)
+EXAMPLES = """examples:
+  python serving/serve.py --model_base_path models/elmo --model_name elmo --port 8500 --rest_api_port 8501
+  python serving/serve.py --model_config_file models.config --batching_parameters_file batching.config
+  python serving/serve.py --embedded --model_base_path models/elmo --model_name elmo --host 0.0.0.0 \\
+      --max_tokens_per_sentence 400 --enable_batching=false
+
+request limits of the embedded server (RESOURCE_EXHAUSTED above them, before the model runs):
+  --max_request_sentences rows per request; --max_tokens_per_sentence the width of a `tokens` input and the
+  whitespace-separated tokens of each sentence of a `sentences` input (0: no limit); --max_request_tokens rows x
+  tokens of one request (0: no limit); --max_message_bytes the gRPC message size both ways, the request's bytes
+  in, the estimated response, and a bound of the REST body; --rest_api_max_body_bytes the REST body;
+  --rest_api_max_bytes_in_flight REST bodies and responses held at once; --max_requests_in_flight Predict requests
+  running or queued at once, gRPC and REST together (past it: RESOURCE_EXHAUSTED at once).
+"""
+ALL_INTERFACES = ("0.0.0.0", "::", "[::]")
+
+
+def _bool(text):
+    """TF Serving's boolean flag values: true/false, 1/0, yes/no."""
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _int(flag, minimum):
+    return bounded_number(flag, int, minimum=minimum)
+
+
+def build_parser():
+    """All defaults are SUPPRESS, so the namespace holds only the flags given (see `DEFAULTS`)."""
+    parser = ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n")[0],
+        epilog=EXAMPLES,
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_tf_serving_flags(
+        parser.add_argument_group("TF Serving flags (passed to tensorflow_model_server as --name=value)")
+    )
+    _add_embedded_flags(parser.add_argument_group("embedded server only (dropped for tensorflow_model_server)"))
+    return parser
+
+
+def _add_tf_serving_flags(group):
+    group.add_argument("--port", type=_int("--port", 0), help="gRPC port (8500; 0: any free port)")
+    group.add_argument("--rest_api_port", type=_int("--rest_api_port", 0), help="REST port (0: no REST API)")
+    group.add_argument(
+        "--rest_api_num_threads", type=_int("--rest_api_num_threads", 1), help="REST handler threads (32)"
+    )
+    group.add_argument(
+        "--rest_api_timeout_in_ms", type=_int("--rest_api_timeout_in_ms", 1), help="REST request deadline (30000)"
+    )
+    group.add_argument("--model_name", help='name clients ask for ("default", as TF Serving)')
+    group.add_argument("--model_base_path", help="directory of integer version subdirectories")
+    group.add_argument(
+        "--model_config_file",
+        help="ModelServerConfig text proto (model_config_list); instead of --model_name/--model_base_path",
+    )
+    group.add_argument(
+        "--enable_batching",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="merge concurrent requests (embedded: on by default; stock: off by default)",
+    )
+    group.add_argument(
+        "--batching_parameters_file",
+        help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads)",
+    )
+    group.add_argument(
+        "--file_system_poll_wait_seconds",
+        type=bounded_number("--file_system_poll_wait_seconds", float, minimum=0, minimum_inclusive=False),
+        help="seconds between polls of the base path for new versions (1)",
+    )
+    group.add_argument(
+        "--max_num_load_retries", type=_int("--max_num_load_retries", 0), help="retries of a failed load (5)"
+    )
+    group.add_argument(
+        "--load_retry_interval_micros",
+        type=_int("--load_retry_interval_micros", 0),
+        help="time between those retries (60000000: 1 min)",
+    )
+    for flag in ("--tensorflow_intra_op_parallelism", "--tensorflow_inter_op_parallelism"):
+        group.add_argument(flag, type=_int(flag, 0), help="TF threads (0: auto)")
+    group.add_argument("--grpc_max_threads", type=_int("--grpc_max_threads", 1), help="gRPC handler threads (64)")
+    group.add_argument(
+        "--enable_model_warmup",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="(the embedded server always runs every signature once after loading)",
+    )
+
+
+def _add_embedded_flags(group):
+    group.add_argument(
+        "--embedded", action="store_true", help="run the embedded server even if tensorflow_model_server is on PATH"
+    )
+    group.add_argument(
+        "--host",
+        help="interface to bind (127.0.0.1; 0.0.0.0 for all, which the stock server always uses: see above)",
+    )
+    group.add_argument("--max_batch_size", type=_int("--max_batch_size", 1), help="rows of a merged model call (32)")
+    group.add_argument(
+        "--batch_timeout_micros",
+        type=_int("--batch_timeout_micros", 0),
+        help="wait for more requests once one is held (0: merge only what queued)",
+    )
+    group.add_argument(
+        "--num_batch_threads", type=_int("--num_batch_threads", 1), help="model calls at once (CPU count)"
+    )
+    group.add_argument(
+        "--max_request_sentences", type=_int("--max_request_sentences", 1), help="rows per request (256)"
+    )
+    group.add_argument(
+        "--max_tokens_per_sentence",
+        type=_int("--max_tokens_per_sentence", 0),
+        help="tokens per sentence (1000; 0: no limit)",
+    )
+    group.add_argument(
+        "--max_request_tokens",
+        type=_int("--max_request_tokens", 0),
+        help="rows x tokens of a request (16384; 0: no limit)",
+    )
+    group.add_argument(
+        "--max_message_bytes", type=_int("--max_message_bytes", 1), help=f"gRPC message size ({256 * MiB})"
+    )
+    group.add_argument(
+        "--rest_api_max_body_bytes", type=_int("--rest_api_max_body_bytes", 1), help=f"REST request body ({8 * MiB})"
+    )
+    group.add_argument(
+        "--rest_api_max_bytes_in_flight",
+        type=_int("--rest_api_max_bytes_in_flight", 1),
+        help=f"REST bodies and responses held at once ({64 * MiB})",
+    )
+    group.add_argument(
+        "--max_requests_in_flight",
+        type=_int("--max_requests_in_flight", 1),
+        help="Predict requests at once, gRPC and REST (64)",
+    )
+    group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+DEFAULTS = dict(
+    port=8500,
+    rest_api_port=0,
+    rest_api_num_threads=32,
+    rest_api_timeout_in_ms=30000,
+    model_name="default",
+    model_base_path=None,
+    model_config_file=None,
+    enable_batching=True,
+    batching_parameters_file=None,
+    file_system_poll_wait_seconds=1.0,
+    max_num_load_retries=5,
+    load_retry_interval_micros=60 * 1000 * 1000,
+    tensorflow_intra_op_parallelism=0,
+    tensorflow_inter_op_parallelism=0,
+    grpc_max_threads=64,
+    enable_model_warmup=True,
+    embedded=False,
+    host="127.0.0.1",
+    max_batch_size=None,
+    batch_timeout_micros=None,
+    num_batch_threads=None,
+    max_request_sentences=256,
+    max_tokens_per_sentence=1000,
+    max_request_tokens=16384,
+    max_message_bytes=256 * MiB,
+    rest_api_max_body_bytes=None,
+    rest_api_max_bytes_in_flight=None,
+    max_requests_in_flight=64,
+    verbose=False,
+)
+
+
+def _flag_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def stock_command(binary, given, extra):
+    """argv for tensorflow_model_server: the TF Serving flags given, as --name=value, then `extra` verbatim."""
+    return [binary] + [f"--{name}={_flag_value(given[name])}" for name in TF_SERVING_FLAGS if name in given] + extra
+
+
+def hand_over(parser, binary, given, extra):
+    """Replaces this process with the stock server `binary` (exec); refuses an address it cannot bind (exit 2).
+    Returns 1 if it cannot be run."""
+    host = given.get("host", DEFAULTS["host"])
+    if host not in ALL_INTERFACES:
+        parser.error(
+            f"argument --host: {STOCK_BINARY} cannot bind {host}{'' if 'host' in given else ' (the default)'}: "
+            f"it has no such flag and listens on all interfaces; pass --host 0.0.0.0 to run it that way, or "
+            f"--embedded to serve on {host}"
+        )
+    logger.warning("%s listens on all interfaces (--host %s)", STOCK_BINARY, host)
+    dropped = [f"--{name}" for name in EMBEDDED_FLAGS if name in given and name != "host"]
+    if dropped:
+        logger.warning("%s does not know %s: dropped", STOCK_BINARY, " ".join(dropped))
+    command = stock_command(binary, given, extra)
+    logger.info("running the stock model server: %s", " ".join(command))
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    try:
+        os.execv(binary, command)
+    except OSError as e:
+        logger.error("cannot run %s: %s", binary, e)
+        return 1
+
+
+def _config_files(args):
+    """(batching parameters, {model name: base path}) from the config files and flags; UsageError naming the flag."""
+    try:
+        batching = parse_batching_parameters(args.batching_parameters_file) if args.batching_parameters_file else {}
+    except ValueError as e:
+        raise UsageError(f"--batching_parameters_file: {e}") from None
+    try:
+        models = (
+            parse_model_config(args.model_config_file)
+            if args.model_config_file
+            else {args.model_name: args.model_base_path}
+        )
+    except ValueError as e:
+        raise UsageError(f"--model_config_file: {e}") from None
+    for name in BATCHING_FIELDS:  # flags win over the file
+        if getattr(args, name) is not None:
+            batching[name] = getattr(args, name)
+    return batching, models
+
+
+def server_options(args, batching):
+    """`ServerOptions` of the flags (`batching`: the batching parameters); UsageError for values it refuses."""
+    from elmo_tf.serving.batching import BatchingOptions
+    from elmo_tf.serving.options import ServerOptions
+
+    try:
+        return ServerOptions(
+            host=args.host,
+            port=args.port,
+            rest_api_port=args.rest_api_port or None,
+            enable_batching=args.enable_batching,
+            batching=BatchingOptions(
+                max_batch_size=batching.get("max_batch_size", 32),
+                batch_timeout=batching.get("batch_timeout_micros", 0) / 1e6,
+                num_threads=batching.get("num_batch_threads", os.cpu_count() or 1),
+            ),
+            max_request_sentences=args.max_request_sentences,
+            max_tokens_per_sentence=args.max_tokens_per_sentence or None,
+            max_request_tokens=args.max_request_tokens or None,
+            max_message_bytes=args.max_message_bytes,
+            file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
+            max_num_load_retries=args.max_num_load_retries,
+            load_retry_interval_micros=args.load_retry_interval_micros,
+            max_requests_in_flight=args.max_requests_in_flight,
+            grpc_max_threads=args.grpc_max_threads,
+            rest_api_num_threads=args.rest_api_num_threads,
+            rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
+            rest_api_max_body_bytes=args.rest_api_max_body_bytes,
+            rest_api_max_bytes_in_flight=args.rest_api_max_bytes_in_flight,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_embedded(args):
+    """Runs the embedded server of the flags until SIGTERM/SIGINT; returns the exit status."""
+    import tensorflow as tf
+
+    if args.tensorflow_intra_op_parallelism:
+        tf.config.threading.set_intra_op_parallelism_threads(args.tensorflow_intra_op_parallelism)
+    if args.tensorflow_inter_op_parallelism:
+        tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
+    from elmo_tf.serving.server import ModelServer
+
+    batching, models = _config_files(args)
+    options = server_options(args, batching)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logger.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = ModelServer(models, options)
+    try:
+        server.start()
+    except OSError as e:
+        logger.error("%s", e)
+        server.stop(0)
+        return 1
+    logger.info(
+        "embedded model server ready: models %s, gRPC %s:%d%s, batching %s",
+        sorted(models),
+        options.host,
+        server.grpc_port,
+        f", REST {options.host}:{server.rest_port}" if server.rest_port else "",
+        "on" if options.enable_batching else "off",
+    )
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace=10.0)
+    return 0
+
+
+def main(argv=None):
+    """The serve command line (see the module docstring); returns the exit status. Run it with `elmo_tf.cli.run`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    given_ns, extra = parser.parse_known_args(argv)
+    given = vars(given_ns)
+    setup_logging(verbose=given.get("verbose", False), fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    binary = shutil.which(STOCK_BINARY)
+    if binary and not given.get("embedded"):
+        return hand_over(parser, binary, given, extra)
+    if extra:
+        parser.error(
+            f"unrecognized arguments: {' '.join(extra)} (flags the embedded server does not know are "
+            f"passed through only to {STOCK_BINARY})"
+        )
+    args = argparse.Namespace(**{**DEFAULTS, **given})
+    if args.model_config_file and "model_base_path" in given:
+        parser.error("argument --model_config_file: not allowed with --model_base_path")
+    if not args.model_config_file:
+        if not args.model_base_path:
+            parser.error("argument --model_base_path: required (or --model_config_file)")
+        if not os.path.isdir(args.model_base_path):
+            parser.error(f"argument --model_base_path: not a directory: {args.model_base_path!r}")
+    return run_embedded(args)

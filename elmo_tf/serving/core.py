@@ -1,0 +1,193 @@
+"""The server core: models by name (a `manager.ModelManager` each) and the calls both fronts make (`predict`,
+`model_status`, `model_metadata`, `stats`), as TF Serving's ServerCore. `grpc_front` and `rest_front` are thin layers
+over a `ServerCore`; `server.ModelServer` holds one with its fronts.
+
+Requests: `predict` runs at most `max_requests_in_flight` requests at once over both fronts; past that a request is
+answered RESOURCE_EXHAUSTED at once. A deadline that has passed is answered DEADLINE_EXCEEDED without running
+the model; the batch scheduler drops requests whose deadline passes while they are queued. Inputs are read by the
+front's decoder against the signature's request budget (`budget.RequestBudget`) before anything else is built from
+them; the response's real size is checked after the call. Error messages never show the server's paths.
+"""
+
+import collections
+import contextlib
+import threading
+import time
+
+import grpc
+from tensorflow_serving.apis import get_model_metadata_pb2
+
+from elmo_tf.serving.batching import BatchStats
+from elmo_tf.serving.budget import check_response_size
+from elmo_tf.serving.manager import ModelManager, servable_request
+from elmo_tf.serving.options import ServerOptions
+from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, not_found, resource_exhausted
+
+NO_DEADLINE = 1e6  # seconds; longer timeouts (gRPC's "no deadline" is ~9.2e18 s) mean none
+
+
+class ServerCore:
+    """Models by name (a `ModelManager` each) and the calls of the gRPC and REST fronts.
+
+    Args:
+        models: `{model_name: base_path}`.
+        options: `ServerOptions`.
+    """
+
+    def __init__(self, models, options=None):
+        if not models:
+            raise ValueError("models must name at least one {model_name: base_path}")
+        self.options = options or ServerOptions()
+        self.batch_stats = BatchStats()
+        self.managers = {
+            name: ModelManager(name, path, self.options, self.batch_stats) for name, path in models.items()
+        }
+        self._lock = threading.Lock()
+        self._in_flight_count = 0
+        self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
+
+    def poll(self):
+        """One look at every base path (`ModelManager.poll`): the first versions load here."""
+        for manager in self.managers.values():
+            manager.poll()
+
+    def start_polling(self):
+        """Polls every base path every `file_system_poll_wait_seconds` from now on."""
+        for manager in self.managers.values():
+            manager.start_polling()
+
+    def stop(self, timeout=None):
+        """Stops polling and the model threads (batch schedulers), waiting up to `timeout` seconds for each."""
+        for manager in self.managers.values():
+            manager.stop(timeout)
+
+    def stats(self):
+        """Batching counters (`BatchStats.snapshot()`), the served version of each model, the Predict requests in
+        flight, and those refused at the in-flight cap (`rejected_in_flight`) or past their deadline
+        (`deadline_exceeded`)."""
+        with self._lock:
+            counters, in_flight = dict(self._counters), self._in_flight_count
+        return {
+            **self.batch_stats.snapshot(),
+            "served_versions": {name: m.served_version for name, m in self.managers.items()},
+            "in_flight": in_flight,
+            "rejected_in_flight": counters.get("rejected_in_flight", 0),
+            "deadline_exceeded": counters.get("deadline_exceeded", 0),
+        }
+
+    def _count(self, key):
+        with self._lock:
+            self._counters[key] += 1
+
+    def manager(self, name, version=None):
+        """The `ModelManager` of model `name`; NOT_FOUND (naming `version`) when there is none."""
+        manager = self.managers.get(name)
+        if manager is None:
+            raise not_found(
+                f"Servable not found for request: {servable_request(name, version)}; "
+                f"this server serves {sorted(self.managers)}"
+            )
+        return manager
+
+    @contextlib.contextmanager
+    def _client_errors(self, manager):
+        """Counts DEADLINE_EXCEEDED answers; takes the server's paths out of error messages."""
+        try:
+            yield
+        except ServingError as e:
+            if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self._count("deadline_exceeded")
+            raise ServingError(e.code, manager.redact(e.details), e.http_status) from None
+
+    @contextlib.contextmanager
+    def _in_flight(self):
+        limit = self.options.max_requests_in_flight
+        with self._lock:
+            full = self._in_flight_count >= limit
+            if full:
+                self._counters["rejected_in_flight"] += 1
+            else:
+                self._in_flight_count += 1
+        if full:
+            raise resource_exhausted(
+                f"the server is already handling {limit} requests, its limit of requests in flight "
+                f"(--max_requests_in_flight {limit}): retry later"
+            )
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight_count -= 1
+
+    def _check_deadline(self, deadline, what):
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ServingError(grpc.StatusCode.DEADLINE_EXCEEDED, f"the request's deadline passed {what}")
+
+    def predict(
+        self,
+        name,
+        version,
+        signature_name,
+        decode_inputs,
+        output_filter=(),
+        timeout=None,
+        cancelled=None,
+        response_encoding="proto",
+    ):
+        """Runs one request; returns (version, signature name, outputs alias -> array) in `output_filter` order.
+
+        Args:
+            decode_inputs: callable `budget -> {alias: array}` that reads the transport's inputs against the
+                signature's `budget.RequestBudget` (TensorProtos for gRPC, JSON for REST), raising `ServingError` on
+                bad input.
+            timeout: seconds left before the client's deadline, None for none. A request whose deadline passes
+                before the model runs is not run (DEADLINE_EXCEEDED).
+            cancelled: optional callable, True when the client went away.
+            response_encoding: "proto" or "json", how the response will be written (its size estimate differs).
+        Raises:
+            ServingError: NOT_FOUND, INVALID_ARGUMENT, RESOURCE_EXHAUSTED (request budget, in-flight cap),
+                DEADLINE_EXCEEDED; messages without the server's paths.
+        """
+        deadline = time.monotonic() + timeout if timeout is not None and timeout < NO_DEADLINE else None
+        manager = self.manager(name, version)
+        with self._client_errors(manager):
+            self._check_deadline(deadline, "before the server started on it")
+            with self._in_flight(), manager.acquire(version) as servable:
+                runner = servable.runner(signature_name)
+                inputs = decode_inputs(runner.budget)
+                request = runner.budget.prepare(inputs, output_filter, response_encoding=response_encoding)
+                self._check_deadline(deadline, "before the model ran")
+                outputs = self._run(servable, runner, request, deadline, cancelled)
+                outputs = {alias: outputs[alias] for alias in request.output_filter}
+                check_response_size(outputs, self.options.max_message_bytes)
+                return servable.version, runner.name, outputs
+
+    def _run(self, servable, runner, request, deadline, cancelled):
+        """The outputs of `request`: through the version's batch scheduler when it has one, else one call."""
+        if servable.scheduler is not None:
+            left = deadline - time.monotonic() if deadline is not None else None
+            return servable.scheduler.submit(runner, request, left, cancelled)
+        outputs = runner.run_one(request)
+        self.batch_stats.record_call(servable.model_name, runner.name, 1, request.batch)
+        if isinstance(outputs, ServingError):
+            raise outputs
+        return outputs
+
+    def model_status(self, name, version=None):
+        """A `GetModelStatusResponse` of model `name` (NOT_FOUND for an unknown model or version)."""
+        manager = self.managers.get(name)
+        if manager is None:
+            raise not_found(f"Could not find any versions of model {name}")
+        return manager.status(version)
+
+    def model_metadata(self, name, version=None):
+        """A `GetModelMetadataResponse` with `metadata["signature_def"]` = the version's `SignatureDefMap`."""
+        with self.manager(name, version).acquire(version) as servable:
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            response.model_spec.name = name
+            response.model_spec.version.value = servable.version
+            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            for key, signature_def in servable.signature_defs.items():
+                signature_map.signature_def[key].CopyFrom(signature_def)
+            response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_map)
+            return response

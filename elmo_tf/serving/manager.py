@@ -1,0 +1,252 @@
+"""The manager of one model's versions: it serves the highest version that loads, loads new ones, retries failed
+loads and retires old versions, as TF Serving's AspiredVersionsManager does with the "latest" version policy.
+
+    - the versions come from the model's `source.FileSystemSource`, polled every `file_system_poll_wait_seconds`;
+    - the highest version is served. While the highest version fails to load, the highest lower one that loads is
+      served;
+    - a load that fails is retried `max_num_load_retries` times, `load_retry_interval_micros` apart (TF Serving's
+      flags and defaults: 5 retries, one minute), on later polls; meanwhile and afterwards the version already
+      served stays served: a failed load never unloads it. After the last retry the version is END with its error;
+      it is tried again (a new round of retries) once its files change (`source.files_fingerprint`), so a model
+      copied in slowly loads when the copy is complete;
+    - versions that are gone from disk lose their state (GetModelStatus no longer lists them); the served version
+      is kept until another loads, and no version is unloaded when the base path is empty (a transient listing).
+
+GetModelStatus: LOADING -> AVAILABLE for a new version, UNLOADING -> END for the one it replaces (unloaded when its
+last request ends: `acquire` holds a version for a request); START with the error while a failed load waits for its
+retry, END with the error after the last. Messages to clients never hold the server's paths (`redact`); the log has
+them.
+"""
+
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+
+import grpc
+import tensorflow as tf
+from tensorflow_serving.apis import get_model_status_pb2
+
+from elmo_tf.serving.batching import BatchScheduler
+from elmo_tf.serving.servable import load_servable
+from elmo_tf.serving.source import FileSystemSource, files_fingerprint
+from elmo_tf.serving.status import not_found, redact_paths, status_code
+
+logger = logging.getLogger(__name__)
+
+State = get_model_status_pb2.ModelVersionStatus.State
+
+
+def servable_request(name, version):
+    return f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+
+
+@dataclasses.dataclass
+class _Failures:
+    """Failed loads of one version: how many, when the next may start (monotonic), the files they saw."""
+
+    count: int
+    next_try: float
+    fingerprint: int
+
+
+class ModelManager:
+    """Serves the highest loadable version under one model's base path; loads new versions and retires old ones.
+
+    Args:
+        name: the model name clients ask for.
+        base_path: the directory holding `<version>/saved_model.pb`.
+        options: `ServerOptions`.
+        stats: `BatchStats`.
+    """
+
+    def __init__(self, name, base_path, options, stats):
+        self.name = name
+        self.source = FileSystemSource(name, base_path)
+        self.base_path = self.source.base_path
+        self.options = options
+        self.stats = stats
+        self._lock = threading.Lock()
+        self._current = None
+        self._refs = collections.Counter()
+        self._retiring = set()
+        self._states = {}  # version -> (State, grpc.StatusCode, message)
+        self._failures = {}  # version -> _Failures
+        self._stop = threading.Event()
+        self._poller = None
+        self._known_paths = sorted(
+            {(p, f"<base path of {name}>") for p in (base_path, self.base_path, os.path.realpath(base_path))},
+            key=lambda item: -len(item[0]),
+        )
+
+    def redact(self, message):
+        return redact_paths(message, self._known_paths)
+
+    # ------------------------------------------------------------------------------------------------ versions
+
+    def poll(self):
+        """One look at the base path: forgets versions gone from disk, then serves the highest one that loads."""
+        versions = self.source.poll()
+        self._forget_missing(versions)
+        for version in sorted(versions, reverse=True):
+            current = self._current
+            if current is not None and current.version == version:
+                return
+            if self._may_load(version, versions[version]) and self._load(version, versions[version]):
+                return
+
+    def _forget_missing(self, versions):
+        with self._lock:
+            keep = {s.version for s in [self._current, *self._retiring] if s is not None} | set(versions)
+            for version in [v for v in self._states if v not in keep]:
+                del self._states[version]
+        for version in [v for v in self._failures if v not in versions]:
+            del self._failures[version]
+
+    def _may_load(self, version, path):
+        failures = self._failures.get(version)
+        if failures is None:
+            return True
+        if failures.count > self.options.max_num_load_retries:
+            if files_fingerprint(path) == failures.fingerprint:
+                return False
+            logger.info("%s version %d: its files changed since the last failed load; trying again", self.name, version)
+            del self._failures[version]
+            return True
+        return time.monotonic() >= failures.next_try
+
+    def _set_state(self, version, state, code=grpc.StatusCode.OK, message=""):
+        with self._lock:
+            self._states[version] = (state, code, message)
+
+    def _load(self, version, path):
+        """Loads and warms up `version`; on success it replaces the served version. Returns whether it loaded."""
+        logger.info("loading %s version %d from %s", self.name, version, path)
+        self._set_state(version, State.LOADING)
+        try:
+            servable = load_servable(self.name, version, path, self.options.limits)
+        except Exception as e:
+            self._load_failed(version, path, e)
+            return False
+        self._failures.pop(version, None)
+        if self.options.enable_batching:
+            servable.scheduler = BatchScheduler(self.options.batching, self.stats, self.name, version)
+        with self._lock:
+            old, self._current = self._current, servable
+            self._states[version] = (State.AVAILABLE, grpc.StatusCode.OK, "")
+            if old is not None:
+                self._states[old.version] = (State.UNLOADING, grpc.StatusCode.OK, "")
+                self._retiring.add(old)
+                release_now = self._refs[old] == 0
+        logger.info(
+            "serving %s version %d%s",
+            self.name,
+            version,
+            f" (replacing version {old.version})" if old is not None else "",
+        )
+        if old is not None and release_now:
+            self._release(old)
+        return True
+
+    def _load_failed(self, version, path, error):
+        previous = self._failures.get(version)
+        count = previous.count + 1 if previous else 1
+        interval = self.options.load_retry_interval_micros / 1e6
+        self._failures[version] = _Failures(count, time.monotonic() + interval, files_fingerprint(path))
+        if isinstance(error, tf.errors.OpError):
+            code = status_code(error.error_code)
+        else:  # tf.saved_model.load raises FileNotFoundError for TensorFlow's NotFound
+            code = grpc.StatusCode.NOT_FOUND if isinstance(error, FileNotFoundError) else grpc.StatusCode.UNKNOWN
+        message = f"{type(error).__name__}: {error}".split("\n")[0]
+        final = count > self.options.max_num_load_retries
+        logger.error(
+            "loading %s version %d from %s failed (attempt %d%s): %s",
+            self.name,
+            version,
+            path,
+            count,
+            ", giving up until its files change" if final else f", retrying in {interval:g} s",
+            message,
+        )
+        self._set_state(version, State.END if final else State.START, code, self.redact(message))
+
+    def _release(self, servable):
+        def unload():
+            if servable.scheduler is not None:
+                servable.scheduler.stop()
+            with self._lock:
+                self._retiring.discard(servable)
+                self._refs.pop(servable, None)
+                if self._current is not servable and servable.version in self._states:
+                    self._states[servable.version] = (State.END, grpc.StatusCode.OK, "")
+            servable.loaded = servable.runners = None
+            logger.info("unloaded %s version %d", self.name, servable.version)
+
+        threading.Thread(target=unload, name=f"unload-{self.name}-{servable.version}", daemon=True).start()
+
+    def start_polling(self):
+        def loop():
+            while not self._stop.wait(self.options.file_system_poll_wait_seconds):
+                try:
+                    self.poll()
+                except Exception:  # a poll must never end the loop
+                    logger.exception("polling %s failed", self.base_path)
+
+        self._poller = threading.Thread(target=loop, name=f"poll-{self.name}", daemon=True)
+        self._poller.start()
+
+    def stop(self, timeout=None):
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout)
+        with self._lock:
+            servables = [s for s in [self._current, *self._retiring] if s is not None]
+        for servable in servables:
+            if servable.scheduler is not None:
+                servable.scheduler.stop(timeout)
+
+    # ------------------------------------------------------------------------------------------------ requests
+
+    @contextlib.contextmanager
+    def acquire(self, version=None):
+        """The served version (NOT_FOUND if `version` is given and differs), held until the block ends."""
+        with self._lock:
+            servable = self._current
+            if servable is None or (version is not None and servable.version != version):
+                served = f"; serving version {servable.version}" if servable is not None else "; no version loaded yet"
+                raise not_found(f"Servable not found for request: {servable_request(self.name, version)}{served}")
+            self._refs[servable] += 1
+        try:
+            yield servable
+        finally:
+            with self._lock:
+                self._refs[servable] -= 1
+                release = servable in self._retiring and self._refs[servable] == 0
+            if release:
+                self._release(servable)
+
+    @property
+    def served_version(self):
+        current = self._current
+        return current.version if current is not None else None
+
+    def status(self, version=None):
+        """A `GetModelStatusResponse`: every version seen (highest first), or just `version`."""
+        with self._lock:
+            states = dict(self._states)
+        if version is not None:
+            if version not in states:
+                raise not_found(f"Could not find version {version} of model {self.name}")
+            states = {version: states[version]}
+        elif not states:
+            raise not_found(f"Could not find any versions of model {self.name}")
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for v in sorted(states, reverse=True):
+            state, code, message = states[v]
+            entry = response.model_version_status.add(version=v, state=state)
+            entry.status.error_code = code.value[0]
+            entry.status.error_message = message
+        return response

@@ -1,0 +1,85 @@
+"""`ServerOptions`: the settings of the embedded model server, shared by its core, its fronts and its command line."""
+
+import dataclasses
+
+from elmo_tf.serving.batching import BatchingOptions
+from elmo_tf.serving.budget import Limits, MiB
+
+
+@dataclasses.dataclass
+class ServerOptions:
+    """Settings of the embedded server (the CLI flags of `serving/serve.py`, TF Serving's names where it has one).
+
+    Args:
+        host: interface to bind, "127.0.0.1" (local only) by default; "0.0.0.0" for all.
+        port: gRPC port; 0 picks a free one (see `server.ModelServer.grpc_port`).
+        rest_api_port: REST port; None for no REST server, 0 picks a free one.
+        enable_batching: merge concurrent requests (`elmo_tf.serving.batching`).
+        batching: `BatchingOptions` (max_batch_size, batch_timeout, num_threads).
+        max_request_sentences, max_tokens_per_sentence, max_request_tokens: the request budget
+            (`elmo_tf.serving.budget.Limits`; None for no limit of tokens).
+        max_message_bytes: gRPC max send/receive message size, the request's bytes in and its response's bytes out
+            (`Limits.max_request_bytes`, `Limits.max_response_bytes`), and a bound of the REST body.
+        max_requests_in_flight: Predict requests running or queued at once, over gRPC and REST together.
+        rest_api_max_body_bytes, rest_api_max_bytes_in_flight: REST body limit, and bytes of bodies and responses
+            the REST front holds at once (None: `elmo_tf.serving.rest_front`'s defaults, 8 MiB and 64 MiB).
+        file_system_poll_wait_seconds: how often base paths are polled for new versions.
+        max_num_load_retries: retries of a version that failed to load (0: one attempt).
+        load_retry_interval_micros: time between those retries.
+        grpc_max_threads: gRPC handler threads.
+        rest_api_num_threads: REST worker threads.
+        rest_api_timeout_in_ms: REST request deadline.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8500
+    rest_api_port: int = None
+    enable_batching: bool = True
+    batching: BatchingOptions = dataclasses.field(default_factory=BatchingOptions)
+    max_request_sentences: int = Limits.max_request_sentences
+    max_tokens_per_sentence: int = Limits.max_tokens_per_sentence
+    max_request_tokens: int = Limits.max_request_tokens
+    max_message_bytes: int = 256 * MiB
+    max_requests_in_flight: int = 64
+    file_system_poll_wait_seconds: float = 1.0
+    max_num_load_retries: int = 5
+    load_retry_interval_micros: int = 60 * 1000 * 1000
+    grpc_max_threads: int = 64
+    rest_api_num_threads: int = 32
+    rest_api_timeout_in_ms: int = 30000
+    rest_api_max_body_bytes: int = None
+    rest_api_max_bytes_in_flight: int = None
+
+    def __post_init__(self):
+        if not isinstance(self.max_message_bytes, int) or not 1 <= self.max_message_bytes < 2**31:
+            raise ValueError(
+                f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), got {self.max_message_bytes!r}"
+            )
+        if not self.file_system_poll_wait_seconds > 0:
+            raise ValueError(f"file_system_poll_wait_seconds must be > 0, got {self.file_system_poll_wait_seconds!r}")
+        for name, low in (
+            ("max_requests_in_flight", 1),
+            ("max_num_load_retries", 0),
+            ("load_retry_interval_micros", 0),
+            ("grpc_max_threads", 1),
+            ("rest_api_num_threads", 1),
+            ("rest_api_timeout_in_ms", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        for name in ("rest_api_max_body_bytes", "rest_api_max_bytes_in_flight"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+        _ = self.limits  # validates the request limits
+
+    @property
+    def limits(self):
+        return Limits(
+            max_request_sentences=self.max_request_sentences,
+            max_tokens_per_sentence=self.max_tokens_per_sentence,
+            max_response_bytes=self.max_message_bytes,
+            max_request_tokens=self.max_request_tokens,
+            max_request_bytes=self.max_message_bytes,
+        )

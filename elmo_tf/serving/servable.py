@@ -1,0 +1,188 @@
+"""One loaded version of a SavedModel: its SignatureDefs and, per callable signature, a `SignatureRunner` that holds
+the signature's roles (`elmo_tf.serving.signature`), its request budget (`elmo_tf.serving.budget`), its response size
+model (`elmo_tf.serving.response_size`) and its function. Merged calls of several requests are
+`elmo_tf.serving.merge`'s.
+
+Loading reads the SignatureDefs from `saved_model.pb` (or `.pbtxt`), loads the SavedModel with
+`tf.saved_model.load`, and runs every signature once (warm-up): a missing op or a broken graph fails the load, not
+the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves unknown.
+"""
+
+import logging
+import os
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.core.protobuf import saved_model_pb2
+
+from elmo_tf.serving.budget import Limits, RequestBudget
+from elmo_tf.serving.response_size import ResponseSizes
+from elmo_tf.serving.signature import Signature
+from elmo_tf.serving.status import ServingError, resource_exhausted, status_code
+
+logger = logging.getLogger(__name__)
+
+SERVING_TAG = "serve"
+DEFAULT_SIGNATURE = "serving_default"
+WARMUP_TOKEN = b"warmup"
+
+
+def _clean_tf_message(message):
+    # drop the op trace TF appends ("\n\t [[{{node ...}}]]")
+    return message.split("\n\t [[")[0].split("\n\n")[0].strip()
+
+
+class SignatureRunner:
+    """One callable signature: its roles, request budget and response sizes, and its function.
+
+    Args:
+        name: signature key, e.g. "default".
+        function: the loaded concrete function (`loaded.signatures[name]`).
+        signature_def: its `SignatureDef` proto (input/output aliases, dtypes, shapes).
+        limits: `budget.Limits`.
+    Attributes:
+        signature: `signature.Signature` (inputs, outputs, roles).
+        sizes: `response_size.ResponseSizes` (learns the outputs' dims at warm-up).
+        budget: `budget.RequestBudget`: checks requests (`budget.prepare(...)` -> `budget.Request`).
+    """
+
+    def __init__(self, name, function, signature_def, limits):
+        self.name = name
+        self.function = function
+        self.signature = Signature(name, signature_def)
+        self.sizes = ResponseSizes(self.signature)
+        self.budget = RequestBudget(self.signature, limits, self.sizes)
+
+    def run(self, inputs):
+        """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array.
+
+        Raises:
+            ServingError: the function failed (TensorFlow's error code and first message line).
+        """
+        specs = self.signature.inputs
+        tensors = {alias: tf.constant(value, dtype=specs[alias].tf_dtype) for alias, value in inputs.items()}
+        try:
+            outputs = self.function(**tensors)
+        except tf.errors.OpError as e:
+            raise ServingError(status_code(e.error_code), _clean_tf_message(e.message)) from None
+        return {alias: value.numpy() for alias, value in outputs.items()}
+
+    def run_one(self, request):
+        """Runs one `budget.Request`; returns its outputs (alias -> array, all outputs) or the `ServingError` it
+        failed with (never raises: one request must not take the server down)."""
+        try:
+            return self.run(request.inputs)
+        except ServingError as e:
+            return e
+        except MemoryError:
+            return resource_exhausted("out of memory while running the model: send fewer or shorter sentences")
+        except Exception as e:  # never let one request take the server down
+            logger.exception("signature %s failed", self.name)
+            return ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    def warmup_inputs(self):
+        """One small valid-looking request: strings "warmup", numbers 1, dynamic dims 1."""
+        inputs = {}
+        for alias, spec in self.signature.inputs.items():
+            shape = tuple(1 if d is None else d for d in (spec.shape if spec.shape is not None else (1,)))
+            if spec.is_string:
+                inputs[alias] = np.full(shape, WARMUP_TOKEN, dtype=object)
+            else:
+                inputs[alias] = np.ones(shape, spec.tf_dtype.as_numpy_dtype)
+        return inputs
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def read_signature_defs(export_dir, tag=SERVING_TAG):
+    """The SignatureDefs (name -> proto) of the MetaGraph tagged `tag` in a SavedModel directory."""
+    saved_model = saved_model_pb2.SavedModel()
+    pb = os.path.join(export_dir, "saved_model.pb")
+    pbtxt = os.path.join(export_dir, "saved_model.pbtxt")
+    if os.path.isfile(pb):
+        with open(pb, "rb") as f:
+            saved_model.ParseFromString(f.read())
+    elif os.path.isfile(pbtxt):
+        with open(pbtxt, encoding="utf-8") as f:
+            text_format.Parse(f.read(), saved_model)
+    else:
+        raise FileNotFoundError(f"{export_dir} holds no saved_model.pb or saved_model.pbtxt")
+    for meta_graph in saved_model.meta_graphs:
+        if tag in meta_graph.meta_info_def.tags:
+            return dict(meta_graph.signature_def)
+    raise ValueError(
+        f"{export_dir}: no MetaGraph tagged {tag!r} (found "
+        f"{[list(m.meta_info_def.tags) for m in saved_model.meta_graphs]})"
+    )
+
+
+def _load_op_libraries():
+    # a `--tokenizer unicode_script` export needs tensorflow-text's ops registered before loading
+    try:
+        import tensorflow_text  # noqa: F401
+    except ImportError:
+        logger.debug("tensorflow-text not installed: exports using its ops will not load")
+
+
+class Servable:
+    """A loaded version of a model: `runners` by signature name, and the SignatureDefs for GetModelMetadata.
+
+    Attributes:
+        model_name, version, path: what was loaded from where.
+        signature_defs: every SignatureDef of the MetaGraph (`__saved_model_init_op` included, as TF Serving
+            reports them).
+        runners: `SignatureRunner` by name, for the signatures that can be called.
+        scheduler: the `batching.BatchScheduler` feeding this version (set by its manager when batching is on).
+    """
+
+    def __init__(self, model_name, version, path, loaded, signature_defs, runners):
+        self.model_name = model_name
+        self.version = version
+        self.path = path
+        self.loaded = loaded
+        self.signature_defs = signature_defs
+        self.runners = runners
+        self.scheduler = None
+
+    def runner(self, signature_name):
+        """The runner of `signature_name` ("" means serving_default); NOT_FOUND when there is none."""
+        name = signature_name or DEFAULT_SIGNATURE
+        runner = self.runners.get(name)
+        if runner is None:
+            raise ServingError(
+                grpc.StatusCode.NOT_FOUND,
+                f'Serving signature key "{name}" not found. Signatures of model '
+                f"{self.model_name} version {self.version}: {sorted(self.runners)}",
+            )
+        return runner
+
+    def warm_up(self):
+        """Runs every signature once: a missing op or a broken graph fails here, not at the first request."""
+        for name, runner in sorted(self.runners.items()):
+            runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
+            logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
+
+
+def load_servable(model_name, version, path, limits=None):
+    """Loads `path` (a SavedModel version directory) with `tf.saved_model.load`, and warms up every signature.
+
+    Raises:
+        Exception: whatever loading or warming up raised (the caller logs it and keeps the previous version).
+    """
+    _load_op_libraries()
+    limits = limits or Limits()
+    signature_defs = read_signature_defs(path)
+    loaded = tf.saved_model.load(path, tags=[SERVING_TAG])
+    runners = {
+        name: SignatureRunner(name, function, signature_defs[name], limits)
+        for name, function in loaded.signatures.items()
+        if name in signature_defs
+    }
+    if not runners:
+        raise ValueError(f"{path}: the SavedModel has no callable signatures")
+    servable = Servable(model_name, version, path, loaded, signature_defs, runners)
+    servable.warm_up()
+    return servable
