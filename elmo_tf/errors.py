@@ -1,0 +1,44 @@
+"""The one error base of elmo_tf, and the small checks that raise it.
+
+Every error the library raises about what a caller gave it (a file, a value, a config field, a request)
+is an `ElmoTFError`; it carries what it names, so a command line can name the flag without parsing the
+message. The command-line code (`elmo_tf.cli`) maps this one base to its exit codes; the library never
+imports the command-line code.
+"""
+
+import operator
+
+__all__ = ["ElmoTFError", "check_int", "one_line"]
+
+
+class ElmoTFError(ValueError):
+    """An input elmo_tf cannot use. The message is one line and names the thing; the attributes say it again.
+
+    Args:
+        message: what is wrong, with the value received.
+        key: the argument, config field or dataset the error is about (e.g. `"batch_size"`), or None.
+        path: the file the error is about, or None.
+        line: the 1-based line of `path`, for text data, or None.
+    """
+
+    def __init__(self, message, *, key=None, path=None, line=None):
+        super().__init__(message)
+        self.key = key
+        self.path = path
+        self.line = line
+
+
+def one_line(text):
+    """`text` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(text).split())
+
+
+def check_int(name, value, minimum, allow_none=False):
+    """`value` as an int, or ElmoTFError "`name` must be [None or ]an int >= `minimum`, got `value`" (bools,
+    floats and strings refused). For library arguments; `elmo_tf.cli.positive_int` is the argparse twin."""
+    if value is None and allow_none:
+        return None
+    prefix = "None or " if allow_none else ""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
+        raise ElmoTFError(f"{name} must be {prefix}an int >= {minimum}, got {value!r}", key=name)
+    return operator.index(value)
