@@ -19,10 +19,11 @@ import pytest
 
 from elmo_tf.io import load_elmo
 from elmo_tf.io.conll import Sentence, read_conll
-from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, predict_tags, span_scores
+from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, NERConfig, NERData, predict_tags, span_scores
 from elmo_tf.ner.model import NERTagger
 from elmo_tf.ner.tagging import load_tagger, tag_sentences
 from elmo_tf.ner.tags import allowed_transitions, from_spans, labels_for, spans
+from elmo_tf.ner.training import fit_tagger, new_tagger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
@@ -388,6 +389,36 @@ def test_batches_without_rows_or_tokens():
     assert float(logs["loss"]) == 0.0
     for w, b in zip(model.weights, before):
         np.testing.assert_array_equal(w.numpy(), b, err_msg=w.path)
+
+
+TRAIN_WITH_EMPTIES = [
+    Sentence([], [], 1),
+    Sentence([], [], 2),
+    Sentence(["Anna"], ["B-PER"], 3),
+    Sentence(["Paris"], ["B-LOC"], 4),
+    Sentence("Peter Blackburn visited New York".split(), "B-PER I-PER O B-LOC I-LOC".split(), 5),
+]
+
+
+@pytest.mark.parametrize("first_width", [0, 1], ids=["empty-sentences-first", "one-width-first"])
+def test_fit_tagger_when_the_first_batches_share_a_width(first_width):
+    """Keras's adapter for a PyDataset fixes the shape its first two batches agree on: two first batches of empty
+    sentences (or of one-token ones) made the first batch of another width fail mid-epoch (TypeError). Training now
+    runs every batch of every epoch."""
+    encoder = Encoder.fit(TRAIN_WITH_EMPTIES, "iob2", "bioes", min_word_count=1)
+    featurizer = encoder.featurizer(use_chars=False)
+    for seed in range(1, 100):  # a seed whose shuffled order starts with two batches of `first_width` tokens
+        batches = NERBatches(TRAIN_WITH_EMPTIES, encoder, featurizer, batch_size=1, seed=seed)
+        if [batches[i][0]["mask"].shape[1] for i in range(2)] == [first_width] * 2:
+            break
+    config = NERConfig(use_chars=False, lstm_units=4, batch_size=1, epochs=2, patience=2, seed=seed)
+    data = NERData("iob2", {"train": TRAIN_WITH_EMPTIES, "dev": TRAIN_WITH_EMPTIES[2:]}, encoder, {})
+    data.features = {"train": None, "dev": None}
+    seen = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.append(float(logs["loss"])))
+    history, _ = fit_tagger(new_tagger(config, data), data, config, callbacks=[counter])
+    assert len(history.history["loss"]) == 2 and len(seen) == 2 * len(TRAIN_WITH_EMPTIES)
+    assert np.isfinite(seen).all() and len(history.history["val_span_f1"]) == 2
 
 
 # ------------------------------------------------------------------------------------------------ served features
