@@ -2,7 +2,7 @@
 
 Input: one sentence per line, UTF-8, tokens separated by ASCII whitespace (stdin, or --input FILE); an empty line is
 an empty sentence. Output (stdout, one result per input line, in order):
-  conll (default): `token<TAB>tag` lines, a blank line after each sentence;
+  conll (default): `token<TAB>tag` lines, a blank line after each sentence (an empty sentence: the blank line only);
   json: one JSON object per line: {"tokens": [...], "tags": [...],
         "spans": [{"type": "PER", "start": 0, "end": 2, "text": "John Smith"}]}   (end exclusive).
 Tags are in the training files' scheme (IOB1 for CoNLL-2003, IOB2 for WNUT-17; encoder.json's source_scheme).

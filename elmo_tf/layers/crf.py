@@ -10,6 +10,19 @@ import tensorflow as tf
 NEG_INF = -1e4  # score of a forbidden transition: exp() underflows to 0, no NaN from inf - inf
 
 
+def _if_more_than_one_step(potentials, scan, no_scan):
+    """`scan()` when `potentials` (batch, time, K) has more than one time step, else `no_scan()`.
+
+    In a graph a scan over no steps fails: with a known time dimension (a shape fixed by a signature or by Keras's
+    data adapter) `[-1]` of an empty scan fails at tracing, and with an unknown one stacking no steps fails when run.
+    So the branch is taken in Python when the time dimension is known, and by `tf.cond` when it is not.
+    """
+    steps = potentials.shape[1]
+    if steps is not None:
+        return scan() if steps > 1 else no_scan()
+    return tf.cond(tf.shape(potentials)[1] > 1, scan, no_scan)
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class CRF(keras.layers.Layer):
     """Score of tags `y` for potentials `x`: `start[y_1] + sum_t x_t[y_t] + sum_t T[y_{t-1}, y_t] + end[y_n]`.
@@ -107,10 +120,8 @@ class CRF(keras.layers.Layer):
             new = tf.reduce_logsumexp(alpha[:, :, None] + trans[None], axis=1) + x_t
             return tf.where(m_t[:, None], new, alpha)
 
-        alpha = tf.cond(
-            tf.shape(potentials)[1] > 1,
-            lambda: tf.scan(forward, (steps_x, steps_m), initializer=alpha0)[-1],
-            lambda: alpha0,
+        alpha = _if_more_than_one_step(
+            potentials, lambda: tf.scan(forward, (steps_x, steps_m), initializer=alpha0)[-1], lambda: alpha0
         )
         log_z = tf.reduce_logsumexp(alpha + end, axis=1) * nonempty
         return score - log_z
@@ -120,7 +131,7 @@ class CRF(keras.layers.Layer):
         steps_in = tf.shape(potentials)[1]
         potentials, mask, _ = self._prepare(potentials, mask)
         trans, start, end = self._constrained()
-        batch, steps = tf.shape(potentials)[0], tf.shape(potentials)[1]
+        batch = tf.shape(potentials)[0]
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         delta0 = start + potentials[:, 0]
         steps_x = tf.transpose(potentials[:, 1:], [1, 0, 2])
@@ -142,7 +153,9 @@ class CRF(keras.layers.Layer):
             )
             return deltas[-1], pointers
 
-        delta, pointers = tf.cond(steps > 1, run, lambda: (delta0, tf.zeros([0, batch, self.num_tags], tf.int32)))
+        delta, pointers = _if_more_than_one_step(
+            potentials, run, lambda: (delta0, tf.zeros([0, batch, self.num_tags], tf.int32))
+        )
         final = delta + end
         best_last = tf.argmax(final, axis=1, output_type=tf.int32)
         best_score = tf.reduce_max(final, axis=1)
@@ -152,7 +165,11 @@ class CRF(keras.layers.Layer):
             previous.set_shape(tag.shape)
             return previous
 
-        earlier = tf.scan(back, pointers, initializer=best_last, reverse=True)  # tags at 0..T-2
+        earlier = _if_more_than_one_step(  # tags at 0..T-2
+            potentials,
+            lambda: tf.scan(back, pointers, initializer=best_last, reverse=True),
+            lambda: tf.zeros([0, batch], tf.int32),
+        )
         path = tf.concat([tf.transpose(earlier), best_last[:, None]], axis=1)
         # identity pointers past each end carry the last real tag back to position length-1
         path = tf.where(mask, path, 0)[:, :steps_in]

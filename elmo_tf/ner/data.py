@@ -6,7 +6,7 @@ import json
 from elmo_tf.io.atomic import write_json
 from elmo_tf.io.conll import ConllFormatError, read_conll
 from elmo_tf.ner.featurizer import NERFeaturizer, lowercase_words
-from elmo_tf.ner.tags import SCHEMES, convert
+from elmo_tf.ner.tags import SCHEMES, convert, entity_type, labels_for, spans
 
 SPLITS = ("train", "dev", "test")
 
@@ -52,12 +52,16 @@ class Encoder:
 
     @classmethod
     def fit(cls, sentences, source_scheme, scheme="bioes", min_word_count=2):
-        """Labels seen in `sentences` (converted to `scheme`), and the lowercased words seen `min_word_count` times."""
-        tags = [convert(s.tags, source_scheme, scheme) for s in sentences]
-        labels = ["O"] + sorted({t for seq in tags for t in seq} - {"O"})
+        """Every tag of `scheme` for the entity types of `sentences` (`elmo_tf.ner.tags.labels_for`: all forms of a
+        type, seen or not), and the lowercased words seen `min_word_count` times."""
+        types = {kind for s in sentences for kind, _, _ in spans(s.tags, source_scheme)}
         counts = collections.Counter(lowercase_words([w for s in sentences for w in s.tokens]))
         words = sorted(w for w, n in counts.items() if n >= min_word_count)
-        return cls(labels, scheme, words, source_scheme)
+        return cls(labels_for(types, scheme), scheme, words, source_scheme)
+
+    def entity_types(self):
+        """The entity types of the labels, sorted."""
+        return sorted({entity_type(label) for label in self.labels} - {None})
 
     def featurizer(self, use_words=True, use_chars=True):
         """The `NERFeaturizer` of a tagger trained with this encoder."""
@@ -72,13 +76,25 @@ class Encoder:
         return len(self.words) + 2 if use_words else 0
 
     def encode_tags(self, tags):
+        """Label ids of a sentence's tags (the source scheme).
+
+        Raises:
+            ValueError: a tag of an entity type without labels (never seen in training), naming the tag and the
+                types there are; or, with an encoder.json written before every form of a type was a label, a form
+                the labels lack.
+        """
         converted = convert(tags, self.source_scheme, self.scheme)
         for tag, label in zip(tags, converted):
             if label not in self.label_ids:
-                types = sorted({x.split("-", 1)[1] for x in self.labels if x != "O"})
+                types = self.entity_types()
+                kind = entity_type(label)
+                what = (
+                    f"entity type {kind!r} (tag {tag!r})"
+                    if kind not in types
+                    else f"tag {tag!r} ({self.scheme} {label!r})"
+                )
                 raise ValueError(
-                    f"tag {tag!r} ({self.scheme} {label!r}) never appears in the training data "
-                    f"(entity types there: {', '.join(types)})"
+                    f"{what} never appears in the training data (entity types there: {', '.join(types) or 'none'})"
                 )
         return [self.label_ids[t] for t in converted]
 
@@ -117,8 +133,8 @@ def read_splits(paths, tag_scheme="auto", crf_scheme="bioes", max_sentences=0):
     Returns:
         (files' scheme, {split: list of `Sentence`}, `Encoder`).
     Raises:
-        NERDataError: a file that cannot be read or parsed (naming file and line), or a dev/test label not seen in
-            train; `.split` names the split.
+        NERDataError: a file that cannot be read or parsed (naming file and line), or a dev/test tag of an entity type
+            train lacks; `.split` names the split.
     """
     if tag_scheme != "auto" and tag_scheme not in SCHEMES:
         raise ValueError(f"tag_scheme must be 'auto' or one of {SCHEMES}, got {tag_scheme!r}")
@@ -130,13 +146,19 @@ def read_splits(paths, tag_scheme="auto", crf_scheme="bioes", max_sentences=0):
             except ConllFormatError as e:
                 raise NERDataError(name, str(e)) from None
     scheme = detect_scheme(paths["train"]) if tag_scheme == "auto" else tag_scheme
+    cut = max_sentences and len(splits["train"]) > max_sentences
     if max_sentences:
         splits = {k: v[:max_sentences] for k, v in splits.items()}
     encoder = Encoder.fit(splits["train"], scheme, crf_scheme)
-    for name, sentences in splits.items():  # an unknown dev/test label: a clear error now, not mid-training
+    for name, sentences in splits.items():  # an entity type train lacks: a clear error now, not mid-training
         for s in sentences:
             try:
                 encoder.encode_tags(s.tags)
             except ValueError as e:
-                raise NERDataError(name, f"{paths[name]}:{s.line}: {e}") from None
+                hint = (
+                    f"; --max-sentences {max_sentences} kept only the first {max_sentences} training sentences"
+                    if cut
+                    else ""
+                )
+                raise NERDataError(name, f"{paths[name]}:{s.line}: {e}{hint if cut else ''}") from None
     return scheme, splits, encoder

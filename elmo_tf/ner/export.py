@@ -6,6 +6,8 @@ ELMo export. Outputs:
     `tags` tf.string `(batch, T)`: the CRF's tags (in the tagger's CRF scheme, BIOES by default; "" padding),
     `num_spans` int32 `(batch,)`, `span_start` / `span_end` int32 `(batch, S)` (token offsets, end exclusive;
     -1 padding), `span_type` tf.string `(batch, S)` ("" padding).
+    An empty (or all-whitespace) sentence gets `sequence_len` 0, no tags and no spans; a batch of empty sentences
+    only has `T` = 0 (and `S` = 0), an empty batch `(0,)` batch 0 in every output, as in the ELMo export.
 Signature `featurize`: the same input; outputs `tokens`, `sequence_len` and the head's own inputs as
 `NERFeaturizer` computes them in training (`mask`, and as the tagger uses them `word_ids`, `char_ids`).
 The featurizer (vocabulary lookup, lowercasing, char ids) is the training code's own layer, tracked in the graph.
@@ -24,6 +26,7 @@ from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, TOKENS
 TAG_SIGNATURE = "tag"
 FEATURIZE_SIGNATURE = "featurize"
 CHECK_SENTENCES = ("EU rejects German call to boycott British lamb .", "", "Peter Blackburn")
+EDGE_BATCHES = (("", "x"), ("", ""), ())  # a longest sentence of one token, of none; no sentence at all
 
 
 def _label_parts(labels):
@@ -110,7 +113,7 @@ def export_tagger(
     check_sentences=CHECK_SENTENCES,
 ):
     """Writes `<base_dir>/<version>/` and checks the reloaded signatures give what the Keras tagger gives (tags,
-    spans, features: exactly); returns the path.
+    spans, features: exactly) on `check_sentences` and on `EDGE_BATCHES`; returns the path.
 
     Raises:
         FileExistsError: the version exists. RuntimeError: the reloaded tagger differs; nothing is published.
@@ -120,11 +123,12 @@ def export_tagger(
         archive, functions = build_tagger_archive(head, encoder, elmo, tokenizer, max_tokens)
         archive.write_out(tmp, verbose=False)
         loaded = tf.saved_model.load(tmp)
-        sentences = tf.constant(list(check_sentences))
-        for name, function in functions.items():
-            got, want = loaded.signatures[name](sentences=sentences), function(sentences)
-            for key in want:
-                if not np.array_equal(got[key].numpy(), want[key].numpy()):
-                    raise RuntimeError(f"the reloaded tagger's {name}/{key} differ from the Keras tagger's")
+        for batch in (check_sentences, *EDGE_BATCHES):
+            sentences = tf.constant(list(batch), tf.string)
+            for name, function in functions.items():
+                got, want = loaded.signatures[name](sentences=sentences), function(sentences)
+                for key in want:
+                    if not np.array_equal(got[key].numpy(), want[key].numpy()):
+                        raise RuntimeError(f"the reloaded tagger's {name}/{key} differ from the Keras tagger's")
 
     return publish_version(base_dir, version, write)

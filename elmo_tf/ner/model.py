@@ -115,13 +115,37 @@ class NERTagger(keras.Model):
         self.crf.build((None, None, len(labels)))  # used through its methods, not only by __call__
         self.loss_tracker = keras.metrics.Mean(name="loss")
 
-    def potentials(self, inputs, training=None):
+    def _at_least_one(self, inputs, tags=None):
+        """`(inputs, tags, batch, steps)` with the batch grown to at least one row and one time step: Keras's LSTM fails
+        on a batch without rows or without steps (a batch of empty sentences), so such a batch gets a masked row or
+        step (zeros), cut off again from the outputs. A batch with rows and steps passes unchanged."""
         mask = tf.cast(inputs["mask"], tf.bool)
-        features = []
+        batch, steps = tf.shape(mask)[0], tf.shape(mask)[1]
+        more_rows, more_steps = tf.maximum(1 - batch, 0), tf.maximum(1 - steps, 0)
+
+        def grow(x, time_axis=1):
+            x = tf.convert_to_tensor(x)
+            pads = [[0, 0]] * x.shape.rank
+            pads[0], pads[time_axis] = [0, more_rows], [0, more_steps]
+            return tf.pad(x, pads)
+
+        grown = {"mask": grow(mask)}
         if self.mix is not None:
             acts = tf.convert_to_tensor(inputs["activations"])
             if acts.shape.rank != 4:
                 raise ValueError(f"activations must have shape (batch, layers, tokens, dim), got {acts.shape}")
+            grown["activations"] = grow(acts, time_axis=2)
+        if self.word_embedding is not None:
+            grown["word_ids"] = grow(inputs["word_ids"])
+        if self.char_cnn is not None:
+            grown["char_ids"] = grow(inputs["char_ids"])
+        return grown, None if tags is None else grow(tf.cast(tags, tf.int32)), batch, steps
+
+    def _potentials(self, inputs, training=None):
+        mask = inputs["mask"]
+        features = []
+        if self.mix is not None:
+            acts = inputs["activations"]
             features.append(self.mix(tf.unstack(acts, num=self.num_elmo_layers, axis=1), mask=mask))
         if self.word_embedding is not None:
             features.append(self.word_embedding(inputs["word_ids"]))
@@ -133,13 +157,21 @@ class NERTagger(keras.Model):
         x = self.output_dropout(x, training=training)
         return self.projection(x)
 
+    def potentials(self, inputs, training=None):
+        """CRF potentials, float `(batch, tokens, num_tags)`."""
+        grown, _, batch, steps = self._at_least_one(inputs)
+        return self._potentials(grown, training=training)[:batch, :steps]
+
     def call(self, inputs, training=None):
-        return self.crf.decode(self.potentials(inputs, training=training), tf.cast(inputs["mask"], tf.bool))[0]
+        grown, _, batch, steps = self._at_least_one(inputs)
+        return self.crf.decode(self._potentials(grown, training=training), grown["mask"])[0][:batch, :steps]
 
     def negative_log_likelihood(self, inputs, tags, training=None):
-        """Mean over sentences of `-log p(tags | inputs)`, plus the layer losses (mix L2)."""
-        potentials = self.potentials(inputs, training=training)
-        nll = -tf.reduce_mean(self.crf.log_likelihood(potentials, tags, tf.cast(inputs["mask"], tf.bool)))
+        """Mean over sentences of `-log p(tags | inputs)` (0 for a batch without sentences), plus the layer losses (mix
+        L2). An empty sentence adds 0."""
+        grown, tags, batch, _ = self._at_least_one(inputs, tags)
+        log_likelihood = self.crf.log_likelihood(self._potentials(grown, training=training), tags, grown["mask"])
+        nll = -tf.math.divide_no_nan(tf.reduce_sum(log_likelihood[:batch]), tf.cast(batch, log_likelihood.dtype))
         return nll + tf.add_n(self.losses) if self.losses else nll
 
     def train_step(self, data):

@@ -7,6 +7,7 @@ entities of the same type), IOB2 (B- starts every entity), BIOES (S- single-toke
 import numpy as np
 
 SCHEMES = ("iob1", "iob2", "bioes")
+PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}  # the forms of a type
 
 
 def _split(tag):
@@ -36,6 +37,22 @@ def spans(tags, scheme="iob2"):
             result.append((kind, start, i + 1))
             start, kind = None, None
     return result
+
+
+def entity_type(tag):
+    """The entity type of a tag ("PER" of "B-PER"), None for "O"."""
+    return _split(tag)[1]
+
+
+def labels_for(types, scheme="bioes"):
+    """Every tag `scheme` has for the entity `types`: "O" first, then each prefix of the scheme with each type,
+    sorted ("B-LOC", "B-PER", "E-LOC", ...). A tagger's label set, so that every form of a type seen in training is
+    a label even when training holds only some of them (a single-token LOC, never a multi-token one)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    for kind in types:
+        _split(f"B-{kind}")  # a type that would not make a tag
+    return ["O"] + sorted(f"{prefix}-{kind}" for prefix in PREFIXES[scheme] for kind in set(types))
 
 
 def from_spans(length, entity_spans, scheme="iob2"):

@@ -222,6 +222,35 @@ class NERBatches(keras.utils.PyDataset):
         _, inputs, tags = self.batch(index)
         return inputs, tags
 
+    def dataset(self):
+        """The batches as a `tf.data.Dataset` for `fit`, in the same order (reshuffled before every pass after the
+        first, as Keras's `on_epoch_end` does), with the batch and time dimensions unknown.
+
+        Keras's adapter for a PyDataset fixes every dimension its first two batches agree on: two first batches of
+        the same width (or of empty sentences only) would make every later batch of another width fail mid-epoch.
+        """
+        import tensorflow as tf
+
+        inputs, tags = self[0]
+
+        def spec(array, time_axis=1):
+            shape = list(array.shape)
+            shape[0] = shape[time_axis] = None
+            return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+
+        signature = ({k: spec(v, 2 if k == "activations" else 1) for k, v in inputs.items()}, spec(tags))
+        passes = [0]
+
+        def generate():
+            if passes[0]:
+                self.on_epoch_end()
+            passes[0] += 1
+            for index in range(len(self)):
+                yield self[index]
+
+        dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+        return dataset.apply(tf.data.experimental.assert_cardinality(len(self)))
+
 
 def predict_tags(model, batches):
     """Predicted tag strings (source scheme) for every sentence of a `NERBatches`, in sentence order."""
@@ -335,8 +364,9 @@ def fit_tagger(model, data, config, epochs=None, callbacks=(), log=None, dev_bat
     dev_batches = dev_batches or batches_for(model, data, "dev", config)
     stopper = early_stopping(config.patience)
     history = model.fit(
-        batches_for(model, data, "train", config, shuffle=True),
+        batches_for(model, data, "train", config, shuffle=True).dataset(),
         epochs=epochs or config.epochs,
+        shuffle=False,  # the batches shuffle themselves (seeded); Keras would only warn that it cannot
         callbacks=[SpanF1Callback(dev_batches, log=log), stopper, *callbacks],
         verbose=verbose,
     )

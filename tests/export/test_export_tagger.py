@@ -15,7 +15,7 @@ from elmo_tf.io.conll import Sentence
 from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, predict_tags
 from elmo_tf.ner.export import FEATURIZE_SIGNATURE, export_tagger, spans_from_tags
 from elmo_tf.ner.model import NERTagger
-from elmo_tf.ner.tags import spans
+from elmo_tf.ner.tags import convert, spans
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "export", "export_tagger.py")
@@ -85,6 +85,46 @@ def test_export_matches_keras_tagger_in_fresh_process(trained):
         assert got_spans == spans(expected[i], "iob2")
     # the tagger learned its 4 sentences: the export is not only consistent but right
     assert expected == [s.tags for s in SENTENCES]
+
+
+def test_empty_sentences_and_batches_in_the_savedmodel(trained):
+    """The reloaded `tag` signature on empty sentences: ["", ""] and an empty batch (InvalidArgumentError before), a
+    batch whose longest sentence has one token (so did it), and empty sentences among others: empty ones get
+    sequence_len 0, no tags, no spans; the others exactly what they get alone and what the Keras tagger gives."""
+    head, encoder, elmo, _, path = trained
+    tag = tf.saved_model.load(path).signatures["tag"]
+
+    def run(batch):
+        return {k: v.numpy() for k, v in tag(sentences=tf.constant(batch, tf.string)).items()}
+
+    both_empty = run(["", "  "])
+    assert both_empty["sequence_len"].tolist() == [0, 0] and both_empty["num_spans"].tolist() == [0, 0]
+    assert both_empty["tags"].shape == both_empty["tokens"].shape == (2, 0)
+    assert both_empty["span_start"].shape == both_empty["span_end"].shape == both_empty["span_type"].shape == (2, 0)
+    for key, value in run([]).items():
+        assert value.shape[0] == 0, key
+    texts = ["Peter Blackburn", "EU rejects German call to boycott British lamb .", "BRUSSELS", "Peter"]
+    mixed = ["", texts[0], "", "", texts[1], texts[2], "", texts[3], ""]
+    together = run(mixed)
+    assert together["sequence_len"].tolist() == [len(t.split()) for t in mixed]
+    items = [Sentence(t.split(), ["O"] * len(t.split()), 0) for t in texts]
+    batches = NERBatches(
+        items, encoder, encoder.featurizer(), InProcessFeatures(elmo)([s.tokens for s in items]), with_tags=False
+    )
+    keras_tags = [convert(tags, "iob2", "bioes") for tags in predict_tags(head, batches)]
+    row = 0
+    for i, text in enumerate(mixed):
+        n = len(text.split())
+        if not text:
+            assert together["num_spans"][i] == 0 and not together["tags"][i].any() and not together["tokens"][i].any()
+            continue
+        alone = run([text])
+        assert together["tags"][i, :n].tolist() == alone["tags"][0].tolist() == [t.encode() for t in keras_tags[row]]
+        for key in ("span_start", "span_end", "span_type"):
+            k = int(together["num_spans"][i])
+            assert k == alone["num_spans"][0] and together[key][i, :k].tolist() == alone[key][0, :k].tolist(), key
+        row += 1
+    assert run(["Peter"])["tags"][0].tolist() == [t.encode() for t in keras_tags[3]]  # one token, alone in its batch
 
 
 def test_spans_from_tags_matches_python_spans():

@@ -199,6 +199,28 @@ def test_time_dimension_of_zero():
     assert ll.numpy().tolist() == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["unknown-shape", "known-shape"])
+def test_one_or_no_time_steps_in_a_graph_equal_eager(static):
+    """In a tf.function (a SavedModel signature, a compiled training step), with shapes unknown or fixed by the
+    signature: batches whose longest sentence has one token or none, and batches without rows, give what eager mode
+    gives (eager mode equals enumeration: the tests above). A scan over no steps failed there (stacking no steps when
+    run; `[-1]` of it when traced)."""
+    crf = make_crf(5, 4, bioes_constraints())
+    rng = np.random.default_rng(4)
+    for lengths, width in (([1, 0, 1], 1), ([0, 0], 0), ([0, 0], 1), ([], 0), ([], 2), ([3, 1, 0], 3)):
+        x = rng.normal(size=(len(lengths), width, 5)).astype("float32")
+        mask = np.arange(width)[None] < np.array(lengths, int).reshape(-1, 1)
+        tags = rng.integers(0, 5, size=mask.shape).astype(np.int32) * mask
+        shape = list(mask.shape) if static else [None, None]
+        specs = [tf.TensorSpec(shape + [5]), tf.TensorSpec(shape, tf.int32), tf.TensorSpec(shape, tf.bool)]
+        decode = tf.function(lambda p, t, m: crf.decode(p, m), input_signature=specs)
+        log_likelihood = tf.function(crf.log_likelihood, input_signature=specs)
+        for got, want in zip(decode(x, tags, mask), crf.decode(x, mask)):
+            assert got.shape == want.shape == x.shape[: got.shape.rank]
+            np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
+        np.testing.assert_allclose(log_likelihood(x, tags, mask).numpy(), crf.log_likelihood(x, tags, mask).numpy())
+
+
 @pytest.mark.parametrize("constraints", [None, bioes_constraints()], ids=["free", "bioes"])
 def test_gradient_is_finite_and_equals_brute_force_marginals(constraints):
     """d log p(y|x) / d x[t, k] = [y_t = k] - p(y_t = k | x): the marginals by enumeration; finite everywhere

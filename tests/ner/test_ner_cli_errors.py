@@ -1,8 +1,10 @@
 """The NER command lines on bad input: one line on stderr naming the flag, the file and (for data) the line; exit 2
-for usage, 1 for data; no traceback; nothing written."""
+for usage, 1 for data; no traceback; nothing written. And on careless input that is valid: many blank lines."""
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,3 +134,57 @@ def test_tag_damaged_model_is_a_data_error(tagger_dir, tmp_path, run_script):
     shutil.copy(tagger_dir / "model.keras", broken / "model.keras")
     code, _, err = run_script(TAG, ["--model", broken, "--input", text, "--quiet"])
     assert_one_line(code, err, 1, "--model", "encoder.json")
+
+
+def test_tag_py_many_blank_lines(tmp_path, run_script):
+    """10 sentences among 40 blank lines (sorted by length, the first batch holds empty sentences only; it failed with
+    "slice index 0 of dimension 1 out of bounds"): one result per line, in order, in both formats; a blank line gets
+    no tags, the others the tags they get when tagged alone (a head with random weights: varied tags)."""
+    import keras
+
+    from elmo_tf.ner import Encoder
+    from elmo_tf.ner.model import NERTagger
+    from elmo_tf.ner.tagging import format_conll, load_tagger, tag_sentences
+    from elmo_tf.ner.tags import labels_for
+
+    sentences = [
+        "Peter Blackburn visited Paris",
+        "EU rejects German call to boycott British lamb .",
+        "Anna",
+        "the European Commission said on Thursday",
+        "Li Wei joined Siemens in Berlin",
+        "x",
+        "BRUSSELS 1996-08-22",
+        "Mary and Ahmed Khan met in Lima .",
+        "New York",
+        "Reuters",
+    ]
+    lines = [""] * 50
+    for position, sentence in zip((0, 4, 5, 17, 30, 31, 32, 40, 46, 49), sentences):
+        lines[position] = sentence
+    text = write(tmp_path / "in.txt", "\n".join(lines) + "\n")
+    keras.utils.set_random_seed(2)
+    labels = labels_for({"PER", "LOC", "ORG"}, "bioes")
+    model = NERTagger(labels, "bioes", num_elmo_layers=0, word_vocab_size=12, word_dim=8, lstm_units=8)
+    model.build_for(None)
+    rng = np.random.default_rng(2)
+    for var in model.weights:
+        var.assign(rng.normal(0, 1.0, size=tuple(var.shape)).astype("float32") * (0.1 if "crf" in var.path else 1.0))
+    model_dir = tmp_path / "ner"
+    model_dir.mkdir()
+    model.save(model_dir / "model.keras")
+    words = sorted({w.lower() for s in sentences for w in s.split()})[:10]
+    Encoder(labels, "bioes", words, "iob2").save(model_dir / "encoder.json")
+
+    code, out, err = run_script(TAG, ["--model", model_dir, "--input", text, "--format", "json", "--quiet"])
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [row["tokens"] for row in rows] == [line.split() for line in lines]
+    loaded, encoder, _ = load_tagger(str(model_dir))
+    alone = tag_sentences(loaded, encoder, [s.split() for s in sentences])
+    assert [row["tags"] for row in rows if row["tokens"]] == alone
+    assert [row for row in rows if not row["tokens"]] == [{"tokens": [], "tags": [], "spans": []}] * 40
+    assert len({tag for tags in alone for tag in tags}) >= 3
+    code, out, err = run_script(TAG, ["--model", model_dir, "--input", text, "--quiet"])
+    assert code == 0, err
+    assert out == "".join(format_conll(row["tokens"], row["tags"]) for row in rows)  # a blank line: "\n"

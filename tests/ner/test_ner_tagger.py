@@ -19,10 +19,11 @@ import pytest
 
 from elmo_tf.io import load_elmo
 from elmo_tf.io.conll import Sentence, read_conll
-from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, predict_tags, span_scores
+from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, NERConfig, NERData, predict_tags, span_scores
 from elmo_tf.ner.model import NERTagger
-from elmo_tf.ner.tagging import load_tagger
-from elmo_tf.ner.tags import allowed_transitions, from_spans, spans
+from elmo_tf.ner.tagging import load_tagger, tag_sentences
+from elmo_tf.ner.tags import allowed_transitions, from_spans, labels_for, spans
+from elmo_tf.ner.training import fit_tagger, new_tagger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
@@ -298,6 +299,128 @@ def test_config_round_trip_and_bad_arguments():
         NERTagger(["O"], num_elmo_layers=0)
 
 
+# ------------------------------------------------------------------------------------------------ empty sentences
+
+TEN_SENTENCES = [
+    "Peter Blackburn visited Paris",
+    "EU rejects German call to boycott British lamb .",
+    "Anna",
+    "New York",
+    "the European Commission said on Thursday",
+    "Li Wei joined Siemens in Berlin",
+    "x",
+    "BRUSSELS 1996-08-22",
+    "Mary and Ahmed Khan met in Lima .",
+    "Reuters",
+]
+FILLED_LINES = (2, 3, 11, 20, 21, 22, 35, 41, 48, 49)  # of 50: the other 40 lines are blank
+
+
+def lines_with_blanks():
+    """10 sentences among 40 blank lines (token lists): sorted by length, the first batches hold empty ones only."""
+    lines = [[] for _ in range(50)]
+    for position, text in zip(FILLED_LINES, TEN_SENTENCES):
+        lines[position] = text.split()
+    return lines
+
+
+def random_head(seed=5, **features):
+    """An NERTagger (PER and LOC in BIOES) with N(0, 1) weights, so that its tags vary, and its Encoder."""
+    keras.utils.set_random_seed(seed)
+    words = sorted({w.lower() for text in TEN_SENTENCES for w in text.split()})[:20]
+    labels = labels_for({"PER", "LOC"}, "bioes")
+    model = NERTagger(labels, "bioes", word_vocab_size=len(words) + 2, word_dim=8, lstm_units=8, **features)
+    model.build_for(16 if model.num_elmo_layers else None)
+    rng = np.random.default_rng(seed)
+    for var in model.weights:
+        var.assign(rng.normal(0, 1.0, size=tuple(var.shape)).astype("float32"))
+    for var in model.crf.weights:  # tags that follow the tokens more than the transitions
+        var.assign(var.numpy() * 0.1)
+    return model, Encoder(labels, "bioes", words, "iob2")
+
+
+@pytest.mark.parametrize("use_elmo", [True, False], ids=["elmo", "no-elmo"])
+def test_empty_sentences_get_empty_tags_in_any_batch(use_elmo, make_elmo):
+    """Tagging 10 sentences among 40 blank lines (batches of empty sentences only; ELMo features from the tiny biLM
+    in this process): every line gets a result, in order; an empty line gets no tags, the others exactly the tags
+    they get when tagged alone."""
+    model, encoder = random_head(num_elmo_layers=3 if use_elmo else 0, char_filters=((2, 8),))
+    source = InProcessFeatures(make_elmo(), batch_size=8) if use_elmo else None
+    lines = lines_with_blanks()
+    tags = tag_sentences(model, encoder, lines, source, batch_size=8)
+    alone = tag_sentences(model, encoder, [line for line in lines if line], source, batch_size=8)
+    assert [t for t, line in zip(tags, lines) if line] == alone
+    assert [t for t, line in zip(tags, lines) if not line] == [[]] * 40
+    assert [len(t) for t in alone] == [len(text.split()) for text in TEN_SENTENCES]
+    assert len({tag for sentence in alone for tag in sentence}) >= 3  # varied tags: the comparison is not trivial
+    assert tag_sentences(model, encoder, [], source) == []
+
+
+def test_batches_without_rows_or_tokens():
+    """A batch of empty sentences, a batch without rows: tags, potentials and a loss of 0 (Keras's LSTM fails on
+    both); an empty sentence adds 0 to a batch's NLL; a training step on empty sentences changes no weight."""
+    model, inputs = random_tagger(**dict(FEATURE_SETS[2][1]))  # ELMo, words and chars; sentences of 6 and 3 tokens
+    num_tags = len(model.labels)
+
+    def empty(batch, steps):
+        return {
+            "mask": np.zeros([batch, steps], bool),
+            "activations": np.zeros([batch, 3, steps, 8], np.float32),
+            "word_ids": np.zeros([batch, steps], np.int32),
+            "char_ids": np.zeros([batch, steps, 50], np.int32),
+        }
+
+    for batch, steps in ((3, 0), (0, 0), (0, 4), (2, 1)):
+        assert model(empty(batch, steps)).numpy().tolist() == [[0] * steps] * batch
+        assert model.potentials(empty(batch, steps)).shape == (batch, steps, num_tags)
+        assert float(model.negative_log_likelihood(empty(batch, steps), np.zeros([batch, steps], np.int32))) == 0.0
+    tags = np.array([[1, 3, 0, 4, 0, 0], [4, 1, 3, 0, 0, 0]], np.int32)
+    mixed = {k: np.concatenate([v, np.zeros_like(v[:2])]) for k, v in inputs.items()}  # 2 more, empty, sentences
+    mixed_tags = np.concatenate([tags, np.zeros_like(tags)])
+    np.testing.assert_allclose(
+        4 * float(model.negative_log_likelihood(mixed, mixed_tags)),
+        2 * float(model.negative_log_likelihood(inputs, tags)),
+        rtol=1e-5,
+    )
+    np.testing.assert_array_equal(model(mixed).numpy()[:2], model(inputs).numpy())
+    model.compile(optimizer=keras.optimizers.Adam(0.1, clipnorm=5.0))
+    before = [w.numpy().copy() for w in model.weights]
+    logs = model.train_step((empty(3, 0), np.zeros([3, 0], np.int32)))
+    assert float(logs["loss"]) == 0.0
+    for w, b in zip(model.weights, before):
+        np.testing.assert_array_equal(w.numpy(), b, err_msg=w.path)
+
+
+TRAIN_WITH_EMPTIES = [
+    Sentence([], [], 1),
+    Sentence([], [], 2),
+    Sentence(["Anna"], ["B-PER"], 3),
+    Sentence(["Paris"], ["B-LOC"], 4),
+    Sentence("Peter Blackburn visited New York".split(), "B-PER I-PER O B-LOC I-LOC".split(), 5),
+]
+
+
+@pytest.mark.parametrize("first_width", [0, 1], ids=["empty-sentences-first", "one-width-first"])
+def test_fit_tagger_when_the_first_batches_share_a_width(first_width):
+    """Keras's adapter for a PyDataset fixes the shape its first two batches agree on: two first batches of empty
+    sentences (or of one-token ones) made the first batch of another width fail mid-epoch (TypeError). Training now
+    runs every batch of every epoch."""
+    encoder = Encoder.fit(TRAIN_WITH_EMPTIES, "iob2", "bioes", min_word_count=1)
+    featurizer = encoder.featurizer(use_chars=False)
+    for seed in range(1, 100):  # a seed whose shuffled order starts with two batches of `first_width` tokens
+        batches = NERBatches(TRAIN_WITH_EMPTIES, encoder, featurizer, batch_size=1, seed=seed)
+        if [batches[i][0]["mask"].shape[1] for i in range(2)] == [first_width] * 2:
+            break
+    config = NERConfig(use_chars=False, lstm_units=4, batch_size=1, epochs=2, patience=2, seed=seed)
+    data = NERData("iob2", {"train": TRAIN_WITH_EMPTIES, "dev": TRAIN_WITH_EMPTIES[2:]}, encoder, {})
+    data.features = {"train": None, "dev": None}
+    seen = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.append(float(logs["loss"])))
+    history, _ = fit_tagger(new_tagger(config, data), data, config, callbacks=[counter])
+    assert len(history.history["loss"]) == 2 and len(seen) == 2 * len(TRAIN_WITH_EMPTIES)
+    assert np.isfinite(seen).all() and len(history.history["val_span_f1"]) == 2
+
+
 # ------------------------------------------------------------------------------------------------ served features
 
 
@@ -387,10 +510,12 @@ def test_served_and_in_process_features_give_identical_predictions(elmo_head, el
 
 
 def test_tag_py_with_elmo_server_equals_in_process_tags(elmo_head, elmo_server, tmp_path):
-    """training/tag.py --elmo-server on the saved head tags like the in-memory model with in-process features."""
+    """training/tag.py --elmo-server on the saved head tags like the in-memory model with in-process features; 40
+    blank lines first (a request of empty sentences only, batches of them) get empty results, one per line."""
     address, _ = elmo_server
     model_dir = save_head(elmo_head, tmp_path / "ner")
-    text = "".join(" ".join(s.tokens) + "\n" for s in elmo_head["sentences"][:8]) + "Peter visited Zürich .\n"
+    sentences_text = "".join(" ".join(s.tokens) + "\n" for s in elmo_head["sentences"][:8]) + "Peter visited Zürich .\n"
+    text = "\n" * 40 + sentences_text
     result = subprocess.run(
         [
             sys.executable,
@@ -411,7 +536,9 @@ def test_tag_py_with_elmo_server_equals_in_process_tags(elmo_head, elmo_server, 
     )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    sentences = [Sentence(line.split(), ["O"] * len(line.split()), 0) for line in text.splitlines()]
+    assert len(rows) == 49 and rows[:40] == [{"tokens": [], "tags": [], "spans": []}] * 40
+    rows = rows[40:]
+    sentences = [Sentence(line.split(), ["O"] * len(line.split()), 0) for line in sentences_text.splitlines()]
     features = InProcessFeatures(elmo_head["elmo"])([s.tokens for s in sentences])
     expected = predict_tags(
         elmo_head["model"],

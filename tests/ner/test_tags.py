@@ -11,7 +11,7 @@ import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 
 from elmo_tf.io.conll import read_conll
-from elmo_tf.ner.tags import SCHEMES, allowed_transitions, convert, from_spans, spans
+from elmo_tf.ner.tags import SCHEMES, allowed_transitions, convert, from_spans, labels_for, spans
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 FILES = [  # (path relative to the data dir, the file's scheme)
@@ -157,3 +157,22 @@ def test_allowed_transitions_spot_checks():
     # IOB1 is documented to allow every move: I- starts entities, B- only splits touching ones
     trans, start, end = allowed_transitions(["O", "B-PER", "I-PER"], "iob1")
     assert trans.all() and start.all() and end.all()
+
+
+def test_labels_for_gives_every_form_of_every_type():
+    """A tagger's label set: "O", then each prefix of the scheme with each type, sorted (whatever forms data had)."""
+    assert labels_for({"PER", "LOC"}, "bioes") == [
+        "O", "B-LOC", "B-PER", "E-LOC", "E-PER", "I-LOC", "I-PER", "S-LOC", "S-PER"
+    ]  # fmt: skip
+    assert labels_for(["creative-work", "PER", "PER"], "iob2") == [
+        "O", "B-PER", "B-creative-work", "I-PER", "I-creative-work"
+    ]  # fmt: skip
+    assert labels_for(["PER"], "iob1") == ["O", "B-PER", "I-PER"]
+    assert labels_for([], "bioes") == ["O"]
+    for scheme in SCHEMES:  # every tag a sentence of these types converts to is a label
+        labels = set(labels_for({"PER", "LOC"}, scheme))
+        for source in SCHEMES:
+            tags = from_spans(6, [("PER", 0, 1), ("PER", 1, 3), ("LOC", 4, 6)], source)
+            assert set(convert(tags, source, scheme)) <= labels
+    with pytest.raises(ValueError, match="scheme"):
+        labels_for(["PER"], "bilou")

@@ -319,3 +319,32 @@ def test_train_ner_bad_train_path_exits_2_naming_train(tmp_path):
     assert result.returncode == 2
     assert "--train" in error_line(result) and "missing.txt" in error_line(result)
     assert not (tmp_path / "out").exists()
+
+
+def test_train_ner_takes_dev_forms_train_lacks_and_tag_py_reloads_them(tmp_path, run_script):
+    """Dev holds forms of the train types that train lacks (a two-token PER, a one-token LOC: refused before). The label
+    set is every BIOES form of PER and LOC, the same in encoder.json, in model.keras and in the CRF's constraints
+    after reloading; tag.py tags with it as the reloaded model does."""
+    from elmo_tf.ner.tagging import load_tagger, tag_sentences
+    from elmo_tf.ner.tags import allowed_transitions, labels_for
+
+    train = tmp_path / "train.txt"
+    train.write_text("Peter\tB-PER\nwent\tO\nto\tO\nNew\tB-LOC\nYork\tI-LOC\n\nAnna\tB-PER\n.\tO\n\n" * 3)
+    dev = tmp_path / "dev.txt"
+    dev.write_text("Peter\tB-PER\nBlackburn\tI-PER\nin\tO\nParis\tB-LOC\n\n")
+    output = tmp_path / "ner"
+    argv = ["--train", train, "--dev", dev, "--no-elmo", "--epochs", 2, "--lstm-units", 4, "--output", output]
+    code, _, err = run_script(TRAIN_NER, argv)
+    assert code == 0, err
+    labels = labels_for({"PER", "LOC"}, "bioes")
+    assert json.loads((output / "encoder.json").read_text())["labels"] == labels
+    model, encoder, _ = load_tagger(str(output))
+    assert model.labels == encoder.labels == labels and model.scheme == "bioes"
+    trans, start, end = allowed_transitions(labels, "bioes")
+    assert model.crf.allowed_transitions == trans.tolist() and model.crf.num_tags == len(labels)
+    assert model.crf.allowed_start == start.tolist() and model.crf.allowed_end == end.tolist()
+    (tmp_path / "in.txt").write_text("Peter Blackburn in Paris\nAnna went to New York .\n")
+    code, out, err = run_script(TAG, ["--model", output, "--input", tmp_path / "in.txt", "--format", "json", "--quiet"])
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["tags"] for r in rows] == tag_sentences(model, encoder, [r["tokens"] for r in rows])
