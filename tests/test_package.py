@@ -31,7 +31,8 @@ PUBLIC = [  # the public names of elmo_tf before it became lazy, and load_model
     *("save_bilm_weights", "save_elmo", "tokens_to_char_ids", "whitespace_tokenize"),
 ]
 HEAVY = {"keras", "tensorflow"}
-REGISTERED = re.compile(r"^@keras\.saving\.register_keras_serializable\(package=\"elmo_tf\"\)\nclass (\w+)", re.M)
+REGISTERED = re.compile(r"^@[\w.]*register_keras_serializable\(package=\"elmo_tf\"\)\n(?:class|def) (\w+)", re.M)
+DECORATOR = re.compile(r"^\s*@[\w.]*register_keras_serializable\b", re.M)
 
 
 def run_python(code, *args, cwd=None, env=None):
@@ -50,10 +51,12 @@ def loaded_modules(names):
 
 
 def registered_classes():
-    """{module name: [class names]} of every class the sources register with Keras."""
+    """{module name: [class or function names]} of everything the sources register with Keras."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        classes = REGISTERED.findall(path.read_text())
+        text = path.read_text()
+        classes = REGISTERED.findall(text)
+        assert len(classes) == len(DECORATOR.findall(text)), f"{path}: a registration this test does not read"
         if classes:
             module = ".".join(path.relative_to(REPO).with_suffix("").parts)
             found[module.removesuffix(".__init__")] = classes
