@@ -1,28 +1,70 @@
-"""elmo_tf: ELMo (Peters et al. 2018) as Keras 3 layers, with bilm-tf/AllenNLP weight interop."""
+"""elmo_tf: ELMo (Peters et al. 2018) as Keras 3 layers, with bilm-tf/AllenNLP weight interop.
 
-from elmo_tf.config import BiLMConfig, get_config
-from elmo_tf.io import load_bilm_weights, load_elmo, save_bilm_weights, save_elmo
-from elmo_tf.layers import BiLM, CharCNN, ELMoSavedModel, Highway, ProjectedLSTM, ScalarMix, TokensToCharIds
-from elmo_tf.models import ELMo
-from elmo_tf.preprocessing import add_sentence_boundaries, tokens_to_char_ids, whitespace_tokenize
+Importing `elmo_tf` (or any submodule, such as the command lines' `elmo_tf.cli`) loads neither TensorFlow nor
+Keras: the public names below are imported on first access (PEP 562), so `--help` and usage errors answer at once.
+The first access of any of them (`from elmo_tf import ELMo`, `elmo_tf.load_elmo`) also registers every
+Keras-serializable class of the package (`elmo_tf._registry`), as `elmo_tf.load_model` does before it reads a file.
+"""
 
 __version__ = "0.1.0"
-__all__ = [
-    "BiLM",
-    "BiLMConfig",
-    "CharCNN",
-    "ELMo",
-    "ELMoSavedModel",
-    "Highway",
-    "ProjectedLSTM",
-    "ScalarMix",
-    "add_sentence_boundaries",
-    "get_config",
-    "load_bilm_weights",
-    "load_elmo",
-    "save_bilm_weights",
-    "save_elmo",
-    "TokensToCharIds",
-    "tokens_to_char_ids",
-    "whitespace_tokenize",
-]
+
+# public name -> the module it is imported from (each imports TensorFlow)
+_EXPORTS = {
+    "BiLMConfig": "elmo_tf.config",
+    "get_config": "elmo_tf.config",
+    "load_bilm_weights": "elmo_tf.io",
+    "load_elmo": "elmo_tf.io",
+    "save_bilm_weights": "elmo_tf.io",
+    "save_elmo": "elmo_tf.io",
+    "BiLM": "elmo_tf.layers",
+    "CharCNN": "elmo_tf.layers",
+    "ELMoSavedModel": "elmo_tf.layers",
+    "Highway": "elmo_tf.layers",
+    "ProjectedLSTM": "elmo_tf.layers",
+    "ScalarMix": "elmo_tf.layers",
+    "TokensToCharIds": "elmo_tf.layers",
+    "ELMo": "elmo_tf.models",
+    "add_sentence_boundaries": "elmo_tf.preprocessing",
+    "tokens_to_char_ids": "elmo_tf.preprocessing",
+    "whitespace_tokenize": "elmo_tf.preprocessing",
+}
+__all__ = sorted([*_EXPORTS, "load_model"])
+
+
+def load_model(filepath, **kwargs):
+    """`keras.saving.load_model(filepath, **kwargs)` once every elmo_tf class is registered with Keras.
+
+    Use it for a `.keras` file holding elmo_tf layers or models in a process that has not used any elmo_tf name
+    yet: Keras finds a custom class only once its module has been imported.
+
+    Example:
+        model = elmo_tf.load_model("tagger.keras")  # same keyword arguments as keras.saving.load_model
+    """
+    from elmo_tf._registry import register_all
+
+    register_all()
+    import keras
+
+    return keras.saving.load_model(filepath, **kwargs)
+
+
+def __getattr__(name):
+    """A public name (registering every class first), or a subpackage (`elmo_tf.layers` after `import elmo_tf`)."""
+    import importlib
+    import importlib.util
+
+    module = _EXPORTS.get(name)
+    if module is not None:
+        from elmo_tf._registry import register_all
+
+        register_all()
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later accesses skip __getattr__
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # binds itself as an attribute of the package
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

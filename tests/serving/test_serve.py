@@ -92,11 +92,6 @@ def test_refuses_to_hand_over_an_address_the_stock_server_cannot_bind(fake_stock
     assert "listens on all interfaces; pass --host 0.0.0.0" in result.stderr and "--embedded" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="elmo_tf/__init__.py imports TensorFlow, and serve.py now runs elmo_tf.cli.serve: a lazy package "
-    "__init__ (issue 26, packaging) brings the quick hand-over back",
-)
 def test_the_launcher_does_not_load_tensorflow(fake_stock_server):
     """Handing over must be quick: serve.py imports TensorFlow only for the embedded server."""
     _, record, env = fake_stock_server
