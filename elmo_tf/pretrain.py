@@ -339,9 +339,8 @@ class Trainer:
                 eos_id=vocab.eos_id,
                 num_sampled=train_config.num_sampled,
                 dropout=train_config.dropout,
+                matmul_dtype=None if train_config.matmul_precision == "float32" else train_config.matmul_precision,
             )
-            precision = train_config.matmul_precision
-            self.model.matmul_dtype = None if precision == "float32" else precision
             self.optimizer = make_optimizer(train_config)
             self.optimizer.build(self.model.trainable_variables)
             # Keras callbacks read the optimizer from the model (TensorBoard logs its learning rate), as after

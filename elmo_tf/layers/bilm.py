@@ -3,11 +3,12 @@
 import keras
 import tensorflow as tf
 
-from elmo_tf.layers.projected_lstm import ProjectedLSTM
-from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
+from elmo_tf.layers.projected_lstm import IMPLEMENTATIONS, ProjectedLSTMCell, check_implementation, run_cells
+from elmo_tf.layers.recurrence import MATMUL_DTYPES
+
+__all__ = ["BiLM", "DIRECTIONS", "IMPLEMENTATIONS", "MATMUL_DTYPES"]
 
 DIRECTIONS = ("forward", "backward")
-MATMUL_DTYPES = (None, "float32", "bfloat16")  # the training scan's matmuls (`BiLM.call(matmul_dtype=)`)
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -16,10 +17,11 @@ class BiLM(keras.layers.Layer):
 
     The forward stack reads each sentence left to right, the backward stack from its last real token
     back to its first (as `tf.reverse_sequence` with the true lengths); the stacks never feed each
-    other. Both directions of a layer advance in one compiled loop. With `use_skip_connections`,
-    layer l>0 outputs `lstm_l(x) + x`; the recurrent state is the LSTM's own output.
+    other. Both directions of a layer advance in one compiled loop (`projected_lstm.run_cells`). With
+    `use_skip_connections`, layer l>0 outputs `lstm_l(x) + x`; the recurrent state is the LSTM's own output.
 
-    Sublayers (stable names, used by the weight converter): `forward_lstm_{l}`, `backward_lstm_{l}`.
+    Sublayers: one `ProjectedLSTMCell` per direction and layer, `forward_lstm_{l}`, `backward_lstm_{l}` (stable
+    names, used by the weight converter; `get_lstm`).
 
     Args:
         num_layers: LSTM layers per direction.
@@ -28,6 +30,15 @@ class BiLM(keras.layers.Layer):
         cell_clip, proj_clip: clip values or None.
         use_skip_connections: residual connections from layer 1 on.
         dropout: rate on each layer's input, in training only.
+        implementation: the loop, as `keras.layers.LSTM(use_cudnn=)` chooses its own: "auto" (default) runs the
+            hand-written backward pass (`recurrence.fast_gradient_scan`: same values; a layer's forward + backward
+            1.3-1.5x as fast, bench/train_throughput.py --profile) in training (`training=True`, no `gate_chunk`) and
+            the plain scan otherwise; "scan" always the plain scan, with TF's automatic gradient (the reference the
+            fast one is tested against); "fast_gradient" always the hand-written one (no `gate_chunk`).
+        matmul_dtype: None, "float32" or "bfloat16": the dtype of the matmuls of `fast_gradient_scan`, where it runs
+            (with "auto": training only; not with "scan"); the weights, the cell state and the element-wise math
+            stay float32, the products (and so the outputs) hold bfloat16's precision. With "auto", inference and
+            evaluation run float32.
     Call arguments:
         inputs: float `(batch, time, projection_dim)` token vectors.
         mask: bool `(batch, time)`, True for real tokens (left-aligned). None: all real.
@@ -41,14 +52,6 @@ class BiLM(keras.layers.Layer):
             gets alone in a row; `initial_state` then applies to the row's first segment only.
         gate_chunk: optional python int: compute the input gates this many steps at a time (bounds their
             memory to `gate_chunk` steps; default: all steps in one matmul).
-        fast_gradient: in training (`training=True`, no `gate_chunk`), run the scan with the hand-written
-            backward pass (`recurrence.fast_gradient_scan`: same values; a layer's forward + backward 1.3-1.5x as
-            fast, bench/train_throughput.py --profile); False: TF's automatic gradient of the plain scan (the
-            reference the fast one is tested against).
-        matmul_dtype: None, "float32" or "bfloat16": the dtype of the training scan's matmuls (where
-            `fast_gradient` applies; see `recurrence.fast_gradient_scan`); the weights, the cell state and the
-            element-wise math stay float32, the products (and so the outputs) hold bfloat16's precision.
-            Inference and evaluation always run float32.
     Returns:
         list of `num_layers` float `(batch, time, 2 * projection_dim)` (forward ++ backward, zeros at
         padding); with `return_state`, `(outputs, states)`.
@@ -63,6 +66,8 @@ class BiLM(keras.layers.Layer):
         proj_clip=3.0,
         use_skip_connections=True,
         dropout=0.0,
+        implementation="auto",
+        matmul_dtype=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -76,6 +81,7 @@ class BiLM(keras.layers.Layer):
         self.proj_clip = proj_clip
         self.use_skip_connections = bool(use_skip_connections)
         self.dropout = dropout
+        self.implementation, self.matmul_dtype = check_implementation(implementation, matmul_dtype)
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -87,20 +93,19 @@ class BiLM(keras.layers.Layer):
         self.forward_lstms, self.backward_lstms = [], []
         for direction, stack in zip(DIRECTIONS, (self.forward_lstms, self.backward_lstms)):
             for layer in range(self.num_layers):
-                lstm = ProjectedLSTM(
+                cell = ProjectedLSTMCell(
                     self.units,
                     self.projection_dim,
                     cell_clip=self.cell_clip,
                     proj_clip=self.proj_clip,
-                    go_backwards=direction == "backward",
                     dropout=self.dropout,
                     name=f"{direction}_lstm_{layer}",
                 )
-                lstm.build((None, None, self.projection_dim))
-                stack.append(lstm)
+                cell.build((None, self.projection_dim))
+                stack.append(cell)
 
     def get_lstm(self, direction, layer):
-        """The `ProjectedLSTM` of one direction ("forward"/"backward") and layer."""
+        """The `ProjectedLSTMCell` of one direction ("forward"/"backward") and layer."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         return (self.forward_lstms if direction == "forward" else self.backward_lstms)[layer]
@@ -122,11 +127,7 @@ class BiLM(keras.layers.Layer):
         training=None,
         segment_starts=None,
         gate_chunk=None,
-        fast_gradient=True,
-        matmul_dtype=None,
     ):
-        if matmul_dtype not in MATMUL_DTYPES:
-            raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {matmul_dtype!r}")
         x = tf.convert_to_tensor(inputs)
         if x.shape.rank != 3 or not x.dtype.is_floating:
             raise ValueError(
@@ -158,34 +159,20 @@ class BiLM(keras.layers.Layer):
             resets = [starts, reverse(ends)]
         outputs, final_states = [], {}
         for layer in range(self.num_layers):
-            lstms = [self.get_lstm(d, layer) for d in DIRECTIONS]
             state_index = [(k * self.num_layers + layer) * 2 for k in range(len(DIRECTIONS))]
-            w_x, bias, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
-            scan_args = (
-                [lstm.dropped(stream[d], training) for lstm, d in zip(lstms, DIRECTIONS)],
+            outs, cs, hs = run_cells(
+                [self.get_lstm(d, layer) for d in DIRECTIONS],
+                [stream[d] for d in DIRECTIONS],
                 mask_tm,
-                list(w_x),
-                list(bias),
-                list(w_h),
-                list(w_p),
                 [initial_state[i] for i in state_index],
                 [initial_state[i + 1] for i in state_index],
-                lstms[0].cell_clip,
-                lstms[0].proj_clip,
+                resets=resets,
+                training=training,
+                implementation=self.implementation,
+                gate_chunk=gate_chunk,
+                matmul_dtype=self.matmul_dtype,
             )
-            if training is True and gate_chunk is None and fast_gradient:
-                outs, cs, hs = fast_gradient_scan(*scan_args, resets=resets, matmul_dtype=matmul_dtype)
-            else:
-                outs, cs, hs = projected_lstm_scan(
-                    *scan_args,
-                    resets=resets,
-                    chunk=gate_chunk,
-                    stack_directions=stack_directions(self.units, self.projection_dim),
-                )
             for k, d in enumerate(DIRECTIONS):
-                outs[k].set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
-                cs[k].set_shape([None, self.units])
-                hs[k].set_shape([None, self.projection_dim])
                 final_states[d, layer] = [cs[k], hs[k]]
                 stream[d] = outs[k] + stream[d] if self.use_skip_connections and layer > 0 else outs[k]
             backward = reverse(stream["backward"])
@@ -211,5 +198,7 @@ class BiLM(keras.layers.Layer):
             proj_clip=self.proj_clip,
             use_skip_connections=self.use_skip_connections,
             dropout=self.dropout,
+            implementation=self.implementation,
+            matmul_dtype=self.matmul_dtype,
         )
         return config

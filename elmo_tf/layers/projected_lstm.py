@@ -1,12 +1,24 @@
-"""One direction of one biLM layer: an LSTM with a projected output (TF1 `LSTMCell(num_proj=...)`)."""
+"""One direction of one biLM layer: an LSTM with a projected output (TF1 `LSTMCell(num_proj=...)`).
+
+As keras/src/layers/rnn/lstm.py pairs `LSTMCell` (weights, one step) with `LSTM` (the loop), this file pairs
+`ProjectedLSTMCell` (weights, kernels, one step) with `ProjectedLSTM` (one cell over a sequence). Both `BiLM` and
+`ProjectedLSTM` run their cells with `run_cells`, which picks the loop of `recurrence` by the layer's `implementation`.
+"""
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.layers.recurrence import projected_lstm_scan
+from elmo_tf.layers.recurrence import (
+    MATMUL_DTYPES,
+    fast_gradient_scan,
+    lstm_step,
+    projected_lstm_scan,
+    stack_directions,
+)
 
 KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
+IMPLEMENTATIONS = ("auto", "scan", "fast_gradient")  # the loop `run_cells` runs (a layer argument, like use_cudnn)
 
 
 def _check_clip(name, value):
@@ -15,48 +27,136 @@ def _check_clip(name, value):
     return float(value) if value else None
 
 
+def _legacy_variables(store):
+    """The store of a cell's variables in a `.keras` file written before `ProjectedLSTMCell` existed, or None.
+
+    Keras names a layer's group in the file after the attribute holding it, and a layer in a list after its class.
+    Before, `BiLM` listed `ProjectedLSTM` layers holding the weights themselves (`.../forward_lstms/projected_lstm_1`,
+    now `.../forward_lstms/projected_lstm_cell_1`) and a `ProjectedLSTM` held its weights itself (`.../projected_lstm`,
+    now `.../projected_lstm/cell`). Keras hands a layer only its own group, so the old one is found from the path of
+    the group it was given (`_h5_entry_path`, a private attribute of Keras's H5 store; without it: None).
+    """
+    path = getattr(store, "_h5_entry_path", None)
+    if not path or not hasattr(store, "get"):
+        return None
+    head, _, last = path.rpartition("/")
+    if last == "cell":
+        old = head
+    elif last.startswith("projected_lstm_cell"):
+        old = f"{head}/projected_lstm{last[len('projected_lstm_cell') :]}"
+    else:
+        return None
+    old_store = store.get(old)
+    return old_store if len(old_store.keys()) else None
+
+
+def check_implementation(implementation, matmul_dtype):
+    """Validates a layer's `implementation` and `matmul_dtype` arguments (see `run_cells`); returns them."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    if matmul_dtype not in MATMUL_DTYPES:
+        raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {matmul_dtype!r}")
+    if implementation == "scan" and matmul_dtype not in (None, "float32"):
+        raise ValueError(
+            f"matmul_dtype {matmul_dtype!r} needs implementation 'auto' or 'fast_gradient' (the plain scan multiplies "
+            "in the inputs' dtype), got implementation 'scan'"
+        )
+    return implementation, matmul_dtype
+
+
+def run_cells(
+    cells,
+    inputs,
+    mask,
+    initial_c,
+    initial_h,
+    resets=None,
+    training=None,
+    implementation="auto",
+    gate_chunk=None,
+    matmul_dtype=None,
+):
+    """Runs D `ProjectedLSTMCell`s over time, cell d over stream d, all in one compiled loop: the loop of `BiLM` (the
+    two directions of a layer) and of `ProjectedLSTM` (one direction).
+
+    Args:
+        cells: D built cells of the same sizes and clips (their kernels, clips and input dropout are used).
+        inputs: D float tensors `(time, batch, input_dim)`, time-major, each in its cell's reading order (a
+            backward cell's stream already reversed by the true lengths).
+        mask: bool `(time, batch)`; where False the state is carried unchanged and the output is 0.
+        initial_c, initial_h: D tensors `(batch, units)` and `(batch, projection_dim)`.
+        resets: None, or D bool `(time, batch)`: where True a step starts from the zero state (a new segment).
+        training: applies the cells' dropout; with "auto", selects the training loop.
+        implementation: "auto": `fast_gradient_scan` (the hand-written backward pass) when `training` is True and
+            there is no `gate_chunk`, else `projected_lstm_scan`; "scan": always `projected_lstm_scan` (TF's automatic
+            gradient: the reference the other is tested against); "fast_gradient": always `fast_gradient_scan` (same
+            values to float rounding; all steps' gates at once, so no `gate_chunk`).
+        gate_chunk: python int or None: `projected_lstm_scan`'s `chunk`.
+        matmul_dtype: `fast_gradient_scan`'s `matmul_dtype` where that loop runs (see `check_implementation`).
+    Returns:
+        D outputs `(time, batch, projection_dim)`, D final c `(batch, units)`, D final h `(batch, projection_dim)`.
+    """
+    if implementation == "fast_gradient" and gate_chunk is not None:
+        raise ValueError(
+            f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with 'fast_gradient'"
+        )
+    first = cells[0]
+    w_x, bias, w_h, w_p = zip(*(cell.kernels() for cell in cells))
+    args = (
+        [cell.dropped(x, training) for cell, x in zip(cells, inputs)],
+        mask,
+        list(w_x),
+        list(bias),
+        list(w_h),
+        list(w_p),
+        list(initial_c),
+        list(initial_h),
+        first.cell_clip,
+        first.proj_clip,
+    )
+    if implementation == "fast_gradient" or (implementation == "auto" and training is True and gate_chunk is None):
+        outs, cs, hs = fast_gradient_scan(*args, resets=resets, matmul_dtype=matmul_dtype)
+    else:
+        stacked = stack_directions(first.units, first.projection_dim)
+        outs, cs, hs = projected_lstm_scan(*args, resets=resets, chunk=gate_chunk, stack_directions=stacked)
+    for out, c, h in zip(outs, cs, hs):  # the compiled loop may relax static dims
+        out.set_shape([None, None, first.projection_dim])
+        c.set_shape([None, first.units])
+        h.set_shape([None, first.projection_dim])
+    return outs, cs, hs
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
-class ProjectedLSTM(keras.layers.Layer):
-    """LSTM with projection and clipping, as in bilm-tf: `c = clip(sigmoid(f + 1) c' + sigmoid(i) tanh(j))`,
-    `m = clip((sigmoid(o) tanh(c)) W_P)`, gates `z = x W_x + m' W_h + b` in i, j, f, o order.
+class ProjectedLSTMCell(keras.layers.Layer):
+    """The weights and one step of an LSTM with projection and clipping, as in bilm-tf:
+    `c = clip(sigmoid(f + 1) c' + sigmoid(i) tanh(j))`, `m = clip((sigmoid(o) tanh(c)) W_P)`, gates
+    `z = x W_x + m' W_h + b` in i, j, f, o order.
 
-    The forget bias +1 is added at run time and is not part of `bias` (the weight files' convention).
-    The input-to-gates products of many time steps are computed in one matmul; only the recurrent part
-    runs per step, in a compiled loop. Stateless by default: zero initial state.
+    The forget bias +1 is added at run time and is not part of `bias` (the weight files' convention). `BiLM` holds one
+    cell per direction and layer and `ProjectedLSTM` one; both run their cells over whole sequences with
+    `run_cells` (input gates of all steps in one matmul, only the recurrent part per step, compiled).
+    `call` is one step in the convention of Keras cells, so `keras.layers.RNN(cell)` runs a cell step by step too.
 
-    Weights are stored in the orientation of the step's feature-major matmuls (`W^T h`), transposed from the
-    weight files': `input_kernel` `(4 * units, input_dim)` = `W_x^T`, `recurrent_kernel`
-    `(4 * units, projection_dim)` = `W_h^T`, `projection_kernel` `(projection_dim, units)` = `W_P^T`, so no call
-    copies them (a transposed copy of the original's kernels is 144 MB per layer). `.keras` files written before
-    (kernels as in the weight files) are recognized and transposed when loaded.
+    Weights are stored in the orientation of the loop's feature-major matmuls (`W^T h`), transposed from the weight
+    files': `input_kernel` `(4 * units, input_dim)` = `W_x^T`, `recurrent_kernel` `(4 * units, projection_dim)` =
+    `W_h^T`, `projection_kernel` `(projection_dim, units)` = `W_P^T`, so no call copies them (a transposed copy of
+    the original's kernels is 144 MB per layer). `.keras` files written before (kernels as in the weight files, or
+    weights held by a `ProjectedLSTM` before the cell existed) are recognized when loaded.
 
     Args:
         units: cell size (bilm-tf's `lstm.dim`, 4096 in the original).
         projection_dim: output size (512 in the original).
         cell_clip, proj_clip: clip values, None (or 0) for no clipping.
-        go_backwards: read each sequence from its last real token back to its first (by its mask);
-            outputs are returned in forward order.
-        return_state: also return the final `[c, h]` (state after each row's last real token).
         dropout: rate applied to the inputs in training (no recurrent dropout, as in the original).
     Call arguments:
-        inputs: float `(batch, time, input_dim)`.
-        mask: bool `(batch, time)`, True for real steps (left-aligned), or None for all real.
-        initial_state: optional `[c (batch, units), h (batch, projection_dim)]`.
+        inputs: float `(batch, input_dim)`, one step.
+        states: `[c (batch, units), h (batch, projection_dim)]`.
+        training: applies the dropout.
     Returns:
-        float `(batch, time, projection_dim)` (zeros at masked steps), and `[c, h]` with `return_state`.
+        `(h, [c, h])`: the step's output `h` `(batch, projection_dim)` and the new state.
     """
 
-    def __init__(
-        self,
-        units,
-        projection_dim,
-        cell_clip=None,
-        proj_clip=None,
-        go_backwards=False,
-        return_state=False,
-        dropout=0.0,
-        **kwargs,
-    ):
+    def __init__(self, units, projection_dim, cell_clip=None, proj_clip=None, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         for name, value in (("units", units), ("projection_dim", projection_dim)):
             if not isinstance(value, int) or value < 1:
@@ -67,15 +167,20 @@ class ProjectedLSTM(keras.layers.Layer):
         self.projection_dim = projection_dim
         self.cell_clip = _check_clip("cell_clip", cell_clip)
         self.proj_clip = _check_clip("proj_clip", proj_clip)
-        self.go_backwards = bool(go_backwards)
-        self.return_state = bool(return_state)
         self.dropout = float(dropout)
-        self.supports_masking = True
+
+    @property
+    def state_size(self):
+        return [self.units, self.projection_dim]
+
+    @property
+    def output_size(self):
+        return self.projection_dim
 
     def build(self, input_shape):
         input_dim = input_shape[-1]
         if input_dim is None:
-            raise ValueError(f"ProjectedLSTM needs a known input dimension, got input shape {input_shape}")
+            raise ValueError(f"ProjectedLSTMCell needs a known input dimension, got input shape {input_shape}")
         # transposed storage (see the class docstring); glorot and orthogonal are symmetric in the two axes
         self.input_kernel = self.add_weight(
             name="input_kernel", shape=(4 * self.units, input_dim), initializer="glorot_uniform"
@@ -94,8 +199,10 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def load_own_variables(self, store):
         """Loads `.keras` weights; files without the layout mark (written before the kernels were stored transposed)
-        get their 2-D kernels transposed."""
+        get their 2-D kernels transposed; files written before this cell existed are read from their old group."""
         variables = self._trainable_variables + self._non_trainable_variables
+        if not len(store.keys()):
+            store = _legacy_variables(store) or store
         transposed = KERNEL_LAYOUT_KEY in store
         found = len(store.keys()) - int(transposed)
         if found != len(variables):
@@ -107,13 +214,13 @@ class ProjectedLSTM(keras.layers.Layer):
             variable.assign(value)
 
     def dropped(self, x, training=None):
-        """The inputs with this layer's dropout applied (in training only)."""
+        """The inputs with this cell's dropout applied (in training only)."""
         if training and self.dropout > 0:
             return tf.nn.dropout(x, rate=self.dropout)
         return x
 
     def kernels(self):
-        """`(input_kernel, bias, recurrent_kernel, projection_kernel)` as tensors, in `projected_lstm_scan`'s order."""
+        """`(input_kernel, bias, recurrent_kernel, projection_kernel)` as tensors, in the scans' argument order."""
         return [
             tf.convert_to_tensor(w)
             for w in (self.input_kernel, self.bias, self.recurrent_kernel, self.projection_kernel)
@@ -122,34 +229,115 @@ class ProjectedLSTM(keras.layers.Layer):
     def zero_state(self, batch_size, dtype=tf.float32):
         return [tf.zeros([batch_size, self.units], dtype), tf.zeros([batch_size, self.projection_dim], dtype)]
 
+    def call(self, inputs, states, training=None):
+        c, h = states
+        w_x, bias, w_h, w_p = self.kernels()
+        x = self.dropped(tf.convert_to_tensor(inputs), training)
+        z = tf.matmul(w_x, x, transpose_b=True) + tf.matmul(w_h, h, transpose_b=True) + bias[:, None]
+        c, m = lstm_step(z, tf.transpose(c), w_p, self.cell_clip, self.proj_clip)  # feature-major, as in the loops
+        c, m = tf.transpose(c), tf.transpose(m)
+        return m, [c, m]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            projection_dim=self.projection_dim,
+            cell_clip=self.cell_clip,
+            proj_clip=self.proj_clip,
+            dropout=self.dropout,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="elmo_tf")
+class ProjectedLSTM(keras.layers.Layer):
+    """A `ProjectedLSTMCell` over a sequence, in one direction: one direction of one biLM layer, run by the same loop
+    (`run_cells`) and the same implementations as `BiLM`. Stateless by default: zero initial state.
+
+    Args:
+        units, projection_dim, cell_clip, proj_clip, dropout: the cell's (see `ProjectedLSTMCell`).
+        go_backwards: read each sequence from its last real token back to its first (by its mask);
+            outputs are returned in forward order.
+        return_state: also return the final `[c, h]` (state after each row's last real token).
+        implementation, matmul_dtype: the loop, as `BiLM`'s arguments of the same names.
+    Call arguments:
+        inputs: float `(batch, time, input_dim)`.
+        mask: bool `(batch, time)`, True for real steps (left-aligned), or None for all real.
+        initial_state: optional `[c (batch, units), h (batch, projection_dim)]`.
+        training: dropout, and with `implementation="auto"` the training loop.
+    Returns:
+        float `(batch, time, projection_dim)` (zeros at masked steps), and `[c, h]` with `return_state`.
+    """
+
+    def __init__(
+        self,
+        units,
+        projection_dim,
+        cell_clip=None,
+        proj_clip=None,
+        go_backwards=False,
+        return_state=False,
+        dropout=0.0,
+        implementation="auto",
+        matmul_dtype=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.cell = ProjectedLSTMCell(
+            units, projection_dim, cell_clip, proj_clip, dropout, dtype=self.dtype_policy, name="projected_lstm_cell"
+        )
+        self.go_backwards = bool(go_backwards)
+        self.return_state = bool(return_state)
+        self.implementation, self.matmul_dtype = check_implementation(implementation, matmul_dtype)
+        self.supports_masking = True
+
+    # the cell's arguments and weights, read through (as keras.layers.LSTM reads its LSTMCell's)
+    units = property(lambda self: self.cell.units)
+    projection_dim = property(lambda self: self.cell.projection_dim)
+    cell_clip = property(lambda self: self.cell.cell_clip)
+    proj_clip = property(lambda self: self.cell.proj_clip)
+    dropout = property(lambda self: self.cell.dropout)
+    input_kernel = property(lambda self: self.cell.input_kernel)
+    recurrent_kernel = property(lambda self: self.cell.recurrent_kernel)
+    bias = property(lambda self: self.cell.bias)
+    projection_kernel = property(lambda self: self.cell.projection_kernel)
+
+    def build(self, input_shape):
+        if input_shape[-1] is None:
+            raise ValueError(f"ProjectedLSTM needs a known input dimension, got input shape {input_shape}")
+        self.cell.build((None, input_shape[-1]))
+
+    def load_own_variables(self, store):
+        """Nothing to load: the variables are the cell's. (In a `.keras` file written before the cell existed this
+        layer's group holds them; the cell reads them from there.)"""
+
+    def zero_state(self, batch_size, dtype=tf.float32):
+        return self.cell.zero_state(batch_size, dtype)
+
     def call(self, inputs, mask=None, initial_state=None, training=None):
         x = tf.convert_to_tensor(inputs)
         if x.shape.rank != 3 or not x.dtype.is_floating:
             raise ValueError(f"ProjectedLSTM inputs must be float (batch, time, dim), got {x.dtype.name} {x.shape}")
         if mask is None:
             mask = tf.ones(tf.shape(x)[:2], tf.bool)
-        mask = tf.cast(mask, tf.bool)
-        mask_tm = tf.transpose(mask)
+        mask_tm = tf.transpose(tf.cast(mask, tf.bool))
         x_tm = tf.transpose(x, [1, 0, 2])
         lengths = tf.reduce_sum(tf.cast(mask_tm, tf.int32), axis=0)
         if self.go_backwards:
             x_tm = tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)
         if initial_state is None:
             initial_state = self.zero_state(tf.shape(x)[0], x.dtype)
-        w_x, bias, w_h, w_p = self.kernels()
-        (out,), (c,), (h,) = projected_lstm_scan(
-            [self.dropped(x_tm, training)],
+        (out,), (c,), (h,) = run_cells(
+            [self.cell],
+            [x_tm],
             mask_tm,
-            [w_x],
-            [bias],
-            [w_h],
-            [w_p],
             [initial_state[0]],
             [initial_state[1]],
-            self.cell_clip,
-            self.proj_clip,
+            training=training,
+            implementation=self.implementation,
+            matmul_dtype=self.matmul_dtype,
         )
-        out.set_shape([None, None, self.projection_dim])  # the compiled loop may relax static dims
         if self.go_backwards:
             out = tf.reverse_sequence(out, lengths, seq_axis=0, batch_axis=1)
         out = tf.transpose(out, [1, 0, 2])
@@ -174,5 +362,7 @@ class ProjectedLSTM(keras.layers.Layer):
             go_backwards=self.go_backwards,
             return_state=self.return_state,
             dropout=self.dropout,
+            implementation=self.implementation,
+            matmul_dtype=self.matmul_dtype,
         )
         return config

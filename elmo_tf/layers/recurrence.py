@@ -1,4 +1,8 @@
-"""The compiled recurrence shared by the projected-LSTM layers (not a layer; no weights).
+"""The loops that run projected LSTMs over time: functions of tensors (no layer, no weights).
+
+`projected_lstm_scan` (inference, and TF's automatic gradient) and `fast_gradient_scan` (training: the same values
+with a hand-written backward pass). Layers reach them through `projected_lstm.run_cells`, which picks one by the
+layer's `implementation` argument.
 
 The input-to-gates products `x W_x + b` are computed for many steps in one matmul (all steps, or chunks
 of `chunk` steps, which bounds the memory of the gates to `chunk` steps); only the recurrent part runs per
@@ -14,8 +18,6 @@ can hold several independent sequences back to back (packed rows, no padding bet
 then gets exactly the outputs it gets alone in a row.
 """
 
-import functools
-
 import tensorflow as tf
 
 # Below this many elements per recurrent kernel (4 * units * projection_dim) the directions advance as one stacked
@@ -24,14 +26,14 @@ import tensorflow as tf
 # 55-70% of two plain ones at the original's 4096 x 512 and already at 384 x 192).
 STACK_DIRECTIONS_BELOW = 1 << 15
 
-FORGET_BIAS = 1.0
+FORGET_BIAS = 1.0  # added to the forget gate at run time, never stored in the weights (TF1 LSTMCell)
+
+MATMUL_DTYPES = (None, "float32", "bfloat16")  # the training scan's matmuls (`fast_gradient_scan(matmul_dtype=)`)
 
 
 def stack_directions(units, projection_dim):
     """Whether `projected_lstm_scan` should stack the directions for kernels of this size."""
-    return (
-        4 * units * projection_dim < STACK_DIRECTIONS_BELOW
-    )  # added to the forget gate at run time, never stored in the weights (TF1 LSTMCell)
+    return 4 * units * projection_dim < STACK_DIRECTIONS_BELOW
 
 
 def lstm_step(z, c_prev, projection_kernel_t, cell_clip=None, proj_clip=None):
@@ -287,150 +289,188 @@ def fast_gradient_scan(
     """
     num = len(inputs)
     mask = tf.convert_to_tensor(mask)
-    fresh_all = None if resets is None else tf.stack([tf.convert_to_tensor(r) for r in resets], axis=1)[:, :, None, :]
-    flat = [
-        tf.convert_to_tensor(t)
-        for group in (inputs, input_kernels, biases, recurrent_kernels, projection_kernels, initial_c, initial_h)
-        for t in group
-    ]
+    fresh = None if resets is None else tf.stack([tf.convert_to_tensor(r) for r in resets], axis=1)[:, :, None, :]
+    groups = (inputs, input_kernels, biases, recurrent_kernels, projection_kernels, initial_c, initial_h)
+    flat = [tf.convert_to_tensor(t) for group in groups for t in group]
 
     @tf.custom_gradient
     def scan(*flat):
-        xs, w_xs, bs, w_hs, w_ps, c0s, h0s = (list(flat[k * num : (k + 1) * num]) for k in range(7))
-        steps, batch = tf.shape(mask)[0], tf.shape(mask)[1]
-        units, proj = tf.shape(w_ps[0])[1], tf.shape(w_ps[0])[0]
-        dtype = xs[0].dtype
-        mm = tf.dtypes.as_dtype(matmul_dtype) if matmul_dtype else dtype
-        low = mm != dtype
-        lo = functools.partial(tf.cast, dtype=mm)  # a matmul's operand (tf.cast to the same dtype is no op)
-        hi = functools.partial(tf.cast, dtype=dtype)  # a matmul's product, back in the state's dtype
-
-        w_xs_r = [_gates_last(lo(w)) for w in w_xs]  # (4 * units, in), rows (i, f, o, j)
-        w_hs_r = [_gates_last(lo(w)) for w in w_hs]  # (4 * units, projection_dim)
-        w_ps_l = [lo(w) for w in w_ps]
-        forget = tf.constant([[0.0], [FORGET_BIAS], [0.0], [0.0]], dtype)
-        bs_r = [tf.reshape(tf.reshape(_gates_last(b), [4, units]) + forget, [-1, 1]) for b in bs]
-        xs_l = [lo(tf.reshape(x, [steps * batch, tf.shape(x)[-1]])) for x in xs]
-        gates = []
-        for x, w_x, b in zip(xs_l, w_xs_r, bs_r):
-            z = hi(tf.matmul(w_x, x, transpose_b=True)) + b
-            gates.append(tf.reshape(z, [4, units, steps, batch]))
-        gates = tf.transpose(tf.stack(gates), [3, 1, 0, 2, 4])  # (time, 4, D, units, batch)
-        c0 = tf.stack([tf.transpose(c) for c in c0s])  # (D, units, batch)
-        h0 = tf.stack([tf.transpose(h) for h in h0s])  # (D, projection_dim, batch)
-        zeros_c, zeros_h = tf.zeros_like(c0), tf.zeros_like(h0)  # once, not a fill per step
-        keep_c = tf.broadcast_to(mask[:, None, None, :], [steps, num, units, batch])
-        keep_h = tf.broadcast_to(mask[:, None, None, :], [steps, num, proj, batch])
-        if fresh_all is not None:
-            fresh_c = tf.broadcast_to(fresh_all, [steps, num, units, batch])
-            fresh_h = tf.broadcast_to(fresh_all, [steps, num, proj, batch])
-
-        def array(like):
-            return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
-
-        sig0 = tf.stack([c0, c0, c0])
-        # sigmoids, tanh(j), c_in, c_raw, h_in, m_raw, r
-        saved0 = tuple(array(t) for t in (sig0, c0, c0, c0, lo(h0), h0, lo(c0)))
-
-        def step(t, c, h, saved):
-            if fresh_all is not None:
-                c = tf.where(fresh_c[t], zeros_c, c)
-                h = tf.where(fresh_h[t], zeros_h, h)
-            h_l = lo(h)
-            z = gates[t] + hi(
-                tf.stack([tf.reshape(tf.matmul(w_hs_r[d], h_l[d]), [4, units, batch]) for d in range(num)], 1)
-            )
-            sig, j = tf.sigmoid(z[:3]), tf.tanh(z[3])
-            i, f, o = tf.unstack(sig)
-            c_raw = f * c + i * j
-            c_new = _clip(c_raw, cell_clip)
-            r = lo(o * tf.tanh(c_new))
-            m_raw = hi(tf.stack([tf.matmul(w_ps_l[d], r[d]) for d in range(num)]))
-            m = _clip(m_raw, proj_clip)
-            saved = tuple(a.write(t, v) for a, v in zip(saved, (sig, j, c, c_raw, h_l, m_raw, r)))
-            return t + 1, tf.where(keep_c[t], c_new, c), tf.where(keep_h[t], m, h), saved
-
-        _, c, h, saved = tf.while_loop(lambda t, *_: t < steps, step, (tf.constant(0), c0, h0, saved0))
-        sigs, js, c_ins, c_raws, h_ins, m_raws, rs = saved
-        h_ins, m_raws = h_ins.stack(), m_raws.stack()  # (time, D, projection_dim, batch)
-        m_all = _clip(m_raws, proj_clip)
-        out = tf.transpose(tf.where(keep_h, m_all, tf.zeros_like(m_all)), [1, 0, 3, 2])  # (D, time, batch, proj)
-        results = (
-            tf.unstack(out)  # D x (time, batch, projection_dim)
-            + [tf.transpose(c[d]) for d in range(num)]
-            + [tf.transpose(h[d]) for d in range(num)]
+        run = _TrainingScan(
+            *(list(flat[k * num : (k + 1) * num]) for k in range(len(groups))),
+            mask=mask,
+            fresh=fresh,
+            clips=(cell_clip, proj_clip),
+            matmul_dtype=matmul_dtype,
         )
-
-        def grad(*upstream):
-            d_out = tf.stack([_zeros_if_none(g, y) for g, y in zip(upstream[:num], results[:num])])
-            d_out = tf.transpose(d_out, [1, 0, 3, 2])  # (time, D, projection_dim, batch)
-            dc = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[num : 2 * num], results[num:])])
-            dh = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[2 * num :], results[2 * num :])])
-            w_h_t = [tf.transpose(w) for w in w_hs_r]  # (projection_dim, 4 * units), once per call
-            w_p_t = [tf.transpose(w) for w in w_ps_l]  # (units, projection_dim)
-            keep_m = keep_h & _clip_passes(m_raws, proj_clip) if proj_clip else keep_h
-
-            def back(k, dc, dh, d_zs, d_ms):
-                t = steps - 1 - k
-                sig = sigs.read(t)
-                i, f, o = tf.unstack(sig)
-                j, c_raw = js.read(t), c_raws.read(t)
-                tanh_c = tf.tanh(_clip(c_raw, cell_clip))
-                dm = lo(tf.where(keep_m[t], dh + d_out[t], zeros_h))
-                dr = hi(tf.stack([tf.matmul(w_p_t[d], dm[d]) for d in range(num)]))  # (D, units, batch)
-                dcell = tf.where(keep_c[t], dc + dr * (o * (1.0 - tanh_c * tanh_c)), zeros_c)
-                if cell_clip:
-                    dcell = tf.where(_clip_passes(c_raw, cell_clip), dcell, zeros_c)
-                d_i, d_f, d_o = tf.unstack(sig * (1.0 - sig))
-                dz = lo(
-                    tf.stack(  # (D, 4, units, batch): each direction's matmul reads one contiguous slice
-                        [dcell * j * d_i, dcell * c_ins.read(t) * d_f, dr * tanh_c * d_o, dcell * i * (1.0 - j * j)],
-                        axis=1,
-                    )
-                )
-                dc_in = tf.where(keep_c[t], dcell * f, dc)
-                dh_in = tf.where(
-                    keep_h[t],
-                    hi(tf.stack([tf.matmul(w_h_t[d], tf.reshape(dz[d], [-1, batch])) for d in range(num)])),
-                    dh,
-                )
-                if fresh_all is not None:
-                    dc_in = tf.where(fresh_c[t], zeros_c, dc_in)
-                    dh_in = tf.where(fresh_h[t], zeros_h, dh_in)
-                return k + 1, dc_in, dh_in, d_zs.write(t, dz), d_ms.write(t, dm)
-
-            _, dc, dh, d_zs, d_ms = tf.while_loop(
-                lambda k, *_: k < steps,
-                back,
-                (tf.constant(0), dc, dh, array(lo(tf.stack([c0] * 4, axis=1))), array(lo(h0))),
-            )
-            d_zs = tf.unstack(tf.reshape(tf.transpose(d_zs.stack(), [1, 2, 3, 0, 4]), [num, 4 * units, -1]))
-            d_ms = tf.unstack(tf.reshape(tf.transpose(d_ms.stack(), [1, 2, 0, 3]), [num, proj, -1]))
-            h_in = tf.unstack(tf.reshape(tf.transpose(h_ins, [1, 2, 0, 3]), [num, proj, -1]))
-            r = tf.unstack(tf.reshape(tf.transpose(rs.stack(), [1, 2, 0, 3]), [num, units, -1]))
-
-            grads = {name: [] for name in ("x", "w_x", "b", "w_h", "w_p")}
-            ones = tf.ones([steps * batch, 1], mm) if low else None
-            for d in range(num):
-                d_z = d_zs[d]  # (4 * units, time * batch), rows (i, f, o, j)
-                grads["x"].append(tf.reshape(hi(tf.matmul(d_z, w_xs_r[d], transpose_a=True)), tf.shape(xs[d])))
-                grads["w_x"].append(hi(_gates_back(tf.matmul(d_z, xs_l[d]))))
-                # bias: a sum over all steps; a matmul accumulates in float32 where a bfloat16 reduce_sum would not
-                d_b = tf.reshape(tf.matmul(d_z, ones), [-1]) if low else tf.reduce_sum(d_z, axis=1)
-                grads["b"].append(hi(_gates_back(d_b)))
-                grads["w_h"].append(hi(_gates_back(tf.matmul(d_z, h_in[d], transpose_b=True))))
-                grads["w_p"].append(hi(tf.matmul(d_ms[d], r[d], transpose_b=True)))
-            return (
-                grads["x"]
-                + grads["w_x"]
-                + grads["b"]
-                + grads["w_h"]
-                + grads["w_p"]
-                + [tf.transpose(dc[d]) for d in range(num)]
-                + [tf.transpose(dh[d]) for d in range(num)]
-            )
-
-        return results, grad
+        return run.forward(), run.gradient
 
     results = scan(*flat)
     return list(results[:num]), list(results[num : 2 * num]), list(results[2 * num :])
+
+
+class _TrainingScan:
+    """One call of `fast_gradient_scan` (the design is in its docstring): the constants of its loops, made once per
+    call (sizes, dtypes, kernels reordered to `(i, f, o, j)` rows and cast to the matmul dtype, the input gates of all
+    steps, the masks broadcast to the shapes they select in), the forward loop, and the custom gradient.
+
+    State is `(D, features, batch)`: the D directions stacked, feature-major. `forward` runs first and keeps what the
+    gradient reads; `gradient` is the `tf.custom_gradient` backward function of the flat inputs."""
+
+    def __init__(self, xs, w_xs, bs, w_hs, w_ps, c0s, h0s, mask, fresh, clips, matmul_dtype):
+        self.num = num = len(xs)
+        self.steps, self.batch = steps, batch = tf.shape(mask)[0], tf.shape(mask)[1]
+        self.units, self.proj = units, proj = tf.shape(w_ps[0])[1], tf.shape(w_ps[0])[0]
+        self.dtype = xs[0].dtype
+        self.mm = tf.dtypes.as_dtype(matmul_dtype) if matmul_dtype else self.dtype
+        self.cell_clip, self.proj_clip = clips
+        self.x_shapes = [tf.shape(x) for x in xs]
+        self.w_xs = [_gates_last(self.lo(w)) for w in w_xs]  # (4 * units, in), rows (i, f, o, j)
+        self.w_hs = [_gates_last(self.lo(w)) for w in w_hs]  # (4 * units, projection_dim)
+        self.w_ps = [self.lo(w) for w in w_ps]
+        forget = tf.constant([[0.0], [FORGET_BIAS], [0.0], [0.0]], self.dtype)
+        bs = [tf.reshape(tf.reshape(_gates_last(b), [4, units]) + forget, [-1, 1]) for b in bs]
+        self.xs = [self.lo(tf.reshape(x, [steps * batch, tf.shape(x)[-1]])) for x in xs]
+        gates = []
+        for x, w_x, b in zip(self.xs, self.w_xs, bs):
+            z = self.hi(tf.matmul(w_x, x, transpose_b=True)) + b
+            gates.append(tf.reshape(z, [4, units, steps, batch]))
+        self.gates = tf.transpose(tf.stack(gates), [3, 1, 0, 2, 4])  # (time, 4, D, units, batch)
+        self.c0 = tf.stack([tf.transpose(c) for c in c0s])  # (D, units, batch)
+        self.h0 = tf.stack([tf.transpose(h) for h in h0s])  # (D, projection_dim, batch)
+        self.zeros_c, self.zeros_h = tf.zeros_like(self.c0), tf.zeros_like(self.h0)  # once, not a fill per step
+        self.keep_c = tf.broadcast_to(mask[:, None, None, :], [steps, num, units, batch])
+        self.keep_h = tf.broadcast_to(mask[:, None, None, :], [steps, num, proj, batch])
+        self.fresh_c = self.fresh_h = None
+        if fresh is not None:
+            self.fresh_c = tf.broadcast_to(fresh, [steps, num, units, batch])
+            self.fresh_h = tf.broadcast_to(fresh, [steps, num, proj, batch])
+
+    def lo(self, t):
+        """A matmul's operand, in the matmul dtype (tf.cast to the same dtype is no op)."""
+        return tf.cast(t, self.mm)
+
+    def hi(self, t):
+        """A matmul's product, back in the state's dtype."""
+        return tf.cast(t, self.dtype)
+
+    def array(self, like):
+        return tf.TensorArray(like.dtype, size=self.steps, element_shape=like.shape)
+
+    def forward(self):
+        """Runs the forward loop; returns D outputs `(time, batch, projection_dim)`, D final c, D final h."""
+        c0, h0 = self.c0, self.h0
+        # sigmoids, tanh(j), c_in, c_raw, h_in, m_raw, r
+        saved = tuple(self.array(t) for t in (tf.stack([c0, c0, c0]), c0, c0, c0, self.lo(h0), h0, self.lo(c0)))
+        _, c, h, saved = tf.while_loop(lambda t, *_: t < self.steps, self.forward_step, (tf.constant(0), c0, h0, saved))
+        self.sigs, self.js, self.c_ins, self.c_raws, h_ins, m_raws, self.rs = saved
+        self.h_ins, self.m_raws = h_ins.stack(), m_raws.stack()  # (time, D, projection_dim, batch)
+        m_all = _clip(self.m_raws, self.proj_clip)
+        out = tf.transpose(tf.where(self.keep_h, m_all, tf.zeros_like(m_all)), [1, 0, 3, 2])  # (D, time, batch, proj)
+        self.results = (
+            tf.unstack(out)  # D x (time, batch, projection_dim)
+            + [tf.transpose(c[d]) for d in range(self.num)]
+            + [tf.transpose(h[d]) for d in range(self.num)]
+        )
+        return self.results
+
+    def forward_step(self, t, c, h, saved):
+        """Step t of the forward loop: the cell on all directions at once; saves what `backward_step` reads."""
+        num, units, batch = self.num, self.units, self.batch
+        if self.fresh_c is not None:
+            c = tf.where(self.fresh_c[t], self.zeros_c, c)
+            h = tf.where(self.fresh_h[t], self.zeros_h, h)
+        h_l = self.lo(h)
+        z = self.gates[t] + self.hi(
+            tf.stack([tf.reshape(tf.matmul(self.w_hs[d], h_l[d]), [4, units, batch]) for d in range(num)], 1)
+        )
+        sig, j = tf.sigmoid(z[:3]), tf.tanh(z[3])
+        i, f, o = tf.unstack(sig)
+        c_raw = f * c + i * j
+        c_new = _clip(c_raw, self.cell_clip)
+        r = self.lo(o * tf.tanh(c_new))
+        m_raw = self.hi(tf.stack([tf.matmul(self.w_ps[d], r[d]) for d in range(num)]))
+        m = _clip(m_raw, self.proj_clip)
+        saved = tuple(a.write(t, v) for a, v in zip(saved, (sig, j, c, c_raw, h_l, m_raw, r)))
+        return t + 1, tf.where(self.keep_c[t], c_new, c), tf.where(self.keep_h[t], m, h), saved
+
+    def gradient(self, *upstream):
+        """The custom gradient: the flat inputs' gradients from those of the outputs and final states (None: 0)."""
+        num, results = self.num, self.results
+        d_out = tf.stack([_zeros_if_none(g, y) for g, y in zip(upstream[:num], results[:num])])
+        d_out = tf.transpose(d_out, [1, 0, 3, 2])  # (time, D, projection_dim, batch)
+        dc = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[num : 2 * num], results[num:])])
+        dh = tf.stack([tf.transpose(_zeros_if_none(g, y)) for g, y in zip(upstream[2 * num :], results[2 * num :])])
+        self.w_hs_t = [tf.transpose(w) for w in self.w_hs]  # (projection_dim, 4 * units), once per call
+        self.w_ps_t = [tf.transpose(w) for w in self.w_ps]  # (units, projection_dim)
+        keep_m = self.keep_h & _clip_passes(self.m_raws, self.proj_clip) if self.proj_clip else self.keep_h
+
+        def back(k, dc, dh, d_zs, d_ms):
+            return self.backward_step(d_out, keep_m, k, dc, dh, d_zs, d_ms)
+
+        d_zs, d_ms = self.array(self.lo(tf.stack([self.c0] * 4, axis=1))), self.array(self.lo(self.h0))
+        _, dc, dh, d_zs, d_ms = tf.while_loop(lambda k, *_: k < self.steps, back, (tf.constant(0), dc, dh, d_zs, d_ms))
+        grads = self.weight_gradients(d_zs.stack(), d_ms.stack())
+        return (
+            grads["x"]
+            + grads["w_x"]
+            + grads["b"]
+            + grads["w_h"]
+            + grads["w_p"]
+            + [tf.transpose(dc[d]) for d in range(num)]
+            + [tf.transpose(dh[d]) for d in range(num)]
+        )
+
+    def backward_step(self, d_out, keep_m, k, dc, dh, d_zs, d_ms):
+        """Step k of the backward loop (time t = steps - 1 - k): the state gradients carried to step t - 1, and the
+        gate gradient `dz` and projection gradient `dm` of step t, stored for `weight_gradients`."""
+        num, batch, lo, hi = self.num, self.batch, self.lo, self.hi
+        t = self.steps - 1 - k
+        sig = self.sigs.read(t)
+        i, f, o = tf.unstack(sig)
+        j, c_raw = self.js.read(t), self.c_raws.read(t)
+        tanh_c = tf.tanh(_clip(c_raw, self.cell_clip))
+        dm = lo(tf.where(keep_m[t], dh + d_out[t], self.zeros_h))
+        dr = hi(tf.stack([tf.matmul(self.w_ps_t[d], dm[d]) for d in range(num)]))  # (D, units, batch)
+        dcell = tf.where(self.keep_c[t], dc + dr * (o * (1.0 - tanh_c * tanh_c)), self.zeros_c)
+        if self.cell_clip:
+            dcell = tf.where(_clip_passes(c_raw, self.cell_clip), dcell, self.zeros_c)
+        d_i, d_f, d_o = tf.unstack(sig * (1.0 - sig))
+        dz = lo(
+            tf.stack(  # (D, 4, units, batch): each direction's matmul reads one contiguous slice
+                [dcell * j * d_i, dcell * self.c_ins.read(t) * d_f, dr * tanh_c * d_o, dcell * i * (1.0 - j * j)],
+                axis=1,
+            )
+        )
+        dc_in = tf.where(self.keep_c[t], dcell * f, dc)
+        dh_in = tf.where(
+            self.keep_h[t],
+            hi(tf.stack([tf.matmul(self.w_hs_t[d], tf.reshape(dz[d], [-1, batch])) for d in range(num)])),
+            dh,
+        )
+        if self.fresh_c is not None:
+            dc_in = tf.where(self.fresh_c[t], self.zeros_c, dc_in)
+            dh_in = tf.where(self.fresh_h[t], self.zeros_h, dh_in)
+        return k + 1, dc_in, dh_in, d_zs.write(t, dz), d_ms.write(t, dm)
+
+    def weight_gradients(self, d_zs, d_ms):
+        """The input and weight gradients as a few matmuls over all steps at once, from the gate gradients `d_zs`
+        `(time, D, 4, units, batch)` and projection gradients `d_ms` `(time, D, projection_dim, batch)`: dict of D
+        tensors each for "x", "w_x", "b", "w_h", "w_p", in the weights' stored row order `(i, j, f, o)`."""
+        num, units, proj, hi = self.num, self.units, self.proj, self.hi
+        d_zs = tf.unstack(tf.reshape(tf.transpose(d_zs, [1, 2, 3, 0, 4]), [num, 4 * units, -1]))
+        d_ms = tf.unstack(tf.reshape(tf.transpose(d_ms, [1, 2, 0, 3]), [num, proj, -1]))
+        h_in = tf.unstack(tf.reshape(tf.transpose(self.h_ins, [1, 2, 0, 3]), [num, proj, -1]))
+        r = tf.unstack(tf.reshape(tf.transpose(self.rs.stack(), [1, 2, 0, 3]), [num, units, -1]))
+        low = self.mm != self.dtype
+        ones = tf.ones([self.steps * self.batch, 1], self.mm) if low else None
+        grads = {name: [] for name in ("x", "w_x", "b", "w_h", "w_p")}
+        for d in range(num):
+            d_z = d_zs[d]  # (4 * units, time * batch), rows (i, f, o, j)
+            grads["x"].append(tf.reshape(hi(tf.matmul(d_z, self.w_xs[d], transpose_a=True)), self.x_shapes[d]))
+            grads["w_x"].append(hi(_gates_back(tf.matmul(d_z, self.xs[d]))))
+            # bias: a sum over all steps; a matmul accumulates in float32 where a bfloat16 reduce_sum would not
+            d_b = tf.reshape(tf.matmul(d_z, ones), [-1]) if low else tf.reduce_sum(d_z, axis=1)
+            grads["b"].append(hi(_gates_back(d_b)))
+            grads["w_h"].append(hi(_gates_back(tf.matmul(d_z, h_in[d], transpose_b=True))))
+            grads["w_p"].append(hi(tf.matmul(d_ms[d], r[d], transpose_b=True)))
+        return grads

@@ -86,6 +86,10 @@ class BiLMPretrainer(keras.Model):
         bos_id, eos_id: vocabulary ids of `<S>` and `</S>`.
         num_sampled: negatives of the sampled softmax in training.
         dropout: biLM input dropout and dropout on the top layer before the softmax, in training.
+        implementation: the `BiLM`'s loop ("auto": the LSTMs' hand-written backward pass in training; "scan": TF's
+            automatic gradient, the reference the tests compare with; see `BiLM`).
+        matmul_dtype: None (float32) or "bfloat16" (`TrainConfig.matmul_precision`): the dtype of the training step's
+            LSTM and sampled-softmax matmuls; evaluation and inference run float32.
     Call arguments:
         inputs: dict with `char_ids` int32 `(batch, tokens, 50)` (no boundaries, left-aligned) and
             `token_ids` int32 `(batch, tokens)` (vocabulary ids of the same tokens).
@@ -96,7 +100,18 @@ class BiLMPretrainer(keras.Model):
         alignment, see `losses`).
     """
 
-    def __init__(self, config=None, vocab_size=None, bos_id=0, eos_id=1, num_sampled=8192, dropout=0.1, **kwargs):
+    def __init__(
+        self,
+        config=None,
+        vocab_size=None,
+        bos_id=0,
+        eos_id=1,
+        num_sampled=8192,
+        dropout=0.1,
+        implementation="auto",
+        matmul_dtype=None,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "bilm_pretrainer")
         super().__init__(**kwargs)
         if config is None:
@@ -115,11 +130,7 @@ class BiLMPretrainer(keras.Model):
         self.eos_id = eos_id
         self.num_sampled = min(num_sampled, vocab_size - 1)
         self.dropout = float(dropout)
-        self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
-        self.fast_gradient = True  # the LSTMs' hand-written backward pass in training (False: TF's, for tests)
-        # dtype of the training step's LSTM and sampled-softmax matmuls (None: float32; "bfloat16": the Trainer's
-        # `TrainConfig.matmul_precision`); evaluation and inference always run float32
-        self.matmul_dtype = None
+        self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype)
         p = config.projection_dim
         self.softmax_kernel = self.add_weight(
             name="softmax_kernel",
@@ -140,8 +151,6 @@ class BiLMPretrainer(keras.Model):
             self.encode_distinct(with_bounds, mask_b),
             mask=mask_b,
             training=training,
-            fast_gradient=self.fast_gradient,
-            matmul_dtype=self.matmul_dtype,
         )[-1]
         if training and self.dropout > 0:
             top = tf.nn.dropout(top, rate=self.dropout)
@@ -163,6 +172,16 @@ class BiLMPretrainer(keras.Model):
             "targets_backward": ids[:, :-1],
             "weights": weights,
         }
+
+    @property
+    def implementation(self):
+        """The biLM's loop (a constructor argument, read-only: the `BiLM` holds it)."""
+        return self.bilm.implementation
+
+    @property
+    def matmul_dtype(self):
+        """The training step's matmul dtype (a constructor argument, read-only: the `BiLM` holds it)."""
+        return self.bilm.matmul_dtype
 
     def encode_distinct(self, char_ids, mask):
         """The char CNN's token vectors `(batch, time, P)`, zeros where `mask` is False, computing each distinct
@@ -219,6 +238,8 @@ class BiLMPretrainer(keras.Model):
             eos_id=self.eos_id,
             num_sampled=self.num_sampled,
             dropout=self.dropout,
+            implementation=self.implementation,
+            matmul_dtype=self.matmul_dtype,
         )
         return config
 

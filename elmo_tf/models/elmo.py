@@ -11,8 +11,9 @@ from elmo_tf.layers.scalar_mix import ScalarMix
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries, tokens_to_char_ids
 
 
-def build_bilm_layers(config, dropout=0.0):
-    """The built `CharCNN` ("char_cnn") and `BiLM` ("bilm") of a `BiLMConfig`, named as the weight converter expects.
+def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=None):
+    """The built `CharCNN` ("char_cnn") and `BiLM` ("bilm") of a `BiLMConfig`, named as the weight converter expects;
+    `implementation` and `matmul_dtype` are the `BiLM`'s.
 
     Built right away, so models holding them never show loaders and savers a half-built state.
     """
@@ -34,6 +35,8 @@ def build_bilm_layers(config, dropout=0.0):
         proj_clip=config.proj_clip,
         use_skip_connections=config.use_skip_connections,
         dropout=dropout,
+        implementation=implementation,
+        matmul_dtype=matmul_dtype,
         name="bilm",
     )
     char_cnn.build((None, None, MAX_CHARS))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.layers import BiLM
+from elmo_tf.layers import BiLM, ProjectedLSTM, ProjectedLSTMCell
 
 LAYERS, UNITS, PROJ = 2, 12, 6
 DIRECTIONS = ("forward", "backward")
@@ -38,7 +38,8 @@ def numpy_bilm(x, lengths, bilm, numpy_lstm, initial_state=None):
             if initial_state is not None:
                 i = (k * bilm.num_layers + layer) * 2  # documented order: [c, h] fwd layers, then bwd layers
                 c0, h0 = initial_state[i], initial_state[i + 1]
-            out, c, h = numpy_lstm(stream[d], lengths, bilm.get_lstm(d, layer), initial_c=c0, initial_h=h0)
+            cell = bilm.get_lstm(d, layer)
+            out, c, h = numpy_lstm(stream[d], lengths, cell, go_backwards=d == "backward", initial_c=c0, initial_h=h0)
             finals[d, layer] = [c, h]
             new[d] = out + stream[d] if bilm.use_skip_connections and layer > 0 else out
         stream = new
@@ -167,7 +168,15 @@ def test_sublayer_names(randomize):
         "backward_lstm_0",
         "backward_lstm_1",
     ]
-    assert [bilm.get_lstm(d, 0).go_backwards for d in DIRECTIONS] == [False, True]
+    assert all(isinstance(bilm.get_lstm(d, k), ProjectedLSTMCell) for d in DIRECTIONS for k in range(LAYERS))
+    # the weight converter and saved optimizer slots rely on these variable paths
+    assert [v.path.split("/", 1)[1] for v in bilm.weights[:4]] == [
+        "forward_lstm_0/input_kernel",
+        "forward_lstm_0/recurrent_kernel",
+        "forward_lstm_0/bias",
+        "forward_lstm_0/projection_kernel",
+    ]
+    assert [v.path.split("/", 1)[1] for v in bilm.weights[8:][:1]] == ["backward_lstm_0/input_kernel"]
 
 
 def test_dropout_only_in_training(randomize):
@@ -280,3 +289,73 @@ def test_stacked_and_per_direction_recurrences_agree(chunk, randomize):
         for u, v in zip(a, b):
             np.testing.assert_allclose(np.asarray(u), np.asarray(v), atol=1e-6, rtol=0)
     assert np.abs(np.asarray(results[0][0][0])).max() > 0.01
+
+
+def test_implementation_and_matmul_dtype_are_saved_constructor_arguments(randomize):
+    """The loop is chosen as `keras.layers.LSTM(use_cudnn=)` chooses its own: constructor arguments that get_config
+    saves; bad values are refused when the layer is made, naming the argument and the value."""
+    bilm = make_bilm(randomize, implementation="scan")
+    config = bilm.get_config()
+    assert (config["implementation"], config["matmul_dtype"]) == ("scan", None)
+    clone = BiLM.from_config(dict(config, implementation="fast_gradient", matmul_dtype="bfloat16"))
+    assert (clone.implementation, clone.matmul_dtype) == ("fast_gradient", "bfloat16")
+    assert (BiLM(LAYERS, UNITS, PROJ).implementation, BiLM(LAYERS, UNITS, PROJ).matmul_dtype) == ("auto", None)
+    with pytest.raises(
+        ValueError, match=r"implementation must be one of \('auto', 'scan', 'fast_gradient'\), got 'cudnn'"
+    ):
+        BiLM(LAYERS, UNITS, PROJ, implementation="cudnn")
+    with pytest.raises(ValueError, match=r"matmul_dtype must be one of \(None, 'float32', 'bfloat16'\), got 'float16'"):
+        BiLM(LAYERS, UNITS, PROJ, matmul_dtype="float16")
+    with pytest.raises(ValueError, match="matmul_dtype 'bfloat16' needs implementation 'auto' or 'fast_gradient'"):
+        BiLM(LAYERS, UNITS, PROJ, implementation="scan", matmul_dtype="bfloat16")
+    x, mask = make_inputs([3, 2])
+    with pytest.raises(ValueError, match="gate_chunk needs implementation 'auto' or 'scan', got gate_chunk=2"):
+        make_bilm(randomize, implementation="fast_gradient")(x, mask=mask, gate_chunk=2)
+
+
+@pytest.mark.parametrize(
+    "implementation, training, hand_written",
+    [("auto", True, True), ("auto", False, False), ("scan", True, False), ("fast_gradient", False, True)],
+)
+def test_implementation_selects_the_loop_with_the_same_values(implementation, training, hand_written, randomize):
+    """ "auto" runs the hand-written backward pass in training only, "scan" never, "fast_gradient" always (its graph
+    holds tf.custom_gradient's IdentityN); every choice gives the plain scan's outputs and gradients."""
+    x, mask = make_inputs([6, 3, 5], seed=2)
+    x = tf.constant(x)
+    weights = tf.constant(np.random.default_rng(4).normal(size=(3, 6, 2 * PROJ)), tf.float32)
+
+    def run(bilm, training):
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = sum(tf.reduce_sum(out * weights) for out in bilm(x, mask=mask, training=training))
+            return loss, tape.gradient(loss, [x] + bilm.trainable_variables)
+
+        ops = {op.type for op in step.get_concrete_function(x).graph.get_operations()}
+        return [np.asarray(t) for t in tf.nest.flatten(step(x))], ops
+
+    values, ops = run(make_bilm(randomize, implementation=implementation), training)
+    reference, reference_ops = run(make_bilm(randomize, implementation="scan"), training)
+    assert ("IdentityN" in ops) == hand_written and "IdentityN" not in reference_ops
+    for got, want in zip(values, reference):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+    assert float(np.abs(reference[1]).max()) > 1e-2  # the comparison is not of zeros
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_projected_lstm_runs_the_same_loop_as_a_bilm_layer(direction, randomize):
+    """A `ProjectedLSTM` with a BiLM cell's weights (and `go_backwards` for the backward one) gives that direction's
+    layer-0 outputs of the BiLM (no residual at layer 0): one loop, one reading order."""
+    bilm = make_bilm(randomize)
+    cell = bilm.get_lstm(direction, 0)
+    lstm = ProjectedLSTM(UNITS, PROJ, cell_clip=3.0, proj_clip=3.0, go_backwards=direction == "backward")
+    lstm.build((None, None, PROJ))
+    lstm.set_weights(cell.get_weights())
+    x, mask = make_inputs([7, 2, 5, 1], seed=9)
+    half = slice(0, PROJ) if direction == "forward" else slice(PROJ, 2 * PROJ)
+    expected = np.asarray(bilm(x, mask=mask)[0])[:, :, half]
+    np.testing.assert_allclose(np.asarray(lstm(x, mask=mask)), expected, atol=1e-6, rtol=0)
+    other = "backward" if direction == "forward" else "forward"
+    lstm.set_weights(bilm.get_lstm(other, 0).get_weights())
+    assert np.abs(np.asarray(lstm(x, mask=mask)) - expected).max() > 1e-3  # the check above can fail

@@ -1,5 +1,9 @@
 """elmo_tf/layers/projected_lstm.py: TF1 LSTMCell(num_proj) with clipping, forward and backward, masked."""
 
+import zipfile
+
+import h5py
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -153,3 +157,74 @@ def test_get_config_round_trip(randomize):
     clone.set_weights(layer.get_weights())
     x, mask = make_inputs()
     np.testing.assert_array_equal(np.asarray(clone(x, mask=mask)), np.asarray(layer(x, mask=mask)))
+
+
+def test_the_cell_steps_under_keras_rnn_as_the_layer_runs(randomize, numpy_lstm):
+    """`ProjectedLSTMCell.call` is one step in the Keras cell convention: `keras.layers.RNN(cell)` (Keras's own loop,
+    step by step) gives the layer's outputs and final state, and the NumPy reference's."""
+    layer = make_lstm(randomize, return_state=True)
+    cell = layer.cell
+    assert (cell.state_size, cell.output_size) == ([UNITS, PROJ], PROJ)
+    rnn = keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True)
+    x, mask = make_inputs()
+    out, c, h = rnn(x, mask=mask)
+    want, (want_c, want_h) = layer(x, mask=mask)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.asarray(c), np.asarray(want_c), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(want_h), atol=1e-6, rtol=0)
+    ref, ref_c, _ = numpy_lstm(x, LENGTHS, layer)
+    np.testing.assert_allclose(np.asarray(out), ref, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(c), ref_c, atol=1e-5, rtol=0)
+    assert [v.path for v in layer.weights] == [
+        f"{layer.name}/projected_lstm_cell/{name}"
+        for name in ("input_kernel", "recurrent_kernel", "bias", "projection_kernel")
+    ]
+
+
+def test_implementation_is_a_saved_constructor_argument(randomize):
+    """The layer runs BiLM's loop and takes its `implementation`; "fast_gradient" gives the plain scan's values."""
+    plain = make_lstm(randomize, go_backwards=True, implementation="scan")
+    fast = ProjectedLSTM.from_config(dict(plain.get_config(), implementation="fast_gradient"))
+    assert plain.get_config()["implementation"] == "scan" and fast.implementation == "fast_gradient"
+    assert ProjectedLSTM(UNITS, PROJ).get_config()["matmul_dtype"] is None
+    fast.build((None, None, DIM))
+    fast.set_weights(plain.get_weights())
+    x, mask = make_inputs()
+    np.testing.assert_allclose(np.asarray(fast(x, mask=mask)), np.asarray(plain(x, mask=mask)), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        ProjectedLSTM(UNITS, PROJ, implementation="cudnn")
+
+
+def _as_written_before_the_cell(path, out):
+    """Rewrites a .keras file as the code before `ProjectedLSTMCell` wrote it: a `ProjectedLSTM`'s variables in its
+    own group, not in its `cell` subgroup."""
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "model.weights.h5":
+                weights = out.parent / "weights.h5"
+                weights.write_bytes(data)
+                with h5py.File(weights, "r+") as f:
+                    names = []
+                    f.visit(names.append)
+                    cells = [name for name in names if name.endswith("/cell")]
+                    assert len(cells) == 1
+                    group = f[cells[0].rsplit("/", 1)[0]]
+                    del group["vars"]
+                    group.move("cell/vars", "vars")
+                    del group["cell"]
+                data = weights.read_bytes()
+            dst.writestr(item, data)
+
+
+def test_keras_files_from_before_the_cell_still_load(randomize, tmp_path):
+    inputs = keras.Input((None, DIM))
+    model = keras.Model(inputs, ProjectedLSTM(UNITS, PROJ, cell_clip=0.8, go_backwards=True)(inputs))
+    randomize(model, seed=3, scale=0.6)
+    path, old = tmp_path / "lstm.keras", tmp_path / "old.keras"
+    model.save(path)
+    _as_written_before_the_cell(path, old)
+    x, _ = make_inputs()
+    loaded = keras.saving.load_model(old)
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
+    np.testing.assert_array_equal(np.asarray(keras.saving.load_model(path)(x)), np.asarray(model(x)))

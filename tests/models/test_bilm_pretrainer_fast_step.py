@@ -29,11 +29,12 @@ def _batch(seed, rows=5, length=9):
     return {"char_ids": tf.constant(chars), "token_ids": tf.constant(token_ids)}
 
 
-def _model(fast):
+def _model(fast, **kwargs):
     keras.utils.set_random_seed(7)
-    model = BiLMPretrainer(BiLMConfig(**TINY), VOCAB, dropout=0.0, num_sampled=10)
-    model.fast_gradient = fast
-    return model
+    implementation = "auto" if fast else "scan"
+    return BiLMPretrainer(
+        BiLMConfig(**TINY), VOCAB, dropout=0.0, num_sampled=10, implementation=implementation, **kwargs
+    )
 
 
 def _step(model, batch, sampled):
@@ -95,7 +96,7 @@ def test_the_fast_path_is_the_training_default_and_differs_from_the_plain_path_i
 
         return {op.type for op in step.get_concrete_function(batch).graph.get_operations()}
 
-    assert BiLMPretrainer(BiLMConfig(**TINY), VOCAB).fast_gradient is True
+    assert BiLMPretrainer(BiLMConfig(**TINY), VOCAB).implementation == "auto"
     assert "IdentityN" in graph_ops(True)  # tf.custom_gradient's marker
     assert "IdentityN" not in graph_ops(False)
 
@@ -131,8 +132,7 @@ def test_a_training_step_with_bfloat16_matmuls_stays_close_to_float32():
     batch = _batch(4)
     results = []
     for dtype in (None, "bfloat16"):
-        model = _model(True)
-        model.matmul_dtype = dtype
+        model = _model(True, matmul_dtype=dtype)
         tf.random.set_seed(11)  # the same negatives for both
         results.append(_step(model, batch, sampled=True))
     (loss_exact, grads_exact, variables, _), (loss_low, grads_low, _, _) = results
@@ -145,15 +145,28 @@ def test_a_training_step_with_bfloat16_matmuls_stays_close_to_float32():
 
 def test_evaluation_runs_float32_whatever_the_matmul_dtype():
     batch = _batch(5)
-    exact, low = _model(True), _model(True)
-    low.matmul_dtype = "bfloat16"
+    exact, low = _model(True), _model(True, matmul_dtype="bfloat16")
     a = exact.losses_sum(batch, training=False, sampled=False)
     b = low.losses_sum(batch, training=False, sampled=False)
     assert [float(t) for t in a] == [float(t) for t in b]
 
 
 def test_bilm_names_a_bad_matmul_dtype():
-    model = _model(True)
-    model.matmul_dtype = "float16"
     with pytest.raises(ValueError, match=r"matmul_dtype must be one of \(None, 'float32', 'bfloat16'\), got 'float16'"):
-        model.losses_sum(_batch(1), training=True, sampled=False)
+        _model(True, matmul_dtype="float16")
+
+
+def test_the_loop_and_matmul_dtype_are_saved_constructor_arguments_not_settable_attributes():
+    """As `keras.layers.LSTM(use_cudnn=)`: chosen when the model is made, saved by get_config, passed down to the BiLM;
+    nothing switches them on a built model from outside."""
+    model = _model(False, matmul_dtype="float32")
+    config = model.get_config()
+    assert (config["implementation"], config["matmul_dtype"]) == ("scan", "float32")
+    assert (model.bilm.implementation, model.bilm.matmul_dtype) == ("scan", "float32")
+    clone = BiLMPretrainer.from_config(dict(config, implementation="auto", matmul_dtype="bfloat16"))
+    assert (clone.implementation, clone.matmul_dtype) == ("auto", "bfloat16")
+    assert (clone.bilm.implementation, clone.bilm.matmul_dtype) == ("auto", "bfloat16")
+    for name, value in (("matmul_dtype", "bfloat16"), ("implementation", "auto")):
+        with pytest.raises(AttributeError):
+            setattr(model, name, value)
+    assert not hasattr(model, "fast_gradient")

@@ -259,3 +259,41 @@ def test_keras_files_from_before_the_transposed_kernels_still_load(tiny_elmo, to
     want = tiny_elmo(ids)["elmo"].numpy()
     np.testing.assert_allclose(keras.saving.load_model(old)(ids)["elmo"].numpy(), want, atol=1e-6, rtol=0)
     np.testing.assert_allclose(keras.saving.load_model(path)(ids)["elmo"].numpy(), want, atol=1e-6, rtol=0)
+
+
+def _as_written_before_the_cells(path, out):
+    """Rewrites a .keras file as the code before `ProjectedLSTMCell` wrote it: BiLM's lists held `ProjectedLSTM`
+    layers, so their groups were named after that class (`forward_lstms/projected_lstm_1`)."""
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "model.weights.h5":
+                weights = out.parent / "weights.h5"
+                weights.write_bytes(data)
+                with h5py.File(weights, "r+") as f:
+                    names = []
+                    f.visit(names.append)
+                    cells = [name for name in names if name.rsplit("/", 1)[-1].startswith("projected_lstm_cell")]
+                    assert len(cells) == 4  # 2 layers x 2 directions
+                    for name in cells:
+                        head, last = name.rsplit("/", 1)
+                        f.move(name, f"{head}/{last.replace('projected_lstm_cell', 'projected_lstm')}")
+                data = weights.read_bytes()
+            dst.writestr(item, data)
+
+
+def test_keras_files_from_before_the_lstm_cells_still_load(tiny_elmo, to_char_ids, tmp_path):
+    """An ELMo (say inside a saved NER tagger) written when BiLM held `ProjectedLSTM` layers loads with its weights."""
+    path = tmp_path / "elmo.keras"
+    keras.saving.save_model(tiny_elmo, path)
+    old = tmp_path / "old.keras"
+    _as_written_before_the_cells(path, old)
+    ids = to_char_ids([["a", "bc", "def"], ["x"]])
+    loaded = keras.saving.load_model(old)
+    np.testing.assert_array_equal(loaded(ids)["elmo"].numpy(), tiny_elmo(ids)["elmo"].numpy())
+    for w1, w2 in zip(tiny_elmo.weights, loaded.weights):
+        np.testing.assert_array_equal(w1.numpy(), w2.numpy(), err_msg=w1.path)
