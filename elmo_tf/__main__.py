@@ -51,7 +51,8 @@ them. Short sentences share a packed row (each between its own <S> and </S>, the
 them): outputs are stateless, a sentence gets the same vectors whatever it is batched with.
 The output is written under a hidden temporary name and renamed at the end: an interrupted run (Ctrl-C,
 SIGTERM: exit 130/143) removes it and leaves an existing output as it was; the temporary of a killed run
-(SIGKILL) is removed by the next run into the same directory.
+(SIGKILL) is removed by the next run into the same directory. A full disk (or a file-size limit) ends the run
+with one line naming the output and the error (exit 1), the temporary removed, an existing output as it was.
 """
 
 
