@@ -51,7 +51,8 @@ them. Short sentences share a packed row (each between its own <S> and </S>, the
 them): outputs are stateless, a sentence gets the same vectors whatever it is batched with.
 The output is written under a hidden temporary name and renamed at the end: an interrupted run (Ctrl-C,
 SIGTERM: exit 130/143) removes it and leaves an existing output as it was; the temporary of a killed run
-(SIGKILL) is removed by the next run into the same directory.
+(SIGKILL) is removed by the next run into the same directory. A full disk (or a file-size limit) ends the run
+with one line naming the output and the error (exit 1), the temporary removed, an existing output as it was.
 """
 
 
@@ -199,10 +200,15 @@ def dump_token_embeddings_main(args):
         raise DataError(f"--options: {e}") from None
     except WeightFileError as e:
         raise DataError(f"--weights: {e}") from None
+    from elmo_tf.io.atomic import WriteError
+
     start = time.perf_counter()
     with tqdm(total=len(tokens), unit="tok", file=sys.stderr, desc="dump-token-embeddings") as bar:
         embedding = compute_token_embeddings(model, tokens, batch_size=args.batch_size, progress=bar.update)
-    write_token_embeddings(args.output, embedding, vocabulary=tokens)
+    try:
+        write_token_embeddings(args.output, embedding, vocabulary=tokens)
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+        raise DataError(f"--output: {e}") from None
     seconds = time.perf_counter() - start
     log.info("%d tokens in %.1f s; wrote %s (%d x %d)", len(tokens), seconds, args.output, *embedding.shape)
     return 0
@@ -227,6 +233,7 @@ def embed_main(args):
     from elmo_tf.config import ConfigError
     from elmo_tf.embed import embed_file, limit_malloc_arenas
     from elmo_tf.io import WeightFileError, load_elmo
+    from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
 
@@ -271,6 +278,8 @@ def embed_main(args):
             )
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+        raise DataError(f"--output: {e}") from None
     seconds = time.perf_counter() - start
     log.info(
         "%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; %d distinct tokens per batch through "

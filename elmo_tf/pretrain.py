@@ -27,10 +27,12 @@ Example:
 """
 
 import dataclasses
+import glob
 import json
 import logging
 import math
 import os
+import shutil
 import time
 
 import h5py
@@ -39,7 +41,7 @@ import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.distribute import is_chief
-from elmo_tf.io.atomic import atomic_path, write_json
+from elmo_tf.io.atomic import atomic_hdf5, write_error, write_json
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.layers.bilm import MATMUL_DTYPES
@@ -146,10 +148,9 @@ def count_pieces(files, max_tokens):
 def save_softmax(model, path):
     """`softmax/W` `(vocab, P)` and `softmax/b` `(vocab,)` of a `BiLMPretrainer` as hdf5, atomically
     (`elmo_tf.io.atomic`: `path` holds the old file or the whole new one)."""
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.create_dataset("softmax/W", data=model.softmax_kernel.numpy())
-            f.create_dataset("softmax/b", data=model.softmax_bias.numpy())
+    with atomic_hdf5(path) as f:
+        f.create_dataset("softmax/W", data=model.softmax_kernel.numpy())
+        f.create_dataset("softmax/b", data=model.softmax_bias.numpy())
 
 
 def load_softmax(model, path):
@@ -570,6 +571,7 @@ class Checkpoints:
         self.checkpoint = tf.train.Checkpoint(
             model=trainer.model, optimizer=trainer.optimizer, step=trainer.step, train_seconds=trainer.train_seconds
         )
+        self.max_to_keep = max_to_keep
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=max_to_keep)
         self._probe_batch = None
 
@@ -697,12 +699,47 @@ class Checkpoints:
     def save(self):
         """Saves the current state as `ckpt-<step>` and returns its path, unless its weights give a non-finite
         loss on the probe batch: then `NonFiniteLossError` and nothing is written (divergence shows in the
-        weights one step before it shows in a training loss)."""
+        weights one step before it shows in a training loss).
+
+        Raises:
+            elmo_tf.io.atomic.WriteError: the disk refused the checkpoint (full: ENOSPC; a file-size limit: EFBIG,
+                which TensorFlow reports as ResourceExhaustedError / OutOfRangeError from SaveV2). What it wrote
+                of this checkpoint is removed (`ckpt-<step>_temp/`, partial shards, the state file's temporary);
+                the previous checkpoints and the `checkpoint` state file are as they were.
+        """
         fwd, bwd, _ = self.trainer.probe_loss(self.probe_batch())
         step = int(self.trainer.step.numpy())
         if not math.isfinite(float(fwd) + float(bwd)):
             raise NonFiniteLossError(f"the weights after step {step} give a non-finite loss; not saved")
-        return self.manager.save(checkpoint_number=step)
+        prefix = os.path.join(self.directory, f"ckpt-{step}")
+        try:
+            return self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            error = write_error(prefix, e)
+            if error is None:
+                raise
+            self._remove_unfinished(prefix)
+            raise error from None
+
+    def _remove_unfinished(self, prefix):
+        """Removes what a failed save of `prefix` left: its `_temp` directory, TensorFlow's temporaries of the state
+        file, and its own files unless the state file on disk already names it (then only the bookkeeping after it
+        failed, and the checkpoint is whole)."""
+        state = tf.train.get_checkpoint_state(self.directory)
+        recorded = state is not None and prefix in {state.model_checkpoint_path, *state.all_model_checkpoint_paths}
+        leftovers = [prefix + "_temp"] + glob.glob(glob.escape(self.directory) + "/checkpoint.tmp*")
+        if not recorded:
+            leftovers += glob.glob(glob.escape(prefix) + ".*")
+        for path in leftovers:
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                elif os.path.lexists(path):
+                    os.remove(path)
+            except OSError as e:
+                log.warning("cannot remove %s, left by a failed checkpoint: %s", path, e)
+        # the manager's own list may hold the checkpoint that failed: read the state file again
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=self.max_to_keep)
 
 
 class CheckpointEvery(keras.callbacks.Callback):
@@ -819,7 +856,16 @@ class StepCSVLogger(keras.callbacks.CSVLogger):
         logs = dict(logs or {})
         if "step" in logs:  # `CallbackList` makes every number a float; a step is written as an int
             logs["step"] = int(logs["step"])
-        super().on_epoch_end(epoch, logs)
+        try:
+            super().on_epoch_end(epoch, logs)
+        except OSError as e:  # a full disk: name the file (a write to an open file's OSError names none)
+            raise (write_error(self.filename, e) or e) from None
+
+    def on_train_end(self, logs=None):
+        try:
+            super().on_train_end(logs)
+        except OSError as e:
+            raise (write_error(self.filename, e) or e) from None
 
 
 def count_steps(train_config, train_files):

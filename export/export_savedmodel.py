@@ -15,8 +15,8 @@ from elmo_tf.cli import (  # noqa: E402
     ArgumentParser,
     DataError,
     UsageError,
+    bounded_number,
     check_output_dir,
-    positive_int,
     run,
     setup_logging,
 )
@@ -24,14 +24,19 @@ from elmo_tf.preprocessing.tokenizer import TOKENIZERS  # noqa: E402
 
 logger = logging.getLogger("export_savedmodel")
 
+MAX_VERSION = 2**63 - 1  # TF Serving reads a version directory's name as an int64
+MAX_TOKENS = 2**31 - 1  # sequence lengths are int32: a larger cap cuts nothing
+
 EXAMPLES = """examples:
   python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo
   python export/export_savedmodel.py --model-dir runs/pretrain --output models/elmo --version 3
   python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo \\
       --tokenizer unicode_script --max-tokens 400
 
-writes OUTPUT/<version>/ (next integer by default; an existing version is an error), the layout TF Serving
-polls: tensorflow_model_server --model_name=elmo --model_base_path=$PWD/models/elmo
+writes OUTPUT/<version>/ (an existing version is an error), the layout TF Serving polls:
+  tensorflow_model_server --model_name=elmo --model_base_path=$PWD/models/elmo
+without --version, the next free integer when the export is published: exports started at once into one OUTPUT
+each get their own version.
 
 signatures: default and serving_default (sentences: tf.string [B]), tokens (tokens: tf.string [B,T] padded
 with "", sequence_len: int32 [B]; tokens beyond sequence_len are ignored).
@@ -71,12 +76,18 @@ def parse_args(argv=None):
         "instead of --options/--weights",
     )
     parser.add_argument("--output", required=True, help="base path of the model: versions go to OUTPUT/<version>/")
-    parser.add_argument("--version", type=positive_int("--version"), help="version number (default: next integer)")
+    parser.add_argument(
+        "--version",
+        type=bounded_number("--version", int, minimum=1, maximum=MAX_VERSION),
+        help="version number, 1 to 2**63 - 1 (default: the next free integer when the export is published)",
+    )
     parser.add_argument(
         "--tokenizer", choices=TOKENIZERS, default="whitespace", help="in-graph tokenizer of the default signature"
     )
     parser.add_argument(
-        "--max-tokens", type=positive_int("--max-tokens"), help="cut every sentence to its first N tokens"
+        "--max-tokens",
+        type=bounded_number("--max-tokens", int, minimum=1, maximum=MAX_TOKENS),
+        help="cut every sentence to its first N tokens",
     )
     parser.add_argument("--no-check", action="store_true", help="skip the reload-and-compare check (not advised)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

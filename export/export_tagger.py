@@ -21,15 +21,18 @@ from elmo_tf.cli import (  # noqa: E402
     ArgumentParser,
     DataError,
     UsageError,
+    bounded_number,
     check_output_dir,
     existing_dir,
-    positive_int,
     run,
     setup_logging,
 )
 from elmo_tf.preprocessing.tokenizer import TOKENIZERS  # noqa: E402
 
 logger = logging.getLogger("export_tagger")
+
+MAX_VERSION = 2**63 - 1  # TF Serving reads a version directory's name as an int64
+MAX_TOKENS = 2**31 - 1  # sequence lengths are int32: a larger cap cuts nothing
 
 
 def build_parser():
@@ -51,9 +54,16 @@ def build_parser():
         help="the biLM the tagger was trained on: dir or weights.hdf5 (default: what the NER dir's config.json names)",
     )
     parser.add_argument("--output", required=True, help="base dir, e.g. models/tagger")
-    parser.add_argument("--version", type=positive_int("--version"), default=None, help="default: next integer")
+    parser.add_argument(
+        "--version",
+        type=bounded_number("--version", int, minimum=1, maximum=MAX_VERSION),
+        default=None,
+        help="1 to 2**63 - 1 (default: the next free integer when the export is published)",
+    )
     parser.add_argument("--tokenizer", default="whitespace", choices=TOKENIZERS)
-    parser.add_argument("--max-tokens", type=positive_int("--max-tokens"), default=None)
+    parser.add_argument(
+        "--max-tokens", type=bounded_number("--max-tokens", int, minimum=1, maximum=MAX_TOKENS), default=None
+    )
     return parser
 
 

@@ -6,6 +6,7 @@ absl::InitializeLog()", oneDNN and CUDA notices), whatever TF_CPP_MIN_LOG_LEVEL 
 out, so what remains is everything the command itself wrote.
 """
 
+import contextlib
 import os
 import re
 import subprocess
@@ -51,3 +52,65 @@ def assert_one_error(result, status, *needles):
     for needle in needles:
         assert str(needle) in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def limit_file_size(nbytes):
+    """A `preexec_fn` for subprocess: files of the child may not grow beyond `nbytes` (RLIMIT_FSIZE), and SIGXFSZ is
+    ignored, so a write past the limit fails with EFBIG ("File too large"), as a write to a full disk fails with
+    ENOSPC. Reading, and the parent's files, are not limited. TensorFlow's C++ writers (SaveV2) meet it too."""
+
+    def limit():
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+    return limit
+
+
+@contextlib.contextmanager
+def file_size_limit(nbytes):
+    """`limit_file_size` for this process, within the block: the soft limit only (the hard one stays, so it is raised
+    again at the end), SIGXFSZ ignored meanwhile."""
+    import resource
+    import signal
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def run_limited(args, file_size, timeout=300, cwd=REPO_ROOT, stdout=subprocess.PIPE):
+    """`run_command` under `limit_file_size(file_size)`; `stdout` may be an open file (itself limited then)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(
+        [sys.executable, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit_file_size(file_size),
+    )
+
+
+def assert_ends_with_one_error(result, status, *needles):
+    """`result` exited with `status`, its stderr's last line is the only one holding "error:" and holds every one of
+    `needles`; no traceback, no "Exception ignored" (log lines and a progress bar may come before). Returns that
+    line."""
+    lines = [line for text in own_lines(result.stderr) for line in text.split("\r") if line.strip()]
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr[-5000:]
+    assert result.returncode == status, (result.returncode, result.stderr[-5000:])
+    errors = [line for line in lines if "error:" in line]
+    assert errors == lines[-1:], result.stderr[-5000:]
+    for needle in needles:
+        assert str(needle) in errors[0], (needle, errors[0])
+    return errors[0]

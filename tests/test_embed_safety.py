@@ -5,6 +5,9 @@
 - SIGTERM, SIGINT (Ctrl-C) and SIGKILL while the output is being written, to a real subprocess: the temporary
   `.<output>.tmp-<pid>-<random>` is removed (143, 130) or left for the next run to remove (SIGKILL), an older
   output at the same path stays byte for byte, a live process's temporary is kept;
+- a disk that refuses the output (a file-size limit: EFBIG, as a full disk gives ENOSPC), for embed and
+  dump-token-embeddings: exit 1 with one error line naming the output and "File too large", no "Exception ignored"
+  storm from h5py, no crash, no temporary, the older output byte for byte;
 - what the output says about odd input lines (a UTF-8 byte order mark, invalid UTF-8): xfail on the current
   elmo_tf/embed.py, which reads lines itself instead of through elmo_tf.io.sentences.
 
@@ -23,7 +26,7 @@ import time
 import h5py
 import numpy as np
 import pytest
-from cli_testlib import REPO_ROOT, assert_one_error, own_lines, run_command
+from cli_testlib import REPO_ROOT, assert_ends_with_one_error, assert_one_error, own_lines, run_command, run_limited
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
@@ -195,6 +198,40 @@ def test_sigkill_leaves_a_temporary_that_the_next_run_removes(files, tmp_path):
         assert arrays[str(i)].shape == (L + 1, len(line.split()), 2 * P) and arrays[str(i)].dtype == np.float32
         assert np.isfinite(arrays[str(i)]).all()
     assert np.abs(arrays["0"]).max() > 0
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+FILE_LIMIT = 200 * 1024  # the long input's output is ~2 MB; the model's files are read, not written
+
+
+def test_a_full_disk_ends_embed_with_one_line_and_keeps_the_old_output(files, tmp_path):
+    output = tmp_path / "out.hdf5"
+    output.write_bytes(PREVIOUS)
+    args = ["-m", "elmo_tf", "embed", *embed_args(files, files / "long.txt", output, "--batch-size", "8")]
+    result = run_limited(args, FILE_LIMIT, timeout=WAIT)
+    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(output)!r}", "File too large")
+    assert output.read_bytes() == PREVIOUS
+    assert temporaries(tmp_path, output.name) == []
+    result = run_limited(["-m", "elmo_tf", "embed", *embed_args(files, files / "short.txt", output)], FILE_LIMIT)
+    assert result.returncode == 0, result.stderr  # a small output fits under the same limit
+    assert sorted(read_output(output)[0], key=int) == [str(i) for i in range(len(SHORT))]
+
+
+def test_a_full_disk_ends_dump_token_embeddings_with_one_line(files, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(f"w{k}" for k in range(8000)) + "\n")  # 8000 x 8 floats: 256 kB
+    output = tmp_path / "tokens.hdf5"
+    output.write_bytes(PREVIOUS)
+    model = files / "model"
+    args = ["--options", model / "options.json", "--weights", model / "weights.hdf5", "--vocab", vocab]
+    result = run_limited(
+        ["-m", "elmo_tf", "dump-token-embeddings", *args, "--output", output], FILE_LIMIT, timeout=WAIT
+    )
+    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(output)!r}", "File too large")
+    assert output.read_bytes() == PREVIOUS
+    assert sorted(os.listdir(tmp_path)) == ["tokens.hdf5", "vocab.txt"]
 
 
 # ---------------------------------------------------------------- odd lines: a byte order mark, invalid UTF-8

@@ -51,6 +51,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from tqdm import tqdm
 
+    from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.vocabulary import CorpusError, build_vocabulary, count_words, expand_glob
 
     try:
@@ -68,7 +69,10 @@ def main(argv=None):
     if not counts:
         raise DataError(f"--train: no words in the {len(files)} file(s) matching {args.train!r}")
     vocab = build_vocabulary(counts, min_count=args.min_count, max_size=args.max_size)
-    vocab.save(args.output)
+    try:
+        vocab.save(args.output)
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+        raise DataError(f"--output: {e}") from None
     total = sum(counts.values())
     covered = sum(counts.get(w, 0) for w in vocab.words)
     logging.info(

@@ -60,7 +60,7 @@ def main(argv=None):
     setup_logging()
     from tqdm import tqdm
 
-    from elmo_tf.io.atomic import write_text
+    from elmo_tf.io.atomic import WriteError, stdout_write_error, write_text
     from elmo_tf.io.bilm_hdf5 import open_hdf5
     from elmo_tf.pretrain import evaluate_perplexity, load_model_dir
 
@@ -75,9 +75,17 @@ def main(argv=None):
         )
     result.update(model=args.model, test=args.test)
     text = json.dumps(result, indent=2)
-    print(text)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `| head`: elmo_tf.cli.run ends quietly
+        raise
+    except OSError as e:  # `> file` on a full disk
+        raise DataError(f"stdout: {stdout_write_error(e)}") from None
     if args.output:
-        write_text(args.output, text + "\n")
+        try:
+            write_text(args.output, text + "\n")
+        except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+            raise DataError(f"--output: {e}") from None
     return 0
 
 

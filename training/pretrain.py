@@ -134,6 +134,7 @@ def main(argv=None):
 
     from elmo_tf.config import BiLMConfig, get_config
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
+    from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.vocabulary import Vocabulary, expand_glob
     from elmo_tf.pretrain import (
         CheckpointMismatchError,
@@ -224,6 +225,8 @@ def main(argv=None):
     except NonFiniteLossError as e:
         logging.error("%s. Lower --learning-rate or --clip-norm.", e)
         return NON_FINITE_EXIT
+    except WriteError as e:  # a full disk: what failed is removed, the previous checkpoints and files are kept
+        raise DataError(f"--output: {e}") from None
     logging.info(
         "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s%s",
         result["step"],

@@ -138,6 +138,8 @@ def main(argv=None):
     setup_logging(quiet=args.quiet)
     from tqdm import tqdm
 
+    from elmo_tf.io.atomic import stdout_write_error
+
     try:
         if args.input is None:
             sentences = read_lines(sys.stdin.buffer)
@@ -178,13 +180,18 @@ def main(argv=None):
                 tags = tag_sentences(model, encoder, chunk, source, args.batch_size)
             except Exception as e:  # a server that went away mid-way, etc.
                 raise DataError(f"tagging sentences {start + 1}-{start + len(chunk)} failed: {one_line(e)}") from None
-            for tokens, sentence_tags in zip(chunk, tags):
-                out.write(
-                    format_conll(tokens, sentence_tags)
-                    if args.format == "conll"
-                    else format_json(tokens, sentence_tags, scheme)
-                )
-            out.flush()
+            try:
+                for tokens, sentence_tags in zip(chunk, tags):
+                    out.write(
+                        format_conll(tokens, sentence_tags)
+                        if args.format == "conll"
+                        else format_json(tokens, sentence_tags, scheme)
+                    )
+                out.flush()
+            except BrokenPipeError:  # `| head`: elmo_tf.cli.run ends quietly
+                raise
+            except OSError as e:  # `> file` on a full disk
+                raise DataError(f"stdout: {stdout_write_error(e)}") from None
             progress.update(len(chunk))
     return 0
 

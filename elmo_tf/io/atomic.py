@@ -12,20 +12,52 @@ Example:
             json.dump(metrics, f)
     # out/metrics.json now holds the whole file; on an exception (or SIGTERM through elmo_tf.cli.run) the
     # temporary is removed and out/metrics.json is unchanged.
+
+A write that fails (a full disk: ENOSPC, a file-size limit: EFBIG, a quota, a read-only file system) raises
+`WriteError`, an `OSError` naming the target, after the temporary is removed: the previous file is left as it was.
+HDF5 files are written through `atomic_hdf5` (or `HDF5Sink`), which keeps HDF5 itself from ever seeing a failed
+write (see `HDF5Sink` for why).
 """
 
 import contextlib
 import errno
+import io
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
+import sys
 
 logger = logging.getLogger(__name__)
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{8}(\.[A-Za-z0-9]+)?$")
+# the errors of a full or limited disk, found by their text in messages that carry no errno (TensorFlow's)
+WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO)
+
+
+class WriteError(OSError):
+    """Writing `filename` failed with `errno` / `strerror` (ENOSPC "No space left on device", EFBIG "File too large"
+    under a file-size limit, ...). Raised once the writer's temporary is removed: a previous file at `filename` is
+    as it was. `str()`: "cannot write '<filename>': <strerror>"."""
+
+    def __str__(self):
+        return f"cannot write {self.filename!r}: {self.strerror}"
+
+
+def write_error(path, error):
+    """`error` (an `OSError`, or an exception whose message holds an OS error's text, as TensorFlow's do) as a
+    `WriteError` naming `path`; None when no OS error can be read from it."""
+    if isinstance(error, WriteError):
+        return error
+    if isinstance(error, OSError) and error.errno is not None:
+        return WriteError(error.errno, error.strerror or os.strerror(error.errno), os.fspath(path))
+    text = str(getattr(error, "message", None) or error)
+    for code in WRITE_ERRNOS:
+        if os.strerror(code) in text:
+            return WriteError(code, os.strerror(code), os.fspath(path))
+    return None
 
 
 def temp_name(target, suffix=""):
@@ -94,10 +126,7 @@ def atomic_path(target, directory=False, overwrite=True, suffix=""):
     tmp = temp_name(target, suffix)
     try:
         if directory:
-            os.mkdir(tmp)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)
+            make_public_dir(tmp)
         yield tmp
         if not overwrite and os.path.exists(target):
             raise FileExistsError(f"{target} exists and is not overwritten")
@@ -114,14 +143,170 @@ def atomic_path(target, directory=False, overwrite=True, suffix=""):
             os.remove(tmp)
 
 
+def stdout_write_error(error):
+    """`error`, a failed write to stdout (a full disk under `> file`), as a `WriteError` naming stdout's file (or
+    "<stdout>"). Stdout's file descriptor is pointed at /dev/null first, so that the interpreter's final flush of what
+    is still buffered does not fail again ("Exception ignored ... OSError") after the one-line error."""
+    try:
+        name = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+    except (OSError, ValueError, AttributeError):
+        name = "<stdout>"
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return write_error(name, error) or error
+
+
+def make_public_dir(path):
+    """`os.mkdir(path)` with the mode the umask allows (`mkdir` alone would apply the umask twice over nothing: the
+    point is a directory as readable as any other the user makes, for a model server running as another user)."""
+    os.mkdir(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+
+
 def write_text(path, text, encoding="utf-8"):
-    """Writes `text` to `path` atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding=encoding) as f:
-            f.write(text)
+    """Writes `text` to `path` atomically. Raises `WriteError` when the disk refuses it (the old file is kept)."""
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "w", encoding=encoding) as f:
+                f.write(text)
+    except OSError as e:
+        raise (write_error(path, e) or e) from None
 
 
 def write_json(path, data, **kwargs):
     """Writes `data` as JSON (indent 2 unless given) to `path` atomically."""
     kwargs.setdefault("indent", 2)
     write_text(path, json.dumps(data, **kwargs) + "\n")
+
+
+class HDF5Sink(io.RawIOBase):
+    """The file h5py writes through (`h5py.File(sink, "w")`, its "fileobj" driver): a failed write never reaches HDF5.
+
+    HDF5 does not survive a failed write. Through its default driver a full disk (ENOSPC) or a file-size limit (EFBIG)
+    surfaces in h5py's object destructors, where Python cannot catch it ("Exception ignored in
+    h5py._objects.ObjectID.__dealloc__", thousands of times), and closing the file then crashes the process (SIGSEGV:
+    seen with h5py 3.14 / HDF5 1.14.6). Here the first failed write is recorded in `error`, and that write and every
+    later one are kept in memory instead (reads see them), so HDF5 goes on with a file that works; the writer calls
+    `check()` (after each dataset, say), which raises `WriteError`, closes the HDF5 file and this sink and removes the
+    file. Memory then holds only what HDF5 wrote after the failure (the rest of one dataset and the metadata written at
+    close).
+
+    Args:
+        path: the file to create (truncated when it exists).
+        target: the path `WriteError` names (the final output when `path` is its temporary); default `path`.
+    """
+
+    def __init__(self, path, target=None):
+        super().__init__()
+        self.path = os.fspath(path)
+        self.target = os.fspath(target if target is not None else path)
+        self.error = None
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+        self._pos = 0
+        self._end = 0
+        self._kept = []  # (offset, bytes) of the writes since the failure, in order
+
+    def readable(self):
+        return True
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=os.SEEK_SET):
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._end}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self):
+        return self._pos
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        if self.error is None:
+            done = 0
+            try:
+                while done < len(view):  # a short write (the disk just filled up) is followed by the failing one
+                    done += os.pwrite(self._fd, view[done:], self._pos + done)
+            except OSError as e:
+                self.error = e
+        if self.error is not None:
+            self._kept.append((self._pos, bytes(view)))
+        self._pos += len(view)
+        self._end = max(self._end, self._pos)
+        return len(view)
+
+    def readinto(self, buffer):
+        view = memoryview(buffer).cast("B")
+        size = max(0, min(len(view), self._end - self._pos))
+        data = os.pread(self._fd, size, self._pos)
+        view[: len(data)] = data
+        view[len(data) : size] = bytes(size - len(data))  # never written to the disk: zeros, unless kept below
+        start, stop = self._pos, self._pos + size
+        for offset, kept in self._kept:
+            low, high = max(start, offset), min(stop, offset + len(kept))
+            if low < high:
+                view[low - start : high - start] = kept[low - offset : high - offset]
+        self._pos = stop
+        return size
+
+    def truncate(self, size=None):
+        size = self._pos if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as e:
+                self.error = e
+        self._end = size
+        return size
+
+    def flush(self):
+        pass
+
+    def close(self):
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            except OSError as e:  # a delayed write error (a network file system)
+                if self.error is None:
+                    self.error = e
+        super().close()
+
+    def check(self):
+        """Raises `WriteError` naming `target` when a write failed."""
+        if self.error is not None:
+            raise write_error(self.target, self.error) or self.error
+
+
+@contextlib.contextmanager
+def atomic_hdf5(target):
+    """Yields an `h5py.File` open for writing, written under a temporary name (`atomic_path`) through an `HDF5Sink`
+    and renamed to `target` when the block ends normally.
+
+    Raises:
+        WriteError: a write failed (a full disk, a file-size limit): the file is closed, the temporary removed, and
+            `target` is as it was.
+
+    Example:
+        with atomic_hdf5("weights.hdf5") as f:
+            f.create_dataset("W", data=w)
+    """
+    import h5py
+
+    with atomic_path(target) as tmp:
+        sink = HDF5Sink(tmp, target)
+        try:
+            with h5py.File(sink, "w") as f:
+                yield f
+                sink.check()  # before closing: an error is raised once, not also for the metadata written at close
+        finally:
+            sink.close()
+        sink.check()

@@ -18,7 +18,7 @@ import numpy as np
 
 from elmo_tf.cli import one_line
 from elmo_tf.config import BiLMConfig
-from elmo_tf.io.atomic import atomic_path
+from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.layers.bilm import DIRECTIONS
 
 # what h5py raises for a damaged file (a bad object header, an unreadable chunk, an unsupported type)
@@ -164,12 +164,12 @@ def load_bilm_weights(model, weights_path):
 def save_bilm_weights(model, weights_path):
     """Writes an `ELMo` model's weights in the bilm-tf/AllenNLP layout (261-row char_embed, no softmax).
 
-    Written atomically (`elmo_tf.io.atomic`): an existing file is never left half-written.
+    Written atomically (`elmo_tf.io.atomic.atomic_hdf5`): an existing file is never left half-written; a full disk
+    raises `elmo_tf.io.atomic.WriteError` naming the file, with the old file kept.
     """
-    with atomic_path(weights_path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            for name, variables, to_file, _ in weight_map(model):
-                f.create_dataset(name, data=to_file([np.asarray(v.numpy()) for v in variables]).astype(np.float32))
+    with atomic_hdf5(weights_path) as f:
+        for name, variables, to_file, _ in weight_map(model):
+            f.create_dataset(name, data=to_file([np.asarray(v.numpy()) for v in variables]).astype(np.float32))
 
 
 def load_elmo(options_path, weights_path=None, **elmo_kwargs):

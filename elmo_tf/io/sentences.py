@@ -39,7 +39,7 @@ import h5py
 import numpy as np
 
 from elmo_tf.cli import check_int
-from elmo_tf.io.atomic import atomic_path
+from elmo_tf.io.atomic import HDF5Sink, atomic_path
 from elmo_tf.io.text import raw_lines
 from elmo_tf.preprocessing.tokenizer import split_tokens
 
@@ -116,8 +116,10 @@ class EmbeddingWriter:
         written: how many sentence datasets `write` created.
     The temporary is `.<output name>.tmp-<pid>-<random>` beside the output (`elmo_tf.io.atomic.atomic_path`, which
     also removes the temporaries of dead processes first). On any exception leaving the block (KeyboardInterrupt and
-    SystemExit included) the temporary is removed and an existing output is left untouched. The key map is held in
-    memory until the end (one JSON string, as AllenNLP writes it): it grows with the number of distinct keys.
+    SystemExit included) the temporary is removed and an existing output is left untouched. A write the disk refuses
+    (full: ENOSPC; a file-size limit: EFBIG) raises `elmo_tf.io.atomic.WriteError` naming the output from the `write`
+    that met it, and ends the same way (the file goes through an `elmo_tf.io.atomic.HDF5Sink`). The key map is held
+    in memory until the end (one JSON string, as AllenNLP writes it): it grows with the number of distinct keys.
     """
 
     def __init__(self, output_path, index=True):
@@ -126,6 +128,7 @@ class EmbeddingWriter:
         self.written = 0
         self._keys = {}
         self._file = None
+        self._sink = None
         self._stack = None
 
     def __enter__(self):
@@ -133,7 +136,8 @@ class EmbeddingWriter:
             raise RuntimeError(f"EmbeddingWriter for {self.output_path!r} is already open")
         with contextlib.ExitStack() as stack:
             tmp = stack.enter_context(atomic_path(self.output_path))
-            self._file = stack.enter_context(h5py.File(tmp, "w"))
+            self._sink = stack.enter_context(HDF5Sink(tmp, self.output_path))  # closed after the file, on any exit
+            self._file = stack.enter_context(h5py.File(self._sink, "w"))
             self._stack = stack.pop_all()
         self.written = 0
         self._keys = {}
@@ -151,9 +155,13 @@ class EmbeddingWriter:
                         data=np.array([json.dumps(self._keys)], dtype=object),
                         dtype=h5py.string_dtype(),
                     )
+                self._sink.check()
+                self._file.close()  # its last metadata goes through the sink, checked once it is closed
+                self._sink.close()
+                self._sink.check()
             return False
         finally:
-            self._file = None
+            self._file = self._sink = None
 
     def _check_open(self):
         if self._file is None:
@@ -171,6 +179,7 @@ class EmbeddingWriter:
         if name in self._file:
             raise ValueError(f"index {name} is already written to {self.output_path}")
         self._file.create_dataset(name, data=np.asarray(array, dtype=np.float32))
+        self._sink.check()
         self.written += 1
 
     def add_key(self, index, line):

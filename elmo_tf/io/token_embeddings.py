@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.cli import one_line
-from elmo_tf.io.atomic import atomic_path
+from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.io.bilm_hdf5 import _H5_ERRORS, WeightFileError, open_hdf5, read_dataset
 from elmo_tf.io.text import TextFileError, raw_lines
 from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids_numpy
@@ -158,14 +158,14 @@ def write_token_embeddings(path, embedding, vocabulary=None):
             the file with any other vocabulary.
     Raises:
         ValueError: `embedding` not 2-D, not real, with NaN/inf, or with a row count other than the vocabulary's.
+        elmo_tf.io.atomic.WriteError: the disk refused the file (full, a file-size limit); the old file is kept.
     """
     array = _check_embedding(embedding, vocabulary)
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.create_dataset(EMBEDDING, data=array)
-            if vocabulary is not None:
-                f.attrs[SIZE_ATTR] = np.int64(len(vocabulary))
-                f.attrs[DIGEST_ATTR] = vocabulary_digest(vocabulary)
+    with atomic_hdf5(path) as f:
+        f.create_dataset(EMBEDDING, data=array)
+        if vocabulary is not None:
+            f.attrs[SIZE_ATTR] = np.int64(len(vocabulary))
+            f.attrs[DIGEST_ATTR] = vocabulary_digest(vocabulary)
 
 
 def _vocabulary_tokens(vocabulary):

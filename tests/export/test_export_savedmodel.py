@@ -1,4 +1,5 @@
-"""export/export_savedmodel.py: signatures, fresh-process parity, versioning, CLI, saved_model_cli."""
+"""export/export_savedmodel.py: signatures, fresh-process parity, versioning (concurrent exports included), CLI,
+saved_model_cli, a disk that refuses the export."""
 
 import base64
 import json
@@ -14,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_testlib import assert_ends_with_one_error, run_limited
 from export_testlib import load_test_model
+from tiny_models import TINY
 
 import elmo_tf.export as ex
 from elmo_tf import serving_contract as contract
@@ -315,15 +318,21 @@ def test_failed_export_leaves_nothing(model, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ex, "check_export", broken_check)
     with pytest.raises(ex.ExportError, match="simulated"):
+        ex.export_elmo(model, str(base / "deeper"))
+    assert os.listdir(tmp_path) == []  # the base (and its parent) it created are gone again
+    base.mkdir()
+    with pytest.raises(ex.ExportError, match="simulated"):
         ex.export_elmo(model, str(base))
-    assert os.listdir(base) == []  # neither a version nor a temporary directory
+    assert os.listdir(base) == []  # neither a version nor a temporary directory; a base that existed stays
     with pytest.raises(ValueError, match="tokenizer"):
         ex.export_elmo(model, str(base), tokenizer="spaces")
     with pytest.raises(ValueError, match="version"):
         ex.export_elmo(model, str(base), version=0)
+    with pytest.raises(ValueError, match="version"):
+        ex.export_elmo(model, str(tmp_path / "new"), version=2**63)
     with pytest.raises(ValueError, match="max_tokens"):
         ex.export_elmo(model, str(base), max_tokens=0)
-    assert os.listdir(base) == []
+    assert os.listdir(base) == [] and os.listdir(tmp_path) == ["elmo"]
 
 
 def test_check_export_detects_a_different_model(model, exported):
@@ -345,7 +354,10 @@ def test_check_export_detects_a_different_model(model, exported):
         (["--output", "o", "--options", "missing.json", "--weights", "w.hdf5"], "--options: no such file"),
         (["--output", "o", "--model-dir", "/nonexistent"], "--model-dir: not a directory"),
         (["--output", "o", "--model-dir", ".", "--version", "0"], "argument --version"),
+        (["--output", "o", "--model-dir", ".", "--version", str(2**63)], "<= 9223372036854775807"),
+        (["--output", "o", "--model-dir", ".", "--version", "99999999999999999999"], "--version must be >= 1"),
         (["--output", "o", "--model-dir", ".", "--max-tokens", "-3"], "argument --max-tokens"),
+        (["--output", "o", "--model-dir", ".", "--max-tokens", str(2**31)], "--max-tokens must be >= 1 and <="),
         (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
         (["--model-dir", "."], "--output"),
     ],
@@ -469,7 +481,7 @@ def test_a_killed_export_publishes_nothing_and_its_temporary_goes(model, tmp_pat
     assert all(name.startswith(".") and not name.isdigit() for name in temps)  # hidden, never a version name
     if how == "SIGTERM":
         assert proc.returncode == 143, err[-2000:]
-        assert os.listdir(base) == [] and "Traceback" not in err
+        assert not base.exists() and "Traceback" not in err  # the base it created is removed with its temporary
     else:
         assert proc.returncode == -signal.SIGKILL
         assert sorted(os.listdir(base)) == sorted(temps)  # left behind, hidden: a model server ignores it
@@ -499,3 +511,136 @@ def test_versions_are_numbered_as_the_model_server_reads_them(tmp_path):
     with pytest.raises(ValueError, match="2\\*\\*63"):
         ex.publish_version(str(base), 2**63, lambda tmp: None)
     assert ex.publish_version(str(base), None, lambda tmp: None) == str(base / "8")
+
+
+# ------------------------------------------------------------------------------------------------ concurrent exports
+
+
+def _fill(content):
+    def write(tmp):
+        Path(tmp, "saved_model.pb").write_bytes(content)
+
+    return write
+
+
+def test_an_export_published_meanwhile_gets_its_version_and_this_one_the_next(tmp_path):
+    """The version is taken when the export is published, not when it starts: a later export that finishes first
+    keeps version 1, this one becomes 2 (before: both chose 1 and this one failed with "version 1 exists")."""
+    base = tmp_path / "elmo"
+
+    def slow(tmp):
+        _fill(b"slow")(tmp)
+        assert ex.publish_version(str(base), None, _fill(b"fast")) == str(base / "1")
+
+    assert ex.publish_version(str(base), None, slow) == str(base / "2")
+    assert (base / "1" / "saved_model.pb").read_bytes() == b"fast"
+    assert (base / "2" / "saved_model.pb").read_bytes() == b"slow"
+    assert sorted(os.listdir(base)) == ["1", "2"]
+
+
+def test_a_version_taken_between_the_check_and_the_rename_is_skipped(tmp_path, monkeypatch):
+    """Another export's rename lands on the chosen number just before this one's: renaming onto a non-empty directory
+    fails, so the claim is exclusive; the next number is tried and the other export's files are untouched."""
+    base = tmp_path / "elmo"
+    (base / "4").mkdir(parents=True)
+    (base / "4" / "saved_model.pb").write_bytes(b"four")
+    real_rename, calls = os.rename, []
+
+    def racing_rename(src, dst):
+        calls.append(os.path.basename(dst))
+        if len(calls) == 1:  # the other export wins the race for this number
+            os.mkdir(dst)
+            Path(dst, "saved_model.pb").write_bytes(b"other")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", racing_rename)
+    assert ex.publish_version(str(base), None, _fill(b"mine")) == str(base / "6")
+    assert calls == ["5", "6"]
+    assert [(base / v / "saved_model.pb").read_bytes() for v in ("4", "5", "6")] == [b"four", b"other", b"mine"]
+    assert sorted(os.listdir(base)) == ["4", "5", "6"]
+
+
+def test_an_explicit_version_taken_meanwhile_is_refused_and_nothing_is_left(tmp_path):
+    base = tmp_path / "elmo"
+
+    def slow(tmp):
+        _fill(b"slow")(tmp)
+        ex.publish_version(str(base), 3, _fill(b"fast"))
+
+    with pytest.raises(FileExistsError, match="version 3 already exists"):
+        ex.publish_version(str(base), 3, slow)
+    assert os.listdir(base) == ["3"] and (base / "3" / "saved_model.pb").read_bytes() == b"fast"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """options.json + weights.hdf5 of a tiny random ELMo (an export of it takes seconds)."""
+    from elmo_tf import BiLMConfig, ELMo
+    from elmo_tf.io.bilm_hdf5 import save_elmo
+
+    directory = tmp_path_factory.mktemp("tiny") / "model"
+    save_elmo(ELMo(BiLMConfig(**TINY)), str(directory))
+    return directory
+
+
+def test_two_exports_at_once_into_one_base_both_publish(tiny_model_dir, tmp_path):
+    base = tmp_path / "models" / "elmo"
+    procs = [
+        subprocess.Popen(
+            [PYTHON, str(SCRIPT), "--model-dir", str(tiny_model_dir), "--output", str(base)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            results.append((proc.returncode, out.strip(), err))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    for code, _, err in results:
+        assert code == 0, err[-3000:]
+        assert "Traceback" not in err and "parity ok" in err, err[-3000:]
+    assert sorted(out for _, out, _ in results) == [str(base / "1"), str(base / "2")]
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    for version in ("1", "2"):
+        loaded = tf.saved_model.load(str(base / version))
+        assert set(contract.SIGNATURES) <= set(loaded.signatures)
+
+
+def test_an_overflowing_version_is_refused_before_anything_loads(tiny_model_dir, tmp_path):
+    base = tmp_path / "models" / "elmo"
+    proc = subprocess.run(
+        [PYTHON, str(SCRIPT), "--model-dir", str(tiny_model_dir), "--output", str(base), "--version", "9" * 20],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("export_savedmodel.py: error: argument --version:")
+    assert "loading" not in proc.stderr  # refused before the model loads
+    assert not (tmp_path / "models").exists()
+
+
+# ------------------------------------------------------------------------------------------------ a full disk
+
+
+def test_a_full_disk_publishes_nothing_and_ends_with_one_line(tiny_model_dir, tmp_path):
+    """A file-size limit below the SavedModel's size (EFBIG, as a full disk gives ENOSPC): exit 1 with one line naming
+    the base and the error; no temporary, no version; a new base is removed again, an existing one is as it was."""
+    for base, existing in ((tmp_path / "new" / "elmo", False), (tmp_path / "old", True)):
+        if existing:
+            (base / "1").mkdir(parents=True)
+            (base / "1" / "saved_model.pb").write_bytes(b"version 1")
+        args = [SCRIPT, "--model-dir", tiny_model_dir, "--output", base, "--no-check"]
+        result = run_limited(args, 100_000, timeout=300)
+        assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(base)!r}", "File too large")
+        if existing:
+            assert os.listdir(base) == ["1"] and (base / "1" / "saved_model.pb").read_bytes() == b"version 1"
+        else:
+            assert not (tmp_path / "new").exists()

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_testlib import assert_ends_with_one_error, run_limited
 
 from elmo_tf import BiLMConfig, ELMo
 from elmo_tf.io.conll import Sentence
@@ -199,3 +200,39 @@ def test_cli_errors_are_one_line(trained, tmp_path, run_script):
         (tmp_path / "empty" / name).write_text("")
     code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "empty", "--output", tmp_path / "file"])
     assert code == 2 and "--output: exists and is not a directory" in err, err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--version", "99999999999999999999"], "--version must be >= 1 and <= 9223372036854775807"),
+        (["--version", "0"], "--version must be >= 1"),
+        (["--max-tokens", str(2**31)], "--max-tokens must be >= 1 and <= 2147483647"),
+    ],
+)
+def test_cli_number_flags_are_checked_before_anything_runs(tmp_path, run_script, extra, needle):
+    (tmp_path / "ner").mkdir()
+    code, _, err = run_script(SCRIPT, ["--ner", tmp_path / "ner", "--output", tmp_path / "out" / "tagger", *extra])
+    assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == ["ner"]
+
+
+@pytest.fixture(scope="module")
+def ner_dir(tmp_path_factory):
+    """A tiny --no-elmo tagger as train_ner.py writes it (one epoch through the library)."""
+    from elmo_tf.ner.training import NERConfig, load_data, train_tagger
+
+    root = tmp_path_factory.mktemp("ner_dir")
+    (root / "train.txt").write_text("EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn I-PER\n" * 3)
+    data = load_data({"train": str(root / "train.txt"), "dev": str(root / "train.txt")})
+    train_tagger(NERConfig(epochs=1, lstm_units=4, use_chars=False), data, str(root / "ner"))
+    return root / "ner"
+
+
+def test_cli_on_a_full_disk_publishes_nothing_and_ends_with_one_line(ner_dir, tmp_path):
+    """A SavedModel the disk refuses (a file-size limit: EFBIG, as a full disk gives ENOSPC): exit 1, one line naming
+    the base and the error, no version, no temporary, no base left behind."""
+    base = tmp_path / "models" / "tagger"
+    result = run_limited([SCRIPT, "--ner", ner_dir, "--output", base], 20_000, timeout=300)
+    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(base)!r}", "File too large")
+    assert os.listdir(tmp_path) == []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_testlib import assert_ends_with_one_error, run_limited
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_NER = REPO / "training" / "train_ner.py"
@@ -188,3 +189,13 @@ def test_tag_py_many_blank_lines(tmp_path, run_script):
     code, out, err = run_script(TAG, ["--model", model_dir, "--input", text, "--quiet"])
     assert code == 0, err
     assert out == "".join(format_conll(row["tokens"], row["tags"]) for row in rows)  # a blank line: "\n"
+
+
+def test_tag_output_on_a_full_disk_is_one_line_naming_the_file(tagger_dir, tmp_path):
+    """`tag.py > file` where the disk refuses the output (a file-size limit: EFBIG, as a full disk gives ENOSPC):
+    exit 1, one line naming the file and the error, no traceback, no "Exception ignored" at exit."""
+    text = write(tmp_path / "in.txt", "EU rejects German call to boycott British lamb .\n" * 400)  # ~60 kB of CoNLL
+    with open(tmp_path / "tagged.txt", "w") as stdout:
+        result = run_limited([TAG, "--model", tagger_dir, "--input", text, "--quiet"], 8192, stdout=stdout)
+    assert_ends_with_one_error(result, 1, "stdout", f"cannot write {str(tmp_path / 'tagged.txt')!r}", "File too large")
+    assert (tmp_path / "tagged.txt").stat().st_size <= 8192

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_testlib import assert_ends_with_one_error, run_limited
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "training" / "build_vocab.py"
@@ -72,6 +73,18 @@ def test_invalid_utf8_is_counted_not_fatal(tmp_path):
     proc = run_build_vocab("--train", corpus, "--output", out)
     assert proc.returncode == 0, proc.stderr
     assert read_vocab(out) == ["<S>", "</S>", "<UNK>", "ok", "caf\ufffd"]
+
+
+def test_a_full_disk_keeps_the_old_vocabulary(tmp_path):
+    """A vocabulary the disk refuses (a file-size limit: EFBIG, as a full disk gives ENOSPC): exit 1, one line naming
+    the output and the error, the old file byte for byte, no temporary."""
+    (tmp_path / "big.txt").write_text(" ".join(f"word{k}" for k in range(5000)) + "\n")  # a 48 kB vocabulary
+    output = tmp_path / "vocab.txt"
+    output.write_text("an older vocabulary\n")
+    result = run_limited([SCRIPT, "--train", tmp_path / "big.txt", "--output", output], 16 * 1024, timeout=120)
+    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(output)!r}", "File too large")
+    assert output.read_text() == "an older vocabulary\n"
+    assert sorted(os.listdir(tmp_path)) == ["big.txt", "vocab.txt"]
 
 
 def test_bad_glob_exits_2_naming_train(tmp_path):

@@ -7,7 +7,7 @@ import os
 import h5py
 import numpy as np
 import pytest
-from cli_testlib import REPO_ROOT, assert_one_error, run_command
+from cli_testlib import REPO_ROOT, assert_ends_with_one_error, assert_one_error, run_command, run_limited
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
@@ -143,3 +143,17 @@ def test_output_is_written_atomically(model_dir, test_file, tmp_path):
     assert 1.0 < written["average"] < 2 * len(WORDS)  # untrained: about the vocabulary size
     assert not stale.exists()
     assert sorted(os.listdir(tmp_path)) == ["ppl.json", "test.txt"]
+
+
+def test_a_full_disk_keeps_the_old_output_and_names_it(model_dir, test_file, tmp_path):
+    """--output and stdout on a disk that refuses them (a file-size limit below the JSON's size: EFBIG, as a full
+    disk gives ENOSPC): exit 1, one line naming the file and the error; an existing --output kept."""
+    output = tmp_path / "ppl.json"
+    output.write_text("older\n")
+    result = run_limited([SCRIPT, "--model", model_dir, "--test", test_file, "--output", output], 64)
+    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(output)!r}", "File too large")
+    assert json.loads(result.stdout)["test"] == str(test_file)  # stdout (a pipe) is not limited
+    assert output.read_text() == "older\n" and sorted(os.listdir(tmp_path)) == ["ppl.json", "test.txt"]
+    with open(tmp_path / "stdout.json", "w") as stdout:
+        result = run_limited([SCRIPT, "--model", model_dir, "--test", test_file], 64, stdout=stdout)
+    assert_ends_with_one_error(result, 1, "stdout", f"cannot write {str(tmp_path / 'stdout.json')!r}", "File too large")

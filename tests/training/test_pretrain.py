@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
-from cli_testlib import assert_one_error
+from cli_testlib import assert_ends_with_one_error, assert_one_error, limit_file_size
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
@@ -490,6 +490,38 @@ def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     assert checkpoint_digests(out) == before
     assert hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest() == weights_before
     assert [s for s, _ in read_log(out)[1]] == [1, 2]
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_with_one_line(data, tmp_path):
+    """A checkpoint the disk refuses (a file-size limit below its 0.5 MB: EFBIG in TensorFlow's SaveV2, as a full disk
+    gives ENOSPC): exit 1 with one line naming it, nothing of it left (no ckpt-4_temp/, no partial shard, no state file
+    temporary), the previous checkpoint, state file, weights and log as they were."""
+    out = tmp_path / "run"
+    common = ["--checkpoint-every", 2, "--log-every", 1, *FAST]
+    first = run_pretrain(data, out, "--steps", 2, *common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = checkpoint_digests(out)
+    assert sorted(before) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    weights = hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest()
+    assert (out / "checkpoints" / "ckpt-2.data-00000-of-00001").stat().st_size > 300_000
+    second = subprocess.run(
+        pretrain_command(data, out, "--steps", 4, *common),
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        preexec_fn=limit_file_size(300_000),
+    )
+    ckpt = out / "checkpoints" / "ckpt-4"
+    assert_ends_with_one_error(second, 1, "--output", f"cannot write {str(ckpt)!r}", "File too large")
+    assert checkpoint_digests(out) == before
+    assert hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest() == weights
+    assert temporaries(out) == [] and not [p for p in (out / "checkpoints").iterdir() if "tmp" in p.name]
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")) == str(out / "checkpoints" / "ckpt-2")
+    third = run_pretrain(data, out, "--steps", 4, *common)  # room again: resumes from ckpt-2
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / 'ckpt-2'} at step 2" in third.stderr
 
 
 def test_diverged_weights_are_never_checkpointed(data, tmp_path):

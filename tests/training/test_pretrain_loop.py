@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from cli_testlib import file_size_limit
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
@@ -281,6 +282,22 @@ def test_a_writer_failing_midway_keeps_the_previous_weights(two_models, monkeypa
     assert digest(out / "softmax.hdf5") == before["softmax.hdf5"]  # not reached
     assert digest(out / "options.json") != before["options.json"]  # written whole before the weights
     assert temporaries(out) == []
+
+
+def test_a_full_disk_keeps_the_previous_weights_and_names_the_file(two_models, capfd):
+    """A real refusal (a file-size limit below the new weights.hdf5: EFBIG, as a full disk gives ENOSPC): WriteError
+    naming weights.hdf5, the previous weights and softmax kept, no temporary, no h5py "Exception ignored" storm."""
+    from elmo_tf.io.atomic import WriteError
+
+    out, model, vocab, before = two_models
+    limit = (out / "weights.hdf5").stat().st_size // 2  # options.json (under 1 kB) fits, weights.hdf5 does not
+    with pytest.raises(WriteError) as caught, file_size_limit(limit):
+        write_model_dir(model, vocab, out)
+    assert caught.value.filename == str(out / "weights.hdf5") and "File too large" in str(caught.value)
+    assert digest(out / "weights.hdf5") == before["weights.hdf5"]
+    assert digest(out / "softmax.hdf5") == before["softmax.hdf5"]
+    assert temporaries(out) == []
+    assert "Exception ignored" not in capfd.readouterr().err
 
 
 def test_bfloat16_matmul_precision_trains_float32_weights(corpus):
