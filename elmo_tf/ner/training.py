@@ -8,7 +8,6 @@ biLSTM, CRF). `train_tagger` runs it all and writes model.keras, encoder.json, m
 import collections
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -19,7 +18,8 @@ import numpy as np
 
 from elmo_tf.io.atomic import atomic_path, write_json
 from elmo_tf.ner.data import read_splits
-from elmo_tf.ner.features import cached_features
+from elmo_tf.ner.feature_cache import cached_features
+from elmo_tf.ner.features import SentenceTooLongError
 from elmo_tf.ner.model import NERTagger
 from elmo_tf.ner.tags import spans
 
@@ -131,19 +131,26 @@ def add_features(data, source, source_info=None, cache=None, progress=None):
 
     Args:
         source: a feature source (`elmo_tf.ner.features.open_feature_source`).
-        source_info: its description (recorded with the tagger; part of the cache key).
-        cache: optional hdf5 path caching the features of every split.
+        source_info: its description, recorded with the tagger together with the source's `identity` (what its
+            features depend on: the cache key, and what tagging checks).
+        cache: optional hdf5 path caching the features of every split (`elmo_tf.ner.features.cached_features`).
         progress: optional `progress(split, total)` returning a context manager with `.update(n)` (a tqdm bar).
+    Raises:
+        elmo_tf.ner.features.FeatureCacheError, SentenceTooLongError (its `.split` set): see `cached_features`.
     """
-    key_info = json.dumps(source_info or {}, sort_keys=True)
     for name, sentences in data.splits.items():
         start = time.perf_counter()
         with progress(name, len(sentences)) if progress else contextlib.nullcontext() as bar:
-            data.features[name] = cached_features(
-                source, sentences, cache, key=name, source_info=key_info, progress=bar.update if bar else None
-            )
+            try:
+                data.features[name] = cached_features(
+                    source, sentences, cache, key=name, progress=bar.update if bar else None
+                )
+            except SentenceTooLongError as e:
+                e.split = name
+                raise
         logger.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences), time.perf_counter() - start)
-    data.num_layers, data.dim, data.source_info = source.num_layers, source.dim, source_info or {}
+    data.num_layers, data.dim = source.num_layers, source.dim
+    data.source_info = dict(source_info or {}, identity=source.identity)
     return data
 
 
@@ -354,15 +361,19 @@ def score(model, data, config, batches=None):
     return result
 
 
+OUTPUT_FILES = ("model.keras", "encoder.json", "metrics.json", "config.json")  # in the order written
+
+
 def write_results(model, encoder, output, metrics, config_record):
-    """Writes the output directory, each file atomically: model.keras, encoder.json, metrics.json, config.json
-    (config.json last: a directory with it is complete)."""
+    """Writes the output directory, each file atomically: `OUTPUT_FILES` (config.json last: a directory with it is
+    complete)."""
+    model_path, encoder_path, metrics_path, config_path = (os.path.join(output, name) for name in OUTPUT_FILES)
     os.makedirs(output, exist_ok=True)
-    with atomic_path(os.path.join(output, "model.keras"), suffix=".keras") as tmp:
+    with atomic_path(model_path, suffix=".keras") as tmp:
         model.save(tmp)
-    encoder.save(os.path.join(output, "encoder.json"))
-    write_json(os.path.join(output, "metrics.json"), metrics, default=_json_default)
-    write_json(os.path.join(output, "config.json"), config_record, default=_json_default)
+    encoder.save(encoder_path)
+    write_json(metrics_path, metrics, default=_json_default)
+    write_json(config_path, config_record, default=_json_default)
 
 
 def _json_default(value):

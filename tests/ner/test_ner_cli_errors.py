@@ -1,6 +1,7 @@
 """The NER command lines on bad input: one line on stderr naming the flag, the file and (for data) the line; exit 2
 for usage, 1 for data; no traceback; nothing written."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,100 @@ def test_tag_damaged_model_is_a_data_error(tagger_dir, tmp_path, run_script):
     shutil.copy(tagger_dir / "model.keras", broken / "model.keras")
     code, _, err = run_script(TAG, ["--model", broken, "--input", text, "--quiet"])
     assert_one_line(code, err, 1, "--model", "encoder.json")
+
+
+# ------------------------------------------------------------------------------------------------ outputs vs inputs
+
+
+@pytest.fixture(scope="module")
+def tiny_elmo_dir(tmp_path_factory):
+    """options.json + weights.hdf5 of a tiny random biLM."""
+    import keras
+    import numpy as np
+    from tiny_models import TINY
+
+    from elmo_tf import BiLMConfig, ELMo, save_elmo
+
+    keras.utils.set_random_seed(3)
+    model = ELMo(BiLMConfig(**TINY))
+    model.embed_tokens(np.array([["a"]], dtype=object))
+    directory = tmp_path_factory.mktemp("elmo") / "elmo"
+    save_elmo(model, str(directory))
+    return directory
+
+
+@pytest.mark.parametrize(
+    "target, needles",
+    [
+        ("TRAIN", ["--cache", "train.txt", "same file as --train"]),
+        ("DEV_LINK", ["--cache", "dev-link.txt", "same file as --dev"]),
+        ("WEIGHTS", ["--cache", "weights.hdf5", "same file as --elmo"]),
+        ("NOTES", ["--cache", "notes.txt", "not a feature cache"]),
+        ("FOREIGN_HDF5", ["--cache", "other.hdf5", "not a feature cache"]),
+        ("OUTPUT_CONFIG", ["--cache", "config.json", "--output writes"]),
+    ],
+    ids=["train-file", "link-to-dev", "elmo-weights", "notes", "foreign-hdf5", "output-file"],
+)
+def test_train_ner_cache_never_destroys_a_file(tmp_path, run_script, tiny_elmo_dir, target, needles):
+    """Issue 25 case 1: `--cache` on the run's own --train file, an unrelated file or the biLM's weights removed or
+    rewrote it (exit 0). Now: one usage line naming --cache and the path, exit 2, every file as it was."""
+    import h5py
+
+    train, dev = write(tmp_path / "train.txt", GOOD), write(tmp_path / "dev.txt", GOOD)
+    (tmp_path / "dev-link.txt").symlink_to(dev)
+    notes = write(tmp_path / "notes.txt", "my notes\n")
+    with h5py.File(tmp_path / "other.hdf5", "w") as f:
+        f["x"] = [1.0, 2.0]
+    paths = {
+        "TRAIN": train,
+        "DEV_LINK": tmp_path / "dev-link.txt",
+        "WEIGHTS": tiny_elmo_dir / "weights.hdf5",
+        "NOTES": notes,
+        "FOREIGN_HDF5": tmp_path / "other.hdf5",
+        "OUTPUT_CONFIG": tmp_path / "out" / "config.json",
+    }
+    files = [train, dev, notes, tmp_path / "other.hdf5", *tiny_elmo_dir.iterdir()]
+    before = {path: path.read_bytes() for path in files}
+    argv = ["--train", train, "--dev", dev, "--elmo", tiny_elmo_dir, "--output", tmp_path / "out"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--epochs", "1", "--cache", paths[target]])
+    assert_one_line(code, err, 2, *needles)
+    assert {path: path.read_bytes() for path in files} == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_ner_outputs_are_never_inputs(tmp_path, run_script, tiny_elmo_dir):
+    """A file --output writes that is an input (a dev file named config.json there), or --output in the biLM's
+    directory (a pretraining run's metrics.json there): refused before any work."""
+    import shutil
+
+    out = tmp_path / "out"
+    out.mkdir()
+    train, dev = write(tmp_path / "train.txt", GOOD), write(out / "config.json", GOOD)
+    code, _, err = run_script(TRAIN_NER, ["--train", train, "--dev", dev, "--no-elmo", "--output", out])
+    assert_one_line(code, err, 2, "--output", "config.json", "same file as --dev")
+    assert dev.read_text() == GOOD
+    elmo = tmp_path / "elmo"
+    shutil.copytree(tiny_elmo_dir, elmo)
+    write(elmo / "metrics.json", '{"perplexity": 40.0}\n')
+    code, _, err = run_script(TRAIN_NER, ["--train", train, "--dev", train, "--elmo", elmo, "--output", elmo])
+    assert_one_line(code, err, 2, "--output", "biLM's directory")
+    assert (elmo / "metrics.json").read_text() == '{"perplexity": 40.0}\n'
+
+
+def test_train_ner_cache_is_created_then_reused(tmp_path, run_script, tiny_elmo_dir):
+    from elmo_tf.ner.feature_cache import CACHE_MAGIC
+
+    train, dev = write(tmp_path / "train.txt", GOOD * 2), write(tmp_path / "dev.txt", GOOD)
+    cache = tmp_path / "sub" / "features.hdf5"  # its directory is created
+    argv = ["--train", train, "--dev", dev, "--elmo", tiny_elmo_dir, "--epochs", "1", "--lstm-units", "4"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "a", "--cache", cache])
+    assert code == 0, err
+    assert cache.read_bytes().startswith(CACHE_MAGIC)
+    stat = cache.stat()
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "b", "--cache", cache])
+    assert code == 0, err
+    assert (cache.stat().st_mtime_ns, cache.stat().st_ino) == (stat.st_mtime_ns, stat.st_ino)  # read, not rewritten
+    metrics = [json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("a", "b")]
+    for run in metrics:
+        run.pop("train_seconds")
+    assert metrics[0] == metrics[1] and "dev" in metrics[0]  # the same features, the same seed: the same scores
