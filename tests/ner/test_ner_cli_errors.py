@@ -2,6 +2,7 @@
 for usage, 1 for data; no traceback; nothing written."""
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,40 @@ def test_train_ner_cache_is_created_then_reused(tmp_path, run_script, tiny_elmo_
     for run in metrics:
         run.pop("train_seconds")
     assert metrics[0] == metrics[1] and "dev" in metrics[0]  # the same features, the same seed: the same scores
+
+
+def test_tag_refuses_a_recorded_biLM_changed_since_training(tmp_path, run_script, tiny_elmo_dir, caplog):
+    """config.json records where training's biLM was; tagging with that path after the weights were rewritten in
+    place gave other features than training's, silently. Now the recorded content (sha256) is compared: exit 1
+    naming --elmo; an explicit --elmo is used as asked, with a warning."""
+    import shutil
+
+    import keras
+    import numpy as np
+    from tiny_models import TINY
+
+    from elmo_tf import BiLMConfig, ELMo
+    from elmo_tf.io.bilm_hdf5 import save_bilm_weights
+
+    elmo = tmp_path / "elmo"
+    shutil.copytree(tiny_elmo_dir, elmo)
+    train = write(tmp_path / "train.txt", GOOD * 2)
+    argv = ["--train", train, "--dev", train, "--elmo", elmo, "--epochs", "1", "--lstm-units", "4"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "ner"])
+    assert code == 0, err
+    recorded = json.loads((tmp_path / "ner" / "config.json").read_text())["elmo_source"]
+    assert recorded["kind"] == "in_process" and len(recorded["identity"]["sha256"]) == 64
+    text = write(tmp_path / "in.txt", "EU rejects\n")
+    code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--quiet"])
+    assert code == 0 and out.startswith("EU\t"), err
+    keras.utils.set_random_seed(11)
+    other = ELMo(BiLMConfig(**TINY))
+    other.embed_tokens(np.array([["a"]], dtype=object))
+    save_bilm_weights(other, str(elmo / "weights.hdf5"))  # in place
+    code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--quiet"])
+    assert_one_line(code, err, 1, "--elmo", "changed since the tagger was trained", "config.json")
+    assert out == ""
+    with caplog.at_level(logging.WARNING, logger="tag"):
+        code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--elmo", elmo])
+    assert code == 0 and out.startswith("EU\t"), err
+    assert "changed since the tagger was trained" in caplog.text and "as asked" in caplog.text
