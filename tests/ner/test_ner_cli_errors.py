@@ -268,3 +268,33 @@ def test_tag_refuses_a_recorded_biLM_changed_since_training(tmp_path, run_script
         code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--elmo", elmo])
     assert code == 0 and out.startswith("EU\t"), err
     assert "changed since the tagger was trained" in caplog.text and "as asked" in caplog.text
+
+
+FAST_TUNE = ["--no-elmo", "--max-trials", "1", "--trial-epochs", "1", "--epochs", "1", "--lstm-units", "4"]
+
+
+def test_tune_ner_resume_notices_other_data_at_the_same_path(tmp_path, run_script):
+    """The resumed project was keyed by the files' paths: a search resumed on other data at the same path mixed
+    trials scored on two data sets. Now the content (sha256) is part of the settings."""
+    train = write(tmp_path / "train.txt", GOOD * 3)
+    argv = ["--train", train, "--dev", train, "--directory", tmp_path / "t", "--output", tmp_path / "o", *FAST_TUNE]
+    code, _, err = run_script(TUNE_NER, argv)
+    assert code == 0, err
+    settings = json.loads((tmp_path / "t" / "ner" / "tune_ner_settings.json").read_text())
+    assert len(settings["train_sha256"]) == 64 and settings["dev_sha256"] == settings["train_sha256"]
+    code, _, err = run_script(TUNE_NER, [*argv, "--max-trials", "1"])  # the same data: resumed
+    assert code == 0, err
+    write(train, GOOD * 3 + "\nMary B-PER\n")
+    code, _, err = run_script(TUNE_NER, argv)
+    assert_one_line(code, err, 2, "--directory", "--train: the content changed", "--dev: the content changed")
+
+
+def test_tune_ner_refuses_inputs_inside_the_project_directory(tmp_path, run_script):
+    """KerasTuner writes the project directory and --overwrite deletes it: an input there was deleted."""
+    project = tmp_path / "t" / "ner"
+    project.mkdir(parents=True)
+    train = write(project / "train.txt", GOOD)
+    argv = ["--train", train, "--dev", train, "--directory", tmp_path / "t", "--output", tmp_path / "o", "--overwrite"]
+    code, _, err = run_script(TUNE_NER, [*argv, *FAST_TUNE])
+    assert_one_line(code, err, 2, "--directory", "--train", "train.txt")
+    assert train.read_text() == GOOD and not (tmp_path / "o").exists()
