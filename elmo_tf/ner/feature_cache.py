@@ -227,13 +227,12 @@ def cached_features(source, sentences, cache_path=None, key="features", progress
         SentenceTooLongError: from the source, with `.line` set from the sentence.
     """
     tokens = [s.tokens for s in sentences]
-    identity = getattr(source, "identity", None) if identity is None else identity
-    if cache_path and identity is None:
-        raise ValueError("cached_features: the source has no `identity` and none was given; a cache needs one")
-    digest = cache_digest(identity, tokens)
-    probe = getattr(source, "probe_features", None)
     cache = FeatureCache(cache_path) if cache_path else None
     if cache is not None:
+        identity = getattr(source, "identity", None) if identity is None else identity
+        if identity is None:
+            raise ValueError("cached_features: the source has no `identity` and none was given; a cache needs one")
+        digest, probe = cache_digest(identity, tokens), getattr(source, "probe_features", None)
         cached = cache.read(key, digest, len(sentences), probe)
         if cached is not None:
             if progress:

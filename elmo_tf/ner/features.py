@@ -176,7 +176,7 @@ class ServedFeatures:
         self.client = client
         self.limits = RequestLimits(max_sentences=batch_size, max_tokens=max_request_tokens or DEFAULT_REQUEST_TOKENS)
         if max_request_tokens:
-            self.limits.known["max_tokens"] = "the limit of tokens per request given (max_request_tokens)"
+            self.limits.known["max_tokens"] = "the limit this source was given"
         self.requests = 0  # requests that returned features
         outputs = client.embed_tokens([PROBE_TOKENS], sequence_len=np.array([len(PROBE_TOKENS)], np.int32))
         self.output_filter = layer_keys(outputs)  # the activations only (no mix, default, mask)
@@ -250,7 +250,9 @@ class ServedFeatures:
                 if not _resource_exhausted(e):
                     raise
                 details = one_line(getattr(e, "details", None) or e)
-                if _BUSY.search(details) and busy < BUSY_RETRIES:
+                if _BUSY.search(details):  # the server is busy, not the request too big
+                    if busy >= BUSY_RETRIES:
+                        raise
                     time.sleep(0.05 * 2**busy)
                     busy += 1
                     pending.insert(0, rows)

@@ -151,6 +151,11 @@ def test_an_unstated_limit_halves_the_requests_and_busy_is_retried(served):
     with pytest.raises(SentenceTooLongError, match="refused by the server") as caught:
         source([sentence(rng, 2), sentence(rng, 40)])
     assert caught.value.index == 1
+    from serving.status import ServingError
+
+    busy = ServedFeatures(SizeLimitedClient(client, max_cells=10**6, busy=100), batch_size=8)
+    with pytest.raises(ServingError, match="in flight"):  # busy to the end: the server's error, no sentence blamed
+        busy([sentence(rng, 3) for _ in range(4)])
 
 
 # ------------------------------------------------------------------------------------------------ command lines
