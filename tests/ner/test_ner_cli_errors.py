@@ -298,3 +298,50 @@ def test_tune_ner_refuses_inputs_inside_the_project_directory(tmp_path, run_scri
     code, _, err = run_script(TUNE_NER, [*argv, *FAST_TUNE])
     assert_one_line(code, err, 2, "--directory", "--train", "train.txt")
     assert train.read_text() == GOOD and not (tmp_path / "o").exists()
+
+
+def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_dir):
+    """train_ner.py under a real file size limit (RLIMIT_FSIZE, as `ulimit -f`): one line naming --cache, the path
+    and the error, exit 1, no traceback; the previous cache byte for byte, no temporary, no output."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from elmo_tf.io.conll import Sentence
+    from elmo_tf.ner.feature_cache import cached_features
+
+    class Old:
+        identity = {"kind": "test"}
+
+        def __call__(self, token_lists, progress=None):
+            return [np.zeros([3, len(t), 4], np.float32) for t in token_lists]
+
+    cache = tmp_path / "features.hdf5"
+    cached_features(Old(), [Sentence(["a"], ["O"], 1)], cache, key="test")
+    before = cache.read_bytes()
+    train = write(tmp_path / "train.txt", GOOD)
+    limit = len(before) + (512 << 10)
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes get EFBIG
+
+    result = subprocess.run(
+        [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--elmo", tiny_elmo_dir]
+        + ["--output", tmp_path / "out", "--cache", cache],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1 and "Exception ignored" not in result.stderr, result.stderr[-3000:]
+    for needle in ("--cache", str(cache), "File too large", "previous cache is kept"):
+        assert needle in errors[0], (needle, errors[0])
+    assert cache.read_bytes() == before
+    assert [n for n in os.listdir(tmp_path) if ".tmp-" in n] == [] and not (tmp_path / "out").exists()
