@@ -139,7 +139,7 @@ def main(argv=None):
     check_output_dir("--directory", args.directory)
     config = ner_cli.config_from_args(args)
     setup_logging()
-    from elmo_tf.ner.training import train_tagger
+    from elmo_tf.ner.training import OutputError, train_tagger
     from elmo_tf.ner.tuning import ResumeError, check_resume, search
 
     project_dir = os.path.join(args.directory, args.project_name)
@@ -182,14 +182,10 @@ def main(argv=None):
         fixed_gamma=not hp.get("gamma_trainable", True),
         mix_l2=hp.get("mix_l2", 0.0),
     )
-    train_tagger(
-        best,
-        data,
-        args.output,
-        record=record,
-        log=logger.info,
-        extra_metrics=summary,
-    )
+    try:
+        train_tagger(best, data, args.output, record=record, log=logger.info, extra_metrics=summary)
+    except OutputError as e:  # a full disk
+        raise DataError(f"--output: {e}") from None
     return 0
 
 

@@ -364,16 +364,33 @@ def score(model, data, config, batches=None):
 OUTPUT_FILES = ("model.keras", "encoder.json", "metrics.json", "config.json")  # in the order written
 
 
+class OutputError(ValueError):
+    """An output file that cannot be written (a full disk, a file size limit); the message names it and why."""
+
+
 def write_results(model, encoder, output, metrics, config_record):
     """Writes the output directory, each file atomically: `OUTPUT_FILES` (config.json last: a directory with it is
-    complete)."""
+    complete).
+
+    Raises:
+        OutputError: naming the file and the error (ENOSPC, EFBIG, ...); its temporary is removed and the file
+            as it was.
+    """
     model_path, encoder_path, metrics_path, config_path = (os.path.join(output, name) for name in OUTPUT_FILES)
-    os.makedirs(output, exist_ok=True)
-    with atomic_path(model_path, suffix=".keras") as tmp:
-        model.save(tmp)
-    encoder.save(encoder_path)
-    write_json(metrics_path, metrics, default=_json_default)
-    write_json(config_path, config_record, default=_json_default)
+    path = output
+    try:
+        os.makedirs(output, exist_ok=True)
+        path = model_path
+        with atomic_path(model_path, suffix=".keras") as tmp:
+            model.save(tmp)
+        path = encoder_path
+        encoder.save(encoder_path)
+        path = metrics_path
+        write_json(metrics_path, metrics, default=_json_default)
+        path = config_path
+        write_json(config_path, config_record, default=_json_default)
+    except OSError as e:
+        raise OutputError(f"cannot write {path!r}: {e.strerror or e}") from None
 
 
 def _json_default(value):
@@ -385,7 +402,8 @@ def _json_default(value):
 
 
 def train_tagger(config, data, output, record=None, log=None, extra_metrics=None):
-    """Trains a tagger on `data` with `config`, scores dev/test, writes `output`; returns the metrics dict.
+    """Trains a tagger on `data` with `config`, scores dev/test, writes `output` (`write_results`: OutputError when a
+    file cannot be written); returns the metrics dict.
 
     Args:
         record: extra entries for config.json (the command line, the files); the config and the feature source

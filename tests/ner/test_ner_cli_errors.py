@@ -345,3 +345,33 @@ def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_d
         assert needle in errors[0], (needle, errors[0])
     assert cache.read_bytes() == before
     assert [n for n in os.listdir(tmp_path) if ".tmp-" in n] == [] and not (tmp_path / "out").exists()
+
+
+def test_train_ner_output_on_a_full_disk_is_one_line(tmp_path):
+    """model.keras under a real file size limit: was an OSError traceback; now one line naming --output and the
+    file, exit 1, no temporary left."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    train = write(tmp_path / "train.txt", GOOD)
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    result = subprocess.run(
+        [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--no-elmo", "--epochs", "1"]
+        + ["--lstm-units", "4", "--output", tmp_path / "out"],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1 and "--output" in errors[0] and "model.keras" in errors[0], errors
+    assert "File too large" in errors[0]
+    assert sorted(os.listdir(tmp_path / "out")) == []
