@@ -64,8 +64,8 @@ def check_cache_path(path):
         raise FeatureCacheError(f"{path!r} is not a regular file")
     if not is_feature_cache(path):
         raise FeatureCacheError(
-            f"{path!r} exists and is not a feature cache written by elmo_tf; it is not replaced: remove it "
-            f"yourself or give another path"
+            f"{path!r} exists and is not a feature cache written by elmo_tf (caches of versions before the "
+            f"format was marked included); it is not replaced: remove it yourself or give another path"
         )
 
 
