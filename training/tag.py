@@ -39,6 +39,7 @@ from elmo_tf.cli import (  # noqa: E402
     run,
     setup_logging,
 )
+from elmo_tf.ner import cli as ner_cli  # noqa: E402
 
 CHUNK_SENTENCES = 1024  # sentences featurized and tagged at a time (output is written after each chunk)
 PROGRESS_MIN_SENTENCES = 256  # a progress bar on stderr from this many sentences on
@@ -71,6 +72,7 @@ def build_parser():
     )
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     p.add_argument("--model-name", default=None, help="model name on the server (default: training's, else elmo)")
+    ner_cli.add_server_flags(p)
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="sentences per model call (32)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines on stderr")
     return p
@@ -78,7 +80,7 @@ def build_parser():
 
 def resolve_source(args, model_dir, needs_elmo):
     """The feature source for the tagger: the flags, else config.json's record of training; None without ELMo."""
-    from elmo_tf.ner.features import FeatureSourceError, open_feature_source
+    from elmo_tf.ner.features import FeatureSourceError, changed_source, open_feature_source
     from elmo_tf.ner.tagging import recorded_source
 
     given = args.elmo or args.elmo_server
@@ -95,7 +97,14 @@ def resolve_source(args, model_dir, needs_elmo):
         raise DataError(f"--model: {e}") from None
     model_name = args.model_name or recorded.get("model_name") or "elmo"
     if args.elmo_server or (not given and recorded.get("kind") == "server"):
-        flag, kwargs = "--elmo-server", dict(elmo_server=args.elmo_server or recorded["address"], model_name=model_name)
+        flag, kwargs = (
+            "--elmo-server",
+            dict(
+                elmo_server=args.elmo_server or recorded["address"],
+                model_name=model_name,
+                max_request_tokens=args.server_max_tokens,
+            ),
+        )
     elif args.elmo:
         flag, kwargs = "--elmo", dict(elmo=args.elmo)
     elif recorded.get("kind") == "in_process":
@@ -111,16 +120,22 @@ def resolve_source(args, model_dir, needs_elmo):
             f"--elmo: the model in {model_dir!r} needs ELMo features and its config.json does not say "
             f"where training got them; give --elmo DIR_OR_HDF5 or --elmo-server HOST:PORT"
         )
+    origin = "" if given else " (the source recorded in config.json; override it with --elmo or --elmo-server)"
     try:
         source, _ = open_feature_source(batch_size=args.batch_size, **kwargs)
     except FeatureSourceError as e:
-        origin = "" if given else " (the source recorded in config.json; override it with --elmo or --elmo-server)"
         raise DataError(f"{flag}: {e}{origin}") from None
+    changed = changed_source(recorded, source)  # the same path or address, but another biLM than training's
+    if changed and not given:
+        raise DataError(f"{flag}: {changed}{origin}")
+    if changed:
+        logger.warning("%s: %s; tagging with it as asked", flag, changed)
     return source
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from elmo_tf.ner.features import SentenceTooLongError
     from elmo_tf.ner.tagging import (
         TextError,
         check_model_dir,
@@ -178,6 +193,9 @@ def main(argv=None):
             chunk = sentences[start : start + CHUNK_SENTENCES]
             try:
                 tags = tag_sentences(model, encoder, chunk, source, args.batch_size)
+            except SentenceTooLongError as e:
+                name = args.input or "<stdin>"
+                raise DataError(f"--input: {name}:{start + e.index + 1}: {e}") from None
             except Exception as e:  # a server that went away mid-way, etc.
                 raise DataError(f"tagging sentences {start + 1}-{start + len(chunk)} failed: {one_line(e)}") from None
             try:

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import argparse  # noqa: E402
 import logging  # noqa: E402
 
-from elmo_tf.cli import ArgumentParser, run, setup_logging  # noqa: E402
+from elmo_tf.cli import ArgumentParser, DataError, run, setup_logging  # noqa: E402
 from elmo_tf.ner import cli as ner_cli  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def main(argv=None):
     log = logging.getLogger("train_ner")
     import keras
 
-    from elmo_tf.ner.training import train_tagger
+    from elmo_tf.ner.training import OutputError, train_tagger
 
     keras.utils.set_random_seed(config.seed)
     data = ner_cli.load_data_from_args(args)
@@ -61,7 +61,10 @@ def main(argv=None):
         config.crf_scheme,
         " ".join(data.encoder.labels),
     )
-    train_tagger(config, data, args.output, record=vars(args), log=log.info)
+    try:
+        train_tagger(config, data, args.output, record=vars(args), log=log.info)
+    except OutputError as e:  # a full disk
+        raise DataError(f"--output: {e}") from None
     return 0
 
 

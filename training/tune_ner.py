@@ -103,12 +103,34 @@ def build_parser():
 
 
 def search_settings(args):
-    """The flags that define the search, paths made absolute (compared when a project is resumed)."""
+    """The flags that define the search, paths made absolute, and the content (sha256) of the files --train, --dev
+    and --elmo name (compared when a project is resumed: other data at the same path is another search)."""
+    from elmo_tf.ner.tuning import CONTENT_SUFFIX, file_digest
+
     settings = {name: getattr(args, name) for name in SEARCH_FLAGS}
     for name in ("train", "dev", "elmo"):
         if settings[name]:
             settings[name] = os.path.abspath(settings[name])
+    files = {}
+    for flag, path in ner_cli.input_files(args):
+        files.setdefault(flag[2:], []).append(path)
+    for name in ("train", "dev", "elmo"):
+        if name in files:
+            settings[name + CONTENT_SUFFIX] = file_digest(*files[name])
     return settings
+
+
+def check_project_dir(args, project_dir):
+    """Raises UsageError when a file the command reads (or --cache) lies in the KerasTuner project directory, which
+    the tuner writes and --overwrite deletes."""
+    inside = os.path.realpath(project_dir) + os.sep
+    files = ner_cli.input_files(args) + ([("--cache", args.cache)] if args.cache else [])
+    for flag, path in files:
+        if os.path.realpath(path).startswith(inside):
+            raise UsageError(
+                f"--directory: the project directory {project_dir!r} holds {flag} {path!r}; the tuner writes there "
+                f"(--overwrite deletes it): move the file or give another --directory or --project-name"
+            )
 
 
 def main(argv=None):
@@ -117,11 +139,12 @@ def main(argv=None):
     check_output_dir("--directory", args.directory)
     config = ner_cli.config_from_args(args)
     setup_logging()
-    from elmo_tf.ner.training import train_tagger
+    from elmo_tf.ner.training import OutputError, train_tagger
     from elmo_tf.ner.tuning import ResumeError, check_resume, search
 
-    settings = search_settings(args)
     project_dir = os.path.join(args.directory, args.project_name)
+    check_project_dir(args, project_dir)
+    settings = search_settings(args)
     try:
         check_resume(project_dir, settings, args.overwrite)  # before the features are computed
     except ResumeError as e:
@@ -159,14 +182,10 @@ def main(argv=None):
         fixed_gamma=not hp.get("gamma_trainable", True),
         mix_l2=hp.get("mix_l2", 0.0),
     )
-    train_tagger(
-        best,
-        data,
-        args.output,
-        record=record,
-        log=logger.info,
-        extra_metrics=summary,
-    )
+    try:
+        train_tagger(best, data, args.output, record=record, log=logger.info, extra_metrics=summary)
+    except OutputError as e:  # a full disk
+        raise DataError(f"--output: {e}") from None
     return 0
 
 

@@ -5,7 +5,8 @@ tagger, its training loop, the KerasTuner search and the tagger export.
 Modules, in the order a sentence meets them:
     `data`       read_splits, Encoder (labels, word vocabulary), detect_scheme     (files: `elmo_tf.io.conll`)
     `tags`       IOB1 / IOB2 / BIOES: spans, conversion, CRF transition constraints
-    `features`   InProcessFeatures, ServedFeatures, open_feature_source, cached_features
+    `features`   InProcessFeatures, ServedFeatures (packed to the server's limits), open_feature_source
+    `feature_cache` cached_features: one hdf5 file, keyed by the biLM's content and the sentences
     `featurizer` NERFeaturizer: tokens -> mask, word ids, char ids
     `model`      NERTagger: ScalarMix -> biLSTM -> CRF
     `training`   NERConfig, load_data, NERBatches, train_tagger, span_scores
@@ -15,7 +16,8 @@ Modules, in the order a sentence meets them:
 """
 
 from elmo_tf.ner.data import Encoder, NERDataError, read_splits
-from elmo_tf.ner.features import InProcessFeatures, ServedFeatures, cached_features, open_feature_source
+from elmo_tf.ner.feature_cache import cached_features
+from elmo_tf.ner.features import InProcessFeatures, ServedFeatures, open_feature_source
 from elmo_tf.ner.featurizer import NERFeaturizer
 from elmo_tf.ner.model import NERTagger
 from elmo_tf.ner.training import NERBatches, NERConfig, NERData, load_data, predict_tags, span_scores, train_tagger

@@ -5,7 +5,15 @@ import logging
 import os
 import sys
 
-from elmo_tf.cli import DataError, UsageError, bounded_number, check_output_dir, existing_file, positive_int
+from elmo_tf.cli import (
+    DataError,
+    UsageError,
+    bounded_number,
+    check_output_dir,
+    check_output_file,
+    existing_file,
+    positive_int,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +30,7 @@ def add_data_flags(parser, group_title=None):
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     source.add_argument("--no-elmo", action="store_true", help="no ELMo features (the baseline)")
     data.add_argument("--model-name", default="elmo", help="model name on the server (elmo)")
+    add_server_flags(data)
     data.add_argument(
         "--tag-scheme",
         default="auto",
@@ -36,12 +45,28 @@ def add_data_flags(parser, group_title=None):
     )
     data.add_argument("--no-word-features", action="store_true", help="drop the tagger's own word embedding")
     data.add_argument("--no-char-features", action="store_true", help="drop the tagger's own char CNN")
-    data.add_argument("--cache", default=None, help="hdf5 file caching the ELMo features of the splits")
+    data.add_argument(
+        "--cache",
+        default=None,
+        help="hdf5 file caching the ELMo features of the splits: created, or a cache an earlier run wrote (any "
+        "other file is refused, never replaced)",
+    )
     data.add_argument(
         "--max-sentences",
         type=bounded_number("--max-sentences", int, minimum=0),
         default=0,
         help="use only the first N sentences of each file (0: all)",
+    )
+
+
+def add_server_flags(parser):
+    """--server-max-tokens: the request budget of a feature server (train_ner.py, tune_ner.py, tag.py)."""
+    parser.add_argument(
+        "--server-max-tokens",
+        type=positive_int("--server-max-tokens"),
+        default=None,
+        help="with --elmo-server: at most this many tokens (sentences x the longest) per request; default 16384, "
+        "lowered to the limits the server names when it refuses a request",
     )
 
 
@@ -88,21 +113,55 @@ def add_training_flags(parser, group_title=None, hyperparameters=True):
         group.add_argument("--seed", type=int, default=1, help="weights, dropout and batch order (1)")
 
 
-def check_data_flags(args):
-    """What can be checked before any file is read; raises UsageError naming the flag."""
+def input_files(args):
+    """(flag, path) of every file the command reads: the splits and the biLM's options and weights."""
+    inputs = [(f"--{split}", getattr(args, split)) for split in ("train", "dev", "test")]
     if args.elmo:
         from elmo_tf.ner.features import elmo_paths
 
-        for path in elmo_paths(args.elmo):
-            if not os.path.isfile(path):
-                raise UsageError(f"--elmo: no {os.path.basename(path)} at {path!r}")
+        inputs += [("--elmo", path) for path in elmo_paths(args.elmo)]
+    return [(flag, path) for flag, path in inputs if path]
+
+
+def check_data_flags(args):
+    """What can be checked before any file is read; raises UsageError naming the flag. No output may be an input:
+    neither --cache nor a file of --output is (a link to) a file the command reads, --output is not the biLM's
+    directory (a pretraining run's metrics.json would be replaced), and --cache is absent or a cache written by an
+    earlier run (`elmo_tf.ner.feature_cache.check_cache_path`)."""
+    from elmo_tf.ner.feature_cache import FeatureCacheError, check_cache_path
+    from elmo_tf.ner.training import OUTPUT_FILES
+
+    inputs = input_files(args)
+    for flag, path in inputs:
+        if flag == "--elmo" and not os.path.isfile(path):
+            raise UsageError(f"--elmo: no {os.path.basename(path)} at {path!r}")
     if args.no_elmo and args.no_word_features and args.no_char_features:
         raise UsageError("--no-elmo: with --no-word-features and --no-char-features the tagger has no features")
     check_output_dir("--output", args.output)
+    if args.elmo and os.path.isdir(args.output):
+        elmo_dir = os.path.dirname(os.path.abspath(inputs[-1][1]))
+        if os.path.samefile(args.output, elmo_dir):
+            raise UsageError(
+                f"--output: {args.output!r} is the biLM's directory (--elmo); the tagger's files would replace its "
+                f"own (metrics.json); give another directory"
+            )
+    outputs = [os.path.join(args.output, name) for name in OUTPUT_FILES]
+    for path in outputs:
+        if os.path.exists(path):
+            check_output_file("--output", path, inputs)
     if args.cache:
-        check_output_dir("--cache", os.path.dirname(os.path.abspath(args.cache)))
         if os.path.isdir(args.cache):
             raise UsageError(f"--cache: is a directory: {args.cache!r}")
+        check_output_dir("--cache", os.path.dirname(os.path.abspath(args.cache)))  # created when missing
+        for flag, path in inputs:
+            if os.path.exists(args.cache) and os.path.samefile(args.cache, path):
+                raise UsageError(f"--cache: {args.cache!r} is the same file as {flag} {path!r}; it would be destroyed")
+        if os.path.realpath(args.cache) in {os.path.realpath(path) for path in outputs}:
+            raise UsageError(f"--cache: {args.cache!r} is a file --output writes ({os.path.basename(args.cache)})")
+        try:
+            check_cache_path(args.cache)
+        except FeatureCacheError as e:
+            raise UsageError(f"--cache: {e}") from None
 
 
 def config_from_args(args, **overrides):
@@ -142,7 +201,8 @@ def load_data_from_args(args):
     """Reads the splits (DataError naming the flag, file and line), then opens the feature source of --elmo /
     --elmo-server (DataError naming the flag) and computes the features once (progress bars on stderr)."""
     from elmo_tf.ner.data import NERDataError
-    from elmo_tf.ner.features import FeatureSourceError, open_feature_source
+    from elmo_tf.ner.feature_cache import FeatureCacheError
+    from elmo_tf.ner.features import FeatureSourceError, SentenceTooLongError, open_feature_source
     from elmo_tf.ner.training import add_features, load_data
 
     paths = {"train": args.train, "dev": args.dev, "test": args.test}
@@ -154,8 +214,16 @@ def load_data_from_args(args):
         return data
     try:
         source, source_info = open_feature_source(
-            elmo=args.elmo, elmo_server=args.elmo_server, model_name=args.model_name
+            elmo=args.elmo,
+            elmo_server=args.elmo_server,
+            model_name=args.model_name,
+            max_request_tokens=args.server_max_tokens,
         )
     except FeatureSourceError as e:  # weights that do not load, a server that does not answer
         raise DataError(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}") from None
-    return add_features(data, source, source_info, args.cache, progress=_progress_bar)
+    try:
+        return add_features(data, source, source_info, args.cache, progress=_progress_bar)
+    except SentenceTooLongError as e:
+        raise DataError(f"--{e.split}: {paths[e.split]}:{e.line}: {e} (--elmo-server {args.elmo_server})") from None
+    except FeatureCacheError as e:  # a full disk; a file put at the path since the check
+        raise DataError(f"--cache: {e}") from None

@@ -1,24 +1,57 @@
-"""ELMo features for the NER head: from a biLM in this process or from a model server, cached in hdf5.
+"""ELMo features for the NER head: from a biLM in this process or from a model server.
 
 Both sources give, per sentence, the biLM activations `(L+1, n_tokens, 2P)` with the token layer duplicated,
-exactly the layout of `python -m elmo_tf embed --layers all`.
+exactly the layout of `python -m elmo_tf embed --layers all`. Each names what its features depend on in `identity`
+(JSON): a biLM in this process the sha256 of its options and weight values (`model_fingerprint`: the content,
+wherever the files are and whatever their times), a server the version that answered, plus `probe_features`, a
+fixed sentence's activations that a cache compares with a tolerance.
+
+Served requests fit the server's request budget (`RequestLimits`): sentences are packed longest first, each request
+within the rows limit and rows x its longest sentence (the padded width) within the tokens limit. A limit the
+embedded server (serving/serve.py) refuses a request for is read from its RESOURCE_EXHAUSTED message, which names
+the limit's value and flag (`--max_request_sentences`, `--max_request_tokens`, `--max_tokens_per_sentence`), and
+the sentences are packed again under it; any other RESOURCE_EXHAUSTED (a message size, TF Serving's or gRPC's own)
+halves the tokens per request. A sentence the server refuses alone raises `SentenceTooLongError` naming it.
+
+The features are cached by `elmo_tf.ner.feature_cache`.
 """
 
+import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
+import re
+import time
 
 import numpy as np
 
 from elmo_tf.cli import one_line
-from elmo_tf.serving_contract import activations_from_outputs
+from elmo_tf.serving_contract import activations_from_outputs, layer_keys
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_REQUEST_TOKENS = 16384  # rows x padded width of one served request: the embedded server's default
+PROBE_TOKENS = ["The", "probe", "sentence", ",", "Zürich", "1996", "!"]  # a served biLM's features are compared on it
+
 
 class FeatureSourceError(ValueError):
-    """A feature source that cannot be opened; the message says which and why, in one line."""
+    """A feature source that cannot be opened or used; the message says which and why, in one line."""
+
+
+class SentenceTooLongError(FeatureSourceError):
+    """A sentence no request can carry: over the server's limit of tokens per sentence or per request.
+
+    Attributes:
+        index: the sentence's position in the list given to the source.
+        line: its 1-based line in its file, when known (`cached_features` sets it from the `Sentence`).
+        split: the split it belongs to, when known (`elmo_tf.ner.training.add_features` sets it).
+    """
+
+    def __init__(self, index, message):
+        super().__init__(message)
+        self.index, self.line, self.split = index, None, None
 
 
 def _in_batches(fetch, sentences, batch_size, progress=None):
@@ -32,6 +65,18 @@ def _in_batches(fetch, sentences, batch_size, progress=None):
     return out
 
 
+def model_fingerprint(elmo):
+    """sha256 (hex) of what an `ELMo`'s activations depend on: its options and the values of its char CNN and biLM
+    weights (not where they were read from)."""
+    digest = hashlib.sha256(json.dumps(elmo.config.to_options(), sort_keys=True).encode())
+    for layer in (elmo.char_cnn, elmo.bilm):
+        for variable in layer.weights:
+            value = np.ascontiguousarray(np.asarray(variable.numpy()))
+            digest.update(f"{variable.path}:{value.dtype.str}:{value.shape}".encode())
+            digest.update(memoryview(value).cast("B"))
+    return digest.hexdigest()
+
+
 class InProcessFeatures:
     """biLM activations from an `ELMo` model run in this process."""
 
@@ -43,6 +88,11 @@ class InProcessFeatures:
         self.dim = 2 * elmo.config.projection_dim
         self.num_layers = elmo.num_output_layers
 
+    @functools.cached_property
+    def identity(self):
+        """{"kind": "in_process", "sha256": `model_fingerprint`}: computed once, on first use."""
+        return {"kind": "in_process", "sha256": model_fingerprint(self.embedder.model)}
+
     def __call__(self, sentences, progress=None):
         def fetch(chunk):
             return self.embedder.embed_batch([[t.encode("utf-8", "surrogateescape") for t in s] for s in chunk])
@@ -50,29 +100,189 @@ class InProcessFeatures:
         return _in_batches(fetch, sentences, self.batch_size, progress)
 
 
-class ServedFeatures:
-    """biLM activations from a model server's `tokens` signature (TF Serving or `serving/serve.py`).
+# ------------------------------------------------------------------------------------------------ served
 
-    Args:
-        client: an object with `embed_tokens(tokens, sequence_len=...)` returning the signature's outputs (e.g.
-            `serving.client.ElmoClient`).
+
+@dataclasses.dataclass
+class RequestLimits:
+    """The budget each request to the server must fit.
+
+    Attributes:
+        max_sentences: rows per request.
+        max_tokens: rows x the request's longest sentence (its padded width); None for no limit.
+        max_sentence_tokens: tokens of one sentence; None for no limit.
+        known: limit name -> where it comes from ("the server's ..."), for the limits the server stated or the
+            caller gave; a sentence over one of them is refused before anything is sent. The others are guesses,
+            lowered when the server refuses a request.
     """
 
-    def __init__(self, client, batch_size=32):
+    max_sentences: int = 32
+    max_tokens: int = DEFAULT_REQUEST_TOKENS
+    max_sentence_tokens: int = None
+    known: dict = dataclasses.field(default_factory=dict)
+
+
+# the embedded server's RESOURCE_EXHAUSTED messages name the limit's value and flag (serving/servable.py)
+_STATED_LIMIT = re.compile(
+    r"limit of (\d+) (?:tokens )?per (?:request|sentence) "
+    r"\(--(max_request_sentences|max_request_tokens|max_tokens_per_sentence)\)"
+)
+_LIMIT_OF_FLAG = {
+    "max_request_sentences": "max_sentences",
+    "max_request_tokens": "max_tokens",
+    "max_tokens_per_sentence": "max_sentence_tokens",
+}
+_BUSY = re.compile(r"requests in flight")  # the embedded server's in-flight cap: retried, not split
+BUSY_RETRIES = 6
+
+
+def pack_requests(lengths, max_sentences, max_tokens=None):
+    """Requests (lists of indices into `lengths`, the sentences' token counts), longest sentences first: each holds
+    at most `max_sentences` rows and rows x max(1, its longest sentence) <= `max_tokens` tokens (a sentence longer
+    than that goes alone)."""
+    requests, width = [], 1
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        last = requests[-1] if requests else None
+        if last and len(last) < max_sentences and (max_tokens is None or (len(last) + 1) * width <= max_tokens):
+            last.append(i)
+        else:
+            requests.append([i])
+            width = max(1, lengths[i])
+    return requests
+
+
+def _resource_exhausted(error):
+    """True for a client error carrying the gRPC status RESOURCE_EXHAUSTED (`elmo_tf.serving.client.ServingError`)."""
+    return getattr(getattr(error, "code", None), "name", None) == "RESOURCE_EXHAUSTED"
+
+
+class ServedFeatures:
+    """biLM activations from a model server's `tokens` signature (TF Serving or `serving/serve.py`), in requests
+    packed to fit the server's budget (see the module docstring).
+
+    Args:
+        client: an object with `embed_tokens(tokens, sequence_len=..., output_filter=...)` returning the
+            signature's outputs (e.g. `elmo_tf.serving.client.ElmoClient`); RESOURCE_EXHAUSTED errors carry `.code` and
+            `.details`.
+        batch_size: most sentences per request (lowered to the server's limit when it states one).
+        max_request_tokens: most rows x padded width per request, a limit the caller knows the server has (a
+            sentence longer is refused before it is sent); None: `DEFAULT_REQUEST_TOKENS` as a first guess.
+    """
+
+    def __init__(self, client, batch_size=32, max_request_tokens=None):
+        for name, value in (("batch_size", batch_size), ("max_request_tokens", max_request_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.client = client
-        self.batch_size = batch_size
-        probe = self._fetch([["probe"]])[0]
-        self.num_layers, _, self.dim = probe.shape
+        self.limits = RequestLimits(max_sentences=batch_size, max_tokens=max_request_tokens or DEFAULT_REQUEST_TOKENS)
+        if max_request_tokens:
+            self.limits.known["max_tokens"] = "the limit this source was given"
+        self.requests = 0  # requests that returned features
+        outputs = client.embed_tokens([PROBE_TOKENS], sequence_len=np.array([len(PROBE_TOKENS)], np.int32))
+        self.output_filter = layer_keys(outputs)  # the activations only (no mix, default, mask)
+        self.probe_features = activations_from_outputs(outputs)[0]
+        self.num_layers, _, self.dim = self.probe_features.shape
+        self.identity = {"kind": "server", "model_version": int(getattr(outputs, "model_version", 0) or 0)}
 
     def _fetch(self, sentences):
         width = max(1, max(len(s) for s in sentences))
-        tokens = np.array([list(s) + [""] * (width - len(s)) for s in sentences], dtype=object)
+        tokens = np.empty([len(sentences), width], dtype=object)
+        for row, sentence in enumerate(sentences):
+            tokens[row] = list(sentence) + [""] * (width - len(sentence))
         lengths = np.array([len(s) for s in sentences], np.int32)
-        stacked = activations_from_outputs(self.client.embed_tokens(tokens, sequence_len=lengths))
+        outputs = self.client.embed_tokens(tokens, sequence_len=lengths, output_filter=self.output_filter)
+        stacked = activations_from_outputs(outputs)
+        self.requests += 1
         return [stacked[i, :, :n] for i, n in enumerate(lengths)]
 
+    def _refuse_unsendable(self, lengths, indices):
+        """Raises `SentenceTooLongError` for the first of `indices` (in input order) over a known limit."""
+        limits = self.limits
+        for field, unit in (("max_sentence_tokens", "per sentence"), ("max_tokens", "per request")):
+            limit = getattr(limits, field)
+            if field in limits.known and limit is not None:
+                for i in sorted(indices):
+                    if lengths[i] > limit:
+                        raise SentenceTooLongError(
+                            i,
+                            f"a sentence of {lengths[i]} tokens, above {limits.known[field]}: {limit} tokens "
+                            f"{unit}; split the sentence or raise the limit",
+                        )
+
+    def _learn(self, details):
+        """Takes a limit stated in a RESOURCE_EXHAUSTED message; True when it is news (a lower value)."""
+        match = _STATED_LIMIT.search(details)
+        if not match:
+            return False
+        value, flag = int(match[1]), match[2]
+        field = _LIMIT_OF_FLAG[flag]
+        current = getattr(self.limits, field)
+        self.limits.known[field] = f"the server's limit (--{flag})"
+        if current is not None and current <= value:
+            return False  # refused although within it: not a limit we can pack under
+        setattr(self.limits, field, value)
+        logger.info("the server allows %d %s (--%s): packing requests under it", value, field, flag)
+        return True
+
+    def _repack(self, lengths, indices):
+        """`pack_requests` of the sentences `indices` under the current limits (as lists of those indices)."""
+        packed = pack_requests([lengths[i] for i in indices], self.limits.max_sentences, self.limits.max_tokens)
+        return [[indices[k] for k in request] for request in packed]
+
     def __call__(self, sentences, progress=None):
-        return _in_batches(self._fetch, sentences, self.batch_size, progress)
+        """Per-sentence activations of `sentences` (token lists), in their order; `progress(n)` after each request.
+
+        Raises:
+            SentenceTooLongError: a sentence over a limit the server states or refuses it for alone.
+            The client's error for any other failure.
+        """
+        lengths = [len(s) for s in sentences]
+        everything = range(len(sentences))
+        self._refuse_unsendable(lengths, everything)
+        out = [None] * len(sentences)
+        pending = self._repack(lengths, list(everything))
+        busy = 0
+        while pending:
+            rows = pending.pop(0)
+            try:
+                arrays = self._fetch([sentences[i] for i in rows])
+            except Exception as e:
+                if not _resource_exhausted(e):
+                    raise
+                details = one_line(getattr(e, "details", None) or e)
+                if _BUSY.search(details):  # the server is busy, not the request too big
+                    if busy >= BUSY_RETRIES:
+                        raise
+                    time.sleep(0.05 * 2**busy)
+                    busy += 1
+                    pending.insert(0, rows)
+                    continue
+                if self._learn(details):
+                    self._refuse_unsendable(lengths, everything)
+                elif len(rows) > 1:  # a limit not stated (message size, ...): half the tokens per request
+                    width = max(1, max(lengths[i] for i in rows))
+                    self.limits.max_tokens = max(1, len(rows) // 2) * width
+                    logger.info(
+                        "the server refused %d x %d tokens; at most %d per request now",
+                        len(rows),
+                        width,
+                        self.limits.max_tokens,
+                    )
+                else:
+                    raise SentenceTooLongError(
+                        rows[0], f"a sentence of {lengths[rows[0]]} tokens, refused by the server: {details}"
+                    ) from None
+                pending = self._repack(lengths, rows + [i for request in pending for i in request])
+                continue
+            busy = 0
+            for i, array in zip(rows, arrays):
+                out[i] = array
+            if progress:
+                progress(len(rows))
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ opening
 
 
 def elmo_paths(path):
@@ -83,9 +293,18 @@ def elmo_paths(path):
     return os.path.join(folder, "options.json"), weights
 
 
-def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=None, weights=None, batch_size=32):
-    """An `InProcessFeatures` (`elmo` path, or `options` + `weights`) or `ServedFeatures` (`elmo_server` HOST:PORT),
-    and a description of it (recorded in a tagger's config.json so tagging finds the same source).
+def open_feature_source(
+    elmo=None,
+    elmo_server=None,
+    model_name="elmo",
+    options=None,
+    weights=None,
+    batch_size=32,
+    max_request_tokens=None,
+):
+    """An `InProcessFeatures` (`elmo` path, or `options` + `weights`) or `ServedFeatures` (`elmo_server` HOST:PORT,
+    `max_request_tokens`: see there), and a description of it (recorded in a tagger's config.json so tagging finds
+    the same source).
 
     Raises:
         FeatureSourceError: with a one-line reason.
@@ -94,7 +313,11 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
         from elmo_tf.serving.client import ElmoClient
 
         try:
-            source = ServedFeatures(ElmoClient(elmo_server, model_name=model_name), batch_size=batch_size)
+            source = ServedFeatures(
+                ElmoClient(elmo_server, model_name=model_name),
+                batch_size=batch_size,
+                max_request_tokens=max_request_tokens,
+            )
         except Exception as e:  # the client's ServingError carries the gRPC status
             raise FeatureSourceError(
                 f"cannot get features from {elmo_server!r} (model {model_name!r}): {one_line(e)}"
@@ -114,66 +337,20 @@ def open_feature_source(elmo=None, elmo_server=None, model_name="elmo", options=
     return source, {"kind": "in_process", "options": os.path.abspath(options), "weights": os.path.abspath(weights)}
 
 
-# ------------------------------------------------------------------------------------------------ cache
-
-
-def _read_cached(cache_path, key, digest, count):
-    """The cached arrays of `key`, or None when absent, made for other inputs, incomplete or damaged (logged)."""
-    import h5py
-
-    if not os.path.exists(cache_path):
+def changed_source(recorded, source):
+    """Why `source` is not the feature source `recorded` (a tagger's config.json `elmo_source`, with the `identity`
+    training saw) describes, in one line; None when it is the same or the record does not say."""
+    before, now = (recorded or {}).get("identity") or {}, getattr(source, "identity", None) or {}
+    if before.get("kind") != now.get("kind"):
         return None
-    try:
-        with h5py.File(cache_path, "r") as f:
-            if key not in f:
-                return None
-            group = f[key]
-            if group.attrs.get("digest") != digest:
-                why = "was interrupted" if "digest" not in group.attrs else "was made for other inputs"
-                logger.info("feature cache %s: %r %s; recomputing it", cache_path, key, why)
-                return None
-            return [group[str(i)][...] for i in range(count)]
-    except (OSError, KeyError, ValueError) as e:
-        logger.warning("feature cache %s is damaged (%s: %s); rebuilding it", cache_path, type(e).__name__, e)
-        return None
-
-
-def _write_cached(cache_path, key, digest, features):
-    """Writes `key`'s arrays, data first and the digest last, so an interrupted write is never taken as complete."""
-    import h5py
-
-    try:
-        f = h5py.File(cache_path, "a")
-    except OSError as e:  # not an hdf5 file any more (a write killed mid-way): start the file again
-        logger.warning("feature cache %s cannot be opened (%s); replacing it", cache_path, e)
-        os.remove(cache_path)
-        f = h5py.File(cache_path, "w")
-    with f:
-        if key in f:
-            del f[key]
-        group = f.create_group(key)
-        for i, array in enumerate(features):
-            group.create_dataset(str(i), data=array)
-        f.flush()
-        group.attrs["digest"] = digest
-
-
-def cached_features(source, sentences, cache_path=None, key="features", source_info="", progress=None):
-    """Per-sentence activations from `source`, stored in / read from an hdf5 cache when `cache_path` is set.
-
-    A cached entry is used only when it was made for the same sentences (tokens) and the same `source_info` (a
-    description of the feature source) and was written to the end; otherwise it is recomputed and replaced. A
-    damaged cache file is rebuilt (with a log line). `progress(n)`, when given, is called as sentences are computed.
-    """
-    tokens = [s.tokens for s in sentences]
-    digest = hashlib.sha256(json.dumps([source_info, tokens]).encode()).hexdigest()
-    if cache_path:
-        cached = _read_cached(cache_path, key, digest, len(sentences))
-        if cached is not None:
-            if progress:
-                progress(len(sentences))
-            return cached
-    features = source(tokens, progress=progress)
-    if cache_path:
-        _write_cached(cache_path, key, digest, features)
-    return features
+    if now.get("kind") == "in_process" and before.get("sha256") != now.get("sha256"):
+        return (
+            f"the biLM's options or weights changed since the tagger was trained (sha256 {before.get('sha256')} "
+            f"then, {now.get('sha256')} now)"
+        )
+    if now.get("kind") == "server" and before.get("model_version") != now.get("model_version"):
+        return (
+            f"the server answers with model version {now.get('model_version')}, training used version "
+            f"{before.get('model_version')}"
+        )
+    return None

@@ -8,7 +8,6 @@ biLSTM, CRF). `train_tagger` runs it all and writes model.keras, encoder.json, m
 import collections
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -19,7 +18,8 @@ import numpy as np
 
 from elmo_tf.io.atomic import atomic_path, write_json
 from elmo_tf.ner.data import read_splits
-from elmo_tf.ner.features import cached_features
+from elmo_tf.ner.feature_cache import cached_features
+from elmo_tf.ner.features import SentenceTooLongError
 from elmo_tf.ner.model import NERTagger
 from elmo_tf.ner.tags import spans
 
@@ -131,19 +131,26 @@ def add_features(data, source, source_info=None, cache=None, progress=None):
 
     Args:
         source: a feature source (`elmo_tf.ner.features.open_feature_source`).
-        source_info: its description (recorded with the tagger; part of the cache key).
-        cache: optional hdf5 path caching the features of every split.
+        source_info: its description, recorded with the tagger together with the source's `identity` (what its
+            features depend on: the cache key, and what tagging checks).
+        cache: optional hdf5 path caching the features of every split (`elmo_tf.ner.features.cached_features`).
         progress: optional `progress(split, total)` returning a context manager with `.update(n)` (a tqdm bar).
+    Raises:
+        elmo_tf.ner.features.FeatureCacheError, SentenceTooLongError (its `.split` set): see `cached_features`.
     """
-    key_info = json.dumps(source_info or {}, sort_keys=True)
     for name, sentences in data.splits.items():
         start = time.perf_counter()
         with progress(name, len(sentences)) if progress else contextlib.nullcontext() as bar:
-            data.features[name] = cached_features(
-                source, sentences, cache, key=name, source_info=key_info, progress=bar.update if bar else None
-            )
+            try:
+                data.features[name] = cached_features(
+                    source, sentences, cache, key=name, progress=bar.update if bar else None
+                )
+            except SentenceTooLongError as e:
+                e.split = name
+                raise
         logger.info("ELMo features for %s: %d sentences in %.1f s", name, len(sentences), time.perf_counter() - start)
-    data.num_layers, data.dim, data.source_info = source.num_layers, source.dim, source_info or {}
+    data.num_layers, data.dim = source.num_layers, source.dim
+    data.source_info = dict(source_info or {}, identity=source.identity)
     return data
 
 
@@ -384,15 +391,36 @@ def score(model, data, config, batches=None):
     return result
 
 
+OUTPUT_FILES = ("model.keras", "encoder.json", "metrics.json", "config.json")  # in the order written
+
+
+class OutputError(ValueError):
+    """An output file that cannot be written (a full disk, a file size limit); the message names it and why."""
+
+
 def write_results(model, encoder, output, metrics, config_record):
-    """Writes the output directory, each file atomically: model.keras, encoder.json, metrics.json, config.json
-    (config.json last: a directory with it is complete)."""
-    os.makedirs(output, exist_ok=True)
-    with atomic_path(os.path.join(output, "model.keras"), suffix=".keras") as tmp:
-        model.save(tmp)
-    encoder.save(os.path.join(output, "encoder.json"))
-    write_json(os.path.join(output, "metrics.json"), metrics, default=_json_default)
-    write_json(os.path.join(output, "config.json"), config_record, default=_json_default)
+    """Writes the output directory, each file atomically: `OUTPUT_FILES` (config.json last: a directory with it is
+    complete).
+
+    Raises:
+        OutputError: naming the file and the error (ENOSPC, EFBIG, ...); its temporary is removed and the file
+            as it was.
+    """
+    model_path, encoder_path, metrics_path, config_path = (os.path.join(output, name) for name in OUTPUT_FILES)
+    path = output
+    try:
+        os.makedirs(output, exist_ok=True)
+        path = model_path
+        with atomic_path(model_path, suffix=".keras") as tmp:
+            model.save(tmp)
+        path = encoder_path
+        encoder.save(encoder_path)
+        path = metrics_path
+        write_json(metrics_path, metrics, default=_json_default)
+        path = config_path
+        write_json(config_path, config_record, default=_json_default)
+    except OSError as e:
+        raise OutputError(f"cannot write {path!r}: {e.strerror or e}") from None
 
 
 def _json_default(value):
@@ -404,7 +432,8 @@ def _json_default(value):
 
 
 def train_tagger(config, data, output, record=None, log=None, extra_metrics=None):
-    """Trains a tagger on `data` with `config`, scores dev/test, writes `output`; returns the metrics dict.
+    """Trains a tagger on `data` with `config`, scores dev/test, writes `output` (`write_results`: OutputError when a
+    file cannot be written); returns the metrics dict.
 
     Args:
         record: extra entries for config.json (the command line, the files); the config and the feature source

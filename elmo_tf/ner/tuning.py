@@ -6,6 +6,7 @@ searched. A trial's score is its best epoch's `val_span_f1`, written into the ep
 runs before the tuner's own callbacks.
 """
 
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ DROPOUT_RANGE = (0.1, 0.6)
 MIX_L2_RANGE = (1e-4, 1e-1)
 TUNERS = ("random", "bayesian")
 SETTINGS_FILE = "tune_ner_settings.json"
+CONTENT_SUFFIX = "_sha256"  # a setting holding the content digest of a flag's files
 
 
 class ResumeError(ValueError):
@@ -81,16 +83,33 @@ def make_hypermodel(config, data, trial_epochs):
     return NERHyperModel()
 
 
+def file_digest(*paths):
+    """sha256 (hex) of the bytes of `paths`, in order: the content a search ran on, whatever the files' names."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(f"{os.path.getsize(path)}:".encode())
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_resume(project_dir, settings, overwrite=False):
     """Raises `ResumeError` when `project_dir` was started with other `settings` (a dict of the flags that define a
-    search); returns the path where `record_settings` writes them."""
+    search, and `<flag>_sha256`: the content of the files a flag names; a project recorded without one is not
+    compared on it); returns the path where `record_settings` writes them."""
     path = os.path.join(project_dir, SETTINGS_FILE)
     if os.path.isfile(path) and not overwrite:
         with open(path, encoding="utf-8") as f:
             recorded = json.load(f)
-        changed = [
-            f"--{k.replace('_', '-')} {recorded.get(k)!r} -> {v!r}" for k, v in settings.items() if recorded.get(k) != v
-        ]
+        changed = []
+        for key, value in settings.items():
+            if key.endswith(CONTENT_SUFFIX):
+                if key in recorded and recorded[key] != value:
+                    flag = key[: -len(CONTENT_SUFFIX)].replace("_", "-")
+                    changed.append(f"--{flag}: the content changed (sha256 {recorded[key][:12]}.. -> {value[:12]}..)")
+            elif recorded.get(key) != value:
+                changed.append(f"--{key.replace('_', '-')} {recorded.get(key)!r} -> {value!r}")
         if changed:
             raise ResumeError(
                 f"the project {project_dir!r} was started with other search settings ({'; '.join(changed)}); "

@@ -2,6 +2,7 @@
 for usage, 1 for data; no traceback; nothing written. And on careless input that is valid: many blank lines."""
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +200,244 @@ def test_tag_output_on_a_full_disk_is_one_line_naming_the_file(tagger_dir, tmp_p
         result = run_limited([TAG, "--model", tagger_dir, "--input", text, "--quiet"], 8192, stdout=stdout)
     assert_ends_with_one_error(result, 1, "stdout", f"cannot write {str(tmp_path / 'tagged.txt')!r}", "File too large")
     assert (tmp_path / "tagged.txt").stat().st_size <= 8192
+
+
+# ------------------------------------------------------------------------------------------------ outputs vs inputs
+
+
+@pytest.fixture(scope="module")
+def tiny_elmo_dir(tmp_path_factory):
+    """options.json + weights.hdf5 of a tiny random biLM."""
+    import keras
+    import numpy as np
+    from tiny_models import TINY
+
+    from elmo_tf import BiLMConfig, ELMo, save_elmo
+
+    keras.utils.set_random_seed(3)
+    model = ELMo(BiLMConfig(**TINY))
+    model.embed_tokens(np.array([["a"]], dtype=object))
+    directory = tmp_path_factory.mktemp("elmo") / "elmo"
+    save_elmo(model, str(directory))
+    return directory
+
+
+@pytest.mark.parametrize(
+    "target, needles",
+    [
+        ("TRAIN", ["--cache", "train.txt", "same file as --train"]),
+        ("DEV_LINK", ["--cache", "dev-link.txt", "same file as --dev"]),
+        ("WEIGHTS", ["--cache", "weights.hdf5", "same file as --elmo"]),
+        ("NOTES", ["--cache", "notes.txt", "not a feature cache"]),
+        ("FOREIGN_HDF5", ["--cache", "other.hdf5", "not a feature cache"]),
+        ("OUTPUT_CONFIG", ["--cache", "config.json", "--output writes"]),
+    ],
+    ids=["train-file", "link-to-dev", "elmo-weights", "notes", "foreign-hdf5", "output-file"],
+)
+def test_train_ner_cache_never_destroys_a_file(tmp_path, run_script, tiny_elmo_dir, target, needles):
+    """Issue 25 case 1: `--cache` on the run's own --train file, an unrelated file or the biLM's weights removed or
+    rewrote it (exit 0). Now: one usage line naming --cache and the path, exit 2, every file as it was."""
+    import h5py
+
+    train, dev = write(tmp_path / "train.txt", GOOD), write(tmp_path / "dev.txt", GOOD)
+    (tmp_path / "dev-link.txt").symlink_to(dev)
+    notes = write(tmp_path / "notes.txt", "my notes\n")
+    with h5py.File(tmp_path / "other.hdf5", "w") as f:
+        f["x"] = [1.0, 2.0]
+    paths = {
+        "TRAIN": train,
+        "DEV_LINK": tmp_path / "dev-link.txt",
+        "WEIGHTS": tiny_elmo_dir / "weights.hdf5",
+        "NOTES": notes,
+        "FOREIGN_HDF5": tmp_path / "other.hdf5",
+        "OUTPUT_CONFIG": tmp_path / "out" / "config.json",
+    }
+    files = [train, dev, notes, tmp_path / "other.hdf5", *tiny_elmo_dir.iterdir()]
+    before = {path: path.read_bytes() for path in files}
+    argv = ["--train", train, "--dev", dev, "--elmo", tiny_elmo_dir, "--output", tmp_path / "out"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--epochs", "1", "--cache", paths[target]])
+    assert_one_line(code, err, 2, *needles)
+    assert {path: path.read_bytes() for path in files} == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_ner_outputs_are_never_inputs(tmp_path, run_script, tiny_elmo_dir):
+    """A file --output writes that is an input (a dev file named config.json there), or --output in the biLM's
+    directory (a pretraining run's metrics.json there): refused before any work."""
+    import shutil
+
+    out = tmp_path / "out"
+    out.mkdir()
+    train, dev = write(tmp_path / "train.txt", GOOD), write(out / "config.json", GOOD)
+    code, _, err = run_script(TRAIN_NER, ["--train", train, "--dev", dev, "--no-elmo", "--output", out])
+    assert_one_line(code, err, 2, "--output", "config.json", "same file as --dev")
+    assert dev.read_text() == GOOD
+    elmo = tmp_path / "elmo"
+    shutil.copytree(tiny_elmo_dir, elmo)
+    write(elmo / "metrics.json", '{"perplexity": 40.0}\n')
+    code, _, err = run_script(TRAIN_NER, ["--train", train, "--dev", train, "--elmo", elmo, "--output", elmo])
+    assert_one_line(code, err, 2, "--output", "biLM's directory")
+    assert (elmo / "metrics.json").read_text() == '{"perplexity": 40.0}\n'
+
+
+def test_train_ner_cache_is_created_then_reused(tmp_path, run_script, tiny_elmo_dir):
+    from elmo_tf.ner.feature_cache import CACHE_MAGIC
+
+    train, dev = write(tmp_path / "train.txt", GOOD * 2), write(tmp_path / "dev.txt", GOOD)
+    cache = tmp_path / "sub" / "features.hdf5"  # its directory is created
+    argv = ["--train", train, "--dev", dev, "--elmo", tiny_elmo_dir, "--epochs", "1", "--lstm-units", "4"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "a", "--cache", cache])
+    assert code == 0, err
+    assert cache.read_bytes().startswith(CACHE_MAGIC)
+    stat = cache.stat()
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "b", "--cache", cache])
+    assert code == 0, err
+    assert (cache.stat().st_mtime_ns, cache.stat().st_ino) == (stat.st_mtime_ns, stat.st_ino)  # read, not rewritten
+    metrics = [json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("a", "b")]
+    for run in metrics:
+        run.pop("train_seconds")
+    assert metrics[0] == metrics[1] and "dev" in metrics[0]  # the same features, the same seed: the same scores
+
+
+def test_tag_refuses_a_recorded_biLM_changed_since_training(tmp_path, run_script, tiny_elmo_dir, caplog):
+    """config.json records where training's biLM was; tagging with that path after the weights were rewritten in
+    place gave other features than training's, silently. Now the recorded content (sha256) is compared: exit 1
+    naming --elmo; an explicit --elmo is used as asked, with a warning."""
+    import shutil
+
+    import keras
+    import numpy as np
+    from tiny_models import TINY
+
+    from elmo_tf import BiLMConfig, ELMo
+    from elmo_tf.io.bilm_hdf5 import save_bilm_weights
+
+    elmo = tmp_path / "elmo"
+    shutil.copytree(tiny_elmo_dir, elmo)
+    train = write(tmp_path / "train.txt", GOOD * 2)
+    argv = ["--train", train, "--dev", train, "--elmo", elmo, "--epochs", "1", "--lstm-units", "4"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "ner"])
+    assert code == 0, err
+    recorded = json.loads((tmp_path / "ner" / "config.json").read_text())["elmo_source"]
+    assert recorded["kind"] == "in_process" and len(recorded["identity"]["sha256"]) == 64
+    text = write(tmp_path / "in.txt", "EU rejects\n")
+    code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--quiet"])
+    assert code == 0 and out.startswith("EU\t"), err
+    keras.utils.set_random_seed(11)
+    other = ELMo(BiLMConfig(**TINY))
+    other.embed_tokens(np.array([["a"]], dtype=object))
+    save_bilm_weights(other, str(elmo / "weights.hdf5"))  # in place
+    code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--quiet"])
+    assert_one_line(code, err, 1, "--elmo", "changed since the tagger was trained", "config.json")
+    assert out == ""
+    with caplog.at_level(logging.WARNING, logger="tag"):
+        code, out, err = run_script(TAG, ["--model", tmp_path / "ner", "--input", text, "--elmo", elmo])
+    assert code == 0 and out.startswith("EU\t"), err
+    assert "changed since the tagger was trained" in caplog.text and "as asked" in caplog.text
+
+
+FAST_TUNE = ["--no-elmo", "--max-trials", "1", "--trial-epochs", "1", "--epochs", "1", "--lstm-units", "4"]
+
+
+def test_tune_ner_resume_notices_other_data_at_the_same_path(tmp_path, run_script):
+    """The resumed project was keyed by the files' paths: a search resumed on other data at the same path mixed
+    trials scored on two data sets. Now the content (sha256) is part of the settings."""
+    train = write(tmp_path / "train.txt", GOOD * 3)
+    argv = ["--train", train, "--dev", train, "--directory", tmp_path / "t", "--output", tmp_path / "o", *FAST_TUNE]
+    code, _, err = run_script(TUNE_NER, argv)
+    assert code == 0, err
+    settings = json.loads((tmp_path / "t" / "ner" / "tune_ner_settings.json").read_text())
+    assert len(settings["train_sha256"]) == 64 and settings["dev_sha256"] == settings["train_sha256"]
+    code, _, err = run_script(TUNE_NER, [*argv, "--max-trials", "1"])  # the same data: resumed
+    assert code == 0, err
+    write(train, GOOD * 3 + "\nMary B-PER\n")
+    code, _, err = run_script(TUNE_NER, argv)
+    assert_one_line(code, err, 2, "--directory", "--train: the content changed", "--dev: the content changed")
+
+
+def test_tune_ner_refuses_inputs_inside_the_project_directory(tmp_path, run_script):
+    """KerasTuner writes the project directory and --overwrite deletes it: an input there was deleted."""
+    project = tmp_path / "t" / "ner"
+    project.mkdir(parents=True)
+    train = write(project / "train.txt", GOOD)
+    argv = ["--train", train, "--dev", train, "--directory", tmp_path / "t", "--output", tmp_path / "o", "--overwrite"]
+    code, _, err = run_script(TUNE_NER, [*argv, *FAST_TUNE])
+    assert_one_line(code, err, 2, "--directory", "--train", "train.txt")
+    assert train.read_text() == GOOD and not (tmp_path / "o").exists()
+
+
+def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_dir):
+    """train_ner.py under a real file size limit (RLIMIT_FSIZE, as `ulimit -f`): one line naming --cache, the path
+    and the error, exit 1, no traceback; the previous cache byte for byte, no temporary, no output."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from elmo_tf.io.conll import Sentence
+    from elmo_tf.ner.feature_cache import cached_features
+
+    class Old:
+        identity = {"kind": "test"}
+
+        def __call__(self, token_lists, progress=None):
+            return [np.zeros([3, len(t), 4], np.float32) for t in token_lists]
+
+    cache = tmp_path / "features.hdf5"
+    cached_features(Old(), [Sentence(["a"], ["O"], 1)], cache, key="test")
+    before = cache.read_bytes()
+    train = write(tmp_path / "train.txt", GOOD)
+    limit = len(before) + (512 << 10)
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes get EFBIG
+
+    result = subprocess.run(
+        [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--elmo", tiny_elmo_dir]
+        + ["--output", tmp_path / "out", "--cache", cache],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1 and "Exception ignored" not in result.stderr, result.stderr[-3000:]
+    for needle in ("--cache", str(cache), "File too large", "previous cache is kept"):
+        assert needle in errors[0], (needle, errors[0])
+    assert cache.read_bytes() == before
+    assert [n for n in os.listdir(tmp_path) if ".tmp-" in n] == [] and not (tmp_path / "out").exists()
+
+
+def test_train_ner_output_on_a_full_disk_is_one_line(tmp_path):
+    """model.keras under a real file size limit: was an OSError traceback; now one line naming --output and the
+    file, exit 1, no temporary left."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    train = write(tmp_path / "train.txt", GOOD)
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    result = subprocess.run(
+        [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--no-elmo", "--epochs", "1"]
+        + ["--lstm-units", "4", "--output", tmp_path / "out"],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1 and "--output" in errors[0] and "model.keras" in errors[0], errors
+    assert "File too large" in errors[0]
+    assert sorted(os.listdir(tmp_path / "out")) == []
