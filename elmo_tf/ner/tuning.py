@@ -2,8 +2,9 @@
 
 Searched per trial (same seed): the ScalarMix's initial gamma (0.01..10, log scale) and whether gamma is trained,
 dropout (0.1..0.6), and the L2 on the mix weights (off, or 1e-4..1e-1 log scale). Without ELMo only dropout is
-searched. A trial's score is its best epoch's `val_span_f1`, written into the epoch logs by `SpanF1Callback`, which
-runs before the tuner's own callbacks.
+searched. The space is declared once, in `NERHyperModel.config_values` (what `build` calls); the best trial's values
+are read back through it from `tuner.get_best_hyperparameters(1)[0]`. A trial's score is its best epoch's
+`val_span_f1`, written into the epoch logs by `SpanF1Callback`, which runs before the tuner's own callbacks.
 """
 
 import hashlib
@@ -11,6 +12,8 @@ import json
 import logging
 import os
 import time
+
+import keras_tuner
 
 from elmo_tf.ner.training import OBJECTIVE, fit_tagger, new_tagger
 
@@ -28,59 +31,56 @@ class ResumeError(ValueError):
     """A project directory started with other search settings; the message lists the differences."""
 
 
-def hyperparameter_values(hp, use_elmo):
-    """Declares the search space on `hp` and returns the `NERConfig` fields it picks."""
-    values = {"dropout": hp.Float("dropout", *DROPOUT_RANGE)}
-    if use_elmo:
-        values["gamma"] = hp.Float("gamma", *GAMMA_RANGE, sampling="log")
-        values["gamma_trainable"] = hp.Boolean("gamma_trainable", default=True)
-        use_l2 = hp.Boolean("mix_l2_on", default=False)
-        with hp.conditional_scope("mix_l2_on", [True]):
-            mix_l2 = hp.Float("mix_l2", *MIX_L2_RANGE, sampling="log")
-        values["mix_l2"] = mix_l2 if use_l2 else 0.0
-    return values
-
-
-def best_hyperparameters(hp_values, use_elmo):
-    """The `NERConfig` fields of a finished trial's `hyperparameters.values`."""
-    values = {"dropout": float(hp_values["dropout"])}
-    if use_elmo:
-        values.update(
-            gamma=float(hp_values["gamma"]),
-            gamma_trainable=bool(hp_values["gamma_trainable"]),
-            mix_l2=float(hp_values["mix_l2"]) if hp_values.get("mix_l2_on") else 0.0,
-        )
-    return values
-
-
 def _short(value):
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def make_hypermodel(config, data, trial_epochs):
-    """A `keras_tuner.HyperModel` training `NERTagger`s on `data` (features shared by every trial)."""
-    import keras_tuner
+class NERHyperModel(keras_tuner.HyperModel):
+    """Trains `NERTagger`s on features shared by every trial; `config_values` is the search space, declared once.
 
-    use_elmo = data.num_layers > 0
+    Args:
+        config: the `NERConfig` every trial starts from (its searched fields are replaced per trial).
+        data: `NERData` shared by the trials; the ELMo hyperparameters are searched only when it has ELMo features.
+        trial_epochs: most epochs of one trial (early stopping on dev span F1 as in `fit_tagger`).
+    """
 
-    class NERHyperModel(keras_tuner.HyperModel):
-        """Builds an NERTagger from the trial's hyperparameters; `fit` trains it on the shared features."""
+    def __init__(self, config, data, trial_epochs, **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.data, self.trial_epochs = config, data, trial_epochs
+        self.use_elmo = data.num_layers > 0
 
-        def build(self, hp):
-            return new_tagger(config.replace(**hyperparameter_values(hp, use_elmo)), data)
+    def config_values(self, hp):
+        """The search space, as the `NERConfig` fields it sets: the only place it is declared.
 
-        def fit(self, hp, model, *fit_args, callbacks=(), **kwargs):
-            history, _ = fit_tagger(model, data, config, epochs=trial_epochs, callbacks=callbacks)
-            curve = history.history.get(OBJECTIVE, [])
-            logger.info(
-                "trial: %s -> dev span F1 per epoch %s (best %.2f)",
-                ", ".join(f"{k}={_short(v)}" for k, v in sorted(hp.values.items())),
-                " ".join(f"{v:.2f}" for v in curve),
-                max(curve, default=float("nan")),
-            )
-            return history
+        On a fresh `HyperParameters` (what `build` gets while the tuner learns the space) each hyperparameter is
+        declared and takes its default; on a trial's (`tuner.get_best_hyperparameters(1)[0]`) the same calls read its
+        values back by name. `mix_l2` exists only under `mix_l2_on`: off, the field is 0.0.
+        """
+        values = {"dropout": float(hp.Float("dropout", *DROPOUT_RANGE))}
+        if self.use_elmo:
+            values["gamma"] = float(hp.Float("gamma", *GAMMA_RANGE, sampling="log"))
+            values["gamma_trainable"] = bool(hp.Boolean("gamma_trainable", default=True))
+            use_l2 = hp.Boolean("mix_l2_on", default=False)
+            with hp.conditional_scope("mix_l2_on", [True]):
+                mix_l2 = hp.Float("mix_l2", *MIX_L2_RANGE, sampling="log")
+            values["mix_l2"] = float(mix_l2) if use_l2 else 0.0
+        return values
 
-    return NERHyperModel()
+    def build(self, hp):
+        return new_tagger(self.config.replace(**self.config_values(hp)), self.data)
+
+    def fit(self, hp, model, *fit_args, callbacks=(), **kwargs):
+        """Trains `model` on the shared features; KerasTuner's `callbacks` run after `SpanF1Callback`, so they see
+        `val_span_f1` (the objective). Returns the History."""
+        history, _ = fit_tagger(model, self.data, self.config, epochs=self.trial_epochs, callbacks=callbacks)
+        curve = history.history.get(OBJECTIVE, [])
+        logger.info(
+            "trial: %s -> dev span F1 per epoch %s (best %.2f)",
+            ", ".join(f"{k}={_short(v)}" for k, v in sorted(hp.values.items())),
+            " ".join(f"{v:.2f}" for v in curve),
+            max(curve, default=float("nan")),
+        )
+        return history
 
 
 def file_digest(*paths):
@@ -152,8 +152,6 @@ def search(
     Raises:
         ResumeError: see `check_resume`. ValueError: no trial finished with a score.
     """
-    import keras_tuner
-
     from elmo_tf.io.atomic import write_json
 
     if tuner not in TUNERS:
@@ -162,9 +160,10 @@ def search(
     settings_path = check_resume(project_dir, settings or {}, overwrite)
     tuner_class = keras_tuner.RandomSearch if tuner == "random" else keras_tuner.BayesianOptimization
     resuming = os.path.isfile(os.path.join(project_dir, "oracle.json")) and not overwrite
+    hypermodel = NERHyperModel(config, data, trial_epochs)
     try:
         search_tuner = tuner_class(
-            make_hypermodel(config, data, trial_epochs),
+            hypermodel,
             objective=keras_tuner.Objective(OBJECTIVE, direction="max"),
             max_trials=max_trials,
             seed=config.seed,
@@ -192,7 +191,7 @@ def search(
     if not any(t["status"] == "COMPLETED" and t["score"] is not None for t in trials):
         raise ValueError(f"no trial finished with a {OBJECTIVE} score; see {project_dir}")
     best_trial = search_tuner.oracle.get_best_trials(1)[0]
-    best = best_hyperparameters(best_trial.hyperparameters.values, data.num_layers > 0)
+    best = hypermodel.config_values(search_tuner.get_best_hyperparameters(1)[0])  # read back through the one space
     new_trials = sum(1 for t in trials if t["status"] == "COMPLETED") - done_before
     logger.info(
         "%d new trials in %.1f s; best trial %s: dev span F1 %.2f with %s",

@@ -1,5 +1,5 @@
-"""training/tune_ner.py and elmo_tf.ner.tuning: the search space; SpanF1Callback's val_span_f1 reaches the tuner's
-callbacks; a 2-trial
+"""training/tune_ner.py and elmo_tf.ner.tuning: the search space (declared once, in NERHyperModel.config_values, and
+the reported best read back through it); SpanF1Callback's val_span_f1 reaches the tuner's callbacks; a 2-trial
 KerasTuner search end to end (fixture ELMo in process, tiny CoNLL files, 2 epochs per trial) writes the retrained
 best model and its hyperparameters; rerunning with the same --directory resumes (finished trials are not rerun);
 changed search settings and seed 0 are refused.
@@ -16,7 +16,7 @@ from test_train_ner import ALLENNLP, REPO_ROOT, error_line, run_cli, write_corpu
 
 from elmo_tf.io.conll import read_conll
 from elmo_tf.ner import span_scores, tuning
-from elmo_tf.ner.training import NERConfig, load_data
+from elmo_tf.ner.training import NERConfig, NERData, load_data
 
 TUNE = REPO_ROOT / "training" / "tune_ner.py"
 TAG = REPO_ROOT / "training" / "tag.py"
@@ -59,6 +59,12 @@ def search_args(paths, directory, output, max_trials, *extra):
         *COMMON,
         *extra,
     ]
+
+
+def hypermodel_for(num_layers, data=None, trial_epochs=1, config=None):
+    """An NERHyperModel; without `data`, one over no sentences, enough to declare the space of `num_layers`."""
+    data = data or NERData("iob1", {}, None, {}, num_layers=num_layers)
+    return tuning.NERHyperModel(config or NERConfig(), data, trial_epochs)
 
 
 def trial_files(directory):
@@ -170,21 +176,79 @@ def test_changed_settings_and_seed_zero_are_refused(search, tmp_path):
 
 def test_search_space():
     hp = keras_tuner.HyperParameters()
-    values = tuning.hyperparameter_values(hp, use_elmo=True)
+    hypermodel = hypermodel_for(num_layers=3)
+    values = hypermodel.config_values(hp)
     space = {p.name: p for p in hp.space}
     assert set(space) == {"dropout", "gamma", "gamma_trainable", "mix_l2_on", "mix_l2"}
     assert (space["gamma"].min_value, space["gamma"].max_value, space["gamma"].sampling) == (0.01, 10.0, "log")
     assert (space["dropout"].min_value, space["dropout"].max_value) == (0.1, 0.6)
     assert (space["mix_l2"].min_value, space["mix_l2"].max_value, space["mix_l2"].sampling) == (1e-4, 0.1, "log")
     assert values["mix_l2"] == 0.0 and values["gamma_trainable"] is True  # the defaults: L2 off
-    hp.values["mix_l2_on"] = True
-    hp.values["mix_l2"] = 0.01
-    assert tuning.hyperparameter_values(hp, use_elmo=True)["mix_l2"] == 0.01
-    assert tuning.best_hyperparameters(hp.values, True)["mix_l2"] == 0.01
+    # on a filled HyperParameters the same declarations read the values back by name
+    hp.values.update(dropout=0.25, gamma=2.5, gamma_trainable=False, mix_l2_on=True, mix_l2=0.01)
+    assert hypermodel.config_values(hp) == {"dropout": 0.25, "gamma": 2.5, "gamma_trainable": False, "mix_l2": 0.01}
+    assert len(hp.space) == 5  # read, not declared again
     hp.values["mix_l2_on"] = False
-    assert tuning.best_hyperparameters(hp.values, True)["mix_l2"] == 0.0
+    assert hypermodel.config_values(hp)["mix_l2"] == 0.0  # mix_l2 inactive
     plain = keras_tuner.HyperParameters()
-    assert set(tuning.hyperparameter_values(plain, use_elmo=False)) == {"dropout"}
+    assert set(hypermodel_for(num_layers=0).config_values(plain)) == {"dropout"}
+    assert [p.name for p in plain.space] == ["dropout"]
+
+
+def test_the_reported_best_agrees_with_the_declared_space(search):
+    """The space the tuner searched (oracle.json) is the one `config_values` declares; every hyperparameter of it
+    is in the best trial's values (when active) with a value in its range, and metrics.json's best_hyperparameters
+    are those values."""
+    metrics = json.loads((search["output"] / "metrics.json").read_text())
+    best = metrics["best_hyperparameters"]
+    oracle = json.loads((search["directory"] / "ner" / "oracle.json").read_text())
+    searched = keras_tuner.HyperParameters.from_config(oracle["hyperparameters"])
+    declared = keras_tuner.HyperParameters()
+    hypermodel_for(num_layers=3).config_values(declared)
+    assert {p.name: p.get_config() for p in searched.space} == {p.name: p.get_config() for p in declared.space}
+    best_id = metrics["best_trial"]["trial_id"]
+    searched.values = next(t["hyperparameters"] for t in metrics["trials"] if t["trial_id"] == best_id)
+    for p in searched.space:
+        if not searched.is_active(p):
+            assert p.name not in searched.values and best[p.name] == 0.0  # mix_l2 with mix_l2_on off
+            continue
+        value = searched.values[p.name]
+        if isinstance(p, keras_tuner.engine.hyperparameters.Boolean):
+            assert isinstance(value, bool), (p.name, value)
+        else:
+            assert p.min_value <= value <= p.max_value, (p.name, value)
+        if p.name != "mix_l2_on":  # the one hyperparameter that is no NERConfig field
+            assert best[p.name] == value, p.name
+    assert (best["mix_l2"] > 0) == searched.values["mix_l2_on"]
+    assert set(best) == {p.name for p in searched.space} - {"mix_l2_on"}
+
+
+def test_the_report_reads_the_best_trial_through_the_one_declaration(tmp_path, monkeypatch):
+    """A hyperparameter added to `config_values` reaches the reported best and the returned config, read from the very
+    HyperParameters object `get_best_hyperparameters` returns: a second declaration of the space for the report
+    (a hand-written reader of the trial's values) would miss it."""
+    paths = write_corpus(tmp_path, (("train", 12), ("dev", 6)))
+    data = load_data({"train": str(paths["train"]), "dev": str(paths["dev"])})
+    declared, read, returned = tuning.NERHyperModel.config_values, [], []
+
+    def with_probe(self, hp):
+        read.append(hp)
+        return {**declared(self, hp), "lstm_units": hp.Choice("lstm_units", [6])}
+
+    get_best = keras_tuner.Tuner.get_best_hyperparameters
+
+    def recording_get_best(self, num_trials=1):
+        returned.extend(get_best(self, num_trials))
+        return returned[-num_trials:]
+
+    monkeypatch.setattr(tuning.NERHyperModel, "config_values", with_probe)
+    monkeypatch.setattr(keras_tuner.Tuner, "get_best_hyperparameters", recording_get_best)
+    config = NERConfig(lstm_units=8, use_chars=False)
+    best, summary = tuning.search(config, data, str(tmp_path / "tuner"), max_trials=1, trial_epochs=1)
+    (trial,) = summary["trials"]
+    assert summary["best_hyperparameters"] == {"dropout": trial["hyperparameters"]["dropout"], "lstm_units": 6}
+    assert (best.lstm_units, best.dropout) == (6, trial["hyperparameters"]["dropout"])
+    assert len(returned) == 1 and read[-1] is returned[0]  # the report is derived from that very object
 
 
 class LogRecorder(keras.callbacks.Callback):
@@ -203,7 +267,7 @@ def test_tuner_callbacks_see_val_span_f1(tmp_path):
     SaveBestEpoch): they see `val_span_f1` in every epoch's logs, equal to the History the oracle scores."""
     paths = write_corpus(tmp_path, (("train", 12), ("dev", 6)))
     data = load_data({"train": str(paths["train"]), "dev": str(paths["dev"])})
-    hypermodel = tuning.make_hypermodel(NERConfig(lstm_units=8, use_chars=False), data, trial_epochs=2)
+    hypermodel = hypermodel_for(0, data, trial_epochs=2, config=NERConfig(lstm_units=8, use_chars=False))
     hp = keras_tuner.HyperParameters()
     recorder = LogRecorder()
     history = hypermodel.fit(hp, hypermodel.build(hp), callbacks=[recorder])
