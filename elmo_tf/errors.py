@@ -21,6 +21,8 @@ class ElmoTFError(ValueError):
         line: the 1-based line of `path`, for text data, or None.
     """
 
+    key = path = line = None  # also for subclasses that keep another base's constructor (WriteError: OSError)
+
     def __init__(self, message, *, key=None, path=None, line=None):
         super().__init__(message)
         self.key = key

@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import WRITE_ERRNOS, make_public_dir, remove_stale_temps, temp_name, write_error
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
@@ -46,7 +47,7 @@ CHECK_SENTENCES = (
 )
 
 
-class ExportError(RuntimeError):
+class ExportError(ElmoTFError, RuntimeError):
     """An export that could not be written or whose reloaded outputs differ from the Keras model's."""
 
 

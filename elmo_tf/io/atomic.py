@@ -30,6 +30,8 @@ import secrets
 import shutil
 import sys
 
+from elmo_tf.errors import ElmoTFError
+
 logger = logging.getLogger(__name__)
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{8}(\.[A-Za-z0-9]+)?$")
@@ -37,7 +39,7 @@ _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]{8}(\.[A-
 WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO)
 
 
-class WriteError(OSError):
+class WriteError(OSError, ElmoTFError):
     """Writing `filename` failed with `errno` / `strerror` (ENOSPC "No space left on device", EFBIG "File too large"
     under a file-size limit, ...). Raised once the writer's temporary is removed: a previous file at `filename` is
     as it was. `str()`: "cannot write '<filename>': <strerror>"."""

@@ -16,8 +16,8 @@ import os
 import h5py
 import numpy as np
 
-from elmo_tf.cli import one_line
 from elmo_tf.config import BiLMConfig
+from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.layers.bilm import DIRECTIONS
 
@@ -25,7 +25,7 @@ from elmo_tf.layers.bilm import DIRECTIONS
 _H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
 
 
-class WeightFileError(ValueError):
+class WeightFileError(ElmoTFError):
     """A weight file that cannot be read, lacks a dataset, or disagrees with its options. The message names the
     file and the dataset."""
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.text import TextFileError, iter_lines
 
 
@@ -12,7 +13,7 @@ class Sentence:
     line: int  # 1-based line of the first token, for messages
 
 
-class ConllFormatError(ValueError):
+class ConllFormatError(ElmoTFError):
     """A file that is not CoNLL data; the message names the file and the line (`path:line: ...`)."""
 
 

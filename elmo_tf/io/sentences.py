@@ -38,7 +38,7 @@ from typing import NamedTuple
 import h5py
 import numpy as np
 
-from elmo_tf.cli import check_int
+from elmo_tf.errors import check_int
 from elmo_tf.io.atomic import HDF5Sink, atomic_path
 from elmo_tf.io.text import raw_lines
 from elmo_tf.preprocessing.tokenizer import split_tokens

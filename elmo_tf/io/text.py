@@ -8,10 +8,12 @@ byte by those that do not (`raw_lines`, `count_lines`: the embedder and the LM d
 
 import codecs
 
+from elmo_tf.errors import ElmoTFError
+
 _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32 LE starts like UTF-16 LE; UTF-32 BE with NULs
 
 
-class TextFileError(ValueError):
+class TextFileError(ElmoTFError):
     """A text file that cannot be read as UTF-8 lines. The message starts with `path:line:` (or `path:`)."""
 
 

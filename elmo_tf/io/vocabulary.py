@@ -9,6 +9,7 @@ import glob
 import logging
 import os
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import write_text
 from elmo_tf.io.text import TextFileError, decode_line, iter_lines, raw_lines
 from elmo_tf.preprocessing.tokenizer import split_tokens
@@ -19,11 +20,11 @@ BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)
 
 
-class VocabularyError(ValueError):
+class VocabularyError(ElmoTFError):
     """A vocabulary file that cannot be used; the message names the file and, where it applies, the line."""
 
 
-class CorpusError(ValueError):
+class CorpusError(ElmoTFError):
     """A corpus file that is not text (UTF-16, binary, a directory); the message names the file and line."""
 
 

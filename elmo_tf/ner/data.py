@@ -3,6 +3,7 @@
 import collections
 import json
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import write_json
 from elmo_tf.io.conll import ConllFormatError, read_conll
 from elmo_tf.ner.featurizer import NERFeaturizer, lowercase_words
@@ -11,7 +12,7 @@ from elmo_tf.ner.tags import SCHEMES, convert, entity_type, labels_for, spans
 SPLITS = ("train", "dev", "test")
 
 
-class NERDataError(ValueError):
+class NERDataError(ElmoTFError):
     """NER data that cannot be used; the message names the split's file (and line, for format errors)."""
 
     def __init__(self, split, message):

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from elmo_tf.cli import one_line
+from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_path
 from elmo_tf.ner.features import SentenceTooLongError
 
@@ -38,7 +38,7 @@ USER_BLOCK = 512
 DATASET_OVERHEAD = 4096  # bytes reserved per dataset beyond its data (about 380 measured: header, link, B-tree)
 
 
-class FeatureCacheError(ValueError):
+class FeatureCacheError(ElmoTFError):
     """A cache path that cannot be used or written; the message names the path and why, in one line."""
 
 

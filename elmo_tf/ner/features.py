@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from elmo_tf.cli import one_line
+from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.serving_contract import activations_from_outputs, layer_keys
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ DEFAULT_REQUEST_TOKENS = 16384  # rows x padded width of one served request: the
 PROBE_TOKENS = ["The", "probe", "sentence", ",", "Zürich", "1996", "!"]  # a served biLM's features are compared on it
 
 
-class FeatureSourceError(ValueError):
+class FeatureSourceError(ElmoTFError):
     """A feature source that cannot be opened or used; the message says which and why, in one line."""
 
 

@@ -7,7 +7,7 @@ the same rule as the exports' in-graph `whitespace` tokenizer).
 import json
 import os
 
-from elmo_tf.cli import one_line
+from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.ner.data import Encoder
 from elmo_tf.ner.tags import spans
 from elmo_tf.preprocessing.tokenizer import split_tokens
@@ -15,7 +15,7 @@ from elmo_tf.preprocessing.tokenizer import split_tokens
 MODEL_FILES = ("model.keras", "encoder.json")
 
 
-class TextError(ValueError):
+class TextError(ElmoTFError):
     """Input text that cannot be tagged; the message names the line."""
 
 

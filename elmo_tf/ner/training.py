@@ -16,6 +16,7 @@ import time
 import keras
 import numpy as np
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import atomic_path, write_json
 from elmo_tf.ner.data import read_splits
 from elmo_tf.ner.feature_cache import cached_features
@@ -394,7 +395,7 @@ def score(model, data, config, batches=None):
 OUTPUT_FILES = ("model.keras", "encoder.json", "metrics.json", "config.json")  # in the order written
 
 
-class OutputError(ValueError):
+class OutputError(ElmoTFError):
     """An output file that cannot be written (a full disk, a file size limit); the message names it and why."""
 
 

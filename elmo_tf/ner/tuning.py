@@ -15,6 +15,7 @@ import time
 
 import keras_tuner
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.ner.training import OBJECTIVE, fit_tagger, new_tagger
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ SETTINGS_FILE = "tune_ner_settings.json"
 CONTENT_SUFFIX = "_sha256"  # a setting holding the content digest of a flag's files
 
 
-class ResumeError(ValueError):
+class ResumeError(ElmoTFError):
     """A project directory started with other search settings; the message lists the differences."""
 
 

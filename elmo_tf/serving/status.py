@@ -11,6 +11,8 @@ import re
 
 import grpc
 
+from elmo_tf.errors import ElmoTFError
+
 SIGNATURE_DEF_FIELD = "signature_def"  # GetModelMetadata's metadata key holding the SignatureDefMap
 
 HTTP_STATUS = {
@@ -61,7 +63,7 @@ def status_code(number):
     return _CODE_BY_NUMBER.get(int(number), grpc.StatusCode.UNKNOWN)
 
 
-class ServingError(Exception):
+class ServingError(ElmoTFError):
     """A failed request: a `grpc.StatusCode` and the server's message.
 
     Attributes:
