@@ -1,4 +1,4 @@
-"""Shared fixtures for the elmo_tf tests: tiny seeded models, char-id helpers, NumPy references.
+"""Shared fixtures for the elmo_tf tests: tiny seeded models, char-id helpers, NumPy references, the layer contract.
 
 Test directories carry no `__init__.py`: every test module has a unique basename (rootdir-relative
 imports), so pytest's default import mode finds them without package names.
@@ -8,11 +8,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import functools  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from layer_testlib import FreshProcess, run_layer_test  # noqa: E402
 from tiny_models import TINY  # noqa: E402
 
 from elmo_tf.config import BiLMConfig  # noqa: E402
@@ -40,6 +42,30 @@ def fixtures_dir():
 @pytest.fixture
 def tiny_config():
     return BiLMConfig(**TINY)
+
+
+@pytest.fixture(scope="session")
+def fresh_process(tmp_path_factory):
+    """The session's other Python process reloading `.keras` files (layer_testlib.FreshProcess)."""
+    process = FreshProcess(tmp_path_factory.mktemp("fresh_process"))
+    process.start()
+    yield process
+    process.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_process_early(request):
+    """Starts `fresh_process` with the session's first test when a selected test uses it: TensorFlow's start in
+    the other process then overlaps the tests before it."""
+    if any("fresh_process" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("fresh_process")
+
+
+@pytest.fixture
+def layer_contract(fresh_process):
+    """`layer_contract(cls, init_kwargs, input_data, **options) -> (layer, outputs)`: the shared layer contract
+    (layer_testlib.run_layer_test: config, shapes, masking, padding, `.keras` reload in another process)."""
+    return functools.partial(run_layer_test, fresh_process=fresh_process)
 
 
 def randomize_weights(layer, seed=0, scale=0.3):

@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 
 import numpy as np
+from tiny_models import TINY
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(char_embedding_dim=4, filters=((1, 4), (2, 8)), num_highway=1, lstm_dim=16, projection_dim=8, num_layers=2)
 
 
 def python_blocks(section):

@@ -240,10 +240,18 @@ def test_config_round_trip(export_dir):
     }
     with pytest.raises(ValueError, match="safe_mode=False"):  # loading a SavedModel runs its graph code
         ELMoSavedModel.from_config(config)
-    clone = ELMoSavedModel.from_config(config, safe_mode=False)
-    assert clone.get_config() == config
-    assert_outputs_close(clone(tf.constant(SENTENCES)), layer(tf.constant(SENTENCES)))
     assert ELMoSavedModel(export_dir).name.startswith("elmo_saved_model")
+
+
+def test_layer_contract(export_dir, layer_contract):
+    """Config, shapes, batch-mates with longer sentences (zeros and a False mask past each sentence), `.keras` reload
+    in another process with the graph read again from the export (tests/layer_testlib.py)."""
+    longer = ["a much longer sentence than the others in the batch", "two words"]
+    init = dict(filepath=export_dir, trainable=False, name="elmo")
+    options = dict(batch_mates=np.array(longer), safe_mode=False, padding_atol=1e-5, weight_scale=0.1)
+    _, out = layer_contract(ELMoSavedModel, init, np.array(SENTENCES), **options)
+    assert sorted(out) == ["default", "elmo", "lstm_outputs1", "lstm_outputs2", "mask", "sequence_len", "word_emb"]
+    assert out["sequence_len"].tolist() == [len(s.split()) for s in SENTENCES]
 
 
 def test_keras_file_round_trip_keeps_fine_tuned_weights(export_dir, tmp_path):

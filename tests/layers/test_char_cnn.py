@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_testlib import any_nonzero
 
 from elmo_tf.layers import CharCNN
 
@@ -10,7 +11,7 @@ FILTERS = ((1, 4), (2, 8), (3, 5))
 
 
 def numpy_char_cnn(char_ids, layer, activation="relu"):
-    """bilm-tf's token encoder in float64 NumPy. Per DESIGN.md (and bilm-tf/AllenNLP), `activation` is
+    """bilm-tf's token encoder in float64 NumPy. As in bilm-tf and AllenNLP, `activation` is
     applied after the max-pool; the highway's transform branch is always relu."""
     act = {"relu": lambda v: np.maximum(v, 0.0), "tanh": np.tanh}[activation]
     emb = layer.char_embedding.numpy().astype(np.float64)
@@ -117,15 +118,24 @@ def test_int64_ids_accepted(randomize, to_char_ids):
     np.testing.assert_array_equal(np.asarray(layer(ids.astype(np.int64))), np.asarray(layer(ids)))
 
 
-def test_get_config_round_trip(randomize, to_char_ids):
-    layer = make_cnn(randomize, activation="tanh")
-    clone = CharCNN.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-    assert clone.filters == FILTERS and clone.projection_dim == 6 and clone.num_highway == 2
-    clone.build((None, None, 50))
-    clone.set_weights(layer.get_weights())
-    ids = to_char_ids(SENTENCES)
-    np.testing.assert_array_equal(np.asarray(clone(ids)), np.asarray(layer(ids)))
+@pytest.mark.parametrize(
+    "filters,activation", [(FILTERS, "tanh"), (((1, 4), (2, 2)), "relu")], ids=["projection-tanh", "no-projection"]
+)
+def test_layer_contract(filters, activation, to_char_ids, layer_contract):
+    """Config, shapes, the mask of real tokens, padding and batch-mates, `.keras` reload in another process
+    (tests/layer_testlib.py)."""
+    init = dict(filters=filters, num_highway=2, projection_dim=6, char_embedding_dim=3, activation=activation)
+    longer = [["a", "much", "longer", "sentence", "of", "tokens", "!"], ["x"] * 6]
+    layer, _ = layer_contract(
+        CharCNN,
+        init,
+        to_char_ids(SENTENCES),
+        pad_value=0,
+        batch_mates=to_char_ids(longer),
+        output_mask=any_nonzero,
+        weight_scale=0.5,
+    )
+    assert layer.use_projection == (filters == FILTERS)
 
 
 def test_gradients_reach_every_weight(randomize, to_char_ids):

@@ -1,8 +1,8 @@
 """elmo_tf/layers/highway.py: y = g * relu(x Wt + bt) + (1 - g) * x, g = sigmoid(x Wc + bc)."""
 
-import keras
 import numpy as np
 import pytest
+from layer_testlib import same_mask
 
 from elmo_tf.layers import Highway
 
@@ -60,15 +60,9 @@ def test_validation():
         Highway(1).build((None, None))
 
 
-def test_get_config_round_trip(randomize):
-    layer = Highway(2, activation="relu", name="hw")
-    layer.build((None, 6))
-    randomize(layer)
-    clone = Highway.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-    clone.build((None, 6))
-    clone.set_weights(layer.get_weights())
-    x = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(clone(x)), np.asarray(layer(x)))
-    restored = keras.layers.deserialize(keras.layers.serialize(layer))
-    assert type(restored) is Highway and restored.num_layers == 2
+@pytest.mark.parametrize("num_layers,shape", [(2, (4, 6)), (1, (3, 5, 6)), (0, (2, 3))], ids=["2d", "masked", "none"])
+def test_layer_contract(num_layers, shape, layer_contract):
+    """Config, shapes, the mask passed through, `.keras` reload in another process (tests/layer_testlib.py)."""
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    mask = np.arange(shape[1])[None] < np.array([[5], [2], [0]]) if len(shape) == 3 else None
+    layer_contract(Highway, dict(num_layers=num_layers, name="hw"), x, mask=mask, output_mask=same_mask)

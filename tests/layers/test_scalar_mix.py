@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from layer_testlib import same_mask
 
 from elmo_tf.layers import ScalarMix
 
@@ -123,18 +124,40 @@ def test_wrong_inputs_raise_value_error():
         ScalarMix(NUM, l2_coef=-1.0)
 
 
-def test_get_config_round_trip():
-    mix = ScalarMix(
-        NUM,
-        layer_norm=True,
-        initial_weights=[0.1, 0.2, 0.3],
-        weights_trainable=False,
-        initial_gamma=0.5,
-        trainable_gamma=False,
-        l2_coef=0.001,
+@pytest.mark.parametrize(
+    "init",
+    [
+        dict(num_layers=NUM),
+        dict(
+            num_layers=NUM,
+            layer_norm=True,
+            initial_weights=[0.1, 0.2, 0.3],
+            weights_trainable=False,
+            initial_gamma=0.5,
+            trainable_gamma=False,
+            l2_coef=0.001,
+        ),
+    ],
+    ids=["defaults", "every-option"],
+)
+def test_layer_contract(init, layer_contract):
+    """Config, shapes, the mask passed through, padding (garbage at masked positions) and batch-mates, `.keras`
+    reload in another process (tests/layer_testlib.py)."""
+    hs, mask = make_inputs([4, 2, 1, 0])
+    mates, mates_mask = make_inputs([6, 5], seed=2)
+    layer_contract(
+        ScalarMix,
+        init,
+        hs,
+        mask=mask,
+        output_mask=same_mask,
+        pad_value=1e3,
+        batch_mates=[h * 100.0 + 50.0 for h in mates],
+        batch_mates_mask=mates_mask,
     )
-    config = mix.get_config()
-    clone = ScalarMix.from_config(config)
-    assert clone.get_config() == config
-    hs, mask = make_inputs([3, 1])
-    np.testing.assert_array_equal(np.asarray(clone(hs, mask=mask)), np.asarray(mix(hs, mask=mask)))
+
+
+def test_layer_contract_without_a_mask(layer_contract):
+    """No mask: every position is real, and the output carries no mask."""
+    hs, _ = make_inputs([3, 3])
+    layer_contract(ScalarMix, dict(num_layers=NUM, layer_norm=True), hs, output_mask=same_mask)

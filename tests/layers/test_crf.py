@@ -1,14 +1,14 @@
 """elmo_tf/layers/crf.py: log-likelihood, Viterbi path and score, and the gradient of the log-likelihood equal
 brute-force enumeration of every tag path (float64 NumPy) on tiny random cases (K = 3-5 tags, T <= 5), with
-padding, length-0 and length-1 sentences, with and without transition constraints; config round trip.
+padding, length-0 and length-1 sentences, with and without transition constraints; the layer contract.
 """
 
 import itertools
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_testlib import same_mask
 
 from elmo_tf.layers.crf import CRF, NEG_INF
 from elmo_tf.ner.tags import allowed_transitions
@@ -268,21 +268,29 @@ def test_forbidden_transitions_are_never_decoded():
     assert path == [1, 2, 2, 3]  # B-A I-A I-A E-A
 
 
-def test_config_round_trip_and_serialization():
-    constraints = iob2_constraints()
-    crf = make_crf(4, 1, constraints, scale=0.5)
-    config = crf.get_config()
-    assert config["num_tags"] == 4
-    assert config["allowed_transitions"] == np.asarray(constraints[0]).tolist()
-    clone = CRF.from_config(config)
-    assert clone.get_config() == config
-    clone.build((None, None, 4))
-    clone.set_weights(crf.get_weights())
-    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(crf))
-    assert isinstance(restored, CRF) and restored.get_config() == config
-    x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
-    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-    np.testing.assert_array_equal(crf(x, mask=mask).numpy(), clone(x, mask=mask).numpy())
+@pytest.mark.parametrize("constraints", [None, iob2_constraints()], ids=["free", "iob2"])
+def test_layer_contract(constraints, layer_contract):
+    """Config, shapes, the mask passed through, padding (garbage potentials at masked positions) and batch-mates,
+    `.keras` reload in another process (tests/layer_testlib.py); the constraints are in the config as lists."""
+    rng = np.random.default_rng(0)
+    x, mask = random_batch(rng, 4, [5, 2, 3, 0])
+    mates, mates_mask = random_batch(rng, 4, [7, 6])
+    trans, start, end = constraints if constraints is not None else (None, None, None)
+    init = dict(num_tags=4, allowed_transitions=trans, allowed_start=start, allowed_end=end)
+    layer, tags = layer_contract(
+        CRF,
+        init,
+        x,
+        mask=mask,
+        output_mask=same_mask,
+        pad_value=50.0,
+        batch_mates=mates,
+        batch_mates_mask=mates_mask,
+        weight_scale=1.0,
+    )
+    expected = None if constraints is None else np.asarray(constraints[0]).tolist()
+    assert layer.get_config()["allowed_transitions"] == expected
+    assert tags.dtype == np.int32 and tags[mask].any()
     assert NEG_INF < -1e3
 
 
