@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_testlib import same_mask
 
 from elmo_tf.layers import BiLM, ProjectedLSTM, ProjectedLSTMCell
 
@@ -187,23 +188,45 @@ def test_dropout_only_in_training(randomize):
     assert np.abs(np.asarray(bilm(x, mask=mask, training=True)[1]) - inference).max() > 1e-3
 
 
-def test_get_config_round_trip(randomize):
-    bilm = make_bilm(randomize, skip=False, dropout=0.1)
-    config = bilm.get_config()
-    clone = BiLM.from_config(config)
-    assert clone.get_config() == config
-    assert (clone.num_layers, clone.units, clone.projection_dim, clone.use_skip_connections, clone.dropout) == (
-        LAYERS,
-        UNITS,
-        PROJ,
-        False,
-        0.1,
+@pytest.mark.parametrize(
+    "skip, implementation, extra",
+    [
+        (True, "auto", {}),
+        (False, "auto", dict(dropout=0.1)),
+        (True, "scan", {}),
+        (False, "fast_gradient", dict(cell_clip=None, proj_clip=None)),
+    ],
+    ids=["skip-auto", "no-skip-auto-dropout", "skip-scan", "no-skip-fast_gradient-no-clip"],
+)
+def test_layer_contract(skip, implementation, extra, layer_contract):
+    """Config (implementation included), shapes, the mask passed through to every layer's output, padding (1e3 at
+    absent positions) and longer batch-mates, `.keras` reload in another process (tests/layer_testlib.py). In
+    inference "auto" runs the plain scan and "fast_gradient" the hand-written loop."""
+    init = dict(
+        num_layers=LAYERS,
+        units=UNITS,
+        projection_dim=PROJ,
+        cell_clip=3.0,
+        proj_clip=3.0,
+        use_skip_connections=skip,
+        implementation=implementation,
     )
-    clone.build((None, None, PROJ))
-    clone.set_weights(bilm.get_weights())
-    x, mask = make_inputs([4, 2])
-    for a, b in zip(clone(x, mask=mask), bilm(x, mask=mask)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    init.update(extra)
+    x, mask = make_inputs([5, 2, 0, 4])
+    mates, mates_mask = make_inputs([8, 7], seed=3)
+    layer, outputs = layer_contract(
+        BiLM,
+        init,
+        x,
+        mask=mask,
+        output_mask=same_mask,
+        pad_value=1e3,
+        batch_mates=mates * 10.0,
+        batch_mates_mask=mates_mask,
+    )
+    assert layer.get_config()["implementation"] == implementation
+    assert len(outputs) == LAYERS and all(out.shape == (4, 5, 2 * PROJ) for out in outputs)
+    assert all(np.abs(out[mask]).max() > 1e-2 for out in outputs)  # the comparisons are not of zeros
 
 
 @pytest.mark.parametrize("skip", [True, False])

@@ -1,5 +1,6 @@
 """elmo_tf/layers/projected_lstm.py: TF1 LSTMCell(num_proj) with clipping, forward and backward, masked."""
 
+import json
 import zipfile
 
 import h5py
@@ -7,8 +8,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_testlib import same_mask
 
-from elmo_tf.layers import ProjectedLSTM
+from elmo_tf.layers import ProjectedLSTM, ProjectedLSTMCell
 
 UNITS, PROJ, DIM = 6, 4, 5
 LENGTHS = [7, 3, 0, 5, 1]  # includes an empty row and a full row
@@ -140,23 +142,63 @@ def test_weight_shapes_and_validation(randomize):
         layer(np.zeros((2, 3), np.float32))
 
 
-def test_get_config_round_trip(randomize):
-    layer = make_lstm(randomize, go_backwards=True, dropout=0.25)
-    config = layer.get_config()
-    clone = ProjectedLSTM.from_config(config)
-    assert clone.get_config() == config
-    assert (clone.units, clone.projection_dim, clone.cell_clip, clone.proj_clip, clone.go_backwards, clone.dropout) == (
-        UNITS,
-        PROJ,
-        0.8,
-        0.5,
-        True,
-        0.25,
-    )
-    clone.build((None, None, DIM))
-    clone.set_weights(layer.get_weights())
+@pytest.mark.parametrize(
+    "extra",
+    [
+        dict(),
+        dict(go_backwards=True),
+        dict(cell_clip=0.8, proj_clip=0.5),
+        dict(go_backwards=True, cell_clip=0.8, proj_clip=0.5, dropout=0.25, implementation="scan"),
+        dict(go_backwards=True, implementation="fast_gradient"),
+    ],
+    ids=["forward", "backward", "clipped", "backward-clipped-dropout-scan", "backward-fast_gradient"],
+)
+def test_layer_contract(extra, layer_contract, numpy_lstm):
+    """Config, shapes, the mask passed through, padding (1e3 at absent positions) and longer batch-mates, `.keras`
+    reload in another process (tests/layer_testlib.py); the outputs with the test's weights are the reference's."""
     x, mask = make_inputs()
-    np.testing.assert_array_equal(np.asarray(clone(x, mask=mask)), np.asarray(layer(x, mask=mask)))
+    mates, mates_mask = make_inputs([9, 8], steps=9, seed=1)
+    layer, out = layer_contract(
+        ProjectedLSTM,
+        dict(units=UNITS, projection_dim=PROJ, **extra),
+        x,
+        mask=mask,
+        output_mask=same_mask,
+        pad_value=1e3,
+        batch_mates=mates,
+        batch_mates_mask=mates_mask,
+        weight_scale=0.6,
+    )
+    ref, _, _ = numpy_lstm(x, LENGTHS, layer)
+    np.testing.assert_allclose(out, ref, atol=1e-5, rtol=0)
+    assert np.abs(ref).max() > 0.1
+    if "proj_clip" in extra:  # the clip is reached, so the contract ran with clipping in effect
+        assert np.isclose(np.abs(out).max(), extra["proj_clip"])
+
+
+@pytest.mark.parametrize("go_backwards", [False, True], ids=["forward", "backward"])
+def test_layer_contract_with_return_state(go_backwards, layer_contract):
+    """With `return_state` the outputs `(out, [c, h])` carry no mask (`compute_mask` gives None); the final states of
+    a row do not depend on padding after it or on its batch-mates."""
+    x, mask = make_inputs()
+    mates, mates_mask = make_inputs([9, 8], steps=9, seed=1)
+    _, (out, (c, h)) = layer_contract(
+        ProjectedLSTM,
+        dict(
+            units=UNITS, projection_dim=PROJ, cell_clip=0.8, proj_clip=0.5, go_backwards=go_backwards, return_state=True
+        ),
+        x,
+        mask=mask,
+        output_mask=None,
+        pad_value=1e3,
+        batch_mates=mates,
+        batch_mates_mask=mates_mask,
+        zeros_at_padding=False,
+        weight_scale=0.6,
+    )
+    assert out.shape == (5, 7, PROJ) and c.shape == (5, UNITS) and h.shape == (5, PROJ)
+    np.testing.assert_array_equal(out[~mask], 0.0)  # what zeros_at_padding=False leaves unchecked in the contract
+    assert np.abs(c).max() > 0.1
 
 
 def test_the_cell_steps_under_keras_rnn_as_the_layer_runs(randomize, numpy_lstm):
@@ -179,6 +221,29 @@ def test_the_cell_steps_under_keras_rnn_as_the_layer_runs(randomize, numpy_lstm)
         f"{layer.name}/projected_lstm_cell/{name}"
         for name in ("input_kernel", "recurrent_kernel", "bias", "projection_kernel")
     ]
+
+
+def test_cell_contract_under_keras_rnn(fresh_process, randomize):
+    """The cell's part of the layer contract where `run_layer_test` cannot call it (a Keras cell's `call` takes
+    `states`): its config is JSON, names every `__init__` argument and survives `from_config` and Keras's
+    serialize / deserialize by its registered name; `keras.layers.RNN(cell)` in a functional model, saved to `.keras`,
+    reloads in the other process of the contract (tests/layer_testlib.py) with the same outputs, states and config."""
+    init = dict(units=UNITS, projection_dim=PROJ, cell_clip=0.8, proj_clip=0.5, dropout=0.25)
+    cell = ProjectedLSTMCell(**init)
+    config = cell.get_config()
+    assert {k: config[k] for k in init} == init and json.loads(json.dumps(config)) == config
+    assert keras.saving.get_registered_name(ProjectedLSTMCell) == "elmo_tf>ProjectedLSTMCell"
+    assert ProjectedLSTMCell.from_config(config).get_config() == config
+    revived = keras.saving.deserialize_keras_object(json.loads(json.dumps(keras.saving.serialize_keras_object(cell))))
+    assert type(revived) is ProjectedLSTMCell and revived.get_config() == config
+    rnn = keras.layers.RNN(cell, return_sequences=True, return_state=True, zero_output_for_mask=True)
+    inputs, mask_input = keras.Input((None, DIM)), keras.Input((None,), dtype="bool")
+    model = keras.Model([inputs, mask_input], rnn(inputs, mask=mask_input))
+    randomize(model, seed=2, scale=0.6)
+    x, mask = make_inputs()
+    out, c, _ = (np.asarray(t) for t in model([x, mask]))
+    assert np.abs(out[mask]).max() > 0.1 and np.abs(c).max() > 0.1  # the reload compares more than zeros
+    fresh_process.check(model, [x, mask], rnn.name)
 
 
 def test_implementation_is_a_saved_constructor_argument(randomize):
