@@ -26,6 +26,10 @@ class ResumeError(ValueError):
     """A project directory started with other search settings; the message lists the differences."""
 
 
+class NoTrialError(ValueError):
+    """The search ended without a trial that finished with a score."""
+
+
 def hyperparameter_values(hp, use_elmo):
     """Declares the search space on `hp` and returns the `NERConfig` fields it picks."""
     values = {"dropout": hp.Float("dropout", *DROPOUT_RANGE)}
@@ -131,7 +135,8 @@ def search(
         directory, project_name: the KerasTuner project (resumable: finished trials are kept, not rerun).
         settings: the flags that define the search; a resumed project must have been started with the same.
     Raises:
-        ResumeError: see `check_resume`. ValueError: no trial finished with a score.
+        ResumeError: see `check_resume`, or a project KerasTuner cannot reload. NoTrialError: no trial finished with
+            a score.
     """
     import keras_tuner
 
@@ -154,6 +159,8 @@ def search(
             overwrite=overwrite,
         )
     except (ValueError, TypeError) as e:
+        if not resuming:  # nothing was read from the directory: the arguments are at fault, not the project
+            raise
         raise ResumeError(f"cannot use the project in {project_dir!r}: {e}") from None
     os.makedirs(project_dir, exist_ok=True)
     write_json(settings_path, settings or {})
@@ -171,7 +178,7 @@ def search(
     seconds = time.perf_counter() - start
     trials = trial_summaries(search_tuner)
     if not any(t["status"] == "COMPLETED" and t["score"] is not None for t in trials):
-        raise ValueError(f"no trial finished with a {OBJECTIVE} score; see {project_dir}")
+        raise NoTrialError(f"no trial finished with a {OBJECTIVE} score; see {project_dir}")
     best_trial = search_tuner.oracle.get_best_trials(1)[0]
     best = best_hyperparameters(best_trial.hyperparameters.values, data.num_layers > 0)
     new_trials = sum(1 for t in trials if t["status"] == "COMPLETED") - done_before
