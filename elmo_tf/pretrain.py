@@ -849,11 +849,18 @@ class StepCSVLogger(keras.callbacks.CSVLogger):
 
 def count_steps(train_config, train_files):
     """Total steps of a run: `train_config.steps`, or `epochs` passes over `train_files` (read once to count
-    their pieces) at `batch_size` sentences per step, at least 1."""
+    their pieces) at `batch_size` sentences per step, at least 1.
+
+    Raises:
+        ConfigError (key "epochs"): more steps than an int64 counts.
+    """
     if train_config.steps:
         return train_config.steps
     pieces = count_pieces(train_files, train_config.max_tokens)
-    total = max(1, math.ceil(train_config.epochs * pieces / train_config.batch_size))
+    steps = train_config.epochs * pieces / train_config.batch_size
+    if not steps <= INT64_MAX:  # inf too
+        raise ConfigError(f"of {train_config.epochs:g} are {steps:.3g} steps, more than an int64 counts", "epochs")
+    total = max(1, math.ceil(steps))
     log.info("%d training sentences per epoch -> %d steps for %.3g epochs", pieces, total, train_config.epochs)
     return total
 

@@ -4,6 +4,7 @@ no traceback. Sizes stop at int32 (or tf.data's buffer ceiling), counts at int64
 finite. In process through each script's `main` (the table), and a few as real commands in subprocesses."""
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,25 @@ def test_bad_numbers_as_real_commands(paths, command, flag, value, needle):
     line = assert_one_error(run_command(args, timeout=120), 2, f"error: argument {flag}", needle)
     assert "--directory" not in line  # tune_ner.py blamed --directory for KerasTuner's refusal of the seed
     assert not paths["OUT"].parent.exists() and not Path(paths["NEW"]).exists()
+
+
+def test_train_config_fields_are_pretrain_flags_with_the_same_ranges():
+    """Each TrainConfig field names a flag of training/pretrain.py (the mapping the CLI uses to name the flag of a
+    ConfigError); a number field's flag is checked with the dataclass's own Bounds (--steps and --epochs, one of
+    which must be given, start above 0)."""
+    from elmo_tf.pretrain import TrainConfig
+
+    parser = load_script(SCRIPTS["pretrain"]).build_parser()
+    actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+    for field in dataclasses.fields(TrainConfig):
+        flag, bounds = field.metadata["flag"], field.metadata["bounds"]
+        assert flag in actions, (field.name, flag)
+        if flag in ("--steps", "--epochs"):
+            cli = actions[flag].type.bounds
+            assert (cli.low, cli.open_low, cli.high) == (bounds.low, flag == "--epochs", bounds.high) or (
+                flag == "--steps" and (cli.low, cli.high) == (1, bounds.high)
+            )
+        elif bounds is not None:
+            assert actions[flag].type.bounds is bounds, field.name
+        else:
+            assert actions[flag].choices, field.name  # --optimizer, --matmul-precision

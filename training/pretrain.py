@@ -20,7 +20,9 @@ total, continued on resume; start-up and validation not counted): the model dire
 Faults: a checkpoint every --checkpoint-every steps, at the end, and on Ctrl-C (exit 130) or SIGTERM
 (exit 143); rerunning the same command after any of these, a crash or `kill -9` resumes from the last
 checkpoint with the step, optimizer state, training time and data position restored. A NaN/inf loss stops
-the run (exit 3) and keeps the last good checkpoint. Bad flags: one error line naming the flag, exit 2.
+the run (exit 3) and keeps the last good checkpoint. Bad flags (a number out of its range included): one error
+line naming the flag and the value, exit 2. Training files without a token, a blank --valid file, a UTF-16 or
+binary file: one line naming the flag and the file, exit 1, before anything is built.
 
 Output DIR: options.json, weights.hdf5 (bilm-tf/AllenNLP layout, for `python -m elmo_tf embed`),
 vocab.txt, softmax.hdf5 (softmax/W, softmax/b), metrics.json, train_config.json (all written atomically),
@@ -52,7 +54,7 @@ from elmo_tf.cli import (  # noqa: E402
     setup_logging,
     threads_int,
 )
-from elmo_tf.config import INT64_MAX, Bounds, ConfigError, field_flag  # noqa: E402
+from elmo_tf.config import Bounds, ConfigError, field_flag  # noqa: E402
 from elmo_tf.pretrain import TrainConfig  # noqa: E402
 
 NON_FINITE_EXIT = 3
@@ -68,7 +70,7 @@ def build_parser():
     p.add_argument("--strategy", default="mirrored", choices=("mirrored", "multi_worker", "one_device"))
     p.add_argument(
         "--cpu-replicas",
-        type=number_type("--cpu-replicas", Bounds(int, 1, MAX_THREADS, high_note="each is a device with threads")),
+        type=number_type("--cpu-replicas", Bounds(int, 1, MAX_THREADS, high_note="each is a device with its threads")),
         default=1,
         help="split the CPU into N logical devices (mirrored)",
     )
@@ -229,9 +231,10 @@ def main(argv=None):
             load_initial_weights(trainer.model, vocab, *args.init_from)
         except ValueError as e:
             raise DataError(f"--init-from: {e}") from None
-    total_steps = count_steps(train_config, train_files)
-    if total_steps > INT64_MAX:
-        raise UsageError(f"--epochs: {args.epochs:g} epochs are {total_steps} steps, more than int64 counts")
+    try:
+        total_steps = count_steps(train_config, train_files)
+    except ConfigError as e:
+        raise UsageError(f"{field_flag(TrainConfig, e.key)}: {e}") from None
     try:
         result = run_pretraining(trainer, checkpoints, total_steps, max_minutes=args.max_minutes)
     except NonFiniteLossError as e:
