@@ -15,13 +15,13 @@ from elmo_tf.cli import (
     ArgumentParser,
     DataError,
     UsageError,
-    bounded_number,
     check_output_file,
     check_text_start,
     existing_file,
-    positive_int,
     run,
     setup_logging,
+    size_int,
+    threads_int,
 )
 
 PROG = "python -m elmo_tf"
@@ -86,20 +86,20 @@ def build_parser():
     p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
     p.add_argument(
         "--batch-size",
-        type=positive_int("--batch-size"),
+        type=size_int("--batch-size"),
         default=64,
         help="packed rows per batch, the width of the LSTM's matmuls (64); a row holds several short sentences",
     )
     p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
     p.add_argument(
         "--max-batch-tokens",
-        type=positive_int("--max-batch-tokens"),
+        type=size_int("--max-batch-tokens"),
         default=None,
         help="cap on rows x steps per batch (default 128 x batch size)",
     )
     p.add_argument(
         "--max-sentence-tokens",
-        type=positive_int("--max-sentence-tokens"),
+        type=size_int("--max-sentence-tokens"),
         default=None,
         help="cut longer sentences to this many tokens (default: never cut)",
     )
@@ -127,7 +127,7 @@ def build_parser():
     )
     p.add_argument(
         "--threads",
-        type=bounded_number("--threads", int, minimum=0),
+        type=threads_int("--threads"),
         default=0,
         help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
     )
@@ -160,9 +160,7 @@ def add_dump_token_embeddings_parser(sub):
     p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
     p.add_argument("--vocab", required=True, type=existing_file("--vocab"), help="vocabulary file, one token per line")
     p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
-    p.add_argument(
-        "--batch-size", type=positive_int("--batch-size"), default=1024, help="tokens per char-CNN call (1024)"
-    )
+    p.add_argument("--batch-size", type=size_int("--batch-size"), default=1024, help="tokens per char-CNN call (1024)")
 
 
 def main(argv=None):

@@ -39,7 +39,16 @@ import h5py
 import keras
 import tensorflow as tf
 
-from elmo_tf.config import BiLMConfig
+from elmo_tf.config import (
+    INT32_MAX,
+    INT64_MAX,
+    SEED_MAX,
+    BiLMConfig,
+    Bounds,
+    ConfigError,
+    check_bounds,
+    config_field,
+)
 from elmo_tf.distribute import is_chief
 from elmo_tf.io.atomic import atomic_hdf5, write_error, write_json
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
@@ -47,7 +56,14 @@ from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.layers.bilm import MATMUL_DTYPES
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.optimizers import FusedAdagrad, FusedAdam
-from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
+from elmo_tf.preprocessing.lm_dataset import (
+    BATCH_SIZE,
+    SHUFFLE_BUFFER,
+    TOKENS,
+    LMDataError,
+    lm_dataset,
+    vocabulary_table,
+)
 
 log = logging.getLogger("elmo_tf.pretrain")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
@@ -68,49 +84,49 @@ class CheckpointMismatchError(ValueError):
     multi-worker run restored different steps."""
 
 
+# the types and ranges of TrainConfig's number fields (the same objects check training/pretrain.py's flags)
+_SIZE = Bounds(int, 1, INT32_MAX)
+_EVERY = Bounds(int, 1, INT64_MAX)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """How to train (the architecture is a `BiLMConfig`). Defaults follow the original recipe where it
-    fits a CPU: Adagrad lr 0.2 (initial accumulator 1.0), global-norm clip 10, dropout 0.1."""
+    fits a CPU: Adagrad lr 0.2 (initial accumulator 1.0), global-norm clip 10, dropout 0.1.
 
-    batch_size: int = 128  # sentences per step, all replicas together
-    max_tokens: int = 50  # longer lines are cut into pieces of this many tokens
-    steps: int = 0  # total steps (0: from epochs)
-    epochs: float = 0.0
-    optimizer: str = "adagrad"
-    learning_rate: float = 0.2
-    clip_norm: float = 10.0
-    dropout: float = 0.1
-    num_sampled: int = 8192
-    checkpoint_every: int = 200
-    log_every: int = 10
-    validate_every: int = 0  # 0: only at the end
-    shuffle_buffer: int = 10000
-    bucket_width: int = 10  # sentences batched in length buckets this wide (see lm_dataset for the measured trade-off)
+    Each field knows its training/pretrain.py flag and its range (`elmo_tf.config.config_field`): a bad value raises
+    `ConfigError` whose `key` is the field, and `field_flag(TrainConfig, e.key)` is the flag to blame.
+    """
+
+    batch_size: int = config_field(128, "--batch-size", BATCH_SIZE)  # sentences per step, all replicas together
+    max_tokens: int = config_field(50, "--max-tokens", TOKENS)  # longer lines are cut into pieces of this many tokens
+    steps: int = config_field(0, "--steps", Bounds(int, 0, INT64_MAX))  # total steps (0: from epochs)
+    epochs: float = config_field(0.0, "--epochs", Bounds(float, 0))
+    optimizer: str = config_field("adagrad", "--optimizer")
+    learning_rate: float = config_field(0.2, "--learning-rate", Bounds(float, 0, open_low=True))
+    clip_norm: float = config_field(10.0, "--clip-norm", Bounds(float, 0))  # global-norm clipping (0: off)
+    dropout: float = config_field(0.1, "--dropout", Bounds(float, 0, 1, open_high=True))
+    num_sampled: int = config_field(8192, "--num-sampled", _SIZE)
+    checkpoint_every: int = config_field(200, "--checkpoint-every", _EVERY)
+    log_every: int = config_field(10, "--log-every", _EVERY)
+    validate_every: int = config_field(0, "--validate-every", Bounds(int, 0, INT64_MAX))  # 0: only at the end
+    shuffle_buffer: int = config_field(10000, "--shuffle-buffer", SHUFFLE_BUFFER)  # 0: no shuffling
+    # sentences batched in length buckets this wide (see lm_dataset for the measured trade-off)
+    bucket_width: int = config_field(10, "--bucket-width", TOKENS)
     # dtype of the training step's LSTM and sampled-softmax matmuls; "bfloat16" steps faster on CPUs with
     # AVX512_BF16 and on GPUs, with the weights, state and optimizer still float32 (bench/README.md has the
     # measurements); evaluation and exports are float32 either way
-    matmul_precision: str = "float32"
-    seed: int = 0
+    matmul_precision: str = config_field("float32", "--matmul-precision")
+    seed: int = config_field(0, "--seed", Bounds(int, 0, SEED_MAX))  # data order (and the CLI's weights)
 
     def __post_init__(self):
-        for name in ("batch_size", "max_tokens", "num_sampled", "checkpoint_every", "log_every", "bucket_width"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.steps < 0 or self.epochs < 0 or (self.steps == 0 and self.epochs == 0):
-            raise ValueError(f"give steps > 0 or epochs > 0, got steps={self.steps}, epochs={self.epochs}")
+        check_bounds(self)
+        if self.steps == 0 and self.epochs == 0:
+            raise ConfigError(f"or epochs must be > 0, got steps={self.steps}, epochs={self.epochs}", "steps")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.clip_norm < 0:
-            raise ValueError(f"clip_norm must be >= 0, got {self.clip_norm}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.validate_every < 0:
-            raise ValueError(f"validate_every must be >= 0, got {self.validate_every}")
+            raise ConfigError(f"must be one of {OPTIMIZERS}, got {self.optimizer!r}", "optimizer")
         if self.matmul_precision not in MATMUL_PRECISIONS:
-            raise ValueError(f"matmul_precision must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}")
+            raise ConfigError(f"must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}", "matmul_precision")
 
 
 def _cpu_has_bfloat16():
@@ -382,7 +398,11 @@ class Trainer:
         return self.strategy.distribute_datasets_from_function(make)
 
     def first_batch(self, size=8):
-        """The first `size` sentences of the training files, unshuffled (the checkpoints' probe batch)."""
+        """The first `size` sentences of the training files, unshuffled (the checkpoints' probe batch).
+
+        Raises:
+            LMDataError: the training files hold no token (every line blank), naming them.
+        """
         ds = lm_dataset(
             self.train_files,
             vocabulary_table(self.vocab.words),
@@ -391,7 +411,11 @@ class Trainer:
             shuffle_buffer=0,
             repeat=False,
         )
-        return next(iter(ds))
+        batch = next(iter(ds), None)
+        if batch is None:
+            named = ", ".join(map(repr, self.train_files))
+            raise LMDataError(f"no tokens in the training files ({named}): every line is blank", self.train_files)
+        return batch
 
     def validate(self):
         """Full-softmax perplexity on `valid_files` (`evaluate_perplexity`), or None without them."""
@@ -870,11 +894,18 @@ class StepCSVLogger(keras.callbacks.CSVLogger):
 
 def count_steps(train_config, train_files):
     """Total steps of a run: `train_config.steps`, or `epochs` passes over `train_files` (read once to count
-    their pieces) at `batch_size` sentences per step, at least 1."""
+    their pieces) at `batch_size` sentences per step, at least 1.
+
+    Raises:
+        ConfigError (key "epochs"): more steps than an int64 counts.
+    """
     if train_config.steps:
         return train_config.steps
     pieces = count_pieces(train_files, train_config.max_tokens)
-    total = max(1, math.ceil(train_config.epochs * pieces / train_config.batch_size))
+    steps = train_config.epochs * pieces / train_config.batch_size
+    if not steps <= INT64_MAX:  # inf too
+        raise ConfigError(f"of {train_config.epochs:g} are {steps:.3g} steps, more than an int64 counts", "epochs")
+    total = max(1, math.ceil(steps))
     log.info("%d training sentences per epoch -> %d steps for %.3g epochs", pieces, total, train_config.epochs)
     return total
 

@@ -21,10 +21,11 @@ from elmo_tf.cli import (
     UsageError,
     bounded_number,
     check_output_file,
-    positive_int,
+    count_int,
     run,
     setup_logging,
 )
+from elmo_tf.config import INT32_MAX
 from elmo_tf.io.vocabulary import SPECIALS
 
 
@@ -36,11 +37,11 @@ def build_parser():
     parser.add_argument("--output", required=True, help="vocabulary file to write")
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
-        "--min-count", type=positive_int("--min-count"), default=1, help="keep words seen at least N times (1)"
+        "--min-count", type=count_int("--min-count", minimum=1), default=1, help="keep words seen at least N times (1)"
     )
     group.add_argument(
         "--max-size",
-        type=bounded_number("--max-size", int, minimum=len(SPECIALS), minimum_inclusive=False),
+        type=bounded_number("--max-size", int, minimum=len(SPECIALS), minimum_inclusive=False, maximum=INT32_MAX),
         default=None,
         help=f"keep the N most frequent entries, the {len(SPECIALS)} specials included",
     )

@@ -25,10 +25,11 @@ from elmo_tf.cli import (  # noqa: E402
     check_text_file,
     existing_dir,
     existing_file,
-    positive_int,
+    number_type,
     run,
     setup_logging,
 )
+from elmo_tf.preprocessing.lm_dataset import BATCH_SIZE, TOKENS  # noqa: E402
 
 MODEL_FILES = ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt")
 
@@ -39,9 +40,11 @@ def build_parser():
     )
     parser.add_argument("--model", required=True, type=existing_dir("--model"), help="pretraining output dir")
     parser.add_argument("--test", required=True, type=existing_file("--test"), help="text file")
-    parser.add_argument("--batch-size", type=positive_int("--batch-size"), default=64, help="sentences per batch (64)")
     parser.add_argument(
-        "--max-tokens", type=positive_int("--max-tokens"), default=50, help="cut longer lines into pieces (50)"
+        "--batch-size", type=number_type("--batch-size", BATCH_SIZE), default=64, help="sentences per batch (64)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=number_type("--max-tokens", TOKENS), default=50, help="cut longer lines into pieces (50)"
     )
     parser.add_argument("--output", default=None, help="also write the JSON here")
     return parser

@@ -20,7 +20,9 @@ total, continued on resume; start-up and validation not counted): the model dire
 Faults: a checkpoint every --checkpoint-every steps, at the end, and on Ctrl-C (exit 130) or SIGTERM
 (exit 143); rerunning the same command after any of these, a crash or `kill -9` resumes from the last
 checkpoint with the step, optimizer state, training time and data position restored. A NaN/inf loss stops
-the run (exit 3) and keeps the last good checkpoint. Bad flags: one error line naming the flag, exit 2.
+the run (exit 3) and keeps the last good checkpoint. Bad flags (a number out of its range included): one error
+line naming the flag and the value, exit 2. Training files without a token, a blank --valid file, a UTF-16 or
+binary file: one line naming the flag and the file, exit 1, before anything is built.
 
 Output DIR: options.json, weights.hdf5 (bilm-tf/AllenNLP layout, for `python -m elmo_tf embed`),
 vocab.txt, softmax.hdf5 (softmax/W, softmax/b), metrics.json, train_config.json (all written atomically),
@@ -36,33 +38,26 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before elmo_tf, which imports TensorFlow
 
 from elmo_tf.cli import (  # noqa: E402
+    MAX_THREADS,
     ArgumentParser,
     DataError,
     UsageError,
     bounded_number,
     check_output_dir,
+    check_text_file,
+    check_text_start,
+    count_int,
     existing_file,
-    positive_int,
+    field_type,
+    number_type,
     run,
     setup_logging,
+    threads_int,
 )
+from elmo_tf.config import Bounds, ConfigError, field_flag  # noqa: E402
+from elmo_tf.pretrain import TrainConfig  # noqa: E402
 
 NON_FINITE_EXIT = 3
-# TrainConfig's error messages start with the field's name; the flag that sets it
-CONFIG_FLAGS = {
-    "batch_size": "--batch-size",
-    "max_tokens": "--max-tokens",
-    "give": "--steps",
-    "optimizer": "--optimizer",
-    "learning_rate": "--learning-rate",
-    "clip_norm": "--clip-norm",
-    "dropout": "--dropout",
-    "num_sampled": "--num-sampled",
-    "checkpoint_every": "--checkpoint-every",
-    "log_every": "--log-every",
-    "validate_every": "--validate-every",
-    "bucket_width": "--bucket-width",
-}
 
 
 def build_parser():
@@ -75,12 +70,12 @@ def build_parser():
     p.add_argument("--strategy", default="mirrored", choices=("mirrored", "multi_worker", "one_device"))
     p.add_argument(
         "--cpu-replicas",
-        type=positive_int("--cpu-replicas"),
+        type=number_type("--cpu-replicas", Bounds(int, 1, MAX_THREADS, high_note="each is a device with its threads")),
         default=1,
         help="split the CPU into N logical devices (mirrored)",
     )
     length = p.add_mutually_exclusive_group(required=True)
-    length.add_argument("--steps", type=positive_int("--steps"), default=0, help="training steps")
+    length.add_argument("--steps", type=count_int("--steps", minimum=1), default=0, help="training steps")
     length.add_argument(
         "--epochs",
         type=bounded_number("--epochs", float, minimum=0, minimum_inclusive=False),
@@ -93,20 +88,22 @@ def build_parser():
         default=None,
         help="stop after this much training wall time (the run's total; the model dir is written)",
     )
-    p.add_argument("--batch-size", type=int, default=128, help="sentences per step over all replicas (128)")
-    p.add_argument("--max-tokens", type=int, default=50, help="cut longer lines into pieces (50)")
+
+    def config_flag(field, **kwargs):  # a TrainConfig field's flag, range-checked as the dataclass checks it
+        p.add_argument(field_flag(TrainConfig, field), type=field_type(TrainConfig, field), **kwargs)
+
+    config_flag("batch_size", default=128, help="sentences per step over all replicas (128)")
+    config_flag("max_tokens", default=50, help="cut longer lines into pieces (50)")
     p.add_argument("--optimizer", default="adagrad", choices=("adagrad", "adam", "sgd"))
-    p.add_argument("--learning-rate", type=float, default=None, help="default 0.2 (adagrad), 1e-3 (adam), 1.0 (sgd)")
-    p.add_argument("--clip-norm", type=float, default=10.0, help="global-norm gradient clipping (0: off)")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--num-sampled", type=int, default=8192, help="sampled-softmax negatives (log-uniform)")
-    p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--validate-every", type=int, default=0, help="steps between valid perplexities (0: at the end)")
-    p.add_argument("--shuffle-buffer", type=int, default=10000)
-    p.add_argument(
-        "--bucket-width", type=int, default=10, help="batch sentences by length in buckets this many tokens wide (10)"
-    )
+    config_flag("learning_rate", default=None, help="default 0.2 (adagrad), 1e-3 (adam), 1.0 (sgd)")
+    config_flag("clip_norm", default=10.0, help="global-norm gradient clipping (0: off)")
+    config_flag("dropout", default=0.1, help="in [0, 1) (0.1)")
+    config_flag("num_sampled", default=8192, help="sampled-softmax negatives (log-uniform)")
+    config_flag("checkpoint_every", default=200, help="steps between checkpoints (200)")
+    config_flag("log_every", default=10, help="steps between log lines (10)")
+    config_flag("validate_every", default=0, help="steps between valid perplexities (0: at the end)")
+    config_flag("shuffle_buffer", default=10000, help="sentences in the shuffle buffer (10000; 0: no shuffling)")
+    config_flag("bucket_width", default=10, help="batch sentences by length in buckets this many tokens wide (10)")
     p.add_argument(
         "--matmul-precision",
         default="float32",
@@ -114,7 +111,7 @@ def build_parser():
         help="dtype of the training step's LSTM and softmax matmuls; bfloat16 steps faster on CPUs with AVX512_BF16 "
         "and on GPUs, weights and optimizer stay float32 (float32)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    config_flag("seed", default=0, help="data order and initial weights, 0 <= seed < 2**32 (0)")
     p.add_argument(
         "--init-from",
         nargs=2,
@@ -123,7 +120,9 @@ def build_parser():
         default=None,
         help="start from an existing biLM (bilm-tf/AllenNLP files)",
     )
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TensorFlow's default)")
+    p.add_argument(
+        "--threads", type=threads_int("--threads"), default=0, help="intra-op threads (0: TensorFlow's default)"
+    )
     return p
 
 
@@ -136,11 +135,11 @@ def main(argv=None):
     from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.vocabulary import Vocabulary, expand_glob
+    from elmo_tf.preprocessing.lm_dataset import LMDataError, check_has_tokens
     from elmo_tf.pretrain import (
         CheckpointMismatchError,
         Checkpoints,
         NonFiniteLossError,
-        TrainConfig,
         Trainer,
         count_steps,
         load_initial_weights,
@@ -189,9 +188,23 @@ def main(argv=None):
             matmul_precision=args.matmul_precision,
             seed=args.seed,
         )
-    except ValueError as e:
-        raise UsageError(f"{CONFIG_FLAGS.get(str(e).split(' ')[0], '--config')}: {e}") from None
+    except ConfigError as e:  # the flags are range-checked already; what is left is how they combine
+        raise UsageError(f"{field_flag(TrainConfig, e.key) or '--config'}: {e}") from None
     check_output_dir("--output", args.output)
+    if args.strategy == "mirrored" and args.cpu_replicas > args.batch_size:
+        raise UsageError(
+            f"--cpu-replicas: {args.cpu_replicas} replicas for --batch-size {args.batch_size}: "
+            "each replica needs a sentence of every batch"
+        )
+    # data errors (exit 1) before anything is built: a binary or UTF-16 file, a corpus without a token
+    for path in train_files:
+        check_text_start("--train", path)
+    try:
+        check_has_tokens(train_files)
+    except LMDataError as e:
+        raise DataError(f"--train: {e}") from None
+    if args.valid:
+        check_text_file("--valid", args.valid, require_tokens=True)
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     if args.strategy == "mirrored":
@@ -219,7 +232,10 @@ def main(argv=None):
             load_initial_weights(trainer.model, vocab, *args.init_from)
         except ValueError as e:
             raise DataError(f"--init-from: {e}") from None
-    total_steps = count_steps(train_config, train_files)
+    try:
+        total_steps = count_steps(train_config, train_files)
+    except ConfigError as e:
+        raise UsageError(f"{field_flag(TrainConfig, e.key)}: {e}") from None
     try:
         result = run_pretraining(trainer, checkpoints, total_steps, max_minutes=args.max_minutes)
     except NonFiniteLossError as e:
@@ -227,6 +243,8 @@ def main(argv=None):
         return NON_FINITE_EXIT
     except WriteError as e:  # a full disk: what failed is removed, the previous checkpoints and files are kept
         raise DataError(f"--output: {e}") from None
+    except LMDataError as e:  # a worker's share of the lines without a token
+        raise DataError(f"--train: {e}") from None
     logging.info(
         "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s%s",
         result["step"],

@@ -35,9 +35,9 @@ from elmo_tf.cli import (  # noqa: E402
     existing_dir,
     existing_file,
     one_line,
-    positive_int,
     run,
     setup_logging,
+    size_int,
 )
 from elmo_tf.ner import cli as ner_cli  # noqa: E402
 
@@ -73,7 +73,7 @@ def build_parser():
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     p.add_argument("--model-name", default=None, help="model name on the server (default: training's, else elmo)")
     ner_cli.add_server_flags(p)
-    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="sentences per model call (32)")
+    p.add_argument("--batch-size", type=size_int("--batch-size"), default=32, help="sentences per model call (32)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines on stderr")
     return p
 

@@ -35,10 +35,10 @@ from elmo_tf.cli import (  # noqa: E402
     ArgumentParser,
     DataError,
     UsageError,
-    bounded_number,
     check_output_dir,
-    positive_int,
+    count_int,
     run,
+    seed_int,
     setup_logging,
 )
 from elmo_tf.ner import cli as ner_cli  # noqa: E402
@@ -87,16 +87,19 @@ def build_parser():
         help="RandomSearch or BayesianOptimization (random)",
     )
     search.add_argument(
-        "--max-trials", type=positive_int("--max-trials"), default=10, help="trials in all, resumed ones included (10)"
+        "--max-trials",
+        type=count_int("--max-trials", minimum=1),
+        default=10,
+        help="trials in all, resumed ones included (10)",
     )
     search.add_argument(
-        "--trial-epochs", type=positive_int("--trial-epochs"), default=10, help="most epochs of one trial (10)"
+        "--trial-epochs", type=count_int("--trial-epochs", minimum=1), default=10, help="most epochs of one trial (10)"
     )
     search.add_argument(
         "--seed",
-        type=bounded_number("--seed", int, minimum=1),
+        type=seed_int("--seed", minimum=1),
         default=1,
-        help="tuner and training seed, > 0: KerasTuner takes 0 as 'pick a random seed' (1)",
+        help="tuner and training seed, 0 < seed < 2**32: KerasTuner takes 0 as 'pick a random seed' (1)",
     )
     ner_cli.add_training_flags(p, "training (every trial and the retraining)", hyperparameters=False)
     return p
@@ -140,7 +143,7 @@ def main(argv=None):
     config = ner_cli.config_from_args(args)
     setup_logging()
     from elmo_tf.ner.training import OutputError, train_tagger
-    from elmo_tf.ner.tuning import ResumeError, check_resume, search
+    from elmo_tf.ner.tuning import NoTrialError, ResumeError, check_resume, search
 
     project_dir = os.path.join(args.directory, args.project_name)
     check_project_dir(args, project_dir)
@@ -170,7 +173,7 @@ def main(argv=None):
         )
     except ResumeError as e:
         raise UsageError(f"--directory: {e}") from None
-    except ValueError as e:  # no trial finished
+    except NoTrialError as e:
         raise DataError(f"--directory: {e}") from None
 
     logger.info("retraining the best trial's hyperparameters for up to %d epochs", args.epochs)

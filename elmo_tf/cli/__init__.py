@@ -25,15 +25,19 @@ Example:
 """
 
 import argparse
+import dataclasses
 import operator
 import os
 import signal
 import sys
 
+from elmo_tf.config import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
+
 USAGE_EXIT = 2
 DATA_EXIT = 1
 SIGTERM_EXIT = 128 + signal.SIGTERM
 INTERRUPT_EXIT = 130
+MAX_THREADS = 1024  # --threads: TensorFlow starts them all at once (100,000 hung here)
 
 
 class UsageError(Exception):
@@ -100,33 +104,63 @@ def check_int(name, value, minimum, allow_none=False):
     return operator.index(value)
 
 
-def positive_int(name):
-    """An argparse `type` accepting integers >= 1; the error names the flag and the value received."""
-    return bounded_number(name, int, minimum=1)
-
-
-def bounded_number(name, kind=int, minimum=None, maximum=None, minimum_inclusive=True):
-    """An argparse `type` parsing `kind` (int or float) within bounds; the error names the flag and the value."""
+def number_type(name, bounds):
+    """An argparse `type` parsing an int or a float (`bounds.kind`) within `bounds` (`elmo_tf.config.Bounds`); the
+    error names the flag and the value received, and says the bound it breaks."""
 
     def parse(text):
         try:
-            value = kind(text)
+            value = bounds.kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{name} must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+                f"{name} must be {'an integer' if bounds.kind is int else 'a number'}, got {text!r}"
             ) from None
-        if kind is float and value != value:  # NaN
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}")
-        low_ok = minimum is None or (value >= minimum if minimum_inclusive else value > minimum)
-        if not low_ok or (maximum is not None and value > maximum):
-            low = "" if minimum is None else f"{'>=' if minimum_inclusive else '>'} {minimum}"
-            high = "" if maximum is None else f"<= {maximum}"
-            raise argparse.ArgumentTypeError(
-                f"{name} must be {' and '.join(x for x in (low, high) if x)}, got {text!r}"
-            )
+        broken = bounds.requirement(value)
+        if broken:
+            raise argparse.ArgumentTypeError(f"{name} {broken}, got {text!r}")
         return value
 
+    parse.bounds = bounds
     return parse
+
+
+def bounded_number(name, kind=int, minimum=None, maximum=None, minimum_inclusive=True, maximum_inclusive=True):
+    """An argparse `type` parsing `kind` (int, or a finite float) within bounds; the error names the flag and the
+    value."""
+    return number_type(name, Bounds(kind, minimum, maximum, not minimum_inclusive, not maximum_inclusive))
+
+
+def positive_int(name, maximum=None):
+    """An argparse `type` accepting integers >= 1 (and <= `maximum`); the error names the flag and the value."""
+    return bounded_number(name, int, minimum=1, maximum=maximum)
+
+
+def size_int(name, minimum=1):
+    """An argparse `type` for a size (a batch, a dimension, a token count): an int from `minimum` to int32's
+    largest, as TensorFlow takes it."""
+    return bounded_number(name, int, minimum=minimum, maximum=INT32_MAX)
+
+
+def count_int(name, minimum=0):
+    """An argparse `type` for a count (steps, epochs, trials, sentences): an int from `minimum` to int64's largest."""
+    return bounded_number(name, int, minimum=minimum, maximum=INT64_MAX)
+
+
+def seed_int(name, minimum=0):
+    """An argparse `type` for a random seed: an int in numpy's range, `minimum` <= seed < 2**32."""
+    return bounded_number(name, int, minimum=minimum, maximum=SEED_MAX)
+
+
+def threads_int(name):
+    """An argparse `type` for TensorFlow's thread counts: 0 (TensorFlow's default) to `MAX_THREADS`."""
+    return number_type(name, Bounds(int, 0, MAX_THREADS, high_note="TensorFlow starts every thread at once"))
+
+
+def field_type(config_class, field):
+    """The argparse `type` of the flag of `config_class`'s field (an `elmo_tf.config.config_field` with `Bounds`):
+    the same range as the dataclass checks, the error naming the field's flag."""
+    spec = next(f for f in dataclasses.fields(config_class) if f.name == field)
+    return number_type(spec.metadata["flag"], spec.metadata["bounds"])
 
 
 def existing_file(name):

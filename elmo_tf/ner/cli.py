@@ -11,8 +11,11 @@ from elmo_tf.cli import (
     bounded_number,
     check_output_dir,
     check_output_file,
+    count_int,
     existing_file,
     positive_int,
+    seed_int,
+    size_int,
 )
 
 logger = logging.getLogger(__name__)
@@ -53,7 +56,7 @@ def add_data_flags(parser, group_title=None):
     )
     data.add_argument(
         "--max-sentences",
-        type=bounded_number("--max-sentences", int, minimum=0),
+        type=count_int("--max-sentences"),
         default=0,
         help="use only the first N sentences of each file (0: all)",
     )
@@ -75,11 +78,14 @@ def add_training_flags(parser, group_title=None, hyperparameters=True):
     --dropout, --gamma, --fixed-gamma, --mix-l2, --mix-layer-norm, --seed)."""
     group = parser.add_argument_group(group_title) if group_title else parser
     group.add_argument("--output", required=True, help="directory for model.keras, encoder.json, metrics.json, ...")
-    group.add_argument("--epochs", type=positive_int("--epochs"), default=30, help="most epochs (30)")
+    group.add_argument("--epochs", type=count_int("--epochs", minimum=1), default=30, help="most epochs (30)")
     group.add_argument(
-        "--patience", type=positive_int("--patience"), default=4, help="epochs without dev F1 gain before stopping (4)"
+        "--patience",
+        type=count_int("--patience", minimum=1),
+        default=4,
+        help="epochs without dev F1 gain before stopping (4)",
     )
-    group.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="sentences per batch (32)")
+    group.add_argument("--batch-size", type=size_int("--batch-size"), default=32, help="sentences per batch (32)")
     group.add_argument(
         "--learning-rate",
         type=bounded_number("--learning-rate", float, minimum=0, minimum_inclusive=False),
@@ -87,12 +93,12 @@ def add_training_flags(parser, group_title=None, hyperparameters=True):
         help="Adam learning rate (0.001)",
     )
     group.add_argument(
-        "--lstm-units", type=positive_int("--lstm-units"), default=200, help="biLSTM units per direction (200)"
+        "--lstm-units", type=size_int("--lstm-units"), default=200, help="biLSTM units per direction (200)"
     )
     if hyperparameters:
         group.add_argument(
             "--dropout",
-            type=bounded_number("--dropout", float, minimum=0, maximum=0.99),
+            type=bounded_number("--dropout", float, minimum=0, maximum=1, maximum_inclusive=False),
             default=0.5,
             help="dropout on the features and the biLSTM output, in [0, 1) (0.5)",
         )
@@ -110,7 +116,9 @@ def add_training_flags(parser, group_title=None, hyperparameters=True):
             help="L2 on the ScalarMix weights (0)",
         )
         group.add_argument("--mix-layer-norm", action="store_true", help="layer-normalize each biLM layer in the mix")
-        group.add_argument("--seed", type=int, default=1, help="weights, dropout and batch order (1)")
+        group.add_argument(
+            "--seed", type=seed_int("--seed"), default=1, help="weights, dropout and batch order, < 2**32 (1)"
+        )
 
 
 def input_files(args):

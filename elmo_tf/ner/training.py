@@ -16,6 +16,7 @@ import time
 import keras
 import numpy as np
 
+from elmo_tf.config import SEED_MAX
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import atomic_path, write_json
 from elmo_tf.ner.data import read_splits
@@ -70,12 +71,14 @@ class NERConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if not self.gamma > 0:
-            raise ValueError(f"gamma must be > 0, got {self.gamma!r}")
-        if not self.mix_l2 >= 0:
-            raise ValueError(f"mix_l2 must be >= 0, got {self.mix_l2!r}")
+        if not 0 < self.learning_rate < math.inf:
+            raise ValueError(f"learning_rate must be > 0 and finite, got {self.learning_rate!r}")
+        if not 0 < self.gamma < math.inf:
+            raise ValueError(f"gamma must be > 0 and finite, got {self.gamma!r}")
+        if not 0 <= self.mix_l2 < math.inf:
+            raise ValueError(f"mix_l2 must be >= 0 and finite, got {self.mix_l2!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"seed must be an int, 0 <= seed < 2**32 (numpy's range), got {self.seed!r}")
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

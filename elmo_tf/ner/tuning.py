@@ -32,6 +32,10 @@ class ResumeError(ElmoTFError):
     """A project directory started with other search settings; the message lists the differences."""
 
 
+class NoTrialError(ElmoTFError):
+    """The search ended without a trial that finished with a score."""
+
+
 def _short(value):
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -151,7 +155,8 @@ def search(
         directory, project_name: the KerasTuner project (resumable: finished trials are kept, not rerun).
         settings: the flags that define the search; a resumed project must have been started with the same.
     Raises:
-        ResumeError: see `check_resume`. ValueError: no trial finished with a score.
+        ResumeError: see `check_resume`, or a project KerasTuner cannot reload. NoTrialError: no trial finished with
+            a score.
     """
     from elmo_tf.io.atomic import write_json
 
@@ -173,6 +178,8 @@ def search(
             overwrite=overwrite,
         )
     except (ValueError, TypeError) as e:
+        if not resuming:  # nothing was read from the directory: the arguments are at fault, not the project
+            raise
         raise ResumeError(f"cannot use the project in {project_dir!r}: {e}") from None
     os.makedirs(project_dir, exist_ok=True)
     write_json(settings_path, settings or {})
@@ -190,7 +197,7 @@ def search(
     seconds = time.perf_counter() - start
     trials = trial_summaries(search_tuner)
     if not any(t["status"] == "COMPLETED" and t["score"] is not None for t in trials):
-        raise ValueError(f"no trial finished with a {OBJECTIVE} score; see {project_dir}")
+        raise NoTrialError(f"no trial finished with a {OBJECTIVE} score; see {project_dir}")
     best_trial = search_tuner.oracle.get_best_trials(1)[0]
     best = hypermodel.config_values(search_tuner.get_best_hyperparameters(1)[0])  # read back through the one space
     new_trials = sum(1 for t in trials if t["status"] == "COMPLETED") - done_before

@@ -15,7 +15,40 @@ Order is deterministic for a given seed, so a resumed run can skip the batches i
 
 import tensorflow as tf
 
+from elmo_tf.config import INT32_MAX, Bounds
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
+
+# tf.data gives every slot of a shuffle buffer and of a batch window memory up front (about 24 bytes each, before any
+# element arrives): a buffer of 2**27 took 3 GB and 30 s here, one of 2**31 aborts the process (std::bad_alloc)
+MAX_BUFFER = 2**24
+BUFFER_NOTE = "tf.data reserves memory for every slot up front"
+BATCH_SIZE = Bounds(int, 1, MAX_BUFFER, high_note=BUFFER_NOTE)
+SHUFFLE_BUFFER = Bounds(int, 0, MAX_BUFFER, high_note=BUFFER_NOTE)
+TOKENS = Bounds(int, 1, INT32_MAX)  # max_tokens and bucket_width: token counts, int32 in the graph
+
+
+class LMDataError(ValueError):
+    """Text files that give the language model nothing to read (every line blank).
+
+    Attributes:
+        files: the files.
+    """
+
+    def __init__(self, message, files):
+        super().__init__(message)
+        self.files = files
+
+
+def check_has_tokens(files):
+    """Raises `LMDataError` naming the files unless a line of one of them holds a token (`lm_dataset` skips blank
+    lines: without a token there is no batch). Reads up to the first such line only."""
+    files = list(files)
+    for path in files:
+        with open(path, "rb") as f:
+            if any(line.split() for line in f):  # ASCII whitespace, as tf.strings.split and tf.strings.strip
+                return
+    named = repr(files[0]) if len(files) == 1 else f"any of the {len(files)} files ({', '.join(map(repr, files))})"
+    raise LMDataError(f"no tokens in {named}: every line is blank", files)
 
 
 def vocabulary_table(words, unk_id=2):
@@ -26,11 +59,10 @@ def vocabulary_table(words, unk_id=2):
 
 
 def _pieces(line, max_tokens):
+    """The line's tokens in consecutive pieces of at most `max_tokens` (no padding: a piece is as long as it is)."""
     tokens = tf.strings.split(line)
-    n = tf.size(tokens)
-    pieces = (n + max_tokens - 1) // max_tokens
-    padded = tf.concat([tokens, tf.fill([pieces * max_tokens - n], "")], axis=0)
-    return tf.data.Dataset.from_tensor_slices(tf.reshape(padded, [pieces, max_tokens]))
+    starts = tf.range(0, tf.size(tokens), max_tokens)
+    return tf.data.Dataset.from_tensor_slices(tf.RaggedTensor.from_row_starts(tokens, starts))
 
 
 def lm_dataset(
@@ -50,9 +82,10 @@ def lm_dataset(
     Args:
         files: list of text files.
         table: word -> id lookup (see `vocabulary_table`).
-        batch_size: sentences per batch (per replica, when called from `distribute_datasets_from_function`).
+        batch_size: sentences per batch (per replica, when called from `distribute_datasets_from_function`), at
+            most `MAX_BUFFER`.
         max_tokens: longer lines are cut into pieces of at most this many tokens.
-        shuffle_buffer: pieces in the shuffle buffer (0: no shuffling).
+        shuffle_buffer: pieces in the shuffle buffer (0: no shuffling), at most `MAX_BUFFER`.
         seed: shuffling seed; each pass over the data reshuffles deterministically.
         repeat: loop over the data forever (training); False gives one pass (evaluation).
         num_shards, shard_index: this input pipeline's share of the lines (multi-worker training).
@@ -62,12 +95,15 @@ def lm_dataset(
             on PTB (bench/README.md, item 10): width 2 made steps about 8% faster, but 6,231 steps reached test
             perplexity 119.1 against 114.9 at width 10 (one run each), so 10 stays the default.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    if bucket_width < 1:
-        raise ValueError(f"bucket_width must be >= 1, got {bucket_width}")
+    for name, value, bounds in (
+        ("batch_size", batch_size, BATCH_SIZE),
+        ("max_tokens", max_tokens, TOKENS),
+        ("bucket_width", bucket_width, TOKENS),
+        ("shuffle_buffer", shuffle_buffer, SHUFFLE_BUFFER),
+    ):
+        problem = bounds.problem(value)
+        if problem:
+            raise ValueError(f"{name} {problem}")
     ds = tf.data.TextLineDataset(list(files))
     if num_shards > 1:
         ds = ds.shard(num_shards, shard_index)
@@ -78,13 +114,13 @@ def lm_dataset(
     if repeat:
         ds = ds.repeat()
 
-    def encode(piece):
-        tokens = piece[: tf.reduce_sum(tf.cast(piece != "", tf.int32))]
+    def encode(tokens):
         return {"char_ids": tokens_to_char_ids(tokens), "token_ids": table.lookup(tokens)}
 
+    def bucket(x):  # lengths 1..w -> 0, w+1..2w -> 1, ...: bucket_by_sequence_length's buckets with boundaries
+        # w+1, 2w+1, ... up to max_tokens, without a list of them (max_tokens may be 2**31 - 1)
+        return tf.cast((tf.shape(x["token_ids"])[0] - 1) // bucket_width, tf.int64)
+
     ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    boundaries = list(range(bucket_width + 1, max_tokens + 1, bucket_width))
-    ds = ds.bucket_by_sequence_length(
-        lambda x: tf.shape(x["token_ids"])[0], boundaries, [batch_size] * (len(boundaries) + 1), drop_remainder=False
-    )
+    ds = ds.group_by_window(bucket, lambda _, window: window.padded_batch(batch_size), window_size=batch_size)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -3,6 +3,8 @@ for usage, 1 for data; no traceback; nothing written. And on careless input that
 
 import json
 import logging
+import math
+import types
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +89,32 @@ def test_tune_ner_refuses_seed_zero_and_bad_data(tmp_path, run_script):
     assert_one_line(code, err, 2, "--seed")
     code, _, err = run_script(TUNE_NER, ["--train", bad, "--dev", train, *common])
     assert_one_line(code, err, 1, "--train", "bad.txt:2", "UTF-8")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("seed", -1), ("seed", 2**32), ("seed", 1.0), ("learning_rate", math.inf), ("learning_rate", math.nan),
+     ("gamma", math.inf), ("mix_l2", math.inf)],
+)  # fmt: skip
+def test_ner_config_names_a_seed_numpy_refuses_and_infinite_rates(field, value):
+    from elmo_tf.ner.training import NERConfig
+
+    with pytest.raises(ValueError, match=f"^{field} must be .*got {value!r}"):
+        NERConfig(**{field: value})
+    assert NERConfig(seed=0).seed == 0 and NERConfig(seed=2**32 - 1).seed == 2**32 - 1
+
+
+def test_search_blames_the_directory_only_when_it_reloads_a_project(tmp_path):
+    """tune_ner.py --seed 4294967296 said "--directory: cannot use the project ...": `search` made every error of
+    the tuner's constructor a ResumeError, though a new directory has nothing to do with it."""
+    from elmo_tf.ner import tuning
+    from elmo_tf.ner.training import NERConfig
+
+    config = NERConfig()
+    config.seed = 2**32  # past NERConfig's own check, as a caller could
+    with pytest.raises(ValueError) as info:
+        tuning.search(config, types.SimpleNamespace(num_layers=0), str(tmp_path / "tune"))
+    assert not isinstance(info.value, tuning.ResumeError) and "seed" in str(info.value).lower(), info.value
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
-from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
+from elmo_tf.preprocessing.lm_dataset import (
+    MAX_BUFFER,
+    LMDataError,
+    check_has_tokens,
+    lm_dataset,
+    vocabulary_table,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPECIALS = ["<S>", "</S>", "<UNK>"]
@@ -199,6 +205,58 @@ def test_bucket_width_must_be_positive(tmp_path):
     _, vocab = write_corpus(tmp_path / "train.txt")
     with pytest.raises(ValueError, match="bucket_width must be >= 1, got 0"):
         lm_dataset([str(tmp_path / "train.txt")], vocabulary_table(vocab), 4, bucket_width=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(shuffle_buffer=-1), "shuffle_buffer must be >= 0, got -1"),  # was tf.data's InvalidArgumentError
+        (dict(shuffle_buffer=MAX_BUFFER + 1), f"shuffle_buffer must be <= {MAX_BUFFER} (tf.data reserves memory"),
+        (dict(batch_size=MAX_BUFFER + 1), f"batch_size must be <= {MAX_BUFFER} (tf.data reserves memory"),
+        (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+        (dict(batch_size=4.0), "batch_size must be an int, got 4.0"),
+        (dict(max_tokens=2**31), "max_tokens must be <= 2147483647 (int32), got 2147483648"),
+        (dict(bucket_width=True), "bucket_width must be an int, got True"),
+    ],
+)
+def test_sizes_out_of_range_are_named(tmp_path, kwargs, message):
+    _, vocab = write_corpus(tmp_path / "train.txt")
+    kwargs = dict(dict(batch_size=4), **kwargs)
+    with pytest.raises(ValueError) as info:
+        lm_dataset([str(tmp_path / "train.txt")], vocabulary_table(vocab), **kwargs)
+    assert message in str(info.value)
+
+
+def test_the_largest_sizes_work_without_padding_to_max_tokens(tmp_path):
+    """max_tokens at int32's largest (pieces were padded to max_tokens: n + max_tokens overflowed int32, and a line
+    of 5 tokens became a tensor of max_tokens strings) and a batch of MAX_BUFFER sentences: one pass gives every
+    line whole, in batches padded to their longest sentence only."""
+    lines, vocab = write_corpus(tmp_path / "train.txt", n_lines=30)
+    ds = lm_dataset(
+        [str(tmp_path / "train.txt")],
+        vocabulary_table(vocab),
+        MAX_BUFFER,
+        max_tokens=2**31 - 1,
+        bucket_width=2**31 - 1,
+        shuffle_buffer=0,
+        repeat=False,
+    )
+    (batch,) = batches(ds)  # one bucket, one batch
+    assert sentences([batch], vocab) == [tuple(line.split()) for line in lines]
+    assert batch["token_ids"].shape == (30, max(len(line.split()) for line in lines))
+
+
+def test_check_has_tokens_names_the_blank_files(tmp_path):
+    blank, other, good = tmp_path / "blank.txt", tmp_path / "other.txt", tmp_path / "good.txt"
+    blank.write_bytes(b"\n \n\t\r\n" * 100)
+    other.write_bytes(b"")
+    good.write_bytes(b"\n" * 1000 + b"  word\n")
+    with pytest.raises(LMDataError, match=f"no tokens in {str(blank)!r}: every line is blank") as info:
+        check_has_tokens([str(blank)])
+    assert info.value.files == [str(blank)]
+    with pytest.raises(LMDataError, match="no tokens in any of the 2 files"):
+        check_has_tokens([str(blank), str(other)])
+    check_has_tokens([str(blank), str(other), str(good)])  # a token in any file is enough
 
 
 def test_token_ids_through_vocabulary(tmp_path):

@@ -759,12 +759,51 @@ def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, mes
     "extra, message",
     [
         (["--steps", "1", "--max-minutes", "0"], "--max-minutes must be > 0, got '0'"),
-        (["--steps", "1", "--dropout", "1.5"], "--dropout: dropout must be in [0, 1), got 1.5"),
-        (["--steps", "1", "--bucket-width", "0"], "--bucket-width: bucket_width must be >= 1, got 0"),
+        (["--steps", "1", "--dropout", "1.5"], "--dropout must be < 1, got '1.5'"),
+        (["--steps", "1", "--bucket-width", "0"], "--bucket-width must be >= 1, got '0'"),
         (["--steps", "1", "--matmul-precision", "fp16"], "--matmul-precision: invalid choice: 'fp16'"),
     ],
 )
 def test_bad_numbers_exit_2_naming_the_flag(data, tmp_path, extra, message):
+    """(The ranges of every flag: tests/test_cli_number_flags.py.)"""
     proc = run_pretrain(data, tmp_path / "run", *extra, timeout=120)
     assert_one_error(proc, 2, message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_corpus_of_blank_lines_is_one_data_error_naming_the_file(data, tmp_path):
+    """The probe batch of the checkpoints used to end in a StopIteration traceback; now: exit 1 before any model is
+    built, naming --train and the file (and every file of a glob whose files are all blank)."""
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n   \n\t\n" * 20)
+    proc = run_cli(PRETRAIN, "--train", blank, "--vocab", data["vocab"], "--config", data["options"],
+                   "--output", tmp_path / "run", "--steps", 1, *FAST, timeout=120)  # fmt: skip
+    assert_one_error(proc, 1, "--train: no tokens in", repr(str(blank)), "every line is blank")
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "blank2.txt").write_text("\n")
+    proc = run_cli(PRETRAIN, "--train", tmp_path / "blank*.txt", "--vocab", data["vocab"], "--config", data["options"],
+                   "--output", tmp_path / "run", "--steps", 1, *FAST, timeout=120)  # fmt: skip
+    assert_one_error(proc, 1, "--train: no tokens in any of the 2 files", "blank2.txt")
+
+
+@pytest.mark.parametrize(
+    "flag, content, status, needles",
+    [
+        ("--valid", "\n \n", 1, ["--valid:", "no tokens (all 2 lines are blank)"]),
+        ("--valid", "", 1, ["--valid:", "the file is empty"]),
+        ("--train", "\ufeffthe cat\n".encode("utf-16"), 1, ["--train:", "UTF-16"]),
+        ("--cpu-replicas", "8", 2, ["--cpu-replicas: 8 replicas for --batch-size 4"]),
+    ],
+    ids=["blank-valid", "empty-valid", "utf16-train", "replicas-over-batch"],
+)
+def test_data_that_cannot_be_used_stops_before_training(data, tmp_path, flag, content, status, needles):
+    """A blank --valid file used to fail after all the training (no model dir written); a UTF-16 corpus trained on
+    its bytes; more CPU replicas than sentences per batch built the devices first."""
+    path = tmp_path / "file.txt"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    train = path if flag == "--train" else data["train"]
+    argv = ["--train", train, "--vocab", data["vocab"], "--config", data["options"],
+            "--output", tmp_path / "run", "--steps", 1, *FAST, "--batch-size", 4]  # fmt: skip
+    argv += [flag, content] if flag == "--cpu-replicas" else [flag, path] if flag == "--valid" else []
+    assert_one_error(run_cli(PRETRAIN, *argv, timeout=120), status, *needles)
     assert not (tmp_path / "run").exists()

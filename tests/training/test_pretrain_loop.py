@@ -18,15 +18,17 @@ import tensorflow as tf
 from cli_testlib import file_size_limit
 from tiny_models import TINY
 
-from elmo_tf.config import BiLMConfig
+from elmo_tf.config import BiLMConfig, ConfigError, field_flag
 from elmo_tf.io import build_vocabulary, count_words
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
+from elmo_tf.preprocessing.lm_dataset import MAX_BUFFER, LMDataError
 from elmo_tf.pretrain import (
     STOP_REASONS,
     Checkpoints,
     TrainConfig,
     Trainer,
+    count_steps,
     run_pretraining,
     write_model_dir,
 )
@@ -319,6 +321,65 @@ def test_bfloat16_matmul_precision_trains_float32_weights(corpus):
 def test_a_bad_matmul_precision_is_named():
     with pytest.raises(ValueError, match=r"matmul_precision must be one of \('float32', 'bfloat16'\), got 'fp16'"):
         TrainConfig(steps=1, matmul_precision="fp16")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("batch_size", 0, "batch_size must be >= 1, got 0"),
+        ("batch_size", 10**12, f"batch_size must be <= {MAX_BUFFER} (tf.data reserves memory"),
+        ("batch_size", 8.0, "batch_size must be an int, got 8.0"),
+        ("max_tokens", 2**31, "max_tokens must be <= 2147483647 (int32), got 2147483648"),
+        ("steps", -1, "steps must be >= 0, got -1"),
+        ("epochs", math.inf, "epochs must be a finite number, got inf"),
+        ("learning_rate", 0.0, "learning_rate must be > 0, got 0.0"),
+        ("learning_rate", math.nan, "learning_rate must be a finite number, got nan"),
+        ("learning_rate", "0.1", "learning_rate must be a number, got '0.1'"),
+        ("clip_norm", -1.0, "clip_norm must be >= 0, got -1.0"),
+        ("dropout", 1.0, "dropout must be < 1, got 1.0"),
+        ("num_sampled", 0, "num_sampled must be >= 1, got 0"),
+        ("checkpoint_every", 2**63, "checkpoint_every must be <= 9223372036854775807 (int64)"),
+        ("log_every", 0, "log_every must be >= 1, got 0"),
+        ("validate_every", -1, "validate_every must be >= 0, got -1"),
+        ("shuffle_buffer", -1, "shuffle_buffer must be >= 0, got -1"),
+        ("bucket_width", 0, "bucket_width must be >= 1, got 0"),
+        ("seed", -1, "seed must be >= 0, got -1"),
+        ("seed", 2**32, "seed must be <= 4294967295 (numpy's seeds are 0 <= seed < 2**32), got 4294967296"),
+        ("optimizer", "adamw", "optimizer must be one of ('adagrad', 'adam', 'sgd'), got 'adamw'"),
+    ],
+)
+def test_train_config_errors_name_the_field_and_its_flag(field, value, message):
+    """Library users get the ranges of the command line: a ConfigError whose key is the field (the message starts
+    with it), and the field's flag beside the dataclass."""
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**{"steps": 1, field: value})
+    assert info.value.key == field and str(info.value).startswith(message), str(info.value)
+    assert field_flag(TrainConfig, field) == "--" + field.replace("_", "-")
+
+
+def test_train_config_needs_steps_or_epochs():
+    with pytest.raises(ConfigError, match=r"^steps or epochs must be > 0, got steps=0, epochs=0") as info:
+        TrainConfig()
+    assert info.value.key == "steps" and field_flag(TrainConfig, "steps") == "--steps"
+    assert TrainConfig(epochs=0.5).epochs == 0.5 and TrainConfig(steps=2**63 - 1, seed=2**32 - 1).seed == 2**32 - 1
+
+
+def test_epochs_beyond_int64_steps_are_named(corpus):
+    """`count_steps` turned 1e308 epochs into inf steps and `math.ceil` raised OverflowError."""
+    assert count_steps(TrainConfig(epochs=2.0, batch_size=8), [corpus["train"]]) == 6  # 24 sentences
+    with pytest.raises(ConfigError, match=r"^epochs of 1e\+308 are inf steps, more than an int64 counts") as info:
+        count_steps(TrainConfig(epochs=1e308, batch_size=1), [corpus["train"]])
+    assert field_flag(TrainConfig, info.value.key) == "--epochs"
+
+
+def test_the_probe_batch_of_blank_training_files_names_them(corpus, tmp_path):
+    """`first_batch` (the checkpoints' probe batch) raised a bare StopIteration on a corpus of blank lines."""
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n" * 10)
+    trainer = make_trainer(corpus, train_files=[str(blank)])
+    with pytest.raises(LMDataError, match=f"no tokens in the training files \\({str(blank)!r}\\)") as info:
+        trainer.first_batch()
+    assert info.value.files == [str(blank)]
 
 
 def test_bfloat16_on_a_cpu_without_it_warns(corpus, monkeypatch, caplog):
