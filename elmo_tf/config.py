@@ -3,8 +3,9 @@
 import dataclasses
 import json
 import math
-import numbers
 
+from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds, _is_int, _is_number, _show  # noqa: F401
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
 
 # field of BiLMConfig -> (key path in options.json, required, default when absent)
@@ -25,7 +26,7 @@ OPTION_KEYS = {
 _REQUIRED = ", ".join(path for path, required, _ in OPTION_KEYS.values() if required)
 
 
-class ConfigError(ValueError):
+class ConfigError(ElmoTFError):
     """An invalid architecture: `source: key problem`, e.g. `options.json: lstm.dim must be a positive int, got
     '4096'`.
 
@@ -36,71 +37,9 @@ class ConfigError(ValueError):
     """
 
     def __init__(self, problem, key=None, source=None):
-        self.problem, self.key, self.source = problem, key, source
         text = f"{key} {problem}" if key else problem
-        super().__init__(f"{source}: {text}" if source else text)
-
-
-def _show(value, limit=60):
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-# The ceilings of number fields and flags: a size that becomes a tensor dimension or a TensorFlow int32 stays within
-# int32, a count TensorFlow holds as an int64 (steps) within int64, a seed within numpy's range (np.random.seed and
-# keras.utils.set_random_seed refuse the rest).
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-SEED_MAX = 2**32 - 1
-_CEILING_NOTES = {INT32_MAX: "int32", INT64_MAX: "int64", SEED_MAX: "numpy's seeds are 0 <= seed < 2**32"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Bounds:
-    """The type and range of a number: an int, or a finite float, in [`low`, `high`] (`open_low` / `open_high`
-    leave an end out; None: no bound). One object serves a config field and its command-line flag.
-
-    Args:
-        kind: int or float.
-        high_note: why the upper bound is what it is, shown when a value is over it (int32, int64 and numpy's seed
-            ceiling explain themselves).
-    Example:
-        Bounds(int, 0, SEED_MAX).problem(-1)  # "must be >= 0, got -1"
-    """
-
-    kind: type = int
-    low: float = None
-    high: float = None
-    open_low: bool = False
-    open_high: bool = False
-    high_note: str = ""
-
-    def requirement(self, value):
-        """What `value` (already an int or float) breaks, e.g. "must be >= 1", or None when it fits."""
-        if self.kind is float and not math.isfinite(value):
-            return "must be a finite number"
-        if self.low is not None and (value <= self.low if self.open_low else value < self.low):
-            return f"must be {'>' if self.open_low else '>='} {self.low}"
-        if self.high is not None and (value >= self.high if self.open_high else value > self.high):
-            note = self.high_note or _CEILING_NOTES.get(self.high, "")
-            return f"must be {'<' if self.open_high else '<='} {self.high}" + (f" ({note})" if note else "")
-        return None
-
-    def problem(self, value):
-        """What is wrong with `value` ("must be >= 1, got 0"), or None. Bools and strings are refused, an int is a
-        valid float."""
-        if not (_is_int(value) if self.kind is int else _is_number(value)):
-            return f"must be {'an int' if self.kind is int else 'a number'}, got {_show(value)}"
-        broken = self.requirement(value)
-        return f"{broken}, got {_show(value)}" if broken else None
+        super().__init__(f"{source}: {text}" if source else text, key=key, path=source)
+        self.problem, self.source = problem, source
 
 
 def config_field(default, flag=None, bounds=None):

@@ -22,7 +22,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.cli import check_int
+from elmo_tf.errors import check_int
 from elmo_tf.io.sentences import EmbeddingWriter, iter_sentences
 from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, tokens_to_char_ids_numpy
 

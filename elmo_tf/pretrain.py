@@ -50,6 +50,7 @@ from elmo_tf.config import (
     config_field,
 )
 from elmo_tf.distribute import is_chief
+from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_hdf5, write_error, write_json
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.io.vocabulary import Vocabulary
@@ -75,11 +76,11 @@ DATA_ORDER_FIELDS = ("batch_size", "max_tokens", "shuffle_buffer", "bucket_width
 STOP_REASONS = ("steps", "stop_training", "interrupted", "non_finite", "error")
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(ElmoTFError, RuntimeError):
     """The loss became NaN or inf; nothing is saved, so the last good checkpoint is kept."""
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(ElmoTFError):
     """A checkpoint that cannot be resumed: it does not fit the model or optimizer, or the workers of a
     multi-worker run restored different steps."""
 
@@ -480,7 +481,6 @@ class Trainer:
         Raises:
             NonFiniteLossError: the loss of a step is NaN or inf (nothing more is saved).
         """
-        from elmo_tf.cli import check_int
 
         total_steps = check_int("total_steps", total_steps, 1)
         log_every = check_int("log_every", self.config.log_every if log_every is None else log_every, 1)
@@ -778,7 +778,6 @@ class CheckpointEvery(keras.callbacks.Callback):
     """
 
     def __init__(self, checkpoints, every):
-        from elmo_tf.cli import check_int
 
         super().__init__()
         self.checkpoints = checkpoints

@@ -39,7 +39,7 @@ from elmo_tf.cli import (  # noqa: E402
     setup_logging,
     size_int,
 )
-from elmo_tf.ner import cli as ner_cli  # noqa: E402
+from elmo_tf.cli import ner as ner_cli  # noqa: E402
 
 CHUNK_SENTENCES = 1024  # sentences featurized and tagged at a time (output is written after each chunk)
 PROGRESS_MIN_SENTENCES = 256  # a progress bar on stderr from this many sentences on

@@ -27,7 +27,7 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 
 from elmo_tf.cli import ArgumentParser, DataError, run, setup_logging  # noqa: E402
-from elmo_tf.ner import cli as ner_cli  # noqa: E402
+from elmo_tf.cli import ner as ner_cli  # noqa: E402
 
 
 def build_parser():

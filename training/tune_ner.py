@@ -41,7 +41,7 @@ from elmo_tf.cli import (  # noqa: E402
     seed_int,
     setup_logging,
 )
-from elmo_tf.ner import cli as ner_cli  # noqa: E402
+from elmo_tf.cli import ner as ner_cli  # noqa: E402
 
 # flags that define a search: a resumed project must have been started with the same values
 SEARCH_FLAGS = (

@@ -26,12 +26,12 @@ Example:
 
 import argparse
 import dataclasses
-import operator
 import os
 import signal
 import sys
 
-from elmo_tf.config import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
+from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
+from elmo_tf.errors import ElmoTFError, check_int, one_line  # noqa: F401 (check_int: re-exported for the commands)
 
 USAGE_EXIT = 2
 DATA_EXIT = 1
@@ -56,11 +56,6 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
 
 
-def one_line(text):
-    """`text` with every run of whitespace (newlines included) made one space."""
-    return " ".join(str(text).split())
-
-
 def _raise_sigterm(signum, frame):
     raise SystemExit(SIGTERM_EXIT)
 
@@ -82,6 +77,9 @@ def run(main, argv=None, prog=None):
     except DataError as e:
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         return DATA_EXIT
+    except ElmoTFError as e:  # the library's one error base: data the command cannot use (the message names it)
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return DATA_EXIT
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return INTERRUPT_EXIT
@@ -91,17 +89,6 @@ def run(main, argv=None, prog=None):
         except OSError:
             pass
         return DATA_EXIT
-
-
-def check_int(name, value, minimum, allow_none=False):
-    """`value` as an int, or ValueError "`name` must be [None or ]an int >= `minimum`, got `value`" (bools, floats
-    and strings refused). For library arguments; `positive_int` is the argparse twin."""
-    if value is None and allow_none:
-        return None
-    prefix = "None or " if allow_none else ""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
-        raise ValueError(f"{name} must be {prefix}an int >= {minimum}, got {value!r}")
-    return operator.index(value)
 
 
 def number_type(name, bounds):

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.cli import one_line
+from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.io.bilm_hdf5 import _H5_ERRORS, WeightFileError, open_hdf5, read_dataset
 from elmo_tf.io.text import TextFileError, raw_lines
@@ -38,7 +38,7 @@ DEFAULT_BATCH_SIZE = 1024
 _WHITESPACE = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.split() and tf.strings.split split on
 
 
-class TokenEmbeddingError(ValueError):
+class TokenEmbeddingError(ElmoTFError):
     """A vocabulary file or a token embedding file that cannot be used. The message names the file and, for a
     vocabulary, the line (`path:line: ...`)."""
 

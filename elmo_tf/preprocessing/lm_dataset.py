@@ -16,6 +16,7 @@ Order is deterministic for a given seed, so a resumed run can skip the batches i
 import tensorflow as tf
 
 from elmo_tf.config import INT32_MAX, Bounds
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
 
 # tf.data gives every slot of a shuffle buffer and of a batch window memory up front (about 24 bytes each, before any
@@ -27,7 +28,7 @@ SHUFFLE_BUFFER = Bounds(int, 0, MAX_BUFFER, high_note=BUFFER_NOTE)
 TOKENS = Bounds(int, 1, INT32_MAX)  # max_tokens and bucket_width: token counts, int32 in the graph
 
 
-class LMDataError(ValueError):
+class LMDataError(ElmoTFError):
     """Text files that give the language model nothing to read (every line blank).
 
     Attributes:
