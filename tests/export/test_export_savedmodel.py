@@ -499,3 +499,13 @@ def test_versions_are_numbered_as_the_model_server_reads_them(tmp_path):
     with pytest.raises(ValueError, match="2\\*\\*63"):
         ex.publish_version(str(base), 2**63, lambda tmp: None)
     assert ex.publish_version(str(base), None, lambda tmp: None) == str(base / "8")
+
+
+def test_the_export_encodes_each_distinct_token_once(exported):
+    """The signatures run `ELMo.call`, so the char CNN goes through `CharCNN.encode_distinct` (a UniqueV2 over the
+    char-id rows) in the SavedModel too; test_fresh_process_parity checks its outputs against Keras."""
+    loaded = tf.saved_model.load(exported)
+    for name in contract.SIGNATURES:
+        graph = loaded.signatures[name].graph.as_graph_def()
+        ops = {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+        assert "UniqueV2" in ops, name
