@@ -256,16 +256,14 @@ def profile_parts(args, trainer, vocab, corpus):
         return tf.constant(0)
 
     chars = add_sentence_boundaries(batch["char_ids"])
-    chars_mask = tf.reduce_any(chars > 0, axis=-1)
     cnn_vars = model.char_cnn.trainable_variables
     distinct = int(tf.shape(tf.raw_ops.UniqueV2(x=tf.reshape(chars, [-1, 50]), axis=tf.constant([0], tf.int64))[0])[0])
 
     @tf.function
     def char_cnn(chars):
         with tf.GradientTape() as tape:
-            out = (
-                model.encode_distinct(chars, chars_mask) if hasattr(model, "encode_distinct") else model.char_cnn(chars)
-            )
+            encode = getattr(model.char_cnn, "encode_distinct", None)
+            out = encode(chars) if encode is not None else model.char_cnn(chars)
         return tape.gradient(out, cnn_vars)
 
     parts.append(

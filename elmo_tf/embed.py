@@ -10,9 +10,9 @@ How a batch is run (`Embedder`):
     of the corpus.
   - Token vectors: the char CNN runs once per distinct token of a batch (in chunks of `cnn_chunk` tokens, which
     bounds its memory), not once per occurrence, and not again for a token still in the LRU memo of recent tokens
-    (`memo_size`); `<S>`/`</S>` once per model; with a token-embedding cache (`elmo_tf.io.token_embeddings`, the
-    bilm-tf / AllenNLP layout), not at all for its words. A token's vector does not depend on its batch, so none
-    of this changes an output beyond float rounding (tested to 1e-6).
+    (`memo_size`); `<S>`/`</S>` once per model; with a token-embedding cache (`elmo_tf.io.token_cache.TokenCache`,
+    the same object `ELMo.use_token_embeddings` takes), not at all for its words. A token's vector does not depend
+    on its batch, so none of this changes an output beyond float rounding (tested to 1e-6).
   - The input gates of each LSTM layer are computed `gate_chunk` steps at a time (bounded memory).
 """
 
@@ -24,15 +24,13 @@ import tensorflow as tf
 
 from elmo_tf.errors import check_int
 from elmo_tf.io.sentences import EmbeddingWriter, iter_sentences
-from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, tokens_to_char_ids_numpy
+from elmo_tf.io.token_cache import TokenCache
+from elmo_tf.models.elmo import elmo_activations
+from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, token_bytes, tokens_to_char_ids_numpy
 
 LAYER_CHOICES = ("all", "top", "average")
 ROW_LENGTH = 64  # positions per packed row (a sentence of n tokens takes n + 2); longer sentences get a row each
 BOUNDARIES = 2  # <S> and </S> around every sentence
-
-
-def _positive(name, value):
-    return check_int(name, value, 1)
 
 
 def pack_rows(sizes, row_length=ROW_LENGTH):
@@ -41,7 +39,7 @@ def pack_rows(sizes, row_length=ROW_LENGTH):
     An item larger than `row_length` gets a row of its own. Returns a list of rows, each a list of item
     indices, the fullest rows first (rows of similar fill end up in the same batch).
     """
-    row_length = _positive("row_length", row_length)
+    row_length = check_int("row_length", row_length, 1)
     order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
     rows, fill = [], []
     free = []  # sorted (room left, row number) of rows that can still take an item
@@ -67,9 +65,8 @@ def pack_rows(sizes, row_length=ROW_LENGTH):
 def group_rows(row_sizes, batch_size, max_batch_positions=None):
     """Groups consecutive rows into batches of at most `batch_size` rows and `rows x longest <= max_batch_positions`
     positions (a row longer than that is a batch of its own). Returns lists of row numbers."""
-    batch_size = _positive("batch_size", batch_size)
-    if max_batch_positions is not None:
-        max_batch_positions = _positive("max_batch_positions", max_batch_positions)
+    batch_size = check_int("batch_size", batch_size, 1)
+    max_batch_positions = check_int("max_batch_positions", max_batch_positions, 1, allow_none=True)
     batches, batch, longest = [], [], 0
     for r, size in enumerate(row_sizes):
         new_longest = max(longest, size)
@@ -114,12 +111,10 @@ def plan_batches(
 def iter_batches(items, batch_size=64, max_batch_tokens=None, sort=True, window=None, row_length=ROW_LENGTH):
     """`plan_batches` over a stream: `items` yields `(key, n_tokens)`; yields batches (lists of rows of keys) as soon
     as they are complete, holding at most about one window of items."""
-    batch_size = _positive("batch_size", batch_size)
-    row_length = _positive("row_length", row_length)
-    if max_batch_tokens is not None:
-        max_batch_tokens = _positive("max_batch_tokens", max_batch_tokens)
-    if window is not None:
-        window = _positive("window", window)
+    batch_size = check_int("batch_size", batch_size, 1)
+    row_length = check_int("row_length", row_length, 1)
+    max_batch_tokens = check_int("max_batch_tokens", max_batch_tokens, 1, allow_none=True)
+    window = check_int("window", window, 1, allow_none=True)
     pending = []  # (key, size in positions)
     filled = 0
 
@@ -160,8 +155,9 @@ class Embedder:
     Args:
         model: an `ELMo` model.
         layers: "all" -> `(L+1, n, 2P)`, "top" -> `(n, 2P)`, "average" -> `(n, 2P)` (mean of the L+1 layers).
-        token_embeddings: optional `(vocabulary, array)`: tokens (bytes or str) and their precomputed token vectors
-            `(len(vocabulary), P)` (`elmo_tf.io.token_embeddings`); other tokens go through the char CNN.
+        token_embeddings: optional `elmo_tf.io.token_cache.TokenCache`, or `(vocabulary, array)`: tokens (bytes or
+            str) and their precomputed token vectors `(len(vocabulary), P)` (`elmo_tf.io.token_embeddings`); other
+            tokens go through the char CNN.
         row_length: positions per packed row (`embed_batch` packs its sentences into rows of this size).
         gate_chunk: LSTM steps whose input gates are computed at once.
         cnn_chunk: tokens per char-CNN call.
@@ -184,31 +180,21 @@ class Embedder:
             raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}")
         self.model = model
         self.layers = layers
-        self.row_length = _positive("row_length", row_length)
-        self.gate_chunk = _positive("gate_chunk", gate_chunk)
-        self.cnn_chunk = _positive("cnn_chunk", cnn_chunk)
+        self.row_length = check_int("row_length", row_length, 1)
+        self.gate_chunk = check_int("gate_chunk", gate_chunk, 1)
+        self.cnn_chunk = check_int("cnn_chunk", cnn_chunk, 1)
         self.memo_size = check_int("memo_size", memo_size, 0)
         self._memo = collections.OrderedDict()  # token bytes -> vector, least recently used first
         width = model.config.projection_dim
         self._encode = tf.function(
-            lambda ids: model.char_cnn.encode_tokens(ids),
+            lambda ids: model.char_cnn.encode_distinct(ids),
             input_signature=[tf.TensorSpec([None, MAX_CHARS], tf.int32)],
         )
         # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
         self._fixed = np.concatenate(
             [np.zeros([1, width], np.float32), self._encode(np.stack([BOS_CHAR_IDS, EOS_CHAR_IDS]).astype(np.int32))]
         )
-        self._cache_rows, self._cache = {}, None
-        if token_embeddings is not None:
-            vocabulary, array = token_embeddings
-            array = np.asarray(array, np.float32)
-            if array.shape != (len(vocabulary), width):
-                raise ValueError(
-                    f"token_embeddings must have shape ({len(vocabulary)}, {width}) for {len(vocabulary)} tokens "
-                    f"and projection_dim {width}, got {array.shape}"
-                )
-            self._cache = array
-            self._cache_rows = {_as_bytes(t): k for k, t in enumerate(vocabulary)}
+        self.token_cache = None if token_embeddings is None else TokenCache.of(token_embeddings, width)
         self.stats = {"tokens": 0, "distinct": 0, "cached": 0, "memo": 0, "positions": 0, "padded_positions": 0}
 
         @tf.function(
@@ -222,8 +208,7 @@ class Embedder:
         def run(table, table_rows, starts, positions):
             x = tf.gather(table, table_rows)
             lstm = model.bilm(x, mask=table_rows > 0, segment_starts=starts, gate_chunk=self.gate_chunk)
-            word = tf.gather_nd(x, positions)
-            acts = [tf.concat([word, word], axis=-1)] + [tf.gather_nd(layer, positions) for layer in lstm]
+            acts = elmo_activations(tf.gather_nd(x, positions), [tf.gather_nd(layer, positions) for layer in lstm])
             if layers == "all":
                 return tf.stack(acts)  # (L+1, n, 2P)
             if layers == "top":
@@ -239,7 +224,8 @@ class Embedder:
 
     def token_vectors(self, tokens):
         """`(table, rows)`: the vector table of `tokens` (padding, `<S>`, `</S>`, then each distinct token once) and
-        the table row of each token. Cached tokens are looked up, the others go through the char CNN."""
+        the table row of each token. Tokens of the token cache and of the memo are looked up, the others go through
+        the char CNN (`CharCNN.encode_distinct`), `cnn_chunk` at a time."""
         rows_of, distinct = {}, []
         rows = np.empty(len(tokens), np.int32)
         for k, token in enumerate(tokens):
@@ -250,10 +236,12 @@ class Embedder:
             rows[k] = row
         vectors = np.empty([len(distinct), self._fixed.shape[1]], np.float32)
         fresh, cached, memo = [], 0, 0
+        cache = self.token_cache
+        cache_row = cache.row if cache is not None else (lambda token: None)
         for k, token in enumerate(distinct):
-            row = self._cache_rows.get(token)
+            row = cache_row(token)
             if row is not None:
-                vectors[k] = self._cache[row]
+                vectors[k] = cache.embedding[row]
                 cached += 1
                 continue
             vector = self._memo.get(token)
@@ -284,7 +272,7 @@ class Embedder:
             return []
         if any(len(s) == 0 for s in sentences):
             raise ValueError("embed_rows: every sentence needs at least one token (write empty ones directly)")
-        tokens = [_as_bytes(t) for s in sentences for t in s]
+        tokens = [token_bytes(t) for s in sentences for t in s]
         table, token_rows = self.token_vectors(tokens)
         steps = max(sum(len(s) + BOUNDARIES for s in row) for row in rows)
         table_rows = np.zeros([len(rows), steps], np.int32)
@@ -350,10 +338,6 @@ def limit_malloc_arenas(arenas=2):
         return bool(libc.mallopt(-8, int(arenas)))  # M_ARENA_MAX = -8 in glibc's malloc.h
     except (OSError, AttributeError):
         return False
-
-
-def _as_bytes(token):
-    return token.encode("utf-8", "surrogateescape") if isinstance(token, str) else bytes(token)
 
 
 def embed_file(

@@ -31,6 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.models.elmo import elmo_activations
 from elmo_tf.preprocessing.chars import BOW, EOW, MAX_CHARS, PAD, tokens_to_char_ids
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer
 
@@ -83,11 +84,10 @@ def layer_keys(outputs):
 
 
 def activations_from_outputs(outputs):
-    """The biLM activations `(batch, L+1, T, 2P)` (NumPy) from a signature's outputs: the token layer duplicated
-    to 2P, then each LSTM layer, the layout of `elmo_tf.ELMo`'s `activations` and of `embed --layers all`."""
-    word = np.asarray(outputs[WORD_EMB])
-    layers = [np.concatenate([word, word], axis=-1)] + [np.asarray(outputs[k]) for k in layer_keys(outputs)[1:]]
-    return np.stack(layers, axis=1)
+    """The biLM activations `(batch, L+1, T, 2P)` (NumPy) from a signature's outputs, in the layout of
+    `elmo_tf.models.elmo.elmo_activations` (`elmo_tf.ELMo`'s `activations`, `embed --layers all`)."""
+    layers = elmo_activations(outputs[WORD_EMB], [outputs[k] for k in layer_keys(outputs)[1:]])
+    return np.stack([np.asarray(x) for x in layers], axis=1)
 
 
 def elmo_outputs(model, char_ids):

@@ -29,12 +29,12 @@ import threading
 
 from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, setup_logging
 from elmo_tf.serving.config_files import BATCHING_FIELDS, parse_batching_parameters, parse_model_config
+from elmo_tf.serving.sizes import MiB
 
 logger = logging.getLogger("serve")
 
 PROG = "serve.py"
 STOCK_BINARY = "tensorflow_model_server"
-MiB = 1 << 20
 
 # flags TF Serving's model server has (passed to it as --name=value)
 TF_SERVING_FLAGS = (

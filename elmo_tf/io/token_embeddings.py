@@ -28,7 +28,7 @@ from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.io.bilm_hdf5 import _H5_ERRORS, WeightFileError, open_hdf5, read_dataset
 from elmo_tf.io.text import TextFileError, raw_lines
-from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids_numpy
+from elmo_tf.preprocessing.chars import MAX_CHARS, token_bytes, tokens_to_char_ids_numpy
 
 EMBEDDING = "embedding"
 SIZE_ATTR = "vocabulary_size"
@@ -49,14 +49,10 @@ def _show(token, limit=60):
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _as_bytes(token):
-    return token.encode("utf-8") if isinstance(token, str) else bytes(token)
-
-
 def vocabulary_digest(tokens):
     """The sha256 (hex) of the tokens (str or bytes; str as UTF-8) joined by b"\\n": the `vocabulary_sha256`
     attribute of a token embedding file."""
-    return hashlib.sha256(b"\n".join(_as_bytes(t) for t in tokens)).hexdigest()
+    return hashlib.sha256(b"\n".join(token_bytes(t) for t in tokens)).hexdigest()
 
 
 def read_vocabulary(path):
@@ -174,7 +170,7 @@ def _vocabulary_tokens(vocabulary):
         return read_vocabulary(vocabulary), f"the vocabulary {os.fspath(vocabulary)}"
     if isinstance(vocabulary, bytes):
         raise TypeError("vocabulary must be a file path or a sequence of tokens, got bytes")
-    return [_as_bytes(t) for t in vocabulary], "the vocabulary given"
+    return [token_bytes(t) for t in vocabulary], "the vocabulary given"
 
 
 def _attribute(f, name, path):

@@ -147,11 +147,7 @@ class BiLMPretrainer(keras.Model):
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         with_bounds = add_sentence_boundaries(char_ids)
         mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
-        top = self.bilm(
-            self.encode_distinct(with_bounds, mask_b),
-            mask=mask_b,
-            training=training,
-        )[-1]
+        top = self.bilm(self.char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
         if training and self.dropout > 0:
             top = tf.nn.dropout(top, rate=self.dropout)
         p = self.config.projection_dim
@@ -182,17 +178,6 @@ class BiLMPretrainer(keras.Model):
     def matmul_dtype(self):
         """The training step's matmul dtype (a constructor argument, read-only: the `BiLM` holds it)."""
         return self.bilm.matmul_dtype
-
-    def encode_distinct(self, char_ids, mask):
-        """The char CNN's token vectors `(batch, time, P)`, zeros where `mask` is False, computing each distinct
-        token of the batch once (words repeat within a batch: `<S>` and `</S>` in every sentence, function words;
-        with 64 PTB sentences about half the tokens are repeats). The gradient of the shared rows is summed by the
-        gather's gradient. Same values as `char_cnn(char_ids)`."""
-        flat = tf.reshape(char_ids, [-1, tf.shape(char_ids)[-1]])
-        distinct, index = tf.raw_ops.UniqueV2(x=flat, axis=tf.constant([0], tf.int64))
-        vectors = tf.gather(self.char_cnn.encode_tokens(distinct), index)
-        shape = tf.concat([tf.shape(char_ids)[:2], [self.config.projection_dim]], axis=0)
-        return tf.reshape(vectors, shape) * tf.cast(mask, vectors.dtype)[:, :, None]
 
     def _flatten(self, out, direction):
         keep = out["weights"] > 0

@@ -1,10 +1,10 @@
 """The ELMo encoder: char ids -> every biLM layer's activations, mask, lengths and named mixes."""
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
+from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.scalar_mix import ScalarMix
@@ -44,12 +44,11 @@ def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=N
     return char_cnn, bilm
 
 
-class _TokenCache:
-    """The attached token-embedding cache: a hash table token -> row and the `(1 + V, P)` vectors (row 0 zeros)."""
-
-    def __init__(self, table, vectors):
-        self.table = table
-        self.vectors = vectors
+def elmo_activations(word_emb, lstm_outputs):
+    """ELMo's L+1 layers in order: the token layer `(..., P)` duplicated to `(..., 2P)` (both halves of the biLM read
+    it), then each LSTM layer's `(..., 2P)` (forward and backward halves). The layout of `ELMo`'s `activations`, of
+    `embed --layers all` and of the SavedModel's outputs stacked (`serving_contract.activations_from_outputs`)."""
+    return [tf.concat([word_emb, word_emb], axis=-1), *lstm_outputs]
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -58,7 +57,8 @@ class ELMo(keras.Model):
 
     Sentence boundaries are added around every sentence before the char CNN and removed from all
     outputs, as the original does. Stateless by default (zero initial state, so a sentence gets the
-    same vectors in any batch); pass `initial_state` / `return_state=True` for continuity.
+    same vectors in any batch); pass `initial_state` / `return_state=True` for continuity. The char CNN
+    encodes each distinct token of a batch once (`CharCNN.encode_distinct`).
 
     Args:
         config: a `BiLMConfig` or its options dict (bilm-tf options.json layout).
@@ -112,41 +112,32 @@ class ELMo(keras.Model):
     def num_output_layers(self):
         return self.config.num_layers + 1
 
-    def use_token_embeddings(self, vocabulary, embedding):
-        """Attaches a token-embedding cache: `vocabulary` (tokens, bytes or str) and their precomputed token vectors
-        `embedding` `(len(vocabulary), projection_dim)` (`elmo_tf.io.token_embeddings`, the bilm-tf / AllenNLP layout).
-        Calls with `token_ids` (and `embed_tokens`) then skip the char CNN for those words; outputs stay those of
-        the char CNN within float rounding as long as the cache was computed from this model's weights. The cache
-        is for inference: it is not part of the config nor of `.keras` files, and a trained char CNN makes it
-        stale. `use_token_embeddings(None, None)` detaches it."""
+    @property
+    def token_cache(self):
+        """The attached `TokenCache` (`use_token_embeddings`), or None."""
+        return getattr(self, "_token_cache", None)
+
+    def use_token_embeddings(self, vocabulary, embedding=None):
+        """Attaches a token-embedding cache: a `elmo_tf.io.token_cache.TokenCache`, or `vocabulary` (tokens, bytes or
+        str) and their precomputed token vectors `embedding` `(len(vocabulary), projection_dim)`
+        (`elmo_tf.io.token_embeddings`, the bilm-tf / AllenNLP layout). Calls with `token_ids` (and `embed_tokens`)
+        then skip the char CNN for those words; outputs stay those of the char CNN within float rounding as long as
+        the cache was computed from this model's weights. The cache is for inference: it is not part of the config
+        nor of `.keras` files, and a trained char CNN makes it stale. `use_token_embeddings(None)` detaches it."""
         if vocabulary is None and embedding is None:
             self._token_cache = None
             return
-        width = self.config.projection_dim
-        embedding = np.asarray(embedding, np.float32)
-        tokens = [t.encode("utf-8", "surrogateescape") if isinstance(t, str) else bytes(t) for t in vocabulary]
-        if embedding.shape != (len(tokens), width):
-            raise ValueError(
-                f"embedding must have shape ({len(tokens)}, {width}) for {len(tokens)} tokens and projection_dim "
-                f"{width}, got {embedding.shape}"
-            )
-        if len(set(tokens)) != len(tokens) or b"" in tokens:
-            raise ValueError("vocabulary must hold distinct, non-empty tokens")
-        table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tf.constant(tokens, tf.string), tf.range(1, len(tokens) + 1, dtype=tf.int32)
-            ),
-            default_value=0,
-        )
-        vectors = tf.Variable(np.concatenate([np.zeros([1, width], np.float32), embedding]), trainable=False)
-        self._token_cache = _TokenCache(table, vectors)
+        value = vocabulary if embedding is None else (vocabulary, embedding)
+        cache = TokenCache.of(value, self.config.projection_dim, name="embedding")
+        cache.in_graph()  # its table and vectors are created now, outside any traced function
+        self._token_cache = cache
 
     def token_ids(self, tokens):
         """tf.string `(batch, tokens)` -> int32 `(batch, tokens)`: 1 + the token's row in the attached cache, 0 for
         words it does not hold and for padding ("")."""
-        if getattr(self, "_token_cache", None) is None:
+        if self.token_cache is None:
             raise ValueError("token_ids needs a token-embedding cache: call use_token_embeddings first")
-        return self._token_cache.table.lookup(tf.convert_to_tensor(tokens, tf.string))
+        return self.token_cache.lookup(tokens)
 
     def call(self, inputs, initial_state=None, return_state=False, training=None, token_ids=None):
         char_ids = tf.convert_to_tensor(inputs)
@@ -161,15 +152,15 @@ class ELMo(keras.Model):
         with_bounds = add_sentence_boundaries(char_ids)
         mask_bounds = tf.reduce_any(with_bounds > 0, axis=-1)
         if token_ids is None:
-            tokens = self.char_cnn(with_bounds)
+            tokens = self.char_cnn.encode_distinct(with_bounds)
         else:
-            cache = getattr(self, "_token_cache", None)
-            if cache is None:
+            if self.token_cache is None:
                 raise ValueError("token_ids given but no token-embedding cache is attached (use_token_embeddings)")
             ids = tf.pad(tf.cast(token_ids, tf.int32) * tf.cast(mask, tf.int32), [[0, 0], [1, 1]])  # boundaries: 0
             hit = ids > 0
             # the char CNN encodes only rows with a non-zero char id: cached words are zeroed out of its input
-            tokens = self.char_cnn(tf.where(hit[:, :, None], 0, with_bounds)) + tf.gather(cache.vectors, ids)
+            tokens = self.char_cnn.encode_distinct(tf.where(hit[:, :, None], 0, with_bounds))
+            tokens += self.token_cache.gather(ids)
         result = self.bilm(
             tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state, training=training
         )
@@ -180,7 +171,7 @@ class ELMo(keras.Model):
             return x[:, 1:-1] * float_mask
 
         word_emb = strip(tokens)
-        activations = [tf.concat([word_emb, word_emb], axis=-1)] + [strip(x) for x in lstm_layers]
+        activations = elmo_activations(word_emb, [strip(x) for x in lstm_layers])
         outputs = {
             "activations": activations,
             "word_emb": word_emb,
@@ -202,7 +193,7 @@ class ELMo(keras.Model):
     def embed_tokens(self, tokens, **kwargs):
         """Calls the model on a tf.string `(batch, tokens)` tensor padded with "" (through the attached token cache,
         if any)."""
-        if getattr(self, "_token_cache", None) is not None and "token_ids" not in kwargs:
+        if self.token_cache is not None and "token_ids" not in kwargs:
             kwargs["token_ids"] = self.token_ids(tokens)
         return self(tokens_to_char_ids(tokens), **kwargs)
 

@@ -6,6 +6,7 @@ from elmo_tf.preprocessing.chars import (
     MAX_CHARS,
     NUM_CHAR_IDS,
     add_sentence_boundaries,
+    token_bytes,
     tokens_to_char_ids,
     tokens_to_char_ids_numpy,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "EOS_CHAR_IDS",
     "MAX_CHARS",
     "NUM_CHAR_IDS",
+    "token_bytes",
     "tokens_to_char_ids",
     "tokens_to_char_ids_numpy",
     "whitespace_tokenize",

@@ -39,6 +39,12 @@ BOS_CHAR_IDS = _special_row(_BOS_CHAR)  # the sentence-start token's 50 ids (shi
 EOS_CHAR_IDS = _special_row(_EOS_CHAR)  # the sentence-end token's 50 ids (shifted)
 
 
+def token_bytes(token):
+    """A token (str or bytes) as bytes: bytes as they are, str as UTF-8, a lone surrogate (how text decoded with
+    `errors="surrogateescape"` holds an invalid byte) back as the byte it stands for."""
+    return token.encode("utf-8", "surrogateescape") if isinstance(token, str) else bytes(token)
+
+
 def tokens_to_char_ids(tokens):
     """Maps a string tensor of tokens to char ids: `(...,)` tf.string -> `(..., 50)` int32.
 
@@ -76,7 +82,7 @@ def tokens_to_char_ids_numpy(tokens):
     """NumPy twin of `tokens_to_char_ids` for a list of `str`/`bytes` tokens: `(n, 50)` int32."""
     out = np.zeros([len(tokens), MAX_CHARS], np.int32)
     for k, token in enumerate(tokens):
-        raw = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+        raw = token_bytes(token)
         if raw == b"":
             continue
         if raw == BOS_TOKEN.encode():

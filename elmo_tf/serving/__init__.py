@@ -19,6 +19,7 @@ is (a version source -> a manager -> a core -> stateless gRPC and REST fronts; t
     signature.py     a SignatureDef's inputs, outputs and roles, and the checks of request names
     status.py        ServingError (gRPC code + message), the gRPC -> HTTP status mapping, path redaction
     config_files.py  TF Serving's model config and batching parameters files
+    sizes.py         byte units (KiB, MiB) and a size as messages show it (imports nothing)
 
 Imports run one way, from the top of this list down (the clients stand apart: status and the serving contract).
 Names are imported lazily, so `import elmo_tf.serving` loads neither gRPC nor the server.

@@ -40,12 +40,11 @@ import math
 import numpy as np
 from tensorflow.core.framework import types_pb2
 
+from elmo_tf.errors import check_int
 from elmo_tf.serving.response_size import RESPONSE_ENCODINGS, ResponseSizes
 from elmo_tf.serving.signature import dtype_name, shape_text
+from elmo_tf.serving.sizes import MiB, size_text
 from elmo_tf.serving.status import invalid_argument, resource_exhausted
-
-MiB = 1 << 20
-KiB = 1 << 10
 
 # the TensorProto field holding each dtype's values (TF's ProtoHelper); complex values take two entries each
 _VALUE_FIELDS = {
@@ -79,11 +78,6 @@ def count_tokens(sentence):
     return count
 
 
-def size_text(num_bytes):
-    """1536 -> "1.5 KiB", 3 << 20 -> "3.0 MiB"."""
-    return f"{num_bytes / MiB:.1f} MiB" if num_bytes >= MiB else f"{num_bytes / KiB:.1f} KiB"
-
-
 def check_response_size(outputs, limit):
     """RESOURCE_EXHAUSTED when the arrays of `outputs` hold more than `limit` bytes (after the model ran)."""
     size = sum(value.nbytes for value in outputs.values() if value.dtype != object)
@@ -93,13 +87,6 @@ def check_response_size(outputs, limit):
             f"server's limit of {size_text(limit)} (--max_message_bytes): send fewer or shorter "
             f"sentences, or fewer outputs (output_filter)"
         )
-
-
-def _positive(name, value, optional=False):
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be {'None or ' if optional else ''}a positive int, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +115,9 @@ class Limits:
 
     def __post_init__(self):
         for name in ("max_request_sentences", "max_response_bytes", "max_request_bytes"):
-            _positive(name, getattr(self, name))
+            check_int(name, getattr(self, name), 1)
         for name in ("max_tokens_per_sentence", "max_request_tokens"):
-            _positive(name, getattr(self, name), optional=True)
+            check_int(name, getattr(self, name), 1, allow_none=True)
 
 
 @dataclasses.dataclass

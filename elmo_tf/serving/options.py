@@ -3,7 +3,8 @@
 import dataclasses
 
 from elmo_tf.serving.batching import BatchingOptions
-from elmo_tf.serving.budget import Limits, MiB
+from elmo_tf.serving.budget import Limits
+from elmo_tf.serving.sizes import MiB
 
 
 @dataclasses.dataclass

@@ -34,11 +34,11 @@ from aiohttp import web
 
 from elmo_tf.serving.rest_api import RestApi
 from elmo_tf.serving.rest_json import error_body
+from elmo_tf.serving.sizes import MiB
 from elmo_tf.serving.status import ServingError, invalid_argument, resource_exhausted
 
 logger = logging.getLogger(__name__)
 
-MiB = 1 << 20
 DEFAULT_MAX_BODY_BYTES = 8 * MiB  # Python objects from JSON cost up to ~25x the body (a list of empty lists)
 DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * MiB
 LINGER_SECONDS = 2.0  # after an error, unread body is drained (and dropped) this long before the connection closes

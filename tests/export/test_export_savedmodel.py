@@ -644,3 +644,13 @@ def test_a_full_disk_publishes_nothing_and_ends_with_one_line(tiny_model_dir, tm
             assert os.listdir(base) == ["1"] and (base / "1" / "saved_model.pb").read_bytes() == b"version 1"
         else:
             assert not (tmp_path / "new").exists()
+
+
+def test_the_export_encodes_each_distinct_token_once(exported):
+    """The signatures run `ELMo.call`, so the char CNN goes through `CharCNN.encode_distinct` (a UniqueV2 over the
+    char-id rows) in the SavedModel too; test_fresh_process_parity checks its outputs against Keras."""
+    loaded = tf.saved_model.load(exported)
+    for name in contract.SIGNATURES:
+        graph = loaded.signatures[name].graph.as_graph_def()
+        ops = {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+        assert "UniqueV2" in ops, name

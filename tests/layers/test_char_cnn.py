@@ -244,3 +244,53 @@ def test_cut_gives_the_gradients_of_all_positions(randomize, to_char_ids):
             err_msg=var.path,
         )
     assert np.abs(np.asarray(tf.convert_to_tensor(grads[0][0]))[PAD]).max() > 0  # the padding window got its share
+
+
+# --- each distinct token once (CharCNN.encode_distinct) ---
+
+REPEATS = [["the", "cat", "the", "<S>", "cat", "the"], ["the", "a"], [], ["a", "z" * 70, "the"]]
+
+
+@pytest.fixture
+def encoded_rows(monkeypatch):
+    """Records how many tokens each `CharCNN.encode_tokens` call encodes."""
+    rows, encode_tokens = [], CharCNN.encode_tokens
+
+    def spy(self, char_ids):
+        rows.append(int(char_ids.shape[0]))
+        return encode_tokens(self, char_ids)
+
+    monkeypatch.setattr(CharCNN, "encode_tokens", spy)
+    return rows
+
+
+def test_encode_distinct_equals_call_in_values_and_gradients(randomize, to_char_ids):
+    layer = make_cnn(randomize)
+    ids = tf.constant(to_char_ids(REPEATS))
+    target = tf.constant(np.random.default_rng(1).normal(size=(*ids.shape[:2], 6)), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        every, distinct = layer(ids), layer.encode_distinct(ids)
+        loss_every, loss_distinct = tf.reduce_sum(every * target), tf.reduce_sum(distinct * target)
+    np.testing.assert_allclose(np.asarray(distinct), np.asarray(every), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.asarray(distinct), numpy_char_cnn(ids.numpy(), layer), atol=1e-5, rtol=0)
+    assert not np.asarray(distinct)[~ids.numpy().any(axis=-1)].any()  # padding rows are exactly zero
+    weights = layer.trainable_weights
+    for var, a, b in zip(weights, tape.gradient(loss_every, weights), tape.gradient(loss_distinct, weights)):
+        a, b = np.asarray(tf.convert_to_tensor(a)), np.asarray(tf.convert_to_tensor(b))
+        np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-5, err_msg=var.path)
+        assert np.abs(a).max() > 0, var.path
+    # any leading shape: flat tokens (n, 50), or one more axis
+    flat = ids.numpy().reshape(-1, 50)
+    np.testing.assert_allclose(np.asarray(layer.encode_distinct(flat)), np.asarray(every).reshape(-1, 6), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(layer.encode_distinct(ids[None]))[0], np.asarray(every), atol=1e-6)
+    assert layer.encode_distinct(np.zeros([0, 0, 50], np.int32)).shape == (0, 0, 6)
+
+
+def test_encode_distinct_encodes_each_distinct_token_once(randomize, to_char_ids, encoded_rows):
+    layer = make_cnn(randomize)
+    ids = to_char_ids(REPEATS)
+    layer(ids)
+    layer.encode_distinct(ids)
+    real = sum(len(s) for s in REPEATS)
+    distinct = len({t for s in REPEATS for t in s}) + 1  # and the all-zero row of padding
+    assert encoded_rows == [real, distinct] == [11, 6]

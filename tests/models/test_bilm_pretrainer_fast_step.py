@@ -1,5 +1,6 @@
-"""A training step of the fast path (hand-written LSTM backward pass, char CNN once per distinct token) against
-the plain path (TF's automatic gradient, char CNN on every position): same loss, gradients and updated weights."""
+"""A training step of the fast path (hand-written LSTM backward pass) against the plain path (TF's automatic
+gradient): same loss, gradients and updated weights. Both encode each distinct token once
+(`CharCNN.encode_distinct`, tested against the char CNN on every position in tests/layers/test_char_cnn.py)."""
 
 import keras
 import numpy as np
@@ -10,7 +11,6 @@ from tiny_models import TINY
 from elmo_tf.config import BiLMConfig
 from elmo_tf.models import bilm_pretrainer
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
-from elmo_tf.preprocessing.chars import add_sentence_boundaries
 from elmo_tf.pretrain import TrainConfig, make_optimizer
 
 VOCAB = 40
@@ -44,21 +44,6 @@ def _step(model, batch, sampled):
     variables = model.trainable_variables
     grads = tape.gradient(loss, variables)
     return float(loss), [tf.convert_to_tensor(g).numpy() for g in grads], variables, grads
-
-
-def test_encode_distinct_equals_the_char_cnn_on_every_position():
-    model = _model(True)
-    chars = add_sentence_boundaries(_batch(1)["char_ids"])
-    mask = tf.reduce_any(chars > 0, axis=-1)
-    variables = model.char_cnn.trainable_variables
-    with tf.GradientTape(persistent=True) as tape:
-        every = model.char_cnn(chars)
-        distinct = model.encode_distinct(chars, mask)
-        weights = tf.random.stateless_normal(tf.shape(every), seed=[1, 2])
-        loss_every, loss_distinct = tf.reduce_sum(every * weights), tf.reduce_sum(distinct * weights)
-    np.testing.assert_allclose(distinct.numpy(), every.numpy(), rtol=1e-6, atol=1e-6)
-    for a, b in zip(tape.gradient(loss_every, variables), tape.gradient(loss_distinct, variables)):
-        np.testing.assert_allclose(tf.convert_to_tensor(b).numpy(), tf.convert_to_tensor(a).numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

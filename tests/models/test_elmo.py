@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from elmo_tf import serving_contract as contract
+from elmo_tf.embed import Embedder
+from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.models import ELMo
+from elmo_tf.models.elmo import elmo_activations
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hi"], ["naïve", "日本語", "tokens", "here", "and", "more"]]
@@ -297,3 +301,43 @@ def test_keras_files_from_before_the_lstm_cells_still_load(tiny_elmo, to_char_id
     np.testing.assert_array_equal(loaded(ids)["elmo"].numpy(), tiny_elmo(ids)["elmo"].numpy())
     for w1, w2 in zip(tiny_elmo.weights, loaded.weights):
         np.testing.assert_array_equal(w1.numpy(), w2.numpy(), err_msg=w1.path)
+
+
+def test_call_encodes_each_distinct_token_once(tiny_elmo, to_char_ids, monkeypatch):
+    """`ELMo.call` runs the char CNN through `CharCNN.encode_distinct`: `<S>`, `</S>` and a repeated word once per
+    batch, with the outputs of the char CNN on every position (test_outputs_are_the_stripped_layers)."""
+    rows, encode_tokens = [], CharCNN.encode_tokens
+
+    def spy(self, char_ids):
+        rows.append(int(char_ids.shape[0]))
+        return encode_tokens(self, char_ids)
+
+    monkeypatch.setattr(CharCNN, "encode_tokens", spy)
+    sentences = [["the", "cat", "the"], ["the"], []]
+    out = arrays(tiny_elmo(to_char_ids(sentences)))
+    assert rows == [5]  # <S>, </S>, the, cat and the padding row; 10 real positions
+    every = np.asarray(tiny_elmo.char_cnn(tokens_to_char_ids_numpy(["<S>", "the", "cat", "the", "</S>"])[None]))
+    np.testing.assert_allclose(out["word_emb"][0], every[0, 1:4], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(out["word_emb"][1, 0], every[0, 1], atol=1e-6, rtol=0)
+    assert not out["word_emb"][1, 1:].any() and not out["word_emb"][2].any()
+
+
+def test_one_activation_layout_for_the_model_the_embedder_and_the_export(tiny_elmo, to_char_ids):
+    """`elmo_activations` (the token layer duplicated, then each LSTM layer) is the layout of `ELMo`'s
+    `activations`, of `Embedder(layers="all")` and of the export's outputs stacked (`activations_from_outputs`)."""
+    rng = np.random.default_rng(0)
+    word, first, second = (rng.normal(size=(2, 3, width)).astype(np.float32) for width in (4, 8, 8))
+    layers = [np.asarray(x) for x in elmo_activations(word, [first, second])]
+    assert len(layers) == 3
+    np.testing.assert_array_equal(layers[0], np.concatenate([word, word], axis=-1))
+    np.testing.assert_array_equal(layers[1], first)
+    np.testing.assert_array_equal(layers[2], second)
+    ids = to_char_ids(SENTENCES)
+    model = arrays(tiny_elmo(ids))["activations"]
+    exported = contract.activations_from_outputs(contract.elmo_outputs(tiny_elmo, ids))  # (batch, L+1, T, 2P)
+    embedded = Embedder(tiny_elmo, "all").embed_batch(SENTENCES)  # per sentence (L+1, n, 2P)
+    for b, sentence in enumerate(SENTENCES):
+        n = len(sentence)
+        for k in range(L + 1):
+            np.testing.assert_array_equal(exported[b, k], model[k][b])
+            np.testing.assert_allclose(embedded[b][k], model[k][b, :n], atol=1e-6, rtol=0)

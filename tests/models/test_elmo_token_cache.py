@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from elmo_tf import load_elmo
 from elmo_tf.embed import Embedder, embed_file
+from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.io.token_embeddings import load_token_embeddings, read_vocabulary
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
@@ -99,3 +100,27 @@ def test_embedder_refuses_a_cache_of_the_wrong_width(fixture_cache):
     vocabulary, array = fixture_cache
     with pytest.raises(ValueError, match="token_embeddings must have shape"):
         Embedder(elmo, token_embeddings=(vocabulary, array[:, :4]))
+
+
+def test_one_cache_object_serves_the_model_and_the_embedder(sentences):
+    """A `TokenCache` read from the dump-token-embeddings file, attached to the model and given to the embedder: the
+    same object in both, the same outputs as the char CNN (1e-6), its words looked up in both."""
+    elmo = load_elmo(FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5")
+    batch = sentences[:6] + [["Unseenword", "the", "zzzqqq", "."]]
+    plain = [np.asarray(a) for a in elmo.embed_tokens(padded(batch))["activations"]]
+    cache = TokenCache.load(FIXTURES / "elmo_token_embeddings.hdf5", FIXTURES / "vocab_test.txt", projection_dim=16)
+    elmo.use_token_embeddings(cache)
+    embedder = Embedder(elmo, "all", token_embeddings=cache, memo_size=0)
+    assert elmo.token_cache is cache and embedder.token_cache is cache
+    ids = elmo.token_ids(padded(batch)).numpy()
+    assert (ids[-1, :4] > 0).tolist() == [False, True, False, True] and not ids[-1, 4:].any()
+    cached = [np.asarray(a) for a in elmo.embed_tokens(padded(batch))["activations"]]
+    embedded = embedder.embed_batch(batch)
+    assert embedder.stats["cached"] > 30 and embedder.stats["cached"] < embedder.stats["distinct"]
+    for b, sentence in enumerate(batch):
+        n = len(sentence)
+        for k in range(len(plain)):
+            np.testing.assert_allclose(cached[k][b], plain[k][b], atol=ATOL, rtol=0)
+            np.testing.assert_allclose(embedded[b][k], plain[k][b, :n], atol=ATOL, rtol=0)
+    elmo.use_token_embeddings(None)
+    assert elmo.token_cache is None

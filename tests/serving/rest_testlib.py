@@ -9,7 +9,8 @@ import urllib.parse
 
 import numpy as np
 
-MiB = 1 << 20
+from elmo_tf.serving.sizes import MiB
+
 TIMEOUT_S = 3.0  # rest_api_timeout_in_ms of the `strict` server
 SMALL_LIMIT = 4 * MiB  # its max_message_bytes: response limit (and body limit, being under the REST default)
 PREDICT = "/v1/models/elmo:predict"
