@@ -88,6 +88,8 @@ CASES = [
     ("train_ner", "--learning-rate", "nan"),
     ("train_ner", "--lstm-units", "0"),
     ("train_ner", "--lstm-units", INT32_OVER),
+    ("train_ner", "--server-max-tokens", "0"),
+    ("train_ner", "--server-max-tokens", INT32_OVER),
     ("train_ner", "--dropout", "-0.5"),
     ("train_ner", "--dropout", "1"),
     ("train_ner", "--gamma", "0"),
@@ -108,6 +110,8 @@ CASES = [
     ("tune_ner", "--batch-size", BIG),
     ("tune_ner", "--learning-rate", "inf"),
     ("tune_ner", "--lstm-units", INT32_OVER),
+    ("tune_ner", "--server-max-tokens", "0"),
+    ("tune_ner", "--server-max-tokens", INT32_OVER),
     ("build_vocab", "--min-count", "0"),
     ("build_vocab", "--min-count", INT64_OVER),
     ("build_vocab", "--max-size", "3"),
@@ -118,6 +122,8 @@ CASES = [
     ("evaluate_lm", "--max-tokens", INT32_OVER),
     ("tag", "--batch-size", "0"),
     ("tag", "--batch-size", BIG),
+    ("tag", "--server-max-tokens", "0"),
+    ("tag", "--server-max-tokens", INT32_OVER),
 ]
 
 

@@ -66,7 +66,7 @@ def add_server_flags(parser):
     """--server-max-tokens: the request budget of a feature server (train_ner.py, tune_ner.py, tag.py)."""
     parser.add_argument(
         "--server-max-tokens",
-        type=positive_int("--server-max-tokens"),
+        type=size_int("--server-max-tokens"),
         default=None,
         help="with --elmo-server: at most this many tokens (sentences x the longest) per request; default 16384, "
         "lowered to the limits the server names when it refuses a request",
