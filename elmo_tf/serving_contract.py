@@ -1,8 +1,8 @@
 """The serving contract of an ELMo export: signature names, input and output keys, and the functions behind them.
 
 One definition, used by the export (`elmo_tf.export`), the embedded model server and the gRPC/REST clients
-(`serving/`), the NER feature source and tagger export (`elmo_tf.ner`), and the tests. DESIGN.md "Serving
-contract"; the names are the TF Hub ELMo module's.
+(`elmo_tf.serving`), the NER feature source and tagger export (`elmo_tf.ner`), and the tests; the names are the TF
+Hub ELMo module's (README, "Export").
 
 Signatures:
     `default` (also `serving_default`): input `sentences` tf.string `(batch,)`, tokenized in the graph.
