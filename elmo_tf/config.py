@@ -93,14 +93,14 @@ class BiLMConfig:
         def put(name, value):
             object.__setattr__(self, name, value)
 
-        for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "num_layers"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ConfigError(f"must be a positive int, got {_show(value)}", name)
+        for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "num_layers", "num_highway"):
+            value, low = getattr(self, name), 0 if name == "num_highway" else 1
+            if not _is_int(value) or value < low:
+                sign = "non-negative" if low == 0 else "positive"
+                raise ConfigError(f"must be a {sign} int, got {_show(value)}", name)
+            if value > INT32_MAX:  # a dimension or a count of layers: TensorFlow's shapes are int32 here
+                raise ConfigError(f"must be <= {INT32_MAX} (int32), got {_show(value)}", name)
             put(name, int(value))
-        if not _is_int(self.num_highway) or self.num_highway < 0:
-            raise ConfigError(f"must be a non-negative int, got {_show(self.num_highway)}", "num_highway")
-        put("num_highway", int(self.num_highway))
         if not _is_int(self.max_characters_per_token) or self.max_characters_per_token != MAX_CHARS:
             raise ConfigError(
                 f"must be {MAX_CHARS} (the char mapping's width), got {_show(self.max_characters_per_token)}",
@@ -137,6 +137,8 @@ class BiLMConfig:
             if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2:
                 raise ConfigError(f"must be a [width, num_filters] pair, got {_show(pair)}", f"filters[{k}]")
             width, n = pair
+            if _is_int(n) and n > INT32_MAX:
+                raise ConfigError(f"num_filters must be <= {INT32_MAX} (int32), got {_show(pair)}", f"filters[{k}]")
             if not (_is_int(width) and _is_int(n) and 1 <= width <= self.max_characters_per_token and n >= 1):
                 raise ConfigError(
                     f"must be [width, num_filters] with ints 1 <= width <= {self.max_characters_per_token} "
