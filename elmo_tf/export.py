@@ -163,10 +163,10 @@ def publish_version(base_dir, version, write):
                 raise _exists_error(base_dir, version)
         else:
             version = next_version(base_dir)
-            while not _rename_to_version(tmp, base_dir, version):
-                version = max(version + 1, next_version(base_dir))
+            while version > INT64_MAX or not _rename_to_version(tmp, base_dir, version):
                 if version > INT64_MAX:
-                    raise ExportError(f"no version number is left in {base_dir} (the highest is 2**63 - 1)")
+                    raise ExportError(f"no version number is left in {base_dir}: version 2**63 - 1 exists")
+                version = max(version + 1, next_version(base_dir))
         tmp = None
     except BaseException:
         if tmp is not None:

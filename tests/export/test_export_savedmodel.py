@@ -511,6 +511,10 @@ def test_versions_are_numbered_as_the_model_server_reads_them(tmp_path):
     with pytest.raises(ValueError, match="2\\*\\*63"):
         ex.publish_version(str(base), 2**63, lambda tmp: None)
     assert ex.publish_version(str(base), None, lambda tmp: None) == str(base / "8")
+    (base / str(2**63 - 1)).mkdir()
+    with pytest.raises(ex.ExportError, match="no version number is left"):
+        ex.publish_version(str(base), None, lambda tmp: None)
+    assert sorted(os.listdir(base)) == sorted(["007", "8", "99999999999999999999", "notes", str(2**63 - 1)])
 
 
 # ------------------------------------------------------------------------------------------------ concurrent exports
