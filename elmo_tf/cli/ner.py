@@ -13,7 +13,6 @@ from elmo_tf.cli import (
     check_output_file,
     count_int,
     existing_file,
-    positive_int,
     seed_int,
     size_int,
 )
