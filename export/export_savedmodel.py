@@ -1,6 +1,8 @@
-"""Exports an ELMo model as a versioned SavedModel for TF Serving: `<base>/<version>/` (DESIGN.md, "Serving contract").
+"""Exports an ELMo model as a versioned SavedModel for TF Serving.
+A thin command line over `elmo_tf.cli.export.main` (flags, errors and exit statuses are documented
+there; `python export/export_savedmodel.py --help` lists them); the same as `elmo-tf export`.
 
-A thin command line over `elmo_tf.export.export_elmo`; the signatures are `elmo_tf.serving_contract`'s.
+    python export/export_savedmodel.py --model-dir runs/small --output models/elmo
 """
 
 import os
@@ -8,153 +10,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-
-from elmo_tf.cli import (  # noqa: E402
-    ArgumentParser,
-    DataError,
-    UsageError,
-    bounded_number,
-    check_output_dir,
-    run,
-    setup_logging,
-)
-from elmo_tf.preprocessing.tokenizer import TOKENIZERS  # noqa: E402
-
-logger = logging.getLogger("export_savedmodel")
-
-MAX_VERSION = 2**63 - 1  # TF Serving reads a version directory's name as an int64
-MAX_TOKENS = 2**31 - 1  # sequence lengths are int32: a larger cap cuts nothing
-
-EXAMPLES = """examples:
-  python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo
-  python export/export_savedmodel.py --model-dir runs/pretrain --output models/elmo --version 3
-  python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo \\
-      --tokenizer unicode_script --max-tokens 400
-
-writes OUTPUT/<version>/ (an existing version is an error), the layout TF Serving polls:
-  tensorflow_model_server --model_name=elmo --model_base_path=$PWD/models/elmo
-without --version, the next free integer when the export is published: exports started at once into one OUTPUT
-each get their own version.
-
-signatures: default and serving_default (sentences: tf.string [B]), tokens (tokens: tf.string [B,T] padded
-with "", sequence_len: int32 [B]; tokens beyond sequence_len are ignored).
-outputs: word_emb, lstm_outputs1..L, elmo, default (mean over real tokens), sequence_len, mask (bool).
-
---tokenizer unicode_script needs tensorflow-text where the model is loaded: `import tensorflow_text` before
-tf.saved_model.load in a fresh Python process; C++ loaders load its op library
-(tensorflow_text/python/ops/_unicode_script_tokenizer.so) with TF_LoadLibrary. The stock model server has
-these ops built in. --tokenizer whitespace (the default) needs core TensorFlow only.
-
---max-tokens N: both signatures keep each sentence's first N tokens (outputs have at most N positions), a
-guard against very long requests.
-
-check it with TF Serving's own C++ loader (tensorflow::LoadSavedModel + Session::Run, every signature):
-  $(bash export/cpp/build.sh) --export_dir models/elmo/1 --sentence "a b c"
-  (add --op_library .../tensorflow_text/python/ops/_unicode_script_tokenizer.so for a unicode_script export)
-
-after writing, the SavedModel is reloaded and compared with the Keras model (max |diff| <= 1e-5) before
-the version is published. Exit status: 0 done, 2 bad command line, 1 bad model files or a failed export.
-An interrupted export publishes nothing; its temporary directory is removed (the next export removes those
-of a killed one).
-"""
-
-
-def parse_args(argv=None):
-    parser = ArgumentParser(
-        prog="export_savedmodel.py",
-        description=__doc__.split("\n")[0],
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--options", help="bilm-tf options.json (with --weights)")
-    parser.add_argument("--weights", help="bilm-tf/AllenNLP weights.hdf5 (with --options)")
-    parser.add_argument(
-        "--model-dir",
-        help="a directory holding options.json and weights.hdf5 (a pretraining output directory), "
-        "instead of --options/--weights",
-    )
-    parser.add_argument("--output", required=True, help="base path of the model: versions go to OUTPUT/<version>/")
-    parser.add_argument(
-        "--version",
-        type=bounded_number("--version", int, minimum=1, maximum=MAX_VERSION),
-        help="version number, 1 to 2**63 - 1 (default: the next free integer when the export is published)",
-    )
-    parser.add_argument(
-        "--tokenizer", choices=TOKENIZERS, default="whitespace", help="in-graph tokenizer of the default signature"
-    )
-    parser.add_argument(
-        "--max-tokens",
-        type=bounded_number("--max-tokens", int, minimum=1, maximum=MAX_TOKENS),
-        help="cut every sentence to its first N tokens",
-    )
-    parser.add_argument("--no-check", action="store_true", help="skip the reload-and-compare check (not advised)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    args = parser.parse_args(argv)
-    check_args(args)
-    return args
-
-
-def check_args(args):
-    """Everything about the command line that can be checked before the model is loaded; raises UsageError."""
-    if args.model_dir:
-        if args.options or args.weights:
-            raise UsageError("--model-dir: not allowed with --options/--weights")
-        if not os.path.isdir(args.model_dir):
-            raise UsageError(f"--model-dir: not a directory: {args.model_dir!r}")
-        args.options = os.path.join(args.model_dir, "options.json")
-        args.weights = os.path.join(args.model_dir, "weights.hdf5")
-        for path in (args.options, args.weights):
-            if not os.path.isfile(path):
-                raise UsageError(f"--model-dir: {args.model_dir!r} has no {os.path.basename(path)}")
-    else:
-        if not args.options:
-            raise UsageError("--options: required (or pass --model-dir)")
-        if not args.weights:
-            raise UsageError("--weights: required with --options (or pass --model-dir)")
-        for flag, path in (("--options", args.options), ("--weights", args.weights)):
-            if not os.path.isfile(path):
-                raise UsageError(f"{flag}: no such file: {path!r}")
-    check_output_dir("--output", args.output)
-    if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
-        raise UsageError(
-            f"--version: version {args.version} already exists in {args.output!r}; versions are never overwritten"
-        )
-    if args.tokenizer == "unicode_script":
-        try:
-            import tensorflow_text  # noqa: F401
-        except ImportError as e:
-            raise UsageError(f"--tokenizer: unicode_script needs tensorflow-text ({e})") from None
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    setup_logging(verbose=args.verbose, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from elmo_tf.export import ExportError, export_elmo
-    from elmo_tf.io.bilm_hdf5 import load_elmo
-
-    logger.info("loading %s + %s", args.options, args.weights)
-    try:
-        model = load_elmo(args.options, args.weights)
-    except (ValueError, OSError) as e:  # ConfigError / WeightFileError are ValueErrors naming the file
-        raise DataError(f"--options/--weights: cannot load the model: {e}") from None
-    try:
-        path = export_elmo(
-            model,
-            args.output,
-            version=args.version,
-            tokenizer=args.tokenizer,
-            max_tokens=args.max_tokens,
-            check=not args.no_check,
-        )
-    except FileExistsError as e:
-        raise UsageError(f"--version: {e}") from None
-    except (ExportError, OSError) as e:
-        raise DataError(f"--output: export failed: {e}") from None
-    print(path)
-    return 0
-
+from elmo_tf.cli import run  # noqa: E402
+from elmo_tf.cli.export import PROG, main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run(main, prog="export_savedmodel.py"))
+    sys.exit(run(main, prog=PROG))

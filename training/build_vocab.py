@@ -1,93 +1,17 @@
-"""Builds a biLM vocabulary: `<S>`, `</S>`, `<UNK>`, then words by decreasing frequency.
+"""Builds a biLM vocabulary.
+A thin command line over `elmo_tf.cli.build_vocab.main` (flags, errors and exit statuses are documented
+there; `python training/build_vocab.py --help` lists them); the same as `elmo-tf build-vocab`.
 
-examples:
-  python training/build_vocab.py --train 'corpus/*.txt' --output vocab.txt --min-count 3
-  python training/build_vocab.py --train ../shared/data/ptb/ptb.train.txt --output ptb_vocab.txt --max-size 10003
-
-The corpus is streamed line by line (only the word counts are held in memory). Tokens are whitespace
-separated; the files are UTF-8 (a byte order mark is skipped) and invalid UTF-8 is replaced by U+FFFD when
-counting, with a warning naming the first such line. A UTF-16 or binary file is an error (exit 1), as is a
-corpus without a word. The output is written whole or not at all (a temporary file renamed at the end).
+    python training/build_vocab.py --train 'corpus/*.txt' --output vocab.txt --min-count 3
 """
 
-import argparse
-import logging
+import os
 import sys
-import time
 
-from elmo_tf.cli import (
-    ArgumentParser,
-    DataError,
-    UsageError,
-    bounded_number,
-    check_output_file,
-    count_int,
-    run,
-    setup_logging,
-)
-from elmo_tf.config import INT32_MAX
-from elmo_tf.io.vocabulary import SPECIALS
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-
-def build_parser():
-    parser = ArgumentParser(
-        prog="build_vocab.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--train", required=True, help="glob of training text files (quote it)")
-    parser.add_argument("--output", required=True, help="vocabulary file to write")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--min-count", type=count_int("--min-count", minimum=1), default=1, help="keep words seen at least N times (1)"
-    )
-    group.add_argument(
-        "--max-size",
-        type=bounded_number("--max-size", int, minimum=len(SPECIALS), minimum_inclusive=False, maximum=INT32_MAX),
-        default=None,
-        help=f"keep the N most frequent entries, the {len(SPECIALS)} specials included",
-    )
-    return parser
-
-
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    from tqdm import tqdm
-
-    from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.vocabulary import CorpusError, build_vocabulary, count_words, expand_glob
-
-    try:
-        files = expand_glob(args.train)
-    except ValueError as e:
-        raise UsageError(f"--train: {e}") from None
-    check_output_file("--output", args.output, inputs=[("--train", path) for path in files])
-    setup_logging()
-    start = time.perf_counter()
-    try:
-        with tqdm(unit="lines", file=sys.stderr, desc="counting", delay=1.0) as bar:  # quiet when quick
-            counts = count_words(files, progress=bar.update)
-    except CorpusError as e:
-        raise DataError(f"--train: {e}") from None
-    if not counts:
-        raise DataError(f"--train: no words in the {len(files)} file(s) matching {args.train!r}")
-    vocab = build_vocabulary(counts, min_count=args.min_count, max_size=args.max_size)
-    try:
-        vocab.save(args.output)
-    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
-        raise DataError(f"--output: {e}") from None
-    total = sum(counts.values())
-    covered = sum(counts.get(w, 0) for w in vocab.words)
-    logging.info(
-        "%d files, %d tokens, %d types -> %d entries (%.2f%% of tokens covered) in %.1f s: %s",
-        len(files),
-        total,
-        len(counts),
-        len(vocab),
-        100.0 * covered / max(total, 1),
-        time.perf_counter() - start,
-        args.output,
-    )
-    return 0
-
+from elmo_tf.cli import run  # noqa: E402
+from elmo_tf.cli.build_vocab import PROG, main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(run(main, prog=PROG))

@@ -1,21 +1,8 @@
-"""Trains the biLSTM-CRF NER head on ELMo features (in process or from a model server) or without ELMo.
+"""Trains the NER tagger on CoNLL files.
+A thin command line over `elmo_tf.cli.train_ner.main` (flags, errors and exit statuses are documented
+there; `python training/train_ner.py --help` lists them); the same as `elmo-tf train-ner`.
 
-examples:
-  # features from a biLM in this process (a pretraining output dir, or weights.hdf5 with options.json beside)
-  python training/train_ner.py --train eng.train --dev eng.testa --test eng.testb --elmo runs/small --output runs/ner
-  # features over gRPC from serving/serve.py or TF Serving (the `tokens` signature)
-  python training/train_ner.py --train T --dev D --test E --elmo-server localhost:8500 --output runs/ner_served
-  # the same head without ELMo (own word embedding + char CNN only)
-  python training/train_ner.py --train T --dev D --test E --no-elmo --output runs/ner_base
-
-Formats: CoNLL-2003 (4 columns, IOB1, -DOCSTART-) and WNUT-17 (2 columns, IOB2); --tag-scheme names the
-files' scheme (auto: iob1 when a file has 4 columns, else iob2). The CRF works in --crf-scheme (bioes) with
-its transition constraints; metrics are span-level exact match (conlleval), in the files' scheme.
-Writes (each file atomically): model.keras (the head), encoder.json (labels, scheme, word vocabulary),
-metrics.json (dev and test overall and per type), config.json. Early stopping on dev span F1 (--patience), best
-epoch kept. Exit status: 0 done, 2 bad command line, 1 bad data (the message names the flag, file and line).
-
-The library does the work (elmo_tf.ner): this script parses flags and calls elmo_tf.ner.training.train_tagger.
+    python training/train_ner.py --help
 """
 
 import os
@@ -23,50 +10,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-
-from elmo_tf.cli import ArgumentParser, DataError, run, setup_logging  # noqa: E402
-from elmo_tf.cli import ner as ner_cli  # noqa: E402
-
-
-def build_parser():
-    parser = ArgumentParser(
-        prog="train_ner.py",
-        description=__doc__.split("\n")[0],
-        epilog=__doc__.split("\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ner_cli.add_data_flags(parser)
-    ner_cli.add_training_flags(parser)
-    return parser
-
-
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    ner_cli.check_data_flags(args)
-    config = ner_cli.config_from_args(args)
-    setup_logging()
-    log = logging.getLogger("train_ner")
-    import keras
-
-    from elmo_tf.ner.training import OutputError, train_tagger
-
-    keras.utils.set_random_seed(config.seed)
-    data = ner_cli.load_data_from_args(args)
-    log.info(
-        "%s; %d labels in %s: %s",
-        ", ".join(f"{k} {len(v)} sentences" for k, v in data.splits.items()),
-        len(data.encoder.labels),
-        config.crf_scheme,
-        " ".join(data.encoder.labels),
-    )
-    try:
-        train_tagger(config, data, args.output, record=vars(args), log=log.info)
-    except OutputError as e:  # a full disk
-        raise DataError(f"--output: {e}") from None
-    return 0
-
+from elmo_tf.cli import run  # noqa: E402
+from elmo_tf.cli.train_ner import PROG, main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(run(main, prog="train_ner.py"))
+    sys.exit(run(main, prog=PROG))

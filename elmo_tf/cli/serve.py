@@ -102,10 +102,10 @@ def _int(flag, minimum):
     return bounded_number(flag, int, minimum=minimum)
 
 
-def build_parser():
+def build_parser(prog=PROG):
     """All defaults are SUPPRESS, so the namespace holds only the flags given (see `DEFAULTS`)."""
     parser = ArgumentParser(
-        prog=PROG,
+        prog=prog,
         description=__doc__.split("\n")[0],
         epilog=EXAMPLES,
         allow_abbrev=False,
@@ -385,10 +385,10 @@ def run_embedded(args):
     return 0
 
 
-def main(argv=None):
+def main(argv=None, prog=PROG):
     """The serve command line (see the module docstring); returns the exit status. Run it with `elmo_tf.cli.run`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(prog)
     given_ns, extra = parser.parse_known_args(argv)
     given = vars(given_ns)
     setup_logging(verbose=given.get("verbose", False), fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from cli_testlib import assert_one_error, run_command
 
-from elmo_tf.__main__ import main
-from elmo_tf.cli import run
+from elmo_tf.cli.main import main
 from elmo_tf.io import load_elmo
 from elmo_tf.io.token_embeddings import (
     DIGEST_ATTR,
@@ -343,7 +342,7 @@ def test_load_refuses_missing_and_non_hdf5_files(tmp_path):
 def cli(capsys, *args):
     """`python -m elmo_tf dump-token-embeddings ...` in this process: (exit status, stderr lines with "error:")."""
     try:
-        code = run(main, ["dump-token-embeddings", *map(str, args)], prog=PROG)
+        code = main(["dump-token-embeddings", *map(str, args)], prog="python -m elmo_tf")
     except SystemExit as e:  # argparse's own errors
         code = e.code
     err = capsys.readouterr().err

@@ -1,0 +1,277 @@
+"""`embed` and `dump-token-embeddings`: `elmo-tf embed ...` / `elmo-tf embed ...` (`elmo_tf.cli.main`).
+
+Errors follow `elmo_tf.cli`: a bad flag, a missing input or an output that cannot be written exits 2 before
+anything is loaded; a bad options.json, weight file or input file exits 1; each with one line naming the flag
+and the file (and the line or key, for data).
+"""
+
+import argparse
+import logging
+import sys
+import time
+
+from elmo_tf.cli import (
+    ArgumentParser,
+    DataError,
+    UsageError,
+    check_output_file,
+    check_text_start,
+    existing_file,
+    setup_logging,
+    size_int,
+    threads_int,
+)
+
+PROG = "elmo-tf embed"
+DUMP_PROG = "elmo-tf dump-token-embeddings"
+
+EXAMPLES = """examples:
+  elmo-tf embed --options options.json --weights weights.hdf5 --input sentences.txt --output out.hdf5
+  elmo-tf embed --options options.json --weights weights.hdf5 --input s.txt --output top.hdf5 \\
+      --layers top --batch-size 32
+
+  elmo-tf dump-token-embeddings --options options.json --weights weights.hdf5 --vocab vocab.txt \\
+      --output tokens.hdf5
+  elmo-tf embed --options options.json --weights weights.hdf5 --input s.txt --output out.hdf5 \\
+      --token-embeddings tokens.hdf5 --vocab vocab.txt       # the char CNN only for words not in vocab.txt
+
+input: one whitespace-tokenized sentence per line (split on ASCII whitespace; bytes kept as they are; a UTF-8
+byte order mark is skipped; an empty file, a UTF-16 file or one with NUL bytes is refused). The file is read
+once, as a stream: memory does not grow with its size (except for the sentence_to_index keys).
+output: dataset "<line index>" per line: (L+1, n_tokens, 2P) for --layers all, (n_tokens, 2P) for top and
+average; "sentence_to_index": a JSON string {key: "line index"} (AllenNLP's format; left out with
+--no-sentence-index). A key is the line decoded as UTF-8 with ASCII whitespace stripped from its ends: AllenNLP's
+key for UTF-8 lines; invalid bytes become lone surrogates ("\\udcXX" in the JSON; key.encode("utf-8",
+"surrogateescape") gives the bytes back), so two lines with different tokens never share a key.
+Empty lines give a dataset with 0 tokens. Long sentences are embedded whole unless --max-sentence-tokens cuts
+them. Short sentences share a packed row (each between its own <S> and </S>, the LSTM state reset between
+them): outputs are stateless, a sentence gets the same vectors whatever it is batched with.
+The output is written under a hidden temporary name and renamed at the end: an interrupted run (Ctrl-C,
+SIGTERM: exit 130/143) removes it and leaves an existing output as it was; the temporary of a killed run
+(SIGKILL) is removed by the next run into the same directory. A full disk (or a file-size limit) ends the run
+with one line naming the output and the error (exit 1), the temporary removed, an existing output as it was.
+"""
+
+
+def build_parser(prog=PROG):
+    p = ArgumentParser(
+        prog=prog,
+        description="Write ELMo activations for every sentence of a file (like bilm-tf's "
+        "dump_bilm_embeddings and AllenNLP's `elmo --all`).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--options", required=True, type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
+    p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
+    p.add_argument(
+        "--input",
+        required=True,
+        type=existing_file("--input"),
+        help="text file, one whitespace-tokenized sentence per line",
+    )
+    p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
+    p.add_argument(
+        "--batch-size",
+        type=size_int("--batch-size"),
+        default=64,
+        help="packed rows per batch, the width of the LSTM's matmuls (64); a row holds several short sentences",
+    )
+    p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=size_int("--max-batch-tokens"),
+        default=None,
+        help="cap on rows x steps per batch (default 128 x batch size)",
+    )
+    p.add_argument(
+        "--max-sentence-tokens",
+        type=size_int("--max-sentence-tokens"),
+        default=None,
+        help="cut longer sentences to this many tokens (default: never cut)",
+    )
+    p.add_argument(
+        "--no-sort",
+        action="store_true",
+        help="batch in file order (one batch of look-ahead) instead of by length within windows of 50 x batch size",
+    )
+    p.add_argument(
+        "--token-embeddings",
+        type=existing_file("--token-embeddings"),
+        default=None,
+        help="cached token vectors (bilm-tf/AllenNLP layout, from dump-token-embeddings); needs --vocab",
+    )
+    p.add_argument(
+        "--vocab",
+        type=existing_file("--vocab"),
+        default=None,
+        help="the vocabulary of --token-embeddings, one token per line",
+    )
+    p.add_argument(
+        "--no-sentence-index",
+        action="store_true",
+        help="do not write sentence_to_index (AllenNLP's --forget-sentences): memory then holds no keys",
+    )
+    p.add_argument(
+        "--threads",
+        type=threads_int("--threads"),
+        default=0,
+        help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
+    )
+    return p
+
+
+TOKEN_EMBEDDINGS_EPILOG = """example:
+  elmo-tf dump-token-embeddings --options options.json --weights weights.hdf5 --vocab vocab.txt \\
+      --output token_embeddings.hdf5
+
+vocab: one token per line (UTF-8 bytes kept as they are; no empty line, no whitespace inside a token, no
+duplicate; <S> and </S> get the sentence-boundary vectors).
+output: dataset "embedding", float32 (vocabulary size, projection_dim), row j = line j + 1 of the vocabulary:
+the layout of bilm-tf's dump_token_embeddings and AllenNLP's vocab_to_cache (readers prepend a zero row for
+padding). Attributes vocabulary_size and vocabulary_sha256 record the vocabulary it was written for.
+"""
+
+
+def build_dump_parser(prog=DUMP_PROG):
+    p = ArgumentParser(
+        prog=prog,
+        description="Write the char-CNN token vector of every word of a vocabulary (like bilm-tf's "
+        "dump_token_embeddings and AllenNLP's vocab_to_cache).",
+        epilog=TOKEN_EMBEDDINGS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--options", required=True, type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
+    p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
+    p.add_argument("--vocab", required=True, type=existing_file("--vocab"), help="vocabulary file, one token per line")
+    p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
+    p.add_argument("--batch-size", type=size_int("--batch-size"), default=1024, help="tokens per char-CNN call (1024)")
+    return p
+
+
+def dump_main(argv=None, prog=DUMP_PROG):
+    """`dump-token-embeddings`; returns the exit status (run it with `elmo_tf.cli.run`)."""
+    args = build_dump_parser(prog).parse_args(argv)
+    # usage errors first, then the vocabulary, before the model is loaded
+    inputs = (("--vocab", args.vocab), ("--options", args.options), ("--weights", args.weights))
+    check_output_file("--output", args.output, inputs=inputs)
+    from elmo_tf.io.token_embeddings import (
+        TokenEmbeddingError,
+        compute_token_embeddings,
+        read_vocabulary,
+        write_token_embeddings,
+    )
+
+    try:
+        tokens = read_vocabulary(args.vocab)
+    except TokenEmbeddingError as e:
+        raise DataError(f"--vocab: {e}") from None
+    setup_logging()
+    log = logging.getLogger("elmo_tf")
+    from tqdm import tqdm
+
+    from elmo_tf.config import ConfigError
+    from elmo_tf.io import WeightFileError, load_elmo
+
+    try:
+        model = load_elmo(args.options, args.weights)
+    except ConfigError as e:
+        raise DataError(f"--options: {e}") from None
+    except WeightFileError as e:
+        raise DataError(f"--weights: {e}") from None
+    from elmo_tf.io.atomic import WriteError
+
+    start = time.perf_counter()
+    with tqdm(total=len(tokens), unit="tok", file=sys.stderr, desc="dump-token-embeddings") as bar:
+        embedding = compute_token_embeddings(model, tokens, batch_size=args.batch_size, progress=bar.update)
+    try:
+        write_token_embeddings(args.output, embedding, vocabulary=tokens)
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+        raise DataError(f"--output: {e}") from None
+    seconds = time.perf_counter() - start
+    log.info("%d tokens in %.1f s; wrote %s (%d x %d)", len(tokens), seconds, args.output, *embedding.shape)
+    return 0
+
+
+def main(argv=None, prog=PROG):
+    """`embed`; returns the exit status (run it with `elmo_tf.cli.run`)."""
+    args = build_parser(prog).parse_args(argv)
+    # everything that can be checked is checked before TensorFlow and the model are loaded; the input itself is
+    # read once, while embedding (a bad line further down exits 1 naming it, and no output is left)
+    if (args.token_embeddings is None) != (args.vocab is None):
+        given, missing = ("--token-embeddings", "--vocab") if args.vocab is None else ("--vocab", "--token-embeddings")
+        raise UsageError(f"{given} needs {missing} (the cache's rows follow the vocabulary's lines)")
+    inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
+    if args.vocab is not None:
+        inputs += (("--token-embeddings", args.token_embeddings), ("--vocab", args.vocab))
+    check_output_file("--output", args.output, inputs=inputs)
+    check_text_start("--input", args.input)
+    setup_logging()
+    log = logging.getLogger("elmo_tf")
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from elmo_tf.config import ConfigError
+    from elmo_tf.embed import embed_file, limit_malloc_arenas
+    from elmo_tf.io import WeightFileError, load_elmo
+    from elmo_tf.io.atomic import WriteError
+    from elmo_tf.io.text import TextFileError
+    from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
+
+    limit_malloc_arenas()  # before TensorFlow's threads allocate: about 100 MB less peak RSS
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    try:
+        model = load_elmo(args.options, args.weights)
+    except ConfigError as e:
+        raise DataError(f"--options: {e}") from None
+    except WeightFileError as e:
+        raise DataError(f"--weights: {e}") from None
+    token_embeddings = None
+    if args.vocab is not None:
+        try:
+            vocabulary = read_vocabulary(args.vocab)
+        except TokenEmbeddingError as e:
+            raise DataError(f"--vocab: {e}") from None
+        try:
+            token_embeddings = (
+                vocabulary,
+                load_token_embeddings(args.token_embeddings, vocabulary, projection_dim=model.config.projection_dim),
+            )
+        except TokenEmbeddingError as e:
+            raise DataError(f"--token-embeddings: {e}") from None
+    start = time.perf_counter()
+    try:
+        with tqdm(unit="sent", file=sys.stderr, desc="embed") as bar:
+            stats = embed_file(
+                model,
+                args.input,
+                args.output,
+                batch_size=args.batch_size,
+                layers=args.layers,
+                max_batch_tokens=args.max_batch_tokens,
+                sort=not args.no_sort,
+                max_sentence_tokens=args.max_sentence_tokens,
+                progress=bar.update,
+                token_embeddings=token_embeddings,
+                sentence_index=not args.no_sentence_index,
+            )
+    except TextFileError as e:
+        raise DataError(f"--input: {e}") from None
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+        raise DataError(f"--output: {e}") from None
+    seconds = time.perf_counter() - start
+    log.info(
+        "%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; %d distinct tokens per batch through "
+        "the char CNN, %d from the cache; wrote %s",
+        stats["sentences"],
+        stats["tokens"],
+        seconds,
+        stats["tokens"] / max(seconds, 1e-9),
+        stats["empty"],
+        stats["truncated"],
+        stats["distinct"] - stats["cached"],
+        stats["cached"],
+        args.output,
+    )
+    return 0

@@ -1,0 +1,130 @@
+"""Exports the NER tagger with its frozen ELMo as one SavedModel: sentences -> tags and entity spans.
+
+A thin command line over `elmo_tf.ner.export.export_tagger` (signatures `tag`/`serving_default` and `featurize`;
+see that module). Versioned like the ELMo export (`<base>/<version>/`, never overwritten, written atomically).
+Exit status: 0 done, 2 bad command line, 1 bad model files or a failed export.
+
+examples:
+  python export/export_tagger.py --ner runs/ner --elmo runs/small --output models/tagger
+  python export/export_tagger.py --ner runs/ner_base --output models/tagger_base    # a --no-elmo tagger
+"""
+
+import argparse
+import logging
+import os
+
+from elmo_tf.cli import (
+    ArgumentParser,
+    DataError,
+    UsageError,
+    bounded_number,
+    check_output_dir,
+    existing_dir,
+    setup_logging,
+)
+from elmo_tf.cli.mirrors import TOKENIZERS
+
+PROG = "export_tagger.py"
+
+logger = logging.getLogger("export_tagger")
+
+MAX_VERSION = 2**63 - 1  # TF Serving reads a version directory's name as an int64
+MAX_TOKENS = 2**31 - 1  # sequence lengths are int32: a larger cap cuts nothing
+
+
+def build_parser(prog=PROG):
+    parser = ArgumentParser(
+        prog=prog,
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--ner",
+        required=True,
+        type=existing_dir("--ner"),
+        help="train_ner.py output dir (model.keras, encoder.json, config.json)",
+    )
+    parser.add_argument(
+        "--elmo",
+        default=None,
+        help="the biLM the tagger was trained on: dir or weights.hdf5 (default: what the NER dir's config.json names)",
+    )
+    parser.add_argument("--output", required=True, help="base dir, e.g. models/tagger")
+    parser.add_argument(
+        "--version",
+        type=bounded_number("--version", int, minimum=1, maximum=MAX_VERSION),
+        default=None,
+        help="1 to 2**63 - 1 (default: the next free integer when the export is published)",
+    )
+    parser.add_argument("--tokenizer", default="whitespace", choices=TOKENIZERS)
+    parser.add_argument(
+        "--max-tokens", type=bounded_number("--max-tokens", int, minimum=1, maximum=MAX_TOKENS), default=None
+    )
+    return parser
+
+
+def elmo_for(args, head):
+    """The ELMo model the tagger needs (None without ELMo): --elmo, else the in-process source training recorded."""
+    from elmo_tf.io import load_elmo
+    from elmo_tf.ner.features import elmo_paths
+    from elmo_tf.ner.tagging import recorded_source
+
+    if not head.num_elmo_layers:
+        return None
+    if args.elmo:
+        options, weights = elmo_paths(args.elmo)
+        flag = "--elmo"
+    else:
+        try:
+            recorded = recorded_source(args.ner)
+        except ValueError as e:
+            raise DataError(f"--ner: {e}") from None
+        if recorded.get("kind") != "in_process":
+            raise UsageError("--elmo: the tagger was trained on served features; name the biLM files (--elmo DIR)")
+        options, weights, flag = recorded["options"], recorded["weights"], "--ner (config.json's elmo_source)"
+    for path in (options, weights):
+        if not os.path.isfile(path):
+            raise UsageError(f"{flag}: no such file: {path!r}")
+    try:
+        return load_elmo(options, weights)
+    except (ValueError, OSError) as e:
+        raise DataError(f"{flag}: cannot load the biLM: {e}") from None
+
+
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    from elmo_tf.ner.tagging import check_model_dir, load_tagger
+
+    try:
+        check_model_dir(args.ner)
+    except ValueError as e:
+        raise UsageError(f"--ner: {e}") from None
+    check_output_dir("--output", args.output)
+    if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
+        raise UsageError(f"--version: version {args.version} already exists in {args.output!r}")
+    setup_logging()
+    from elmo_tf.ner.export import TAG_SIGNATURE, export_tagger
+
+    try:
+        head, encoder, _ = load_tagger(args.ner)
+    except ValueError as e:
+        raise DataError(f"--ner: {e}") from None
+    elmo = elmo_for(args, head)
+    try:
+        path = export_tagger(
+            head,
+            encoder,
+            args.output,
+            elmo=elmo,
+            version=args.version,
+            tokenizer=args.tokenizer,
+            max_tokens=args.max_tokens,
+        )
+    except FileExistsError as e:
+        raise UsageError(f"--version: {e}") from None
+    except (RuntimeError, OSError) as e:
+        raise DataError(f"--output: export failed: {e}") from None
+    logger.info("wrote %s (signature %r and serving_default)", path, TAG_SIGNATURE)
+    print(path)
+    return 0
