@@ -11,16 +11,16 @@ embedding 15, filters 25 x width for widths 1-6 = 525, one highway layer), 2-lay
 192-dim projection in each direction, one softmax (10,002 x 192 + bias) shared by both directions:
 5,282,610 parameters, of which 1.93M softmax, 0.69M char CNN, 2.66M LSTMs (1.33M per direction).
 
-Training: `elmo_tf.pretrain.Trainer` in this process, run by `elmo_tf.pretrain.run_pretraining` (the same
+Training: `elmo_tf.pretraining.Trainer` in this process, run by `elmo_tf.pretraining.run_pretraining` (the same
 loop, checkpoints, log.csv and model directory as training/pretrain.py), default MirroredStrategy
 (--cpu-replicas N splits the CPU), sampled softmax with --num-sampled log-uniform negatives, Adagrad 0.2 /
 clip 10 / dropout 0.1 (the original recipe) unless flags say otherwise, sentences of up to --max-tokens (100:
 every PTB sentence whole). It stops after --steps, or when --minutes of training wall time are spent
-(`elmo_tf.pretrain.StopAfterMinutes`, checked after every step; the first step's tracing is counted, start-up
+(`elmo_tf.pretraining.StopAfterMinutes`, checked after every step; the first step's tracing is counted, start-up
 and evaluation are not). The run directory keeps checkpoints; --resume continues it, and the budget counts
 the run's total training time (restored from the checkpoint), not only this session's.
 
-Evaluation: `elmo_tf.pretrain.evaluate_perplexity`, full softmax over the 10,002 entries. Each sentence is
+Evaluation: `elmo_tf.pretraining.evaluate_perplexity`, full softmax over the 10,002 entries. Each sentence is
 scored on its own from <S> (no state carried across sentences), targets = words + </S> (forward) or
 words + <S> (backward): 73,760 targets on valid and 82,430 on test, the same counts as the usual
 stream evaluation (words + <eos>). Carrying no context across sentence boundaries makes our numbers
@@ -169,9 +169,8 @@ def main(argv=None):
     import tensorflow as tf
 
     from elmo_tf.config import BiLMConfig
-    from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretrain import (
+    from elmo_tf.pretraining import (
         CheckpointMismatchError,
         Checkpoints,
         TrainConfig,
@@ -179,6 +178,7 @@ def main(argv=None):
         evaluate_perplexity,
         run_pretraining,
     )
+    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)

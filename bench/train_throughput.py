@@ -14,7 +14,7 @@ of a PTB batch's positions padding); the baseline keeps its own pipeline.
 
 How it is measured:
   - every (commit, config, replicas) runs in its own subprocess (a worker mode of this script): it builds
-    `elmo_tf.pretrain.Trainer` as training/pretrain.py does (MirroredStrategy over 1 or 2 logical CPUs,
+    `elmo_tf.pretraining.Trainer` as training/pretrain.py does (MirroredStrategy over 1 or 2 logical CPUs,
     Adagrad, clip 10, dropout 0.1) and drives its compiled train step on the trainer's own tf.data input,
     without checkpoints or logs;
   - --baseline REV (default 97bf9b2, the commit before this work): the worker runs with that commit's
@@ -105,9 +105,9 @@ def make_trainer(args, tmp):
     corpus)`."""
     import tensorflow as tf
 
-    from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretrain import TrainConfig, Trainer
+    from elmo_tf.pretraining import TrainConfig, Trainer
+    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)

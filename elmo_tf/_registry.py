@@ -22,7 +22,7 @@ SERIALIZABLE_MODULES = (
     "elmo_tf.models.elmo",
     "elmo_tf.ner.featurizer",
     "elmo_tf.ner.model",
-    "elmo_tf.optimizers",
+    "elmo_tf.pretraining.optimizers",
 )
 
 

@@ -250,7 +250,7 @@ def test_train_config_fields_are_pretrain_flags_with_the_same_ranges():
     """Each TrainConfig field names a flag of training/pretrain.py (the mapping the CLI uses to name the flag of a
     ConfigError); a number field's flag is checked with the dataclass's own Bounds (--steps and --epochs, one of
     which must be given, start above 0)."""
-    from elmo_tf.pretrain import TrainConfig
+    from elmo_tf.pretraining import TrainConfig
 
     parser = build_parser("pretrain")
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}

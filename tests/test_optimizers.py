@@ -1,5 +1,5 @@
-"""elmo_tf/optimizers.py: the fused Adagrad and Adam against numpy, against Keras' own, sparse == dense, under a
-strategy, and through a checkpoint of Keras' optimizer."""
+"""elmo_tf/pretraining/optimizers.py: the fused Adagrad and Adam against numpy, against Keras' own, sparse ==
+dense, under a strategy, and through a checkpoint of Keras' optimizer."""
 
 import contextlib
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.distribute import get_strategy
-from elmo_tf.optimizers import FusedAdagrad, FusedAdam
+from elmo_tf.pretraining.distribute import get_strategy
+from elmo_tf.pretraining.optimizers import FusedAdagrad, FusedAdam
 
 SHAPES = [(7, 5), (11,), (3, 4, 2)]
 

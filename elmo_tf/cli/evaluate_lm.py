@@ -62,7 +62,7 @@ def main(argv=None, prog=PROG):
 
     from elmo_tf.io.atomic import WriteError, stdout_write_error, write_text
     from elmo_tf.io.bilm_hdf5 import open_hdf5
-    from elmo_tf.pretrain import evaluate_perplexity, load_model_dir
+    from elmo_tf.pretraining import evaluate_perplexity, load_model_dir
 
     try:
         open_hdf5(model_files["softmax.hdf5"], what="softmax file").close()  # load_model_dir does not check this

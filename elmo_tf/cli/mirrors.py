@@ -1,5 +1,5 @@
 """Library constants the command lines' parsers need, copied here so that `--help` and usage errors never import
-TensorFlow: the modules that define them (`elmo_tf.pretrain`, `elmo_tf.preprocessing.*`, `elmo_tf.io.vocabulary`)
+TensorFlow: the modules that define them (`elmo_tf.pretraining`, `elmo_tf.preprocessing.*`, `elmo_tf.io.vocabulary`)
 import it when loaded. `tests/cli/test_main.py::test_mirrors_match_the_library` checks each copy against its source.
 """
 
@@ -18,7 +18,7 @@ TOKENIZERS = ("whitespace", "unicode_script")
 # elmo_tf.io.vocabulary.SPECIALS (<S>, </S>, <UNK>)
 SPECIALS = ("<S>", "</S>", "<UNK>")
 
-# elmo_tf.pretrain.TrainConfig: field -> (flag, Bounds) of the fields training/pretrain.py takes as flags
+# elmo_tf.pretraining.TrainConfig: field -> (flag, Bounds) of the fields training/pretrain.py takes as flags
 _EVERY = Bounds(int, 1, INT64_MAX)
 TRAIN_CONFIG_FLAGS = {
     "batch_size": ("--batch-size", BATCH_SIZE),

@@ -131,11 +131,10 @@ def main(argv=None, prog=PROG):
     import tensorflow as tf
 
     from elmo_tf.config import BiLMConfig, ConfigError, field_flag, get_config
-    from elmo_tf.distribute import get_strategy, set_cpu_replicas
     from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.vocabulary import Vocabulary
     from elmo_tf.preprocessing.lm_dataset import LMDataError, check_has_tokens
-    from elmo_tf.pretrain import (
+    from elmo_tf.pretraining import (
         CheckpointMismatchError,
         Checkpoints,
         NonFiniteLossError,
@@ -145,6 +144,7 @@ def main(argv=None, prog=PROG):
         load_initial_weights,
         run_pretraining,
     )
+    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
 
     try:
         vocab = Vocabulary.load(args.vocab)

@@ -184,7 +184,7 @@ def test_mirrors_match_the_library():
     from elmo_tf.io.vocabulary import SPECIALS
     from elmo_tf.preprocessing import lm_dataset
     from elmo_tf.preprocessing.tokenizer import TOKENIZERS
-    from elmo_tf.pretrain import TrainConfig
+    from elmo_tf.pretraining import TrainConfig
 
     assert mirrors.SPECIALS == SPECIALS and mirrors.TOKENIZERS == TOKENIZERS
     assert (mirrors.BATCH_SIZE, mirrors.TOKENS, mirrors.SHUFFLE_BUFFER) == (

@@ -355,9 +355,15 @@ def test_check_export_detects_a_different_model(model, exported):
         (["--output", "o", "--model-dir", "/nonexistent"], "--model-dir: not a directory"),
         (["--output", "o", "--model-dir", ".", "--version", "0"], "argument --version"),
         (["--output", "o", "--model-dir", ".", "--version", str(2**63)], "<= 9223372036854775807"),
-        (["--output", "o", "--model-dir", ".", "--version", "99999999999999999999"], "--version must be >= 1"),
+        (
+            ["--output", "o", "--model-dir", ".", "--version", "99999999999999999999"],
+            "--version must be <= 9223372036854775807 (int64), got",
+        ),
         (["--output", "o", "--model-dir", ".", "--max-tokens", "-3"], "argument --max-tokens"),
-        (["--output", "o", "--model-dir", ".", "--max-tokens", str(2**31)], "--max-tokens must be >= 1 and <="),
+        (
+            ["--output", "o", "--model-dir", ".", "--max-tokens", str(2**31)],
+            "--max-tokens must be <= 2147483647 (int32), got",
+        ),
         (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
         (["--model-dir", "."], "--output"),
     ],

@@ -11,7 +11,7 @@ from tiny_models import TINY
 from elmo_tf.config import BiLMConfig
 from elmo_tf.models import bilm_pretrainer
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
-from elmo_tf.pretrain import TrainConfig, make_optimizer
+from elmo_tf.pretraining import TrainConfig, make_optimizer
 
 VOCAB = 40
 

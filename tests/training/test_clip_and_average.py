@@ -1,4 +1,4 @@
-"""elmo_tf/pretrain.py: `clip_and_average`, the training step's gradient clipping, against
+"""elmo_tf/pretraining/step.py: `clip_and_average`, the training step's gradient clipping, against
 `tf.clip_by_global_norm` followed by the division by the replica count (what the step did before), with dense and
 sparse gradients, below and above the bound, and with a non-finite norm."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.pretrain import clip_and_average
+from elmo_tf.pretraining import clip_and_average
 
 
 def gradients(scale):

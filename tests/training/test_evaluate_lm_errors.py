@@ -13,7 +13,7 @@ from tiny_models import TINY
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.models import BiLMPretrainer
-from elmo_tf.pretrain import write_model_dir
+from elmo_tf.pretraining import write_model_dir
 
 SCRIPT = REPO_ROOT / "training" / "evaluate_lm.py"
 PROG = "evaluate_lm.py: error:"

@@ -1,4 +1,4 @@
-"""training/pretrain.py and elmo_tf/pretrain.py: loss falls, 2 replicas, 2 workers, kill -9 and resume, SIGTERM
+"""training/pretrain.py and elmo_tf/pretraining: loss falls, 2 replicas, 2 workers, kill -9 and resume, SIGTERM
 saves and resumes, --max-minutes, the exported weights.hdf5 reproduces the in-memory model, perplexity on the
 training sentences, NaN stop, --init-from, bad arguments. (The loop, its callbacks and the atomic writes
 in-process: test_pretrain_loop.py.)
@@ -32,7 +32,7 @@ from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
 from elmo_tf.models import ELMo
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
-from elmo_tf.pretrain import (
+from elmo_tf.pretraining import (
     CheckpointMismatchError,
     Checkpoints,
     NonFiniteLossError,
@@ -611,7 +611,7 @@ def test_resuming_on_another_replica_count_is_refused(data, tmp_path):
 def test_an_unreadable_train_config_does_not_block_resuming(data, tmp_path, caplog):
     _Run(data, tmp_path / "run", steps=2).train()
     (tmp_path / "run" / "train_config.json").write_bytes(b"\xff\xfe not json")
-    with caplog.at_level("WARNING", logger="elmo_tf.pretrain"):
+    with caplog.at_level("WARNING", logger="elmo_tf.pretraining"):
         assert _Run(data, tmp_path / "run", steps=4, bucket_width=2).resumed
     assert "train_config.json unreadable" in caplog.text and "not checked" in caplog.text
 
@@ -621,7 +621,7 @@ def test_resume_on_other_training_files_warns(data, tmp_path, caplog):
     config = json.loads((tmp_path / "run" / "train_config.json").read_text())
     config["train_files"] = ["a.txt", "b.txt"]
     (tmp_path / "run" / "train_config.json").write_text(json.dumps(config))
-    with caplog.at_level("WARNING", logger="elmo_tf.pretrain"):
+    with caplog.at_level("WARNING", logger="elmo_tf.pretraining"):
         assert _Run(data, tmp_path / "run", steps=4).resumed
     assert "training files differ from the run's (1 files, was 2" in caplog.text
 

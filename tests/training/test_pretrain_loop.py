@@ -1,4 +1,4 @@
-"""elmo_tf/pretrain.py in-process: building a Trainer does no I/O, the loop calls Keras callbacks (hooks, logs,
+"""elmo_tf/pretraining in-process: building a Trainer does no I/O, the loop calls Keras callbacks (hooks, logs,
 `model.stop_training`, interrupts), and the run directory's files are written atomically.
 
 The model is tests/tiny_models.TINY on 24 short made-up sentences; each test builds its own Trainer (about a
@@ -23,7 +23,7 @@ from elmo_tf.io import build_vocabulary, count_words
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.preprocessing.lm_dataset import MAX_BUFFER, LMDataError
-from elmo_tf.pretrain import (
+from elmo_tf.pretraining import (
     STOP_REASONS,
     Checkpoints,
     TrainConfig,
@@ -383,10 +383,10 @@ def test_the_probe_batch_of_blank_training_files_names_them(corpus, tmp_path):
 
 
 def test_bfloat16_on_a_cpu_without_it_warns(corpus, monkeypatch, caplog):
-    import elmo_tf.pretrain as pretrain
+    import elmo_tf.pretraining.trainer as trainer_module
 
-    monkeypatch.setattr(pretrain, "_cpu_has_bfloat16", lambda: False)
-    with caplog.at_level("WARNING", logger="elmo_tf.pretrain"):
+    monkeypatch.setattr(trainer_module, "_cpu_has_bfloat16", lambda: False)
+    with caplog.at_level("WARNING", logger="elmo_tf.pretraining"):
         make_trainer(corpus)
         assert "AVX512_BF16" not in caplog.text
         make_trainer(corpus, matmul_precision="bfloat16")

@@ -97,3 +97,13 @@ class FusedAdam(keras.optimizers.Adam):
             epsilon=tf.cast(self.epsilon, dtype),
             grad=tf.cast(tf.convert_to_tensor(gradient), dtype),
         )
+
+
+def make_optimizer(config):
+    """The Keras optimizer a `TrainConfig` names (Adagrad as in bilm-tf: initial accumulator 1.0). Adagrad and Adam
+    are the fused ones above (one kernel per variable, repeated sparse indices summed)."""
+    if config.optimizer == "adagrad":
+        return FusedAdagrad(config.learning_rate, initial_accumulator_value=1.0, epsilon=1e-7)
+    if config.optimizer == "adam":
+        return FusedAdam(config.learning_rate)
+    return keras.optimizers.SGD(config.learning_rate)

@@ -1,4 +1,4 @@
-"""`tf.distribute` strategies by name."""
+"""`tf.distribute` strategies by name, and what the pretraining loop asks of them (chief, workers, agreement)."""
 
 import json
 import os
@@ -51,3 +51,18 @@ def is_chief(strategy):
         or task_type == "chief"
         or (task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict())
     )
+
+
+def num_workers(strategy):
+    """How many workers run `strategy` (1 off multi-worker)."""
+    return getattr(strategy.extended, "_num_workers", 1)
+
+
+def any_worker(strategy, flag):
+    """`flag` or-ed over the workers (one all-reduce; only in a multi-worker run): every worker stops (or refuses)
+    at the same point, or the next collectives would wait forever for the one that stopped."""
+    if num_workers(strategy) <= 1:
+        return flag
+    value = tf.constant(1.0 if flag else 0.0)
+    total = strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value))
+    return float(strategy.experimental_local_results(total)[0]) > 0
