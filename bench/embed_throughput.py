@@ -14,7 +14,7 @@ other text: --cache-vocab-from, default the Wikipedia and WikiText-2 parts of sh
 twice or more), with their speedups over the default and over `no memo`, and the share of tokens the cache held.
 
 How it is measured:
-  - random original-size weights are written once with `elmo_tf.io.save_elmo` (seeded) into
+  - random original-size weights are written once with `elmo_tf.models.save_elmo` (seeded) into
     --weights-dir (default bench/results/cache/original-seed<seed>/, about 375 MB) and reused;
   - every run is its own subprocess, ours then the peer for each (batch size, order), so both see the
     same machine state; peak RSS is the subprocess's `ru_maxrss` (from `os.wait4`), model loading included;
@@ -118,7 +118,7 @@ def worker_weights(args):
     import keras
 
     from elmo_tf.config import get_config
-    from elmo_tf.io import save_elmo
+    from elmo_tf.models import save_elmo
     from elmo_tf.models.elmo import ELMo
 
     keras.utils.set_random_seed(args.seed)
@@ -140,8 +140,8 @@ def worker_cache(args):
     _set_threads(args.threads)
     from collections import Counter
 
-    from elmo_tf.io import load_elmo
     from elmo_tf.io.token_embeddings import compute_token_embeddings, write_token_embeddings
+    from elmo_tf.models import load_elmo
 
     counts = Counter()
     for path in args.cache_vocab_from.split(","):
@@ -165,8 +165,8 @@ def worker_ours(args):
     from elmo_tf.embed import Embedder, limit_malloc_arenas, plan_batches
 
     limit_malloc_arenas()  # as `python -m elmo_tf embed` does
-    from elmo_tf.io import load_elmo
     from elmo_tf.io.sentences import iter_sentences
+    from elmo_tf.models import load_elmo
 
     start = time.perf_counter()
     model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))

@@ -14,7 +14,7 @@ Weight sets:
                     ("fixture_bilm_tf+skip"); our no-skip path is checked against bilm-tf's recorded
                     outputs by tests/test_fixture_parity.py instead.
   random_<preset>   a randomly initialized `BiLMConfig` preset (default small: LSTM 1024 / projection 128),
-                    written with `elmo_tf.io.save_elmo`: seeded Keras initializers, LSTM input and
+                    written with `elmo_tf.models.save_elmo`: seeded Keras initializers, LSTM input and
                     projection kernels scaled by --lstm-scale (4) so the projection clip is reached now
                     and then (about 1% of layer-1 values) without saturating, every bias drawn from
                     N(0, 0.1). The orthogonal recurrent kernels stay unscaled (--recurrent-scale 1): scaled
@@ -82,7 +82,7 @@ def write_random_weights(output_dir, preset, seed, lstm_scale, recurrent_scale):
     import keras
 
     from elmo_tf.config import get_config
-    from elmo_tf.io import save_elmo
+    from elmo_tf.models import save_elmo
     from elmo_tf.models.elmo import ELMo
 
     keras.utils.set_random_seed(seed)

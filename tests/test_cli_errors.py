@@ -11,8 +11,7 @@ from cli_testlib import assert_one_error, run_command
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
-from elmo_tf.io import save_elmo
-from elmo_tf.models import ELMo
+from elmo_tf.models import ELMo, save_elmo
 
 PROG = "python -m elmo_tf embed: error:"
 SENTENCES = "The cat sat .\n\nHi there\n"

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from elmo_tf.embed import Embedder, embed_file, iter_batches, pack_rows, plan_batches
-from elmo_tf.io import save_elmo
 from elmo_tf.io.sentences import iter_sentences
+from elmo_tf.models import save_elmo
 from elmo_tf.preprocessing import whitespace_tokenize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -30,9 +30,8 @@ from cli_testlib import REPO_ROOT, assert_ends_with_one_error, assert_one_error,
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
-from elmo_tf.io import save_elmo
 from elmo_tf.io.sentences import sentence_key
-from elmo_tf.models import ELMo
+from elmo_tf.models import ELMo, save_elmo
 
 L, P = TINY["num_layers"], TINY["projection_dim"]
 WAIT = 60  # seconds, the bound on every wait for a subprocess

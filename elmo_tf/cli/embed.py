@@ -170,7 +170,8 @@ def dump_main(argv=None, prog=DUMP_PROG):
     from tqdm import tqdm
 
     from elmo_tf.config import ConfigError
-    from elmo_tf.io import WeightFileError, load_elmo
+    from elmo_tf.io import WeightFileError
+    from elmo_tf.models import load_elmo
 
     try:
         model = load_elmo(args.options, args.weights)
@@ -212,10 +213,11 @@ def main(argv=None, prog=PROG):
 
     from elmo_tf.config import ConfigError
     from elmo_tf.embed import embed_file, limit_malloc_arenas
-    from elmo_tf.io import WeightFileError, load_elmo
+    from elmo_tf.io import WeightFileError
     from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
+    from elmo_tf.models import load_elmo
 
     limit_malloc_arenas()  # before TensorFlow's threads allocate: about 100 MB less peak RSS
     if args.threads:

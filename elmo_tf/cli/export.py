@@ -129,7 +129,7 @@ def main(argv=None, prog=PROG):
     args = parse_args(argv, prog)
     setup_logging(verbose=args.verbose, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from elmo_tf.export import ExportError, export_elmo
-    from elmo_tf.io.bilm_hdf5 import load_elmo
+    from elmo_tf.models import load_elmo
 
     logger.info("loading %s + %s", args.options, args.weights)
     try:

@@ -66,7 +66,7 @@ def build_parser(prog=PROG):
 
 def elmo_for(args, head):
     """The ELMo model the tagger needs (None without ELMo): --elmo, else the in-process source training recorded."""
-    from elmo_tf.io import load_elmo
+    from elmo_tf.models import load_elmo
     from elmo_tf.ner.features import elmo_paths
     from elmo_tf.ner.tagging import recorded_source
 

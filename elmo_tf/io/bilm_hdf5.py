@@ -16,7 +16,6 @@ import os
 import h5py
 import numpy as np
 
-from elmo_tf.config import BiLMConfig
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.layers.bilm import DIRECTIONS
@@ -170,29 +169,3 @@ def save_bilm_weights(model, weights_path):
     with atomic_hdf5(weights_path) as f:
         for name, variables, to_file, _ in weight_map(model):
             f.create_dataset(name, data=to_file([np.asarray(v.numpy()) for v in variables]).astype(np.float32))
-
-
-def load_elmo(options_path, weights_path=None, **elmo_kwargs):
-    """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it.
-
-    Raises:
-        ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file. Both are
-            ValueErrors whose message names the file and the key or dataset.
-
-    Example:
-        elmo = load_elmo("options.json", "weights.hdf5")
-        out = elmo.embed_tokens(tf.constant([["Hello", "world", "."]]))
-    """
-    from elmo_tf.models.elmo import ELMo
-
-    model = ELMo(BiLMConfig.from_json(options_path), **elmo_kwargs)
-    if weights_path is not None:
-        load_bilm_weights(model, weights_path)
-    return model
-
-
-def save_elmo(model, output_dir):
-    """Writes `options.json` and `weights.hdf5` for an `ELMo` model into `output_dir`."""
-    os.makedirs(output_dir, exist_ok=True)
-    model.config.to_json(os.path.join(output_dir, "options.json"))
-    save_bilm_weights(model, os.path.join(output_dir, "weights.hdf5"))

@@ -1,4 +1,4 @@
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
-from elmo_tf.models.elmo import ELMo
+from elmo_tf.models.elmo import ELMo, load_elmo, save_elmo
 
-__all__ = ["BiLMPretrainer", "ELMo"]
+__all__ = ["BiLMPretrainer", "ELMo", "load_elmo", "save_elmo"]

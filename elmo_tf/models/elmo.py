@@ -1,9 +1,12 @@
 """The ELMo encoder: char ids -> every biLM layer's activations, mask, lengths and named mixes."""
 
+import os
+
 import keras
 import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
+from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
@@ -226,3 +229,27 @@ class ELMo(keras.Model):
                 raise ValueError(f"frozen: unknown part {key!r}; ELMo has {sorted(parts)}")
             parts[key].trainable = False
         return model
+
+
+def load_elmo(options_path, weights_path=None, **elmo_kwargs):
+    """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it.
+
+    Raises:
+        ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file. Both are
+            ValueErrors whose message names the file and the key or dataset.
+
+    Example:
+        elmo = load_elmo("options.json", "weights.hdf5")
+        out = elmo.embed_tokens(tf.constant([["Hello", "world", "."]]))
+    """
+    model = ELMo(BiLMConfig.from_json(options_path), **elmo_kwargs)
+    if weights_path is not None:
+        load_bilm_weights(model, weights_path)
+    return model
+
+
+def save_elmo(model, output_dir):
+    """Writes `options.json` and `weights.hdf5` for an `ELMo` model into `output_dir`."""
+    os.makedirs(output_dir, exist_ok=True)
+    model.config.to_json(os.path.join(output_dir, "options.json"))
+    save_bilm_weights(model, os.path.join(output_dir, "weights.hdf5"))

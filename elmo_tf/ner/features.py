@@ -328,7 +328,7 @@ def open_feature_source(
     for what, path in (("options", options), ("weights", weights)):
         if not path or not os.path.isfile(path):
             raise FeatureSourceError(f"no {what} file at {path!r}")
-    from elmo_tf.io import load_elmo
+    from elmo_tf.models import load_elmo
 
     try:
         source = InProcessFeatures(load_elmo(options, weights), batch_size=batch_size)

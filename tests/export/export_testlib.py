@@ -10,7 +10,7 @@ def load_test_model():
     import keras
 
     from elmo_tf import BiLMConfig, ELMo
-    from elmo_tf.io.bilm_hdf5 import load_elmo
+    from elmo_tf.models import load_elmo
 
     if (FIXTURES / "options.json").is_file() and (FIXTURES / "lm_weights.hdf5").is_file():
         return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"))

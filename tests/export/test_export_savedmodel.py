@@ -382,7 +382,7 @@ def test_help_has_examples():
 
 
 def test_script_end_to_end_with_model_dir(model, tmp_path):
-    from elmo_tf.io.bilm_hdf5 import save_elmo
+    from elmo_tf.models import save_elmo
 
     model_dir = tmp_path / "pretrain"
     save_elmo(model, str(model_dir))
@@ -404,7 +404,7 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
 
 
 def test_script_refuses_an_existing_version(model, tmp_path, run_script):
-    from elmo_tf.io.bilm_hdf5 import save_elmo
+    from elmo_tf.models import save_elmo
 
     save_elmo(model, str(tmp_path / "pretrain"))
     (tmp_path / "elmo" / "7").mkdir(parents=True)
@@ -468,7 +468,7 @@ def _wait_for_temp(base, proc, seconds=240):
 def test_a_killed_export_publishes_nothing_and_its_temporary_goes(model, tmp_path, how):
     """kill -9 leaves the hidden temporary, which the next export to the same base removes; SIGTERM removes it
     itself and exits 143. Neither publishes a version."""
-    from elmo_tf.io.bilm_hdf5 import save_elmo
+    from elmo_tf.models import save_elmo
 
     save_elmo(model, str(tmp_path / "pretrain"))
     base = tmp_path / "elmo"
@@ -586,7 +586,7 @@ def test_an_explicit_version_taken_meanwhile_is_refused_and_nothing_is_left(tmp_
 def tiny_model_dir(tmp_path_factory):
     """options.json + weights.hdf5 of a tiny random ELMo (an export of it takes seconds)."""
     from elmo_tf import BiLMConfig, ELMo
-    from elmo_tf.io.bilm_hdf5 import save_elmo
+    from elmo_tf.models import save_elmo
 
     directory = tmp_path_factory.mktemp("tiny") / "model"
     save_elmo(ELMo(BiLMConfig(**TINY)), str(directory))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from elmo_tf.config import BiLMConfig, get_config
-from elmo_tf.io import WeightFileError, load_bilm_weights, load_elmo, save_bilm_weights, save_elmo
+from elmo_tf.io import WeightFileError, load_bilm_weights, save_bilm_weights
+from elmo_tf.models import load_elmo, save_elmo
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hi"], []]
 LSTM = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/{name}"

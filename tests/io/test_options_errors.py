@@ -7,7 +7,7 @@ import json
 import pytest
 
 from elmo_tf.config import BiLMConfig, ConfigError
-from elmo_tf.io import load_elmo
+from elmo_tf.models import load_elmo
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 from cli_testlib import assert_one_error, run_command
 
 from elmo_tf.cli.main import main
-from elmo_tf.io import load_elmo
 from elmo_tf.io.token_embeddings import (
     DIGEST_ATTR,
     SIZE_ATTR,
@@ -25,6 +24,7 @@ from elmo_tf.io.token_embeddings import (
     vocabulary_digest,
     write_token_embeddings,
 )
+from elmo_tf.models import load_elmo
 from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS
 
 ALLENNLP = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "elmo_fixtures" / "allennlp"

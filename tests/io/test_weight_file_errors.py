@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from elmo_tf.config import ConfigError
-from elmo_tf.io import WeightFileError, load_bilm_weights, load_elmo, save_bilm_weights
+from elmo_tf.io import WeightFileError, load_bilm_weights, save_bilm_weights
+from elmo_tf.models import load_elmo
 
 BIAS = "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"  # (64,) in the tiny config
 

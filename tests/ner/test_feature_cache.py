@@ -254,7 +254,7 @@ def test_the_same_biLM_elsewhere_reuses_the_cache(tmp_path):
 
 
 def test_model_fingerprint_follows_the_weight_values(tmp_path):
-    from elmo_tf.io import load_elmo
+    from elmo_tf.models import load_elmo
 
     model = save_tiny_elmo(tmp_path / "elmo", seed=1)
     reloaded = load_elmo(str(tmp_path / "elmo" / "options.json"), str(tmp_path / "elmo" / "weights.hdf5"))

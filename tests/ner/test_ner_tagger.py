@@ -17,8 +17,8 @@ import keras
 import numpy as np
 import pytest
 
-from elmo_tf.io import load_elmo
 from elmo_tf.io.conll import Sentence, read_conll
+from elmo_tf.models import load_elmo
 from elmo_tf.ner import Encoder, InProcessFeatures, NERBatches, NERConfig, NERData, predict_tags, span_scores
 from elmo_tf.ner.model import NERTagger
 from elmo_tf.ner.tagging import load_tagger, tag_sentences

@@ -28,8 +28,8 @@ import tensorflow as tf
 from cli_testlib import assert_ends_with_one_error, assert_one_error, limit_file_size
 
 from elmo_tf.config import BiLMConfig
-from elmo_tf.io import build_vocabulary, count_words, load_elmo, weight_map
-from elmo_tf.models import ELMo
+from elmo_tf.io import build_vocabulary, count_words, weight_map
+from elmo_tf.models import ELMo, load_elmo
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
 from elmo_tf.pretraining import (
