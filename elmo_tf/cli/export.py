@@ -1,4 +1,4 @@
-"""Exports an ELMo model as a versioned SavedModel for TF Serving: `<base>/<version>/` (DESIGN.md, "Serving contract").
+"""Exports an ELMo model as a versioned SavedModel for TF Serving: `<base>/<version>/` (README, "Export").
 
 A thin command line over `elmo_tf.export.export_elmo`; the signatures are `elmo_tf.serving_contract`'s.
 """
