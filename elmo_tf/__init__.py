@@ -6,6 +6,8 @@ The first access of any of them (`from elmo_tf import ELMo`, `elmo_tf.load_elmo`
 Keras-serializable class of the package (`elmo_tf._registry`), as `elmo_tf.load_model` does before it reads a file.
 """
 
+from elmo_tf import _lazy, _registry
+
 __version__ = "0.1.0"
 
 # public name -> the module it is imported from (each imports TensorFlow)
@@ -40,31 +42,10 @@ def load_model(filepath, **kwargs):
     Example:
         model = elmo_tf.load_model("tagger.keras")  # same keyword arguments as keras.saving.load_model
     """
-    from elmo_tf._registry import register_all
-
-    register_all()
+    _registry.register_all()
     import keras
 
     return keras.saving.load_model(filepath, **kwargs)
 
 
-def __getattr__(name):
-    """A public name (registering every class first), or a subpackage (`elmo_tf.layers` after `import elmo_tf`)."""
-    import importlib
-    import importlib.util
-
-    module = _EXPORTS.get(name)
-    if module is not None:
-        from elmo_tf._registry import register_all
-
-        register_all()
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later accesses skip __getattr__
-        return value
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")  # binds itself as an attribute of the package
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.lazy_namespace(__name__, _EXPORTS, before=_registry.register_all)

@@ -5,7 +5,7 @@ import dataclasses
 import math
 import numbers
 
-__all__ = ["INT32_MAX", "INT64_MAX", "SEED_MAX", "Bounds"]
+__all__ = ["BATCH_SIZE", "INT32_MAX", "INT64_MAX", "MAX_BUFFER", "SEED_MAX", "SHUFFLE_BUFFER", "TOKENS", "Bounds"]
 
 
 def _show(value, limit=60):
@@ -68,3 +68,13 @@ class Bounds:
             return f"must be {'an int' if self.kind is int else 'a number'}, got {_show(value)}"
         broken = self.requirement(value)
         return f"{broken}, got {_show(value)}" if broken else None
+
+
+# The language-model data (`elmo_tf.preprocessing.lm_dataset`, `TrainConfig`, the pretrain and evaluate-lm flags).
+# tf.data gives every slot of a shuffle buffer and of a batch window memory up front (about 24 bytes each, before any
+# element arrives): a buffer of 2**27 took 3 GB and 30 s here, one of 2**31 aborts the process (std::bad_alloc)
+MAX_BUFFER = 2**24
+BUFFER_NOTE = "tf.data reserves memory for every slot up front"
+BATCH_SIZE = Bounds(int, 1, MAX_BUFFER, high_note=BUFFER_NOTE)
+SHUFFLE_BUFFER = Bounds(int, 0, MAX_BUFFER, high_note=BUFFER_NOTE)
+TOKENS = Bounds(int, 1, INT32_MAX)  # max_tokens and bucket_width: token counts, int32 in the graph

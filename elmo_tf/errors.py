@@ -35,12 +35,19 @@ def one_line(text):
     return " ".join(str(text).split())
 
 
-def check_int(name, value, minimum, allow_none=False):
-    """`value` as an int, or ElmoTFError "`name` must be [None or ]an int >= `minimum`, got `value`" (bools,
-    floats and strings refused). For library arguments; `elmo_tf.cli.positive_int` is the argparse twin."""
+def check_int(name, value, minimum, allow_none=False, maximum=None):
+    """`value` as an int, or ElmoTFError "`name` must be [None or ]an int >= `minimum`, got `value`" (with `maximum`:
+    "an int in [`minimum`, `maximum`]"; bools, floats and strings refused). For library arguments;
+    `elmo_tf.cli.positive_int` is the argparse twin."""
     if value is None and allow_none:
         return None
     prefix = "None or " if allow_none else ""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
-        raise ElmoTFError(f"{name} must be {prefix}an int >= {minimum}, got {value!r}", key=name)
+    if (
+        isinstance(value, bool)
+        or not hasattr(value, "__index__")
+        or operator.index(value) < minimum
+        or (maximum is not None and operator.index(value) > maximum)
+    ):
+        within = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ElmoTFError(f"{name} must be {prefix}an int {within}, got {value!r}", key=name)
     return operator.index(value)

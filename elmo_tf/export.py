@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.bounds import INT64_MAX
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import WRITE_ERRNOS, make_public_dir, remove_stale_temps, temp_name, write_error
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
@@ -52,9 +53,6 @@ class ExportError(ElmoTFError, RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------------- versions
-
-
-INT64_MAX = 2**63 - 1
 
 
 def parse_version(name):

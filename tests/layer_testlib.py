@@ -30,8 +30,10 @@ import subprocess
 import sys
 import threading
 import warnings
+import zipfile
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -452,3 +454,21 @@ def _reload_and_compare(elmo_tf, directory, layer, config, safe_mode, atol):
             np.testing.assert_array_equal(actual, expected, err_msg=f"output {k}")
     reloaded = model.get_layer(layer).get_config()
     assert _json(reloaded) == _json(config), f"the reloaded layer's config differs: {reloaded} vs {config}"
+
+
+def rewrite_keras_weights(path, out, edit):
+    """Copies the `.keras` file `path` to `out` (a `Path`) with its weights file changed by `edit(weights, names)`
+    (`weights`: the `model.weights.h5` inside, an `h5py.File` open for writing; `names`: the paths of its groups and
+    datasets): how a test writes a file as older code wrote it, to check that it still loads."""
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "model.weights.h5":
+                weights = out.parent / f"{out.name}.weights.h5"
+                weights.write_bytes(data)
+                with h5py.File(weights, "r+") as f:
+                    names = []
+                    f.visit(names.append)
+                    edit(f, names)
+                data = weights.read_bytes()
+            dst.writestr(item, data)

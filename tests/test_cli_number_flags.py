@@ -263,6 +263,6 @@ def test_train_config_fields_are_pretrain_flags_with_the_same_ranges():
                 flag == "--steps" and (cli.low, cli.high) == (1, bounds.high)
             )
         elif bounds is not None:
-            assert actions[flag].type.bounds == bounds, field.name  # elmo_tf.cli.mirrors' copy, without TensorFlow
+            assert actions[flag].type.bounds is bounds, field.name  # the field's own object, not a copy
         else:
             assert actions[flag].choices, field.name  # --optimizer, --matmul-precision

@@ -80,6 +80,41 @@ def test_importing_the_package_and_its_command_lines_loads_neither_tensorflow_no
     assert loaded == "[]"
 
 
+# modules below the command lines that load no TensorFlow: the parsers read their constants, types and checks
+TF_FREE_MODULES = (
+    *("elmo_tf.config", "elmo_tf.io.atomic", "elmo_tf.io.conll", "elmo_tf.io.text", "elmo_tf.io.vocabulary"),
+    *("elmo_tf.preprocessing.chars", "elmo_tf.preprocessing.tokenizer", "elmo_tf.pretraining.config"),
+)
+
+
+def test_the_subpackages_are_lazy_so_their_tensorflow_free_modules_load_alone():
+    """`elmo_tf.io`, `elmo_tf.preprocessing` and `elmo_tf.pretraining` import their names on first access: importing
+    one of their TensorFlow-free modules (or a name of one) loads no TensorFlow; every name of `__all__` is in `dir()`
+    and `import *` resolves them all."""
+    code = (
+        "import importlib, sys\n"
+        f"for name in {TF_FREE_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        "from elmo_tf.io import expand_glob\n"
+        "from elmo_tf.preprocessing import MAX_CHARS\n"
+        "from elmo_tf.pretraining import TrainConfig\n" + loaded_modules(HEAVY) + "\n"
+        "import elmo_tf.io, elmo_tf.preprocessing, elmo_tf.pretraining\n"
+        "for package in (elmo_tf.io, elmo_tf.preprocessing, elmo_tf.pretraining):\n"
+        "    listed = set(package.__all__) <= set(dir(package))\n"
+        "    namespace = {}\n"
+        "    exec(f'from {package.__name__} import *', namespace)\n"
+        "    print(package.__name__, listed, sorted(set(package.__all__) - set(namespace)))\n"
+    )
+    status, out, err = run_python(code, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert status == 0, err
+    assert out.splitlines() == [
+        "[]",
+        "elmo_tf.io True []",
+        "elmo_tf.preprocessing True []",
+        "elmo_tf.pretraining True []",
+    ]
+
+
 def test_serve_help_and_a_usage_error_answer_without_tensorflow():
     """serving/serve.py --help and --port x: the answer, and no TensorFlow, Keras or its start-up lines."""
     serve = str(REPO / "serving" / "serve.py")

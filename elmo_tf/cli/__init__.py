@@ -26,7 +26,6 @@ Example:
 
 import argparse
 import dataclasses
-import glob
 import os
 import signal
 import sys
@@ -161,19 +160,6 @@ def existing_file(name):
         return text
 
     return parse
-
-
-def matching_files(flag, pattern):
-    """The regular files matching the glob `pattern`, sorted (as `elmo_tf.io.vocabulary.expand_glob` finds them, with
-    its messages, but without importing TensorFlow); raises `UsageError` naming `flag` when none match."""
-    files = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
-    if not files:
-        if os.path.isdir(pattern):
-            raise UsageError(
-                f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. {os.path.join(pattern, '*.txt')!r}"
-            )
-        raise UsageError(f"{flag}: no files match {pattern!r}")
-    return files
 
 
 def existing_dir(name):

@@ -19,13 +19,14 @@ from elmo_tf.bounds import INT32_MAX
 from elmo_tf.cli import (
     ArgumentParser,
     DataError,
+    UsageError,
     bounded_number,
     check_output_file,
     count_int,
-    matching_files,
     setup_logging,
 )
-from elmo_tf.cli.mirrors import SPECIALS
+from elmo_tf.io.atomic import WriteError
+from elmo_tf.io.vocabulary import SPECIALS, CorpusError, build_vocabulary, count_words, expand_glob
 
 PROG = "build_vocab.py"
 
@@ -49,12 +50,12 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    files = matching_files("--train", args.train)
+    try:
+        files = expand_glob(args.train)
+    except ValueError as e:
+        raise UsageError(f"--train: {e}") from None
     check_output_file("--output", args.output, inputs=[("--train", path) for path in files])
     from tqdm import tqdm
-
-    from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.vocabulary import CorpusError, build_vocabulary, count_words
 
     setup_logging()
     start = time.perf_counter()

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from elmo_tf.bounds import BATCH_SIZE, TOKENS
 from elmo_tf.cli import (
     ArgumentParser,
     DataError,
@@ -26,7 +27,6 @@ from elmo_tf.cli import (
     number_type,
     setup_logging,
 )
-from elmo_tf.cli.mirrors import BATCH_SIZE, TOKENS
 
 PROG = "evaluate_lm.py"
 

@@ -11,18 +11,16 @@ from elmo_tf.cli import (
     ArgumentParser,
     DataError,
     UsageError,
-    bounded_number,
     check_output_dir,
+    count_int,
     setup_logging,
+    size_int,
 )
-from elmo_tf.cli.mirrors import TOKENIZERS
+from elmo_tf.preprocessing.tokenizer import TOKENIZERS
 
 PROG = "export_savedmodel.py"
 
 logger = logging.getLogger("export_savedmodel")
-
-MAX_VERSION = 2**63 - 1  # TF Serving reads a version directory's name as an int64
-MAX_TOKENS = 2**31 - 1  # sequence lengths are int32: a larger cap cuts nothing
 
 EXAMPLES = """examples:
   python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo
@@ -58,6 +56,37 @@ of a killed one).
 """
 
 
+def add_export_flags(parser, output_help):
+    """The flags of a versioned SavedModel export, shared by `export` and `export-tagger`: --output (its help:
+    `output_help`), --version (1 to int64's largest: TF Serving reads a version directory's name as an int64),
+    --tokenizer, --max-tokens (int32: sequence lengths are int32, a larger cap cuts nothing)."""
+    parser.add_argument("--output", required=True, help=output_help)
+    parser.add_argument(
+        "--version",
+        type=count_int("--version", minimum=1),
+        help="version number, 1 to 2**63 - 1 (default: the next free integer when the export is published)",
+    )
+    parser.add_argument(
+        "--tokenizer", choices=TOKENIZERS, default="whitespace", help="in-graph tokenizer of the default signature"
+    )
+    parser.add_argument("--max-tokens", type=size_int("--max-tokens"), help="cut every sentence to its first N tokens")
+
+
+def check_export_flags(args):
+    """Raises UsageError unless the flags of `add_export_flags` can work: --output can be created, --version is not
+    there yet (versions are never overwritten), tensorflow-text is installed for --tokenizer unicode_script."""
+    check_output_dir("--output", args.output)
+    if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
+        raise UsageError(
+            f"--version: version {args.version} already exists in {args.output!r}; versions are never overwritten"
+        )
+    if args.tokenizer == "unicode_script":
+        try:
+            import tensorflow_text  # noqa: F401
+        except ImportError as e:
+            raise UsageError(f"--tokenizer: unicode_script needs tensorflow-text ({e})") from None
+
+
 def parse_args(argv=None, prog=PROG):
     parser = ArgumentParser(
         prog=prog,
@@ -72,20 +101,7 @@ def parse_args(argv=None, prog=PROG):
         help="a directory holding options.json and weights.hdf5 (a pretraining output directory), "
         "instead of --options/--weights",
     )
-    parser.add_argument("--output", required=True, help="base path of the model: versions go to OUTPUT/<version>/")
-    parser.add_argument(
-        "--version",
-        type=bounded_number("--version", int, minimum=1, maximum=MAX_VERSION),
-        help="version number, 1 to 2**63 - 1 (default: the next free integer when the export is published)",
-    )
-    parser.add_argument(
-        "--tokenizer", choices=TOKENIZERS, default="whitespace", help="in-graph tokenizer of the default signature"
-    )
-    parser.add_argument(
-        "--max-tokens",
-        type=bounded_number("--max-tokens", int, minimum=1, maximum=MAX_TOKENS),
-        help="cut every sentence to its first N tokens",
-    )
+    add_export_flags(parser, output_help="base path of the model: versions go to OUTPUT/<version>/")
     parser.add_argument("--no-check", action="store_true", help="skip the reload-and-compare check (not advised)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
@@ -113,16 +129,7 @@ def check_args(args):
         for flag, path in (("--options", args.options), ("--weights", args.weights)):
             if not os.path.isfile(path):
                 raise UsageError(f"{flag}: no such file: {path!r}")
-    check_output_dir("--output", args.output)
-    if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
-        raise UsageError(
-            f"--version: version {args.version} already exists in {args.output!r}; versions are never overwritten"
-        )
-    if args.tokenizer == "unicode_script":
-        try:
-            import tensorflow_text  # noqa: F401
-        except ImportError as e:
-            raise UsageError(f"--tokenizer: unicode_script needs tensorflow-text ({e})") from None
+    check_export_flags(args)
 
 
 def main(argv=None, prog=PROG):

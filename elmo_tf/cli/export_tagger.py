@@ -13,23 +13,12 @@ import argparse
 import logging
 import os
 
-from elmo_tf.cli import (
-    ArgumentParser,
-    DataError,
-    UsageError,
-    bounded_number,
-    check_output_dir,
-    existing_dir,
-    setup_logging,
-)
-from elmo_tf.cli.mirrors import TOKENIZERS
+from elmo_tf.cli import ArgumentParser, DataError, UsageError, existing_dir, setup_logging
+from elmo_tf.cli.export import add_export_flags, check_export_flags
 
 PROG = "export_tagger.py"
 
 logger = logging.getLogger("export_tagger")
-
-MAX_VERSION = 2**63 - 1  # TF Serving reads a version directory's name as an int64
-MAX_TOKENS = 2**31 - 1  # sequence lengths are int32: a larger cap cuts nothing
 
 
 def build_parser(prog=PROG):
@@ -50,17 +39,7 @@ def build_parser(prog=PROG):
         default=None,
         help="the biLM the tagger was trained on: dir or weights.hdf5 (default: what the NER dir's config.json names)",
     )
-    parser.add_argument("--output", required=True, help="base dir, e.g. models/tagger")
-    parser.add_argument(
-        "--version",
-        type=bounded_number("--version", int, minimum=1, maximum=MAX_VERSION),
-        default=None,
-        help="1 to 2**63 - 1 (default: the next free integer when the export is published)",
-    )
-    parser.add_argument("--tokenizer", default="whitespace", choices=TOKENIZERS)
-    parser.add_argument(
-        "--max-tokens", type=bounded_number("--max-tokens", int, minimum=1, maximum=MAX_TOKENS), default=None
-    )
+    add_export_flags(parser, output_help="base dir, e.g. models/tagger")
     return parser
 
 
@@ -100,9 +79,7 @@ def main(argv=None, prog=PROG):
         check_model_dir(args.ner)
     except ValueError as e:
         raise UsageError(f"--ner: {e}") from None
-    check_output_dir("--output", args.output)
-    if args.version is not None and os.path.exists(os.path.join(args.output, str(args.version))):
-        raise UsageError(f"--version: version {args.version} already exists in {args.output!r}")
+    check_export_flags(args)
     setup_logging()
     from elmo_tf.ner.export import TAG_SIGNATURE, export_tagger
 

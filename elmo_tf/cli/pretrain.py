@@ -45,12 +45,15 @@ from elmo_tf.cli import (
     check_text_start,
     count_int,
     existing_file,
-    matching_files,
+    field_type,
     number_type,
     setup_logging,
     threads_int,
 )
-from elmo_tf.cli.mirrors import TRAIN_CONFIG_FLAGS
+from elmo_tf.config import BiLMConfig, ConfigError, field_flag, get_config
+from elmo_tf.io.atomic import WriteError
+from elmo_tf.io.vocabulary import Vocabulary, expand_glob
+from elmo_tf.pretraining.config import OPTIMIZERS, CheckpointMismatchError, NonFiniteLossError, TrainConfig
 
 PROG = "pretrain.py"
 
@@ -87,12 +90,11 @@ def build_parser(prog=PROG):
     )
 
     def config_flag(field, **kwargs):  # a TrainConfig field's flag, range-checked as the dataclass checks it
-        flag, bounds = TRAIN_CONFIG_FLAGS[field]
-        p.add_argument(flag, type=number_type(flag, bounds), **kwargs)
+        p.add_argument(field_flag(TrainConfig, field), type=field_type(TrainConfig, field), **kwargs)
 
     config_flag("batch_size", default=128, help="sentences per step over all replicas (128)")
     config_flag("max_tokens", default=50, help="cut longer lines into pieces (50)")
-    p.add_argument("--optimizer", default="adagrad", choices=("adagrad", "adam", "sgd"))
+    p.add_argument("--optimizer", default="adagrad", choices=OPTIMIZERS)
     config_flag("learning_rate", default=None, help="default 0.2 (adagrad), 1e-3 (adam), 1.0 (sgd)")
     config_flag("clip_norm", default=10.0, help="global-norm gradient clipping (0: off)")
     config_flag("dropout", default=0.1, help="in [0, 1) (0.1)")
@@ -126,19 +128,16 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    train_files = matching_files("--train", args.train)
+    try:
+        train_files = expand_glob(args.train)
+    except ValueError as e:
+        raise UsageError(f"--train: {e}") from None
     setup_logging()
     import tensorflow as tf
 
-    from elmo_tf.config import BiLMConfig, ConfigError, field_flag, get_config
-    from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.vocabulary import Vocabulary
     from elmo_tf.preprocessing.lm_dataset import LMDataError, check_has_tokens
     from elmo_tf.pretraining import (
-        CheckpointMismatchError,
         Checkpoints,
-        NonFiniteLossError,
-        TrainConfig,
         Trainer,
         count_steps,
         load_initial_weights,

@@ -19,6 +19,8 @@ from elmo_tf.layers.recurrence import (
 
 KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
 IMPLEMENTATIONS = ("auto", "scan", "fast_gradient")  # the loop `run_cells` runs (a layer argument, like use_cudnn)
+# the arguments of ProjectedLSTMCell, which ProjectedLSTM takes too and reads through (both configs hold them)
+CELL_ARGUMENTS = ("units", "projection_dim", "cell_clip", "proj_clip", "dropout")
 
 
 def _check_clip(name, value):
@@ -240,13 +242,7 @@ class ProjectedLSTMCell(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            units=self.units,
-            projection_dim=self.projection_dim,
-            cell_clip=self.cell_clip,
-            proj_clip=self.proj_clip,
-            dropout=self.dropout,
-        )
+        config.update({name: getattr(self, name) for name in CELL_ARGUMENTS})
         return config
 
 
@@ -354,14 +350,10 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        config.update({name: getattr(self.cell, name) for name in CELL_ARGUMENTS})
         config.update(
-            units=self.units,
-            projection_dim=self.projection_dim,
-            cell_clip=self.cell_clip,
-            proj_clip=self.proj_clip,
             go_backwards=self.go_backwards,
             return_state=self.return_state,
-            dropout=self.dropout,
             implementation=self.implementation,
             matmul_dtype=self.matmul_dtype,
         )

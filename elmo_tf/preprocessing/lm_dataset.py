@@ -15,17 +15,9 @@ Order is deterministic for a given seed, so a resumed run can skip the batches i
 
 import tensorflow as tf
 
-from elmo_tf.config import INT32_MAX, Bounds
+from elmo_tf.bounds import BATCH_SIZE, SHUFFLE_BUFFER, TOKENS
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
-
-# tf.data gives every slot of a shuffle buffer and of a batch window memory up front (about 24 bytes each, before any
-# element arrives): a buffer of 2**27 took 3 GB and 30 s here, one of 2**31 aborts the process (std::bad_alloc)
-MAX_BUFFER = 2**24
-BUFFER_NOTE = "tf.data reserves memory for every slot up front"
-BATCH_SIZE = Bounds(int, 1, MAX_BUFFER, high_note=BUFFER_NOTE)
-SHUFFLE_BUFFER = Bounds(int, 0, MAX_BUFFER, high_note=BUFFER_NOTE)
-TOKENS = Bounds(int, 1, INT32_MAX)  # max_tokens and bucket_width: token counts, int32 in the graph
 
 
 class LMDataError(ElmoTFError):
@@ -84,9 +76,9 @@ def lm_dataset(
         files: list of text files.
         table: word -> id lookup (see `vocabulary_table`).
         batch_size: sentences per batch (per replica, when called from `distribute_datasets_from_function`), at
-            most `MAX_BUFFER`.
+            most `elmo_tf.bounds.MAX_BUFFER`.
         max_tokens: longer lines are cut into pieces of at most this many tokens.
-        shuffle_buffer: pieces in the shuffle buffer (0: no shuffling), at most `MAX_BUFFER`.
+        shuffle_buffer: pieces in the shuffle buffer (0: no shuffling), at most `elmo_tf.bounds.MAX_BUFFER`.
         seed: shuffling seed; each pass over the data reshuffles deterministically.
         repeat: loop over the data forever (training); False gives one pass (evaluation).
         num_shards, shard_index: this input pipeline's share of the lines (multi-worker training).

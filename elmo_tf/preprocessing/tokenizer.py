@@ -10,12 +10,13 @@ Tokenizers (`TOKENIZERS`):
         `tensorflow_model_server` registers them itself.
 `split_tokens` is the whitespace tokenizer in Python (bytes or str in, the same tokens out), for code that
 reads text files outside a graph: one definition of "a token", whichever side runs it.
+
+TensorFlow is imported by the functions that build ops, so `TOKENIZERS`, `split_tokens` and the checks serve code that
+must not load it (the command lines' parsers, `elmo_tf.io.vocabulary`).
 """
 
 import importlib.util
 import os
-
-import tensorflow as tf
 
 TOKENIZERS = ("whitespace", "unicode_script")
 TF_TEXT_OP_LIBRARY = "_unicode_script_tokenizer.so"  # registers UnicodeScriptTokenizeWithOffsets
@@ -42,6 +43,8 @@ def whitespace_tokenize(sentences, max_tokens=None):
         tokens: tf.string `(batch, tokens)`, padded with "" (an empty sentence is a row of "").
         sequence_len: int32 `(batch,)`, the number of real tokens per sentence.
     """
+    import tensorflow as tf  # deferred: see the module docstring
+
     sentences = tf.convert_to_tensor(sentences)
     if sentences.dtype != tf.string:
         raise TypeError(f"sentences must be a tf.string tensor, got dtype {sentences.dtype.name}")
@@ -77,6 +80,7 @@ def make_tokenizer(tokenizer="whitespace", max_tokens=None):
     check_max_tokens(max_tokens)
     if tokenizer == "whitespace":
         return lambda sentences: whitespace_tokenize(sentences, max_tokens=max_tokens)
+    import tensorflow as tf  # deferred: see the module docstring
     import tensorflow_text  # registers the ops
 
     splitter = tensorflow_text.UnicodeScriptTokenizer()

@@ -26,36 +26,30 @@ Example:
     metrics = run_pretraining(trainer, checkpoints, count_steps(train_config, ["train.txt"]))
 """
 
-from elmo_tf.pretraining.callbacks import CheckpointEvery, ProgressBar, StepCSVLogger, StopAfterMinutes
-from elmo_tf.pretraining.checkpoints import Checkpoints
-from elmo_tf.pretraining.config import STOP_REASONS, CheckpointMismatchError, NonFiniteLossError, TrainConfig
-from elmo_tf.pretraining.evaluation import evaluate_perplexity
-from elmo_tf.pretraining.loop import Controller
-from elmo_tf.pretraining.model_dir import load_initial_weights, load_model_dir, write_model_dir, write_train_config
-from elmo_tf.pretraining.optimizers import make_optimizer
-from elmo_tf.pretraining.run import count_steps, run_pretraining
-from elmo_tf.pretraining.step import clip_and_average
-from elmo_tf.pretraining.trainer import Trainer
+from elmo_tf import _lazy
 
-__all__ = [
-    "STOP_REASONS",
-    "CheckpointEvery",
-    "CheckpointMismatchError",
-    "Checkpoints",
-    "Controller",
-    "NonFiniteLossError",
-    "ProgressBar",
-    "StepCSVLogger",
-    "StopAfterMinutes",
-    "TrainConfig",
-    "Trainer",
-    "clip_and_average",
-    "count_steps",
-    "evaluate_perplexity",
-    "load_initial_weights",
-    "load_model_dir",
-    "make_optimizer",
-    "run_pretraining",
-    "write_model_dir",
-    "write_train_config",
-]
+# public name -> the module it is imported from (`config` alone needs no TensorFlow: the command line reads its flags)
+_EXPORTS = {
+    "CheckpointEvery": "elmo_tf.pretraining.callbacks",
+    "ProgressBar": "elmo_tf.pretraining.callbacks",
+    "StepCSVLogger": "elmo_tf.pretraining.callbacks",
+    "StopAfterMinutes": "elmo_tf.pretraining.callbacks",
+    "Checkpoints": "elmo_tf.pretraining.checkpoints",
+    "STOP_REASONS": "elmo_tf.pretraining.config",
+    "CheckpointMismatchError": "elmo_tf.pretraining.config",
+    "NonFiniteLossError": "elmo_tf.pretraining.config",
+    "TrainConfig": "elmo_tf.pretraining.config",
+    "evaluate_perplexity": "elmo_tf.pretraining.evaluation",
+    "Controller": "elmo_tf.pretraining.loop",
+    "load_initial_weights": "elmo_tf.pretraining.model_dir",
+    "load_model_dir": "elmo_tf.pretraining.model_dir",
+    "write_model_dir": "elmo_tf.pretraining.model_dir",
+    "write_train_config": "elmo_tf.pretraining.model_dir",
+    "make_optimizer": "elmo_tf.pretraining.optimizers",
+    "count_steps": "elmo_tf.pretraining.run",
+    "run_pretraining": "elmo_tf.pretraining.run",
+    "clip_and_average": "elmo_tf.pretraining.step",
+    "Trainer": "elmo_tf.pretraining.trainer",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_namespace(__name__, _EXPORTS)

@@ -1,14 +1,15 @@
-"""How a biLM is trained (`TrainConfig`), the names the pretraining modules share, and their errors."""
+"""How a biLM is trained (`TrainConfig`), the names the pretraining modules share, and their errors.
+
+No TensorFlow here: the pretrain command line builds its flags from `TrainConfig`'s fields before TensorFlow loads.
+"""
 
 import dataclasses
 
-from elmo_tf.config import INT32_MAX, INT64_MAX, SEED_MAX, Bounds, ConfigError, check_bounds, config_field
+from elmo_tf.bounds import BATCH_SIZE, INT32_MAX, INT64_MAX, SEED_MAX, SHUFFLE_BUFFER, TOKENS, Bounds
+from elmo_tf.config import ConfigError, check_bounds, config_field
 from elmo_tf.errors import ElmoTFError
-from elmo_tf.layers.bilm import MATMUL_DTYPES
-from elmo_tf.preprocessing.lm_dataset import BATCH_SIZE, SHUFFLE_BUFFER, TOKENS
 
 OPTIMIZERS = ("adagrad", "adam", "sgd")
-MATMUL_PRECISIONS = tuple(d for d in MATMUL_DTYPES if d)  # what BiLM's training scan takes: float32, bfloat16
 # the TrainConfig fields that set which batches a step sees: a resumed run skips the steps already trained, which
 # lands on the same data position only when they are the run's own (`Checkpoints.restore` checks them)
 DATA_ORDER_FIELDS = ("batch_size", "max_tokens", "shuffle_buffer", "bucket_width", "seed")
@@ -66,5 +67,13 @@ class TrainConfig:
             raise ConfigError(f"or epochs must be > 0, got steps={self.steps}, epochs={self.epochs}", "steps")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"must be one of {OPTIMIZERS}, got {self.optimizer!r}", "optimizer")
-        if self.matmul_precision not in MATMUL_PRECISIONS:
-            raise ConfigError(f"must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}", "matmul_precision")
+        precisions = matmul_precisions()
+        if self.matmul_precision not in precisions:
+            raise ConfigError(f"must be one of {precisions}, got {self.matmul_precision!r}", "matmul_precision")
+
+
+def matmul_precisions():
+    """The values of `TrainConfig.matmul_precision`: the dtypes BiLM's training scan takes (float32, bfloat16)."""
+    from elmo_tf.layers.recurrence import MATMUL_DTYPES  # deferred: the layers import TensorFlow
+
+    return tuple(d for d in MATMUL_DTYPES if d)

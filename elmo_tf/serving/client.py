@@ -40,6 +40,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from elmo_tf.bounds import INT32_MAX
+from elmo_tf.errors import check_int
 from elmo_tf.serving.status import GRPC_CODE_OF_HTTP, ServingError, status_code
 from elmo_tf.serving_contract import SENTENCES, SENTENCES_SIGNATURE, SEQUENCE_LEN, TOKENS, TOKENS_SIGNATURE
 
@@ -151,12 +153,9 @@ class ElmoClient:
     ):
         if not timeout or timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if not isinstance(max_message_bytes, int) or not 0 < max_message_bytes < 2**31:
-            raise ValueError(f"max_message_bytes must be in [1, 2**31 - 1], got {max_message_bytes!r}")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
-            raise ValueError(f"version must be None or an int >= 0, got {version!r}")
+        max_retries = check_int("max_retries", max_retries, 0)
+        max_message_bytes = check_int("max_message_bytes", max_message_bytes, 1, maximum=INT32_MAX)  # a gRPC limit
+        version = check_int("version", version, 0, allow_none=True)
         self.target = target
         self.model_name = model_name
         self.signature_name = signature_name

@@ -76,10 +76,14 @@ print(json.dumps(results))
 """
 
 
+def child_env():
+    """This environment with this checkout first on the path of a child process."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+
+
 def run_cases(cases):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(cases)], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", CHILD, json.dumps(cases)], capture_output=True, text=True, env=child_env(), timeout=300
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -176,40 +180,21 @@ def test_python_m_elmo_tf_answers_fast_without_tensorflow_lines(argv):
     assert seconds < 2.0, seconds
 
 
-def test_mirrors_match_the_library():
-    """The constants `elmo_tf.cli.mirrors` copies (so that the parsers need no TensorFlow) equal their sources."""
-    import dataclasses
-
-    from elmo_tf.cli import mirrors
-    from elmo_tf.io.vocabulary import SPECIALS
-    from elmo_tf.preprocessing import lm_dataset
-    from elmo_tf.preprocessing.tokenizer import TOKENIZERS
-    from elmo_tf.pretraining import TrainConfig
-
-    assert mirrors.SPECIALS == SPECIALS and mirrors.TOKENIZERS == TOKENIZERS
-    assert (mirrors.BATCH_SIZE, mirrors.TOKENS, mirrors.SHUFFLE_BUFFER) == (
-        lm_dataset.BATCH_SIZE,
-        lm_dataset.TOKENS,
-        lm_dataset.SHUFFLE_BUFFER,
-    )
-    fields = {f.name: f.metadata for f in dataclasses.fields(TrainConfig)}
-    for name, (flag, bounds) in mirrors.TRAIN_CONFIG_FLAGS.items():
-        assert (flag, bounds) == (fields[name]["flag"], fields[name]["bounds"]), name
+CLI_MODULES = sorted(
+    "elmo_tf.cli" + ("" if path.stem == "__init__" else f".{path.stem}")
+    for path in (REPO_ROOT / "elmo_tf" / "cli").glob("*.py")
+)
 
 
-def test_matching_files_says_what_expand_glob_says(tmp_path):
-    from elmo_tf.cli import UsageError, matching_files
-    from elmo_tf.io.vocabulary import expand_glob
-
-    (tmp_path / "b.txt").write_text("x\n")
-    (tmp_path / "a.txt").write_text("x\n")
-    assert matching_files("--train", str(tmp_path / "*.txt")) == expand_glob(str(tmp_path / "*.txt"))
-    for pattern in (str(tmp_path), str(tmp_path / "*.none")):
-        with pytest.raises(ValueError) as library:
-            expand_glob(pattern)
-        with pytest.raises(UsageError) as cli:
-            matching_files("--train", pattern)
-        assert str(cli.value) == f"--train: {library.value}"
+@pytest.mark.parametrize("module", CLI_MODULES)
+def test_every_cli_module_imports_without_tensorflow(module):
+    """Importing a command's module, in a fresh process, loads neither TensorFlow nor Keras: the constants and types its
+    parser takes (`TOKENIZERS`, `SPECIALS`, `expand_glob`, `TrainConfig`'s fields and bounds) come from the library's
+    own TensorFlow-free modules, not from copies (there was `elmo_tf.cli.mirrors`)."""
+    code = f"import sys, {module}\nprint(sorted({{'tensorflow', 'keras'}} & {{m.split('.')[0] for m in sys.modules}}))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n", (module, result.stdout)
 
 
 def test_the_scripts_are_thin():

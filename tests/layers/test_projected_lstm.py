@@ -1,16 +1,16 @@
 """elmo_tf/layers/projected_lstm.py: TF1 LSTMCell(num_proj) with clipping, forward and backward, masked."""
 
+import inspect
 import json
-import zipfile
 
-import h5py
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_testlib import same_mask
+from layer_testlib import rewrite_keras_weights, same_mask
 
 from elmo_tf.layers import ProjectedLSTM, ProjectedLSTMCell
+from elmo_tf.layers.projected_lstm import CELL_ARGUMENTS
 
 UNITS, PROJ, DIM = 6, 4, 5
 LENGTHS = [7, 3, 0, 5, 1]  # includes an empty row and a full row
@@ -246,6 +246,21 @@ def test_cell_contract_under_keras_rnn(fresh_process, randomize):
     fresh_process.check(model, [x, mask], rnn.name)
 
 
+def test_the_layer_saves_the_cell_arguments_as_the_cell_does():
+    """One list of the cell's arguments (`CELL_ARGUMENTS`, every argument of `ProjectedLSTMCell.__init__`) feeds both
+    configs: the layer's holds the values its cell's holds, and rebuilds the same cell."""
+    cell_arguments = set(inspect.signature(ProjectedLSTMCell.__init__).parameters) - {"self", "kwargs"}
+    assert set(CELL_ARGUMENTS) == cell_arguments
+    layer = ProjectedLSTM(UNITS, PROJ, cell_clip=0.8, proj_clip=0.5, dropout=0.25, go_backwards=True)
+    config, cell_config = layer.get_config(), layer.cell.get_config()
+    assert {k: config[k] for k in CELL_ARGUMENTS} == {k: cell_config[k] for k in CELL_ARGUMENTS}
+    assert {k: cell_config[k] for k in CELL_ARGUMENTS} == dict(
+        units=UNITS, projection_dim=PROJ, cell_clip=0.8, proj_clip=0.5, dropout=0.25
+    )
+    rebuilt = ProjectedLSTM.from_config(config).cell.get_config()
+    assert {k: rebuilt[k] for k in CELL_ARGUMENTS} == {k: cell_config[k] for k in CELL_ARGUMENTS}
+
+
 def test_implementation_is_a_saved_constructor_argument(randomize):
     """The layer runs BiLM's loop and takes its `implementation`; "fast_gradient" gives the plain scan's values."""
     plain = make_lstm(randomize, go_backwards=True, implementation="scan")
@@ -260,26 +275,15 @@ def test_implementation_is_a_saved_constructor_argument(randomize):
         ProjectedLSTM(UNITS, PROJ, implementation="cudnn")
 
 
-def _as_written_before_the_cell(path, out):
-    """Rewrites a .keras file as the code before `ProjectedLSTMCell` wrote it: a `ProjectedLSTM`'s variables in its
-    own group, not in its `cell` subgroup."""
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "model.weights.h5":
-                weights = out.parent / "weights.h5"
-                weights.write_bytes(data)
-                with h5py.File(weights, "r+") as f:
-                    names = []
-                    f.visit(names.append)
-                    cells = [name for name in names if name.endswith("/cell")]
-                    assert len(cells) == 1
-                    group = f[cells[0].rsplit("/", 1)[0]]
-                    del group["vars"]
-                    group.move("cell/vars", "vars")
-                    del group["cell"]
-                data = weights.read_bytes()
-            dst.writestr(item, data)
+def _before_the_cell(weights, names):
+    """As the code before `ProjectedLSTMCell` wrote a .keras file: a `ProjectedLSTM`'s variables in its own group, not
+    in its `cell` subgroup."""
+    cells = [name for name in names if name.endswith("/cell")]
+    assert len(cells) == 1
+    group = weights[cells[0].rsplit("/", 1)[0]]
+    del group["vars"]
+    group.move("cell/vars", "vars")
+    del group["cell"]
 
 
 def test_keras_files_from_before_the_cell_still_load(randomize, tmp_path):
@@ -288,7 +292,7 @@ def test_keras_files_from_before_the_cell_still_load(randomize, tmp_path):
     randomize(model, seed=3, scale=0.6)
     path, old = tmp_path / "lstm.keras", tmp_path / "old.keras"
     model.save(path)
-    _as_written_before_the_cell(path, old)
+    rewrite_keras_weights(path, old, _before_the_cell)
     x, _ = make_inputs()
     loaded = keras.saving.load_model(old)
     np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_testlib import rewrite_keras_weights
 
 from elmo_tf import serving_contract as contract
 from elmo_tf.embed import Embedder
@@ -224,70 +225,40 @@ def test_functional_model_with_elmo_save_load_round_trip(tiny_elmo, to_char_ids,
     np.testing.assert_array_equal(np.asarray(loaded(ids)), np.asarray(model(ids)))
 
 
-def _as_written_before_the_transposed_kernels(path, out):
-    """Rewrites a .keras file as the code before the transposed LSTM kernels wrote it: no layout mark, every
-    ProjectedLSTM kernel in the weight files' orientation."""
-    import zipfile
-
-    import h5py
-
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "model.weights.h5":
-                weights = out.parent / "weights.h5"
-                weights.write_bytes(data)
-                with h5py.File(weights, "r+") as f:
-                    names = []
-                    f.visit(names.append)
-                    marked = [name for name in names if name.endswith("/kernel_layout")]
-                    assert len(marked) == 4  # 2 layers x 2 directions
-                    for name in marked:
-                        group = f[name.rsplit("/", 1)[0]]
-                        del group["kernel_layout"]
-                        for key in list(group):
-                            if group[key].ndim == 2:
-                                value = group[key][...].T
-                                del group[key]
-                                group[key] = value
-                data = weights.read_bytes()
-            dst.writestr(item, data)
+def _before_the_transposed_kernels(weights, names):
+    """As the code before the transposed LSTM kernels wrote a .keras file: no layout mark, every ProjectedLSTM kernel
+    in the weight files' orientation."""
+    marked = [name for name in names if name.endswith("/kernel_layout")]
+    assert len(marked) == 4  # 2 layers x 2 directions
+    for name in marked:
+        group = weights[name.rsplit("/", 1)[0]]
+        del group["kernel_layout"]
+        for key in list(group):
+            if group[key].ndim == 2:
+                value = group[key][...].T
+                del group[key]
+                group[key] = value
 
 
 def test_keras_files_from_before_the_transposed_kernels_still_load(tiny_elmo, to_char_ids, tmp_path):
     path = tmp_path / "elmo.keras"
     keras.saving.save_model(tiny_elmo, path)
     old = tmp_path / "old.keras"
-    _as_written_before_the_transposed_kernels(path, old)
+    rewrite_keras_weights(path, old, _before_the_transposed_kernels)
     ids = to_char_ids([["a", "bc", "def"], ["x"]])
     want = tiny_elmo(ids)["elmo"].numpy()
     np.testing.assert_allclose(keras.saving.load_model(old)(ids)["elmo"].numpy(), want, atol=1e-6, rtol=0)
     np.testing.assert_allclose(keras.saving.load_model(path)(ids)["elmo"].numpy(), want, atol=1e-6, rtol=0)
 
 
-def _as_written_before_the_cells(path, out):
-    """Rewrites a .keras file as the code before `ProjectedLSTMCell` wrote it: BiLM's lists held `ProjectedLSTM`
-    layers, so their groups were named after that class (`forward_lstms/projected_lstm_1`)."""
-    import zipfile
-
-    import h5py
-
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "model.weights.h5":
-                weights = out.parent / "weights.h5"
-                weights.write_bytes(data)
-                with h5py.File(weights, "r+") as f:
-                    names = []
-                    f.visit(names.append)
-                    cells = [name for name in names if name.rsplit("/", 1)[-1].startswith("projected_lstm_cell")]
-                    assert len(cells) == 4  # 2 layers x 2 directions
-                    for name in cells:
-                        head, last = name.rsplit("/", 1)
-                        f.move(name, f"{head}/{last.replace('projected_lstm_cell', 'projected_lstm')}")
-                data = weights.read_bytes()
-            dst.writestr(item, data)
+def _before_the_cells(weights, names):
+    """As the code before `ProjectedLSTMCell` wrote a .keras file: BiLM's lists held `ProjectedLSTM` layers, so their
+    groups were named after that class (`forward_lstms/projected_lstm_1`)."""
+    cells = [name for name in names if name.rsplit("/", 1)[-1].startswith("projected_lstm_cell")]
+    assert len(cells) == 4  # 2 layers x 2 directions
+    for name in cells:
+        head, last = name.rsplit("/", 1)
+        weights.move(name, f"{head}/{last.replace('projected_lstm_cell', 'projected_lstm')}")
 
 
 def test_keras_files_from_before_the_lstm_cells_still_load(tiny_elmo, to_char_ids, tmp_path):
@@ -295,7 +266,7 @@ def test_keras_files_from_before_the_lstm_cells_still_load(tiny_elmo, to_char_id
     path = tmp_path / "elmo.keras"
     keras.saving.save_model(tiny_elmo, path)
     old = tmp_path / "old.keras"
-    _as_written_before_the_cells(path, old)
+    rewrite_keras_weights(path, old, _before_the_cells)
     ids = to_char_ids([["a", "bc", "def"], ["x"]])
     loaded = keras.saving.load_model(old)
     np.testing.assert_array_equal(loaded(ids)["elmo"].numpy(), tiny_elmo(ids)["elmo"].numpy())

@@ -1,6 +1,7 @@
 """elmo_tf/serving/client.py: ElmoClient against the embedded server over gRPC (parity with the Keras model,
 output_filter, status/metadata, errors, retries on UNAVAILABLE only, deadlines, message size) and ElmoRestClient."""
 
+import re
 import time
 
 import grpc
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from serving_testlib import assert_parity, free_port, reference_sentences, reference_tokens
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.serving.client import ElmoClient, ElmoRestClient, tokens_arrays
 from elmo_tf.serving.status import ServingError
 
@@ -58,6 +60,29 @@ def test_tokens_arrays_trailing_empty_tokens_are_padding():
         tokens_arrays([["a"]], sequence_len=[1, 2])
     with pytest.raises(TypeError, match="list of token lists"):
         tokens_arrays(["a", "b"])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_retries=-1), "max_retries must be an int >= 0, got -1"),
+        (dict(max_retries=2.0), "max_retries must be an int >= 0, got 2.0"),
+        (dict(max_message_bytes=0), "max_message_bytes must be an int in [1, 2147483647], got 0"),
+        (dict(max_message_bytes=2**31), "max_message_bytes must be an int in [1, 2147483647], got 2147483648"),
+        (dict(max_message_bytes=True), "max_message_bytes must be an int in [1, 2147483647], got True"),  # was 1 byte
+        (dict(version=-1), "version must be None or an int >= 0, got -1"),
+        (dict(version="2"), "version must be None or an int >= 0, got '2'"),
+    ],
+)
+def test_constructor_refuses_bad_numbers_naming_the_argument(kwargs, message):
+    with pytest.raises(ElmoTFError, match=re.escape(message)) as info:
+        ElmoClient("127.0.0.1:1", **kwargs)
+    assert info.value.key == next(iter(kwargs))
+
+
+def test_constructor_takes_numpy_integers_as_ints():
+    with ElmoClient("127.0.0.1:1", version=np.int64(3), max_retries=np.int32(2), max_message_bytes=np.int64(1024)) as c:
+        assert (c.version, c.max_retries) == (3, 2) and type(c.version) is int and type(c.max_retries) is int
 
 
 def test_output_filter_returns_only_those(client, model):

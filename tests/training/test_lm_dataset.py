@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from elmo_tf.bounds import MAX_BUFFER
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
 from elmo_tf.preprocessing.lm_dataset import (
-    MAX_BUFFER,
     LMDataError,
     check_has_tokens,
     lm_dataset,

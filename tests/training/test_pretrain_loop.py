@@ -18,11 +18,12 @@ import tensorflow as tf
 from cli_testlib import file_size_limit
 from tiny_models import TINY
 
+from elmo_tf.bounds import MAX_BUFFER
 from elmo_tf.config import BiLMConfig, ConfigError, field_flag
 from elmo_tf.io import build_vocabulary, count_words
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
-from elmo_tf.preprocessing.lm_dataset import MAX_BUFFER, LMDataError
+from elmo_tf.preprocessing.lm_dataset import LMDataError
 from elmo_tf.pretraining import (
     STOP_REASONS,
     Checkpoints,
