@@ -10,27 +10,27 @@ from elmo_tf import _lazy, _registry
 
 __version__ = "0.1.0"
 
-# public name -> the module it is imported from (each imports TensorFlow)
-_EXPORTS = {
-    "BiLMConfig": "elmo_tf.config",
-    "get_config": "elmo_tf.config",
-    "load_bilm_weights": "elmo_tf.io",
-    "load_elmo": "elmo_tf.models",
-    "save_bilm_weights": "elmo_tf.io",
-    "save_elmo": "elmo_tf.models",
-    "BiLM": "elmo_tf.layers",
-    "CharCNN": "elmo_tf.layers",
-    "ELMoSavedModel": "elmo_tf.layers",
-    "Highway": "elmo_tf.layers",
-    "ProjectedLSTM": "elmo_tf.layers",
-    "ScalarMix": "elmo_tf.layers",
-    "TokensToCharIds": "elmo_tf.layers",
-    "ELMo": "elmo_tf.models",
-    "add_sentence_boundaries": "elmo_tf.preprocessing",
-    "tokens_to_char_ids": "elmo_tf.preprocessing",
-    "whitespace_tokenize": "elmo_tf.preprocessing",
-}
-__all__ = sorted([*_EXPORTS, "load_model"])
+# module -> the public names imported from it (each imports TensorFlow)
+_names, __getattr__, __dir__ = _lazy.lazy_namespace(
+    __name__,
+    {
+        "elmo_tf.config": ("BiLMConfig", "get_config"),
+        "elmo_tf.io": ("load_bilm_weights", "save_bilm_weights"),
+        "elmo_tf.layers": (
+            "BiLM",
+            "CharCNN",
+            "ELMoSavedModel",
+            "Highway",
+            "ProjectedLSTM",
+            "ScalarMix",
+            "TokensToCharIds",
+        ),
+        "elmo_tf.models": ("ELMo", "load_elmo", "save_elmo"),
+        "elmo_tf.preprocessing": ("add_sentence_boundaries", "tokens_to_char_ids", "whitespace_tokenize"),
+    },
+    before=_registry.register_all,
+)
+__all__ = sorted([*_names, "load_model"])
 
 
 def load_model(filepath, **kwargs):
@@ -46,6 +46,3 @@ def load_model(filepath, **kwargs):
     import keras
 
     return keras.saving.load_model(filepath, **kwargs)
-
-
-__getattr__, __dir__ = _lazy.lazy_namespace(__name__, _EXPORTS, before=_registry.register_all)

@@ -11,23 +11,24 @@ import sys
 
 
 def lazy_namespace(package, exports, before=None):
-    """The module-level `__getattr__` and `__dir__` of `package`, whose public names are imported on first access.
+    """The public names and the module-level `__getattr__` and `__dir__` of `package`, whose names are imported on first
+    access.
 
     Args:
         package: the package's `__name__`.
-        exports: public name -> the module it is imported from.
+        exports: module -> the public names it is imported from, e.g. `{"elmo_tf.io.vocabulary": ("Vocabulary",)}`.
         before: called before a public name is first imported (`elmo_tf` registers every Keras class so).
     Returns:
-        `(__getattr__, __dir__)`. `__getattr__` gives a public name (kept in the package's namespace, so later
-        accesses skip it) or a submodule by its name (`elmo_tf.io.atomic` after `import elmo_tf.io`).
+        `(names, __getattr__, __dir__)`: the public names sorted (for `__all__`); `__getattr__` gives a public name
+        (kept in the package's namespace, so later accesses skip it) or a submodule by its name (`elmo_tf.io.atomic`
+        after `import elmo_tf.io`); `__dir__` lists the public names before any is imported.
     Example:
-        _EXPORTS = {"Vocabulary": "elmo_tf.io.vocabulary"}
-        __all__ = sorted(_EXPORTS)
-        __getattr__, __dir__ = lazy_namespace(__name__, _EXPORTS)
+        __all__, __getattr__, __dir__ = lazy_namespace(__name__, {"elmo_tf.io.vocabulary": ("Vocabulary",)})
     """
+    module_of = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name):
-        module = exports.get(name)
+        module = module_of.get(name)
         if module is not None:
             if before is not None:
                 before()
@@ -39,6 +40,6 @@ def lazy_namespace(package, exports, before=None):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__():
-        return sorted({*vars(sys.modules[package]), *exports})
+        return sorted({*vars(sys.modules[package]), *module_of})
 
-    return __getattr__, __dir__
+    return sorted(module_of), __getattr__, __dir__

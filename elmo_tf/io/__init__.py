@@ -6,19 +6,11 @@ Names are imported on first access (`elmo_tf._lazy`), so a module that needs no 
 
 from elmo_tf import _lazy
 
-# public name -> the module it is imported from
-_EXPORTS = {
-    "ConllFormatError": "elmo_tf.io.conll",
-    "Sentence": "elmo_tf.io.conll",
-    "read_conll": "elmo_tf.io.conll",
-    "Vocabulary": "elmo_tf.io.vocabulary",
-    "build_vocabulary": "elmo_tf.io.vocabulary",
-    "count_words": "elmo_tf.io.vocabulary",
-    "expand_glob": "elmo_tf.io.vocabulary",
-    "WeightFileError": "elmo_tf.io.bilm_hdf5",
-    "load_bilm_weights": "elmo_tf.io.bilm_hdf5",
-    "save_bilm_weights": "elmo_tf.io.bilm_hdf5",
-    "weight_map": "elmo_tf.io.bilm_hdf5",
-}
-__all__ = list(_EXPORTS)
-__getattr__, __dir__ = _lazy.lazy_namespace(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = _lazy.lazy_namespace(
+    __name__,
+    {
+        "elmo_tf.io.bilm_hdf5": ("WeightFileError", "load_bilm_weights", "save_bilm_weights", "weight_map"),
+        "elmo_tf.io.conll": ("ConllFormatError", "Sentence", "read_conll"),
+        "elmo_tf.io.vocabulary": ("Vocabulary", "build_vocabulary", "count_words", "expand_glob"),
+    },
+)

@@ -28,28 +28,24 @@ Example:
 
 from elmo_tf import _lazy
 
-# public name -> the module it is imported from (`config` alone needs no TensorFlow: the command line reads its flags)
-_EXPORTS = {
-    "CheckpointEvery": "elmo_tf.pretraining.callbacks",
-    "ProgressBar": "elmo_tf.pretraining.callbacks",
-    "StepCSVLogger": "elmo_tf.pretraining.callbacks",
-    "StopAfterMinutes": "elmo_tf.pretraining.callbacks",
-    "Checkpoints": "elmo_tf.pretraining.checkpoints",
-    "STOP_REASONS": "elmo_tf.pretraining.config",
-    "CheckpointMismatchError": "elmo_tf.pretraining.config",
-    "NonFiniteLossError": "elmo_tf.pretraining.config",
-    "TrainConfig": "elmo_tf.pretraining.config",
-    "evaluate_perplexity": "elmo_tf.pretraining.evaluation",
-    "Controller": "elmo_tf.pretraining.loop",
-    "load_initial_weights": "elmo_tf.pretraining.model_dir",
-    "load_model_dir": "elmo_tf.pretraining.model_dir",
-    "write_model_dir": "elmo_tf.pretraining.model_dir",
-    "write_train_config": "elmo_tf.pretraining.model_dir",
-    "make_optimizer": "elmo_tf.pretraining.optimizers",
-    "count_steps": "elmo_tf.pretraining.run",
-    "run_pretraining": "elmo_tf.pretraining.run",
-    "clip_and_average": "elmo_tf.pretraining.step",
-    "Trainer": "elmo_tf.pretraining.trainer",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = _lazy.lazy_namespace(__name__, _EXPORTS)
+# `config` alone needs no TensorFlow: the pretrain command line reads its flags from it
+__all__, __getattr__, __dir__ = _lazy.lazy_namespace(
+    __name__,
+    {
+        "elmo_tf.pretraining.callbacks": ("CheckpointEvery", "ProgressBar", "StepCSVLogger", "StopAfterMinutes"),
+        "elmo_tf.pretraining.checkpoints": ("Checkpoints",),
+        "elmo_tf.pretraining.config": ("STOP_REASONS", "CheckpointMismatchError", "NonFiniteLossError", "TrainConfig"),
+        "elmo_tf.pretraining.evaluation": ("evaluate_perplexity",),
+        "elmo_tf.pretraining.loop": ("Controller",),
+        "elmo_tf.pretraining.model_dir": (
+            "load_initial_weights",
+            "load_model_dir",
+            "write_model_dir",
+            "write_train_config",
+        ),
+        "elmo_tf.pretraining.optimizers": ("make_optimizer",),
+        "elmo_tf.pretraining.run": ("count_steps", "run_pretraining"),
+        "elmo_tf.pretraining.step": ("clip_and_average",),
+        "elmo_tf.pretraining.trainer": ("Trainer",),
+    },
+)
