@@ -26,8 +26,8 @@ sources:
   bilm-tf-checkpoint  bilm-tf's training dir: model.ckpt-<step>.index/.data (the one `checkpoint` names, else the
                       largest step; the dir may have been moved) and options.json (or --options). Writes what
                       bilm-tf's dump_weights writes, bit for bit, and softmax.hdf5 (softmax/W, softmax/b).
-  tf-hub              a TF1 Hub module dir (tfhub_module.pb, variables/): google/elmo/1-3. Writes scalar_mix.json
-                      too: the module's learned layer weights and scale, as ScalarMix arguments.
+  tf-hub              the google/elmo module dir (TF1 Hub format: tfhub_module.pb, variables/). Writes
+                      scalar_mix.json too: the module's learned layer weights and scale, as ScalarMix arguments.
   elmoformanylangs    an ELMoForManyLangs model dir (config.json, char.dic, word.dic, *.pkl).
 
 output: a new (or empty) directory, written under a hidden temporary name beside it and renamed at the end: on
@@ -46,11 +46,12 @@ def build_parser(prog=PROG):
     )
     p.add_argument("--from", dest="source", required=True, choices=SOURCES, help="the source format")
     p.add_argument("src_dir", metavar="DIR", type=existing_dir("DIR"), help="the source directory")
-    p.add_argument("--output", required=True, help="the directory to write (new or empty)")
+    p.add_argument("--output", required=True, metavar="OUTDIR", help="the directory to write (new or empty)")
     p.add_argument(
         "--options",
         type=existing_file("--options"),
         default=None,
+        metavar="FILE",
         help="options.json to use (bilm-tf-checkpoint: instead of DIR/options.json; tf-hub: instead of the "
         "settings derived from the variables, checked against them)",
     )

@@ -23,7 +23,7 @@ import shutil
 
 from elmo_tf.errors import ElmoTFError
 
-__all__ = ["SOURCES", "ConvertError", "convert", "source_module"]
+__all__ = ["SOURCES", "ConvertError", "UnavailableSourceError", "convert", "source_module"]
 
 # --from name -> (module, what the source is, the keyword options its convert takes)
 SOURCES = {

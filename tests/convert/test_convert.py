@@ -5,6 +5,9 @@ hdf5 dump of the same weights does."""
 
 import importlib.util
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -14,6 +17,7 @@ from convert_testlib import FIXTURES, random_softmax, read_hdf5, write_training_
 from elmo_tf.cli.main import main
 from elmo_tf.convert import SOURCES, ConvertError, UnavailableSourceError, convert, source_module
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EFML_MISSING = importlib.util.find_spec("elmo_tf.convert.elmoformanylangs") is None
 
 
@@ -33,6 +37,13 @@ def cli(capsys, *argv):
     except SystemExit as e:  # argparse's usage errors
         code = e.code
     return code, capsys.readouterr().err.splitlines()
+
+
+def test_importing_the_package_loads_no_tensorflow():
+    code = "import sys, elmo_tf.convert; print(sorted({'tensorflow', 'keras', 'h5py'} & set(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
 
 
 def test_registry_imports_the_source_modules_lazily():
