@@ -138,3 +138,29 @@ def test_slots_of_any_optimizer_and_unknown_names_are_left_out(tmp_path, dumped,
     save_tf1_checkpoint(str(tmp_path / "run" / "model.ckpt"), variables, step=1)
     convert("bilm-tf-checkpoint", str(tmp_path / "run"), str(tmp_path / "out"))
     assert sorted(read_hdf5(tmp_path / "out" / "weights.hdf5")) == sorted(dumped)
+
+
+def test_a_one_layer_bilm_loads_after_conversion(tmp_path, tiny_config):
+    """bilm-tf builds a 1-layer biLM without a MultiRNNCell (lm/RNN_d/rnn/lstm_cell/...): converted under Cell0, the
+    name the weight readers know, it loads into the same model as its own weights."""
+    import dataclasses
+
+    from elmo_tf.models import ELMo, load_elmo, save_elmo
+
+    config = dataclasses.replace(tiny_config, num_layers=1)
+    save_elmo(ELMo(config), str(tmp_path / "ours"))
+    weights = read_hdf5(tmp_path / "ours" / "weights.hdf5")
+    variables = {training_name(name).replace("multi_rnn_cell/cell_0/", ""): array for name, array in weights.items()}
+    assert "lm/RNN_1/rnn/lstm_cell/projection/kernel" in variables
+    (tmp_path / "run").mkdir()
+    options = config.to_options()
+    options["char_cnn"]["n_characters"] = 261
+    (tmp_path / "run" / "options.json").write_text(json.dumps(options))
+    save_tf1_checkpoint(str(tmp_path / "run" / "model.ckpt"), variables, step=7)
+    convert("bilm-tf-checkpoint", str(tmp_path / "run"), str(tmp_path / "out"))
+    got = read_hdf5(tmp_path / "out" / "weights.hdf5")
+    assert sorted(got) == sorted(weights) and all(np.array_equal(got[k], weights[k]) for k in weights)
+    model = load_elmo(str(tmp_path / "out" / "options.json"), str(tmp_path / "out" / "weights.hdf5"))
+    reference = load_elmo(str(tmp_path / "ours" / "options.json"), str(tmp_path / "ours" / "weights.hdf5"))
+    for a, b in zip(model.weights, reference.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
