@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "elmo_fixtures" / "bilm_tf" / "model"
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "elmo_fixtures" / "bilm_tf" / "model"
 
 # the training graph's LSTM variable of each weight-file name, recorded from bilm-tf's graph (layer 1, backward)
 RECORDED = {
@@ -111,3 +111,14 @@ def random_softmax(vocab_size, projection_dim, seed=0):
         rng.standard_normal((vocab_size, projection_dim)).astype(np.float32),
         rng.standard_normal(vocab_size).astype(np.float32),
     )
+
+
+def fixture_training_dir(directory):
+    """A bilm-tf training dir at `directory` holding bilm-tf's fixture weights (lm_weights.hdf5) and an 11-word
+    softmax; skips the test when the shared fixtures are not there."""
+    import pytest
+
+    if not (FIXTURES / "lm_weights.hdf5").is_file():
+        pytest.skip(f"bilm-tf fixtures not found at {FIXTURES}")
+    write_training_dir(directory, read_hdf5(FIXTURES / "lm_weights.hdf5"), random_softmax(11, 16))
+    return Path(directory)
