@@ -1,7 +1,7 @@
 """`python -m elmo_tf embed` as a careless user and a hostile signal meet it.
 
 - an output that IS the input under another name (hard link, a symlinked directory): exit 2, one line, input kept
-  (the same path, a symlink to the file and a relative spelling are in tests/test_cli_errors.py);
+  (the same path, a symlink to the file and a relative spelling are in tests/cli/test_embed_errors.py);
 - SIGTERM, SIGINT (Ctrl-C) and SIGKILL while the output is being written, to a real subprocess: the temporary
   `.<output>.tmp-<pid>-<random>` is removed (143, 130) or left for the next run to remove (SIGKILL), an older
   output at the same path stays byte for byte, a live process's temporary is kept;

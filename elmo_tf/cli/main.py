@@ -34,6 +34,11 @@ COMMANDS = {
     "train-ner": ("elmo_tf.cli.train_ner", "main", "train the NER tagger on CoNLL files"),
     "tune-ner": ("elmo_tf.cli.tune_ner", "main", "search the NER tagger's hyperparameters (KerasTuner)"),
     "tag": ("elmo_tf.cli.tag", "main", "tag sentences with a trained NER tagger"),
+    "convert": (
+        "elmo_tf.cli.convert",
+        "main",
+        "convert a bilm-tf checkpoint, the TF Hub module or an ELMoForManyLangs model to options.json + weights.hdf5",
+    ),
 }
 
 

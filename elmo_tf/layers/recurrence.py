@@ -282,7 +282,7 @@ def fast_gradient_scan(
     projected state `h`, a product, is float32 holding bfloat16's precision). On CPUs with
     AVX512_BF16 (and GPUs) a bfloat16 matmul runs at about twice the float32 rate; a layer at the original shapes
     trained 1.7x as fast here. Products are rounded to bfloat16's 8 significant bits (relative 2^-9), so values
-    and gradients differ from float32 by about 0.5% of their scale (tests/layers/test_fast_gradient.py).
+    and gradients differ from float32 by about 0.5% of their scale (tests/layers/test_recurrence.py).
 
     Same arguments as `projected_lstm_scan` (no `chunk`). Returns D outputs `(time, batch, projection_dim)`,
     D final c `(batch, units)`, D final h `(batch, projection_dim)`.

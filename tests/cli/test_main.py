@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     "train-ner",
     "tune-ner",
     "tag",
+    "convert",
 ]
 MISSING = "/nonexistent/elmo_tf/missing.txt"
 
@@ -43,6 +44,7 @@ BASE = {
     "train-ner": {"--train": "F", "--dev": "F", "--no-elmo": None, "--output": "OUT"},
     "tune-ner": {"--train": "F", "--dev": "F", "--no-elmo": None, "--output": "OUT", "--directory": "OUT"},
     "tag": {"--model": "D", "--input": "F"},
+    "convert": {"--from": "bilm-tf-checkpoint", "DIR": "D", "--output": "OUT"},  # DIR: a positional
 }
 MISSING_FLAG = {
     "embed": ("--input", "no such file"),
@@ -56,6 +58,7 @@ MISSING_FLAG = {
     "train-ner": ("--train", "no such file"),
     "tune-ner": ("--dev", "no such file"),
     "tag": ("--input", "no such file"),
+    "convert": ("DIR", "not a directory"),
 }
 
 # runs main(argv) for each case of a JSON list; prints, per case, the exit status, stdout, stderr and whether
@@ -92,7 +95,8 @@ def run_cases(cases):
 def argv_of(command, paths, **override):
     argv = [command]
     for flag, value in {**BASE[command], **override}.items():
-        argv.append(flag)
+        if flag.startswith("-"):  # else a positional, named by its metavar
+            argv.append(flag)
         if value is not None:
             argv.append(str(paths.get(value, value)))
     return argv

@@ -1,4 +1,4 @@
-"""elmo_tf/preprocessing/tags.py: IOB1/IOB2/BIOES conversion round trips on the real CoNLL-2003 and WNUT-17 files
+"""elmo_tf/ner/tags.py: IOB1/IOB2/BIOES conversion round trips on the real CoNLL-2003 and WNUT-17 files
 (spans preserved), `allowed_transitions` against an enumeration of valid tag sequences, `spans` on tricky
 sequences and against seqeval's conlleval-style chunker on random sequences.
 """

@@ -1,5 +1,5 @@
 """elmo_tf/cli.py: the output and text-input checks the command lines share (in process; the commands
-themselves are run in tests/test_cli_errors.py and tests/training/test_*_errors.py)."""
+themselves are run in tests/cli/test_*_errors.py)."""
 
 import os
 

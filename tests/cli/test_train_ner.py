@@ -10,97 +10,15 @@ which it only does if it reloads the trained weights and the same ELMo.
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from ner_testlib import ALLENNLP, DATA_DIR, TAG, TRAIN_NER, error_line, free_port, run_cli, write_corpus
 from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
 
 from elmo_tf.io.conll import read_conll
 from elmo_tf.ner import span_scores
 from elmo_tf.ner.tags import spans
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO_ROOT.parent / "shared" / "data"
-ALLENNLP = DATA_DIR / "elmo_fixtures" / "allennlp"
-TRAIN_NER = REPO_ROOT / "training" / "train_ner.py"
-TAG = REPO_ROOT / "training" / "tag.py"
-TIMEOUT = 300  # seconds for one CLI run; the tiny runs take 5-15 s on 2 busy cores
-
-PEOPLE = ["John Smith", "Mary", "Ahmed Khan", "Li Wei", "Peter Blackburn", "Anna", "Jose Maria Aznar"]
-PLACES = ["Paris", "New York", "Berlin", "Tokyo", "Cape Town", "Lima"]
-ORGS = ["Reuters", "United Nations", "Siemens", "FIFA", "Bank of Japan"]
-TEMPLATES = [
-    "{PER} visited {LOC} on Monday .",
-    "{ORG} said {PER} will leave {LOC} .",
-    "{PER} joined {ORG} in {LOC} .",
-    "Shares of {ORG} rose 3 percent .",
-    "It rained in {LOC} .",
-    "{PER} and {PER} met .",
-]
-
-
-def synthetic_sentence(rng):
-    tokens, tags = [], []
-    for part in rng.choice(TEMPLATES).split():
-        if part.startswith("{"):
-            kind = part[1:4]
-            for word in rng.choice({"PER": PEOPLE, "LOC": PLACES, "ORG": ORGS}[kind]).split():
-                tokens.append(word)
-                tags.append(f"I-{kind}")
-        else:
-            tokens.append(part)
-            tags.append("O")
-    return tokens, tags
-
-
-def write_corpus(directory, sizes=(("train", 40), ("dev", 12), ("test", 12)), seed=0):
-    """CoNLL-2003-like files (4 columns, IOB1, -DOCSTART-) of template sentences; returns {split: path}."""
-    paths = {}
-    for k, (split, n) in enumerate(sizes):
-        rng = np.random.default_rng(seed + k)
-        path = Path(directory) / f"{split}.txt"
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("-DOCSTART- -X- O O\n\n")
-            for _ in range(n):
-                tokens, tags = synthetic_sentence(rng)
-                f.writelines(f"{t} NNP I-NP {g}\n" for t, g in zip(tokens, tags))
-                f.write("\n")
-        paths[split] = path
-    return paths
-
-
-def subprocess_env():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
-def run_cli(script, *args, input=None, timeout=TIMEOUT):
-    return subprocess.run(
-        [sys.executable, str(script), *map(str, args)],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def error_line(result):
-    """The last stderr line (argparse's one-line error)."""
-    return result.stderr.strip().splitlines()[-1]
-
 
 # ------------------------------------------------------------------------------------------------ span_scores
 

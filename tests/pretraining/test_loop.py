@@ -2,7 +2,7 @@
 `model.stop_training`, interrupts), and the run directory's files are written atomically.
 
 The model is tests/tiny_models.TINY on 24 short made-up sentences; each test builds its own Trainer (about a
-second) and trains a handful of steps. The command line around the same code: test_pretrain.py.
+second) and trains a handful of steps. The command line around the same code: tests/cli/test_pretrain.py.
 """
 
 import builtins
@@ -218,7 +218,7 @@ def test_an_interrupt_saves_a_checkpoint_an_error_does_not(corpus, tmp_path):
     assert recorder.end_logs["stop_reason"] == "error"
     assert checkpoints.latest is None  # a bug is not a reason to checkpoint
 
-    # Ctrl-C (SIGTERM arrives as SystemExit through elmo_tf.cli and takes the same path: test_pretrain.py)
+    # Ctrl-C (SIGTERM arrives as SystemExit through elmo_tf.cli and takes the same path: tests/cli/test_pretrain.py)
     with pytest.raises(KeyboardInterrupt):
         callbacks = [InterruptAtStep(3, KeyboardInterrupt()), recorder]
         run_pretraining(trainer, checkpoints, 50, callbacks=callbacks, progress=False)

@@ -1,7 +1,7 @@
 """training/pretrain.py and elmo_tf/pretraining: loss falls, 2 replicas, 2 workers, kill -9 and resume, SIGTERM
 saves and resumes, --max-minutes, the exported weights.hdf5 reproduces the in-memory model, perplexity on the
 training sentences, NaN stop, --init-from, bad arguments. (The loop, its callbacks and the atomic writes
-in-process: test_pretrain_loop.py.)
+in-process: tests/pretraining/test_loop.py.)
 
 Every run is a tiny model (char filters 8+8+16, 1 highway, LSTM 64 -> 16, 2 layers) on 40 short sentences
 written into a temporary directory, so a run is mostly process start-up. Every subprocess has a timeout so
@@ -765,7 +765,7 @@ def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, mes
     ],
 )
 def test_bad_numbers_exit_2_naming_the_flag(data, tmp_path, extra, message):
-    """(The ranges of every flag: tests/test_cli_number_flags.py.)"""
+    """(The ranges of every flag: tests/cli/test_number_flags.py.)"""
     proc = run_pretrain(data, tmp_path / "run", *extra, timeout=120)
     assert_one_error(proc, 2, message)
     assert not (tmp_path / "run").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 import keras
 import keras_tuner
 import pytest
-from test_train_ner import ALLENNLP, REPO_ROOT, error_line, run_cli, write_corpus
+from ner_testlib import ALLENNLP, REPO_ROOT, error_line, run_cli, write_corpus
 
 from elmo_tf.io.conll import read_conll
 from elmo_tf.ner import span_scores, tuning
