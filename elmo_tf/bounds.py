@@ -1,11 +1,17 @@
-"""The type and range of a number, shared by config fields and their command-line flags (no TensorFlow here:
-the command lines check their flags with it before TensorFlow loads)."""
+"""The type and range of a number, shared by config fields and their command-line flags, and the config fields that
+carry them (`config_field`, `check_bounds`, `field_flag`, `ConfigError`). No TensorFlow or NumPy here: the command
+lines check their flags with it before TensorFlow loads."""
 
 import dataclasses
 import math
 import numbers
 
-__all__ = ["BATCH_SIZE", "INT32_MAX", "INT64_MAX", "MAX_BUFFER", "SEED_MAX", "SHUFFLE_BUFFER", "TOKENS", "Bounds"]
+from elmo_tf.errors import ElmoTFError
+
+__all__ = [
+    *("BATCH_SIZE", "INT32_MAX", "INT64_MAX", "MAX_BUFFER", "SEED_MAX", "SHUFFLE_BUFFER", "TOKENS", "Bounds"),
+    *("ConfigError", "check_bounds", "config_field", "field_flag"),
+]
 
 
 def _show(value, limit=60):
@@ -78,3 +84,42 @@ BUFFER_NOTE = "tf.data reserves memory for every slot up front"
 BATCH_SIZE = Bounds(int, 1, MAX_BUFFER, high_note=BUFFER_NOTE)
 SHUFFLE_BUFFER = Bounds(int, 0, MAX_BUFFER, high_note=BUFFER_NOTE)
 TOKENS = Bounds(int, 1, INT32_MAX)  # max_tokens and bucket_width: token counts, int32 in the graph
+
+
+class ConfigError(ElmoTFError):
+    """An invalid config field (of a `BiLMConfig`, a `TrainConfig`, ...): `source: key problem`, e.g.
+    `options.json: lstm.dim must be a positive int, got '4096'`.
+
+    Attributes:
+        problem: what is wrong, with the value received.
+        key: the field (`lstm_dim`) or options.json key path (`lstm.dim`) at fault, or None for the whole file.
+        source: the options file (or None).
+    """
+
+    def __init__(self, problem, key=None, source=None):
+        text = f"{key} {problem}" if key else problem
+        super().__init__(f"{source}: {text}" if source else text, key=key, path=source)
+        self.problem, self.source = problem, source
+
+
+def config_field(default, flag=None, bounds=None):
+    """A dataclass field that knows the command-line flag setting it and, for a number, its `Bounds`: the command
+    lines build their argparse types from it (`elmo_tf.cli.field_type`) and name the flag of a `ConfigError`."""
+    return dataclasses.field(default=default, metadata={"flag": flag, "bounds": bounds})
+
+
+def check_bounds(config):
+    """Raises `ConfigError` (key: the field) for the first field of the dataclass `config` outside its `Bounds`."""
+    for field in dataclasses.fields(config):
+        bounds = field.metadata.get("bounds")
+        problem = bounds and bounds.problem(getattr(config, field.name))
+        if problem:
+            raise ConfigError(problem, field.name)
+
+
+def field_flag(config_class, name):
+    """The command-line flag of the field `name` of `config_class` (a `config_field`), or None."""
+    for field in dataclasses.fields(config_class):
+        if field.name == name:
+            return field.metadata.get("flag")
+    return None

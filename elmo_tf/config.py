@@ -4,8 +4,19 @@ import dataclasses
 import json
 import math
 
-from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds, _is_int, _is_number, _show  # noqa: F401
-from elmo_tf.errors import ElmoTFError
+from elmo_tf.bounds import (  # noqa: F401 (ConfigError, config_field, field_flag, ...: long imported from here too)
+    INT32_MAX,
+    INT64_MAX,
+    SEED_MAX,
+    Bounds,
+    ConfigError,
+    _is_int,
+    _is_number,
+    _show,
+    check_bounds,
+    config_field,
+    field_flag,
+)
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
 
 # field of BiLMConfig -> (key path in options.json, required, default when absent)
@@ -24,45 +35,6 @@ OPTION_KEYS = {
     "use_skip_connections": ("lstm.use_skip_connections", False, False),
 }
 _REQUIRED = ", ".join(path for path, required, _ in OPTION_KEYS.values() if required)
-
-
-class ConfigError(ElmoTFError):
-    """An invalid architecture: `source: key problem`, e.g. `options.json: lstm.dim must be a positive int, got
-    '4096'`.
-
-    Attributes:
-        problem: what is wrong, with the value received.
-        key: the field (`lstm_dim`) or options.json key path (`lstm.dim`) at fault, or None for the whole file.
-        source: the options file (or None).
-    """
-
-    def __init__(self, problem, key=None, source=None):
-        text = f"{key} {problem}" if key else problem
-        super().__init__(f"{source}: {text}" if source else text, key=key, path=source)
-        self.problem, self.source = problem, source
-
-
-def config_field(default, flag=None, bounds=None):
-    """A dataclass field that knows the command-line flag setting it and, for a number, its `Bounds`: the command
-    lines build their argparse types from it (`elmo_tf.cli.field_type`) and name the flag of a `ConfigError`."""
-    return dataclasses.field(default=default, metadata={"flag": flag, "bounds": bounds})
-
-
-def check_bounds(config):
-    """Raises `ConfigError` (key: the field) for the first field of the dataclass `config` outside its `Bounds`."""
-    for field in dataclasses.fields(config):
-        bounds = field.metadata.get("bounds")
-        problem = bounds and bounds.problem(getattr(config, field.name))
-        if problem:
-            raise ConfigError(problem, field.name)
-
-
-def field_flag(config_class, name):
-    """The command-line flag of the field `name` of `config_class` (a `config_field`), or None."""
-    for field in dataclasses.fields(config_class):
-        if field.name == name:
-            return field.metadata.get("flag")
-    return None
 
 
 @dataclasses.dataclass(frozen=True)

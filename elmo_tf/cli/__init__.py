@@ -144,7 +144,7 @@ def threads_int(name):
 
 
 def field_type(config_class, field):
-    """The argparse `type` of the flag of `config_class`'s field (an `elmo_tf.config.config_field` with `Bounds`):
+    """The argparse `type` of the flag of `config_class`'s field (an `elmo_tf.bounds.config_field` with `Bounds`):
     the same range as the dataclass checks, the error naming the field's flag."""
     spec = next(f for f in dataclasses.fields(config_class) if f.name == field)
     return number_type(spec.metadata["flag"], spec.metadata["bounds"])

@@ -33,7 +33,7 @@ val_perplexity), tensorboard/ (keras.callbacks.TensorBoard), checkpoints/.
 import argparse
 import logging
 
-from elmo_tf.bounds import Bounds
+from elmo_tf.bounds import Bounds, ConfigError, field_flag
 from elmo_tf.cli import (
     MAX_THREADS,
     ArgumentParser,
@@ -50,7 +50,6 @@ from elmo_tf.cli import (
     setup_logging,
     threads_int,
 )
-from elmo_tf.config import BiLMConfig, ConfigError, field_flag, get_config
 from elmo_tf.io.atomic import WriteError
 from elmo_tf.io.vocabulary import Vocabulary, expand_glob
 from elmo_tf.pretraining.config import OPTIMIZERS, CheckpointMismatchError, NonFiniteLossError, TrainConfig
@@ -135,6 +134,7 @@ def main(argv=None, prog=PROG):
     setup_logging()
     import tensorflow as tf
 
+    from elmo_tf.config import BiLMConfig, get_config
     from elmo_tf.preprocessing.lm_dataset import LMDataError, check_has_tokens
     from elmo_tf.pretraining import (
         Checkpoints,

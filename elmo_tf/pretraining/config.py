@@ -1,12 +1,22 @@
 """How a biLM is trained (`TrainConfig`), the names the pretraining modules share, and their errors.
 
-No TensorFlow here: the pretrain command line builds its flags from `TrainConfig`'s fields before TensorFlow loads.
+No TensorFlow or NumPy here: the pretrain command line builds its flags from `TrainConfig`'s fields at once.
 """
 
 import dataclasses
 
-from elmo_tf.bounds import BATCH_SIZE, INT32_MAX, INT64_MAX, SEED_MAX, SHUFFLE_BUFFER, TOKENS, Bounds
-from elmo_tf.config import ConfigError, check_bounds, config_field
+from elmo_tf.bounds import (
+    BATCH_SIZE,
+    INT32_MAX,
+    INT64_MAX,
+    SEED_MAX,
+    SHUFFLE_BUFFER,
+    TOKENS,
+    Bounds,
+    ConfigError,
+    check_bounds,
+    config_field,
+)
 from elmo_tf.errors import ElmoTFError
 
 OPTIMIZERS = ("adagrad", "adam", "sgd")
@@ -36,7 +46,7 @@ class TrainConfig:
     """How to train (the architecture is a `BiLMConfig`). Defaults follow the original recipe where it
     fits a CPU: Adagrad lr 0.2 (initial accumulator 1.0), global-norm clip 10, dropout 0.1.
 
-    Each field knows its training/pretrain.py flag and its range (`elmo_tf.config.config_field`): a bad value raises
+    Each field knows its training/pretrain.py flag and its range (`elmo_tf.bounds.config_field`): a bad value raises
     `ConfigError` whose `key` is the field, and `field_flag(TrainConfig, e.key)` is the flag to blame.
     """
 
