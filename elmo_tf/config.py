@@ -98,6 +98,11 @@ def _entry_ids(value, rows, key):
         out.append((entry, int(i)))
     if not out:
         raise ConfigError("must not be empty", key)
+    seen = set()
+    for entry, _ in out:
+        if entry in seen:
+            raise ConfigError(f"must list each entry once, got {_show(entry)} twice", key)
+        seen.add(entry)
     return tuple(sorted(out, key=lambda p: (p[1], p[0])))
 
 

@@ -8,6 +8,8 @@ the word embedding (torch's legacy pickle format), `noword` the char CNN alone w
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +139,17 @@ def test_savedmodel_matches_elmoformanylangs_at_every_layer(models, tmp_path):
         tokens=tf.constant(_padded(SENTENCES)), sequence_len=tf.constant([len(s) for s in SENTENCES], tf.int32)
     )
     np.testing.assert_allclose(tokens["lstm_outputs2"].numpy(), out["lstm_outputs2"].numpy(), atol=1e-6)
+    # a fresh process without elmo_tf: the SavedModel carries its vocabulary tables and takes raw strings
+    code = (
+        "import sys, json, numpy as np, tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "s = tf.constant([x.encode() for x in json.loads(sys.argv[2])])\n"
+        "np.save(sys.argv[3], m.signatures['default'](sentences=s)['lstm_outputs2'].numpy())\n"
+    )
+    joined = json.dumps([" ".join(s) for s in SENTENCES])
+    target = tmp_path / "fresh.npy"
+    subprocess.run([sys.executable, "-c", code, path, joined, str(target)], check=True, capture_output=True)
+    np.testing.assert_allclose(np.load(target), out["lstm_outputs2"].numpy(), atol=1e-6)
 
 
 def test_keras_file_carries_the_vocabularies(models, tmp_path):
@@ -255,3 +268,39 @@ def test_a_pickle_that_runs_code_is_refused_before_anything_is_written(tmp_path)
     (src / "encoder.pkl").write_bytes(pickle.dumps({"forward_layer_0.input_linearity.weight": Exploit()}, 2))
     _refused(src, out, "refused", "encoder.pkl")
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_converted_vocabulary_with_a_malformed_line_is_named(converted, tmp_path):
+    """options.json names its vocabularies relative to itself; a broken line stops the load naming file and line."""
+    src, _ = converted["word"]
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    with open(out / "word_vocab.tsv", "a", encoding="utf-8") as f:
+        f.write("lonely-word-without-id\n")
+    n = len((out / "word_vocab.tsv").read_text("utf-8").splitlines())
+    with pytest.raises(ElmoTFError, match=rf"word_vocab\.tsv:{n}: expected 'entry<TAB>id'") as e:
+        load_elmo(out / "options.json", out / "weights.hdf5")
+    assert "\n" not in str(e.value)
+    shutil.copy(src / "word_vocab.tsv", out / "word_vocab.tsv")
+    lines = (src / "char_vocab.tsv").read_text("utf-8").splitlines()
+    (out / "char_vocab.tsv").write_text("\n".join(lines + [lines[0].split("\t")[0] + "\t3"]) + "\n", "utf-8")
+    with pytest.raises(ElmoTFError, match=r"options\.json: char_cnn\.char_vocabulary must list each entry once"):
+        load_elmo(out / "options.json", out / "weights.hdf5")
+
+
+def test_the_embed_command_matches_elmoformanylangs(converted, tmp_path):
+    """`elmo-tf embed --options OUTDIR/options.json --weights OUTDIR/weights.hdf5` on a text file, in process."""
+    import h5py
+
+    from elmo_tf.cli.embed import main
+
+    out_dir, _ = converted["word"]
+    text = tmp_path / "sentences.txt"
+    text.write_text("".join(" ".join(s) + "\n" for s in SENTENCES), "utf-8")
+    out = tmp_path / "out.hdf5"
+    argv = ["--options", str(out_dir / "options.json"), "--weights", str(out_dir / "weights.hdf5")]
+    assert main([*argv, "--input", str(text), "--output", str(out), "--layers", "all"]) in (0, None)
+    with h5py.File(out, "r") as f:
+        got = [f[str(k)][...] for k in range(len(SENTENCES))]
+    worst = _worst(got, _expected("word"))
+    assert max(worst) <= ATOL, worst
