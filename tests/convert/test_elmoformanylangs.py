@@ -1,7 +1,7 @@
 """elmo_tf/convert/elmoformanylangs.py: ELMoForManyLangs model dirs convert with parity to its own code.
 
 tests/fixtures/efml/{word,noword}/ hold small random-weight models made with ELMoForManyLangs' own classes and the
-outputs its own `Embedder` gave for them (tests/fixtures/efml/record_efml.py; zero-state first batch): `word` has
+outputs its own `Embedder` gave for them (bench/record_efml_fixtures.py; zero-state first batch): `word` has
 the word embedding (torch's legacy pickle format), `noword` the char CNN alone with filter total = projection size
 (zip format), so the projection is kept only by `always_project`.
 """

@@ -1,6 +1,6 @@
 """elmo_tf/io/torch_pickle.py: torch state dicts read without torch, and nothing in a file ever runs.
 
-The `.pkl` files under tests/fixtures/efml/ were written by torch itself (tests/fixtures/efml/record_efml.py):
+The `.pkl` files under tests/fixtures/efml/ were written by torch itself (bench/record_efml_fixtures.py):
 `word/model` in the legacy format (torch.save(..., _use_new_zipfile_serialization=False), as torch 0.4 wrote the
 released ELMoForManyLangs models), `noword/model` in the zip format.
 """
