@@ -99,17 +99,18 @@ def tokens_to_char_ids_numpy(tokens):
     return out
 
 
-def add_sentence_boundaries(char_ids):
-    """Puts the begin- and end-of-sentence tokens around each sentence: `(batch, T, 50)` -> `(batch, T + 2, 50)`.
+def add_sentence_boundaries(char_ids, bos_row=BOS_CHAR_IDS, eos_row=EOS_CHAR_IDS):
+    """Puts the begin- and end-of-sentence tokens around each sentence: `(batch, T, W)` -> `(batch, T + 2, W)`.
 
     Sentences are left-aligned (real tokens first, all-zero rows after); the end token goes right after
-    each sentence's last real token, so an empty sentence becomes `<S> </S>`.
+    each sentence's last real token, so an empty sentence becomes `<S> </S>`. `bos_row` / `eos_row`: the
+    boundary tokens' ids (`W` of them; bilm-tf's by default).
     """
     char_ids = tf.convert_to_tensor(char_ids)
     mask = tf.reduce_any(char_ids > 0, axis=-1)
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
     batch = tf.shape(char_ids)[0]
-    bos = tf.broadcast_to(tf.constant(BOS_CHAR_IDS, char_ids.dtype), [batch, 1, MAX_CHARS])
+    bos = tf.broadcast_to(tf.constant(bos_row, char_ids.dtype), [batch, 1, len(bos_row)])
     padded = tf.concat([bos, char_ids, tf.zeros_like(bos)], axis=1)
     is_eos = tf.one_hot(lengths + 1, tf.shape(padded)[1], on_value=True, off_value=False, dtype=tf.bool)
-    return tf.where(is_eos[:, :, None], tf.constant(EOS_CHAR_IDS, char_ids.dtype), padded)
+    return tf.where(is_eos[:, :, None], tf.constant(eos_row, char_ids.dtype), padded)
