@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 
 from elmo_tf.bounds import (  # noqa: F401 (ConfigError, config_field, field_flag, ...: long imported from here too)
     INT32_MAX,
@@ -17,6 +18,7 @@ from elmo_tf.bounds import (  # noqa: F401 (ConfigError, config_field, field_fla
     config_field,
     field_flag,
 )
+from elmo_tf.preprocessing.char_vocabulary import CHAR_SPECIALS, WORD_SPECIALS
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
 
 # field of BiLMConfig -> (key path in options.json, required, default when absent)
@@ -33,8 +35,59 @@ OPTION_KEYS = {
     "cell_clip": ("lstm.cell_clip", False, None),
     "proj_clip": ("lstm.proj_clip", False, None),
     "use_skip_connections": ("lstm.use_skip_connections", False, False),
+    # ELMoForManyLangs' numerics (elmo_tf.preprocessing.char_vocabulary); absent in bilm-tf files
+    "char_vocabulary": ("char_cnn.char_vocabulary", False, None),
+    "char_special_ids": ("char_cnn.special_ids", False, None),
+    "word_embedding_dim": ("char_cnn.word_embedding.dim", False, 0),
+    "word_vocabulary": ("char_cnn.word_embedding.vocabulary", False, None),
+    "word_special_ids": ("char_cnn.word_embedding.special_ids", False, None),
+    "num_words": ("char_cnn.word_embedding.n_words", False, 0),
+    "always_project": ("char_cnn.always_project", False, False),
 }
+VOCABULARY_FILES = {"char_vocabulary": "char_vocab.tsv", "word_vocabulary": "word_vocab.tsv"}
 _REQUIRED = ", ".join(path for path, required, _ in OPTION_KEYS.values() if required)
+
+
+def _read_vocabulary(name, source):
+    from elmo_tf.io.entry_ids import read_entry_ids  # here: elmo_tf.io imports this module
+
+    base = os.path.dirname(source) if source else ""
+    return read_entry_ids(os.path.join(base, name))
+
+
+def _entry_ids(value, rows, key):
+    """`value` ({entry: id} or [[entry, id], ...]) as a tuple of (entry, id) pairs sorted by id, ids in [0, rows)."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__iter__"):
+        raise ConfigError(f"must map entries to ids ({{entry: id}}), got {_show(value)}", key)
+    out = []
+    for pair in pairs:
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise ConfigError(f"must hold (entry, id) pairs, got {_show(pair)}", key)
+        entry, i = pair
+        if not isinstance(entry, str) or not _is_int(i) or not 0 <= i < rows:
+            raise ConfigError(f"must map a string to an id in [0, {rows}), got {_show(entry)}: {_show(i)}", key)
+        out.append((entry, int(i)))
+    if not out:
+        raise ConfigError("must not be empty", key)
+    seen = set()
+    for entry, _ in out:
+        if entry in seen:
+            raise ConfigError(f"must list each entry once, got {_show(entry)} twice", key)
+        seen.add(entry)
+    return tuple(sorted(out, key=lambda p: (p[1], p[0])))
+
+
+def _special_ids(value, names, rows, key):
+    """`value` ({name: id} for every name of `names`) as a tuple of (name, id) pairs in `names`' order."""
+    if not isinstance(value, dict):
+        value = dict(value) if isinstance(value, (tuple, list)) else value
+    if not isinstance(value, dict) or sorted(value) != sorted(names):
+        raise ConfigError(f"must give the ids of {list(names)}, got {_show(value)}", key)
+    for name in names:
+        if not _is_int(value[name]) or not 0 <= value[name] < rows:
+            raise ConfigError(f"{name} must be an id in [0, {rows}), got {_show(value[name])}", key)
+    return tuple((name, int(value[name])) for name in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +113,14 @@ class BiLMConfig:
     cell_clip: float = 3.0
     proj_clip: float = 3.0
     use_skip_connections: bool = True
+    # ELMoForManyLangs (elmo_tf.preprocessing.char_vocabulary): None/0/False for bilm-tf's byte mapping
+    char_vocabulary: tuple = None
+    char_special_ids: tuple = None
+    word_embedding_dim: int = 0
+    word_vocabulary: tuple = None
+    word_special_ids: tuple = None
+    num_words: int = 0
+    always_project: bool = False
 
     def __post_init__(self):
         def put(name, value):
@@ -79,14 +140,15 @@ class BiLMConfig:
                 "max_characters_per_token",
             )
         self._check_filters(put)
-        if self.num_characters == NUM_CHAR_IDS - 1 and _is_int(self.num_characters):
-            raise ConfigError(
-                "is 261 (bilm-tf's training value): set it to 262 for a trained model; "
-                "the weight file's 261 rows get a zero padding row prepended at load time",
-                "num_characters",
-            )
-        if not _is_int(self.num_characters) or self.num_characters != NUM_CHAR_IDS:
-            raise ConfigError(f"must be {NUM_CHAR_IDS}, got {_show(self.num_characters)}", "num_characters")
+        if self.always_project not in (True, False) or not isinstance(self.always_project, (bool, int)):
+            raise ConfigError(f"must be true or false, got {_show(self.always_project)}", "always_project")
+        put("always_project", bool(self.always_project))
+        if self.char_vocabulary is not None:
+            self._check_vocabularies(put)
+        elif any((self.char_special_ids, self.word_embedding_dim, self.word_vocabulary, self.word_special_ids)):
+            raise ConfigError("is needed by special ids and a word embedding (ELMoForManyLangs)", "char_vocabulary")
+        else:
+            self._check_byte_characters()
         if not isinstance(self.activation, str) or self.activation not in ("relu", "tanh"):
             raise ConfigError(f"must be 'relu' or 'tanh', got {_show(self.activation)}", "activation")
         for name in ("cell_clip", "proj_clip"):
@@ -96,6 +158,38 @@ class BiLMConfig:
         if self.use_skip_connections not in (True, False) or not isinstance(self.use_skip_connections, (bool, int)):
             raise ConfigError(f"must be true or false, got {_show(self.use_skip_connections)}", "use_skip_connections")
         put("use_skip_connections", bool(self.use_skip_connections))
+
+    def _check_byte_characters(self):
+        if self.num_characters == NUM_CHAR_IDS - 1 and _is_int(self.num_characters):
+            raise ConfigError(
+                "is 261 (bilm-tf's training value): set it to 262 for a trained model; "
+                "the weight file's 261 rows get a zero padding row prepended at load time",
+                "num_characters",
+            )
+        if not _is_int(self.num_characters) or self.num_characters != NUM_CHAR_IDS:
+            raise ConfigError(f"must be {NUM_CHAR_IDS}, got {_show(self.num_characters)}", "num_characters")
+
+    def _check_vocabularies(self, put):
+        rows = self.num_characters
+        if not _is_int(rows) or rows < 2 or rows > INT32_MAX:
+            raise ConfigError(
+                f"must be an int >= 2 (the char vocabulary's rows + 1), got {_show(rows)}", "num_characters"
+            )
+        put("char_vocabulary", _entry_ids(self.char_vocabulary, rows - 1, "char_vocabulary"))
+        put("char_special_ids", _special_ids(self.char_special_ids, CHAR_SPECIALS, rows - 1, "char_special_ids"))
+        dim = self.word_embedding_dim
+        if not _is_int(dim) or dim < 0 or dim > INT32_MAX:
+            raise ConfigError(f"must be a non-negative int, got {_show(dim)}", "word_embedding_dim")
+        if dim == 0:
+            if self.word_vocabulary is not None or self.word_special_ids is not None:
+                raise ConfigError("must be > 0 with a word vocabulary", "word_embedding_dim")
+            put("num_words", 0)
+            return
+        words = self.num_words
+        if not _is_int(words) or words < 1 or words > INT32_MAX:
+            raise ConfigError(f"must be a positive int (the word embedding's rows), got {_show(words)}", "num_words")
+        put("word_vocabulary", _entry_ids(self.word_vocabulary, words, "word_vocabulary"))
+        put("word_special_ids", _special_ids(self.word_special_ids, WORD_SPECIALS, words, "word_special_ids"))
 
     def _check_filters(self, put):
         filters = self.filters
@@ -161,6 +255,9 @@ class BiLMConfig:
                     break
                 node = node[part]
             kwargs[field] = node
+        for field in VOCABULARY_FILES:
+            if isinstance(kwargs[field], str):  # a file named relative to the options file
+                kwargs[field] = _read_vocabulary(kwargs[field], source)
         try:
             return cls(**kwargs)
         except ConfigError as e:
@@ -193,8 +290,8 @@ class BiLMConfig:
         return cls.from_options(options, source=str(path))
 
     def to_options(self):
-        """The bilm-tf/AllenNLP options dict for this architecture."""
-        return {
+        """The bilm-tf/AllenNLP options dict for this architecture (plus ELMoForManyLangs' keys when set)."""
+        options = {
             "lstm": {
                 "dim": self.lstm_dim,
                 "projection_dim": self.projection_dim,
@@ -212,12 +309,42 @@ class BiLMConfig:
                 "n_characters": self.num_characters,
             },
         }
+        cnn = options["char_cnn"]
+        if self.always_project:
+            cnn["always_project"] = True
+        if self.char_vocabulary is not None:  # inline here; to_json writes them to files beside options.json
+            cnn["char_vocabulary"] = dict(self.char_vocabulary)
+            cnn["special_ids"] = dict(self.char_special_ids)
+        if self.word_embedding_dim:
+            cnn["word_embedding"] = {
+                "dim": self.word_embedding_dim,
+                "n_words": self.num_words,
+                "vocabulary": dict(self.word_vocabulary),
+                "special_ids": dict(self.word_special_ids),
+            }
+        return options
 
     def to_json(self, path):
-        """Writes `to_options()` as JSON, atomically (a temporary file renamed over `path`)."""
-        from elmo_tf.io.atomic import write_json  # here: elmo_tf.io imports this module
+        """Writes `to_options()` as JSON, atomically (a temporary file renamed over `path`); the char and word
+        vocabularies, if any, go to `char_vocab.tsv` / `word_vocab.tsv` beside it (`entry<TAB>id` lines), which the
+        file names. Returns the paths written."""
+        from elmo_tf.io.atomic import write_json, write_text  # here: elmo_tf.io imports this module
+        from elmo_tf.io.entry_ids import entry_ids_text
 
-        write_json(path, self.to_options())
+        options, written = self.to_options(), []
+        for field, name in VOCABULARY_FILES.items():
+            pairs = getattr(self, field)
+            if pairs is None:
+                continue
+            target = os.path.join(os.path.dirname(os.fspath(path)), name)
+            write_text(target, entry_ids_text(pairs))
+            written.append(target)
+            if field == "char_vocabulary":
+                options["char_cnn"]["char_vocabulary"] = name
+            else:
+                options["char_cnn"]["word_embedding"]["vocabulary"] = name
+        write_json(path, options)
+        return [*written, os.fspath(path)]
 
 
 PRESETS = {

@@ -26,7 +26,7 @@ from elmo_tf.errors import check_int
 from elmo_tf.io.sentences import EmbeddingWriter, iter_sentences
 from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.models.elmo import elmo_activations
-from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, MAX_CHARS, token_bytes, tokens_to_char_ids_numpy
+from elmo_tf.preprocessing.chars import token_bytes
 
 LAYER_CHOICES = ("all", "top", "average")
 ROW_LENGTH = 64  # positions per packed row (a sentence of n tokens takes n + 2); longer sentences get a row each
@@ -186,13 +186,18 @@ class Embedder:
         self.memo_size = check_int("memo_size", memo_size, 0)
         self._memo = collections.OrderedDict()  # token bytes -> vector, least recently used first
         width = model.config.projection_dim
+        mapping = model.char_mapping
+        self._char_ids = mapping.numpy  # token list -> char ids (bilm-tf's bytes, or a char vocabulary)
         self._encode = tf.function(
             lambda ids: model.char_cnn.encode_distinct(ids),
-            input_signature=[tf.TensorSpec([None, MAX_CHARS], tf.int32)],
+            input_signature=[tf.TensorSpec([None, mapping.width], tf.int32)],
         )
         # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
         self._fixed = np.concatenate(
-            [np.zeros([1, width], np.float32), self._encode(np.stack([BOS_CHAR_IDS, EOS_CHAR_IDS]).astype(np.int32))]
+            [
+                np.zeros([1, width], np.float32),
+                self._encode(np.stack([mapping.bos_row, mapping.eos_row]).astype(np.int32)),
+            ]
         )
         self.token_cache = None if token_embeddings is None else TokenCache.of(token_embeddings, width)
         self.stats = {"tokens": 0, "distinct": 0, "cached": 0, "memo": 0, "positions": 0, "padded_positions": 0}
@@ -253,7 +258,7 @@ class Embedder:
             fresh.append(k)
         for start in range(0, len(fresh), self.cnn_chunk):
             part = fresh[start : start + self.cnn_chunk]
-            vectors[part] = self._encode(tokens_to_char_ids_numpy([distinct[k] for k in part])).numpy()
+            vectors[part] = self._encode(self._char_ids([distinct[k] for k in part])).numpy()
         if self.memo_size:
             for k in fresh[-self.memo_size :]:
                 self._memo[distinct[k]] = vectors[k].copy()

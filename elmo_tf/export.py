@@ -22,7 +22,6 @@ import tensorflow as tf
 from elmo_tf.bounds import INT64_MAX
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import WRITE_ERRNOS, make_public_dir, remove_stale_temps, temp_name, write_error
-from elmo_tf.preprocessing.chars import tokens_to_char_ids
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
 from elmo_tf.serving_contract import (
     SENTENCES,
@@ -203,7 +202,7 @@ def reference_tokens(sentences, tokenizer="whitespace", max_tokens=None):
 def reference_outputs(model, token_lists):
     """The Keras model's outputs (NumPy) for a list of token lists, keyed like the signatures' outputs."""
     tokens, _ = _pad(token_lists)
-    out = elmo_outputs(model, tokens_to_char_ids(tf.constant(tokens, tf.string)))
+    out = elmo_outputs(model, model.tokens_to_char_ids(tf.constant(tokens, tf.string)))
     return {key: np.asarray(value) for key, value in out.items()}
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.models.elmo import elmo_activations
-from elmo_tf.preprocessing.chars import BOW, EOW, MAX_CHARS, PAD, tokens_to_char_ids
+from elmo_tf.preprocessing.char_vocabulary import BYTE_MAPPING
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer
 
 # signature keys
@@ -55,9 +55,6 @@ LSTM_OUTPUTS_PREFIX = "lstm_outputs"
 
 SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=SENTENCES)
 TOKENS_SPECS = (tf.TensorSpec([None, None], tf.string, name=TOKENS), tf.TensorSpec([None], tf.int32, name=SEQUENCE_LEN))
-
-# a token without characters (AllenNLP's char mapping of "")
-_EMPTY_TOKEN_CHAR_IDS = np.array([BOW, EOW] + [PAD] * (MAX_CHARS - 2), np.int32)
 
 
 def lstm_output_key(layer):
@@ -96,7 +93,7 @@ def elmo_outputs(model, char_ids):
     return {key: out[model.mixes[0] if key == ELMO else key] for key in output_keys(model.config.num_layers)}
 
 
-def tokens_char_ids(tokens, sequence_len, max_tokens=None):
+def tokens_char_ids(tokens, sequence_len, max_tokens=None, mapping=BYTE_MAPPING):
     """The `tokens` signature's input handling: `(batch, T)` strings + lengths -> char ids `(batch, T', 50)`.
 
     Tokens at or beyond `sequence_len` become padding whatever they hold; "" inside the length becomes a token
@@ -124,9 +121,9 @@ def tokens_char_ids(tokens, sequence_len, max_tokens=None):
         sequence_len = tf.minimum(sequence_len, max_tokens)
     inside = tf.sequence_mask(sequence_len, tf.shape(tokens)[1])
     tokens = tf.where(inside, tokens, "")
-    char_ids = tokens_to_char_ids(tokens)
+    char_ids = mapping(tokens)
     empty = (inside & tf.equal(tokens, ""))[..., None]
-    return tf.where(empty, tf.constant(_EMPTY_TOKEN_CHAR_IDS), char_ids)
+    return tf.where(empty, tf.constant(mapping.empty_row), char_ids)
 
 
 def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None):
@@ -144,10 +141,10 @@ def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None):
 
     def sentences_fn(sentences):
         tokens, _ = tokenize(sentences)
-        return elmo_outputs(model, tokens_to_char_ids(tokens))
+        return elmo_outputs(model, model.tokens_to_char_ids(tokens))
 
     def tokens_fn(tokens, sequence_len):
-        return elmo_outputs(model, tokens_char_ids(tokens, sequence_len, max_tokens))
+        return elmo_outputs(model, tokens_char_ids(tokens, sequence_len, max_tokens, model.char_mapping))
 
     archive = keras.export.ExportArchive()
     archive.track(model)

@@ -9,6 +9,9 @@ Layout (the released ELMo files):
                                             /B     (4 * dim,) i, j, f, o; without the forget bias +1
                                             /W_P_0 (dim, projection_dim)
     d = 0 forward, 1 backward. The softmax is not in the file.
+    word_embed                                   (words, word_dim)  converted ELMoForManyLangs models with a word
+                                                 embedding (a zero row 0 is prepended); CNN_proj/W_proj's rows are
+                                                 then [word; filters]
 """
 
 import os
@@ -97,6 +100,15 @@ def weight_map(model):
             ("b_transform", hw.transform_biases[k]),
         ):
             entries.append((f"CNN_high_{k}/{name}", [var], lambda v: v[0], lambda a: [a]))
+    if cnn.word_vocab_size:  # ELMoForManyLangs' word embedding: like char_embed, a zero row 0 is prepended
+        entries.append(
+            (
+                "word_embed",
+                [cnn.word_embedding],
+                lambda v: v[0][1:],
+                lambda a: [np.concatenate([np.zeros_like(a[:1]), a])],
+            )
+        )
     if cnn.use_projection:
         entries.append(("CNN_proj/W_proj", [cnn.projection.kernel], lambda v: v[0], lambda a: [a]))
         entries.append(("CNN_proj/b_proj", [cnn.projection.bias], lambda v: v[0], lambda a: [a]))
@@ -121,7 +133,7 @@ def weight_map(model):
 
 def _expected_file_shape(name, variables):
     shapes = [tuple(v.shape) for v in variables]
-    if name == "char_embed":
+    if name in ("char_embed", "word_embed"):
         return (shapes[0][0] - 1, shapes[0][1])
     if name.startswith("CNN/W_cnn_"):
         return (1,) + shapes[0]

@@ -40,8 +40,15 @@ class CharCNN(keras.layers.Layer):
         max_chars: chars per token (50).
         activation: after the max-pool ("relu" or "tanh"); the highway transform is always relu, as in
             the original.
+        pad_id: the (shifted) id that fills a token after its end-of-word (bilm-tf's 261; a converted
+            ELMoForManyLangs model's `<pad>` + 1, a trained non-zero row: the max-pool runs over every position).
+        word_vocab_size / word_embedding_dim: rows (row 0 zero, "no token") and size of a word embedding whose
+            ids come in one more input column after the chars; its vector goes before the filters:
+            `projection([word; highway(char CNN)])` (ELMoForManyLangs). 0 / 0 for none.
+        always_project: project even when the token size equals `projection_dim` (ELMoForManyLangs).
     Call arguments:
-        inputs: int32 char ids `(batch, tokens, max_chars)`, all-zero rows for padding.
+        inputs: int32 char ids `(batch, tokens, input_width)` (`max_chars`, + 1 with a word embedding), all-zero
+            rows for padding.
     Returns:
         float32 `(batch, tokens, projection_dim)`, with a mask `(batch, tokens)`.
     """
@@ -55,6 +62,10 @@ class CharCNN(keras.layers.Layer):
         num_chars=NUM_CHAR_IDS,
         max_chars=MAX_CHARS,
         activation="relu",
+        pad_id=PAD,
+        word_vocab_size=0,
+        word_embedding_dim=0,
+        always_project=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -75,6 +86,16 @@ class CharCNN(keras.layers.Layer):
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(pad_id, int) or not 0 < pad_id < num_chars:
+            raise ValueError(f"pad_id must be an int in [1, num_chars), got {pad_id!r}")
+        for name, value in (("word_vocab_size", word_vocab_size), ("word_embedding_dim", word_embedding_dim)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if (word_vocab_size > 0) != (word_embedding_dim > 0):
+            raise ValueError(
+                f"word_vocab_size and word_embedding_dim are both 0 or both positive, got {word_vocab_size}, "
+                f"{word_embedding_dim}"
+            )
         self.filters = filters
         self.num_highway = num_highway
         self.projection_dim = projection_dim
@@ -82,8 +103,14 @@ class CharCNN(keras.layers.Layer):
         self.num_chars = num_chars
         self.max_chars = max_chars
         self.activation = keras.activations.get(activation)
+        self.pad_id = pad_id
+        self.word_vocab_size = word_vocab_size
+        self.word_embedding_dim = word_embedding_dim
+        self.always_project = bool(always_project)
         self.num_filters = sum(n for _, n in filters)
-        self.use_projection = self.num_filters != projection_dim
+        self.token_dim = self.num_filters + word_embedding_dim  # what the projection reads
+        self.use_projection = self.always_project or self.token_dim != projection_dim
+        self.input_width = max_chars + (1 if word_vocab_size else 0)  # the word id column after the chars
 
     def build(self, input_shape):
         self.char_embedding = self.add_weight(
@@ -101,9 +128,15 @@ class CharCNN(keras.layers.Layer):
             self.conv_biases.append(self.add_weight(name=f"conv_bias_{k}", shape=(n,), initializer="zeros"))
         self.highway = Highway(self.num_highway, activation="relu", name="highway")  # relu in bilm-tf and AllenNLP
         self.highway.build((None, self.num_filters))
+        if self.word_vocab_size:
+            self.word_embedding = self.add_weight(
+                name="word_embedding",
+                shape=(self.word_vocab_size, self.word_embedding_dim),
+                initializer=_padding_row_zero(keras.initializers.RandomUniform(-0.25, 0.25)),
+            )
         if self.use_projection:
             self.projection = keras.layers.Dense(self.projection_dim, name="projection")
-            self.projection.build((None, self.num_filters))
+            self.projection.build((None, self.token_dim))
 
     def encode_tokens(self, char_ids):
         """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`.
@@ -119,14 +152,17 @@ class CharCNN(keras.layers.Layer):
         but padding chars after its end keeps the whole width.
         """
         char_ids = tf.convert_to_tensor(char_ids)
+        word_ids = char_ids[:, self.max_chars] if self.word_vocab_size else None
+        char_ids = char_ids[:, : self.max_chars]
+        pad = self.pad_id
         widest = max(width for width, _ in self.filters)
         real = tf.reduce_any(char_ids > 0, axis=1)  # (n,)
-        used = tf.reduce_any(tf.logical_and(tf.not_equal(char_ids, PAD), real[:, None]), axis=0)  # (max_chars,)
+        used = tf.reduce_any(tf.logical_and(tf.not_equal(char_ids, pad), real[:, None]), axis=0)  # (max_chars,)
         longest = tf.reduce_max(tf.where(used, tf.range(1, self.max_chars + 1), 0))
         cut = longest <= self.max_chars - widest
         kept = tf.where(cut, tf.maximum(longest, 1) + widest - 1, self.max_chars)
         # the last row is one all-padding token: its max is the value of an all-padding window
-        ids = tf.concat([char_ids[:, :kept], tf.fill([1, kept], tf.constant(PAD, char_ids.dtype))], axis=0)
+        ids = tf.concat([char_ids[:, :kept], tf.fill([1, kept], tf.constant(pad, char_ids.dtype))], axis=0)
         add_padding_window = tf.logical_and(cut, real)[:, None]
         x = ops.take(self.char_embedding, ids, axis=0)  # (n + 1, kept, dim)
         pooled = []
@@ -135,6 +171,8 @@ class CharCNN(keras.layers.Layer):
             tokens = tf.where(add_padding_window, tf.maximum(conv[:-1], conv[-1:]), conv[:-1])
             pooled.append(self.activation(tokens))
         h = self.highway(ops.concatenate(pooled, axis=-1))
+        if word_ids is not None:  # ELMoForManyLangs: [word vector; highway(char CNN)] -> projection
+            h = ops.concatenate([ops.take(self.word_embedding, word_ids, axis=0), h], axis=-1)
         return self.projection(h) if self.use_projection else h
 
     def encode_distinct(self, char_ids):
@@ -148,9 +186,9 @@ class CharCNN(keras.layers.Layer):
         occurrences (the gather's gradient). Same values as `call` within float rounding.
         """
         char_ids = tf.cast(char_ids, tf.int32)
-        if char_ids.shape.rank is not None and char_ids.shape[-1] not in (None, self.max_chars):
-            raise ValueError(f"CharCNN inputs must have shape (..., {self.max_chars}), got {char_ids.shape}")
-        flat = tf.reshape(char_ids, [-1, self.max_chars])
+        if char_ids.shape.rank is not None and char_ids.shape[-1] not in (None, self.input_width):
+            raise ValueError(f"CharCNN inputs must have shape (..., {self.input_width}), got {char_ids.shape}")
+        flat = tf.reshape(char_ids, [-1, self.input_width])
         distinct, index = tf.raw_ops.UniqueV2(x=flat, axis=tf.constant([0], tf.int64))
         vectors = tf.gather(self.encode_tokens(distinct), index)
         vectors *= tf.cast(tf.reduce_any(flat > 0, axis=1), vectors.dtype)[:, None]
@@ -161,8 +199,10 @@ class CharCNN(keras.layers.Layer):
         char_ids = tf.convert_to_tensor(inputs)
         if not char_ids.dtype.is_integer:
             raise TypeError(f"CharCNN inputs must be integer char ids, got dtype {char_ids.dtype.name}")
-        if char_ids.shape.rank != 3 or (char_ids.shape[-1] is not None and char_ids.shape[-1] != self.max_chars):
-            raise ValueError(f"CharCNN inputs must have shape (batch, tokens, {self.max_chars}), got {char_ids.shape}")
+        if char_ids.shape.rank != 3 or (char_ids.shape[-1] is not None and char_ids.shape[-1] != self.input_width):
+            raise ValueError(
+                f"CharCNN inputs must have shape (batch, tokens, {self.input_width}), got {char_ids.shape}"
+            )
         char_ids = tf.cast(char_ids, tf.int32)
         mask = tf.reduce_any(char_ids > 0, axis=-1)
         # encode only real tokens, then scatter back: padding costs nothing
@@ -188,5 +228,11 @@ class CharCNN(keras.layers.Layer):
             num_chars=self.num_chars,
             max_chars=self.max_chars,
             activation=keras.activations.serialize(self.activation),
+        )
+        config.update(
+            pad_id=self.pad_id,
+            word_vocab_size=self.word_vocab_size,
+            word_embedding_dim=self.word_embedding_dim,
+            always_project=self.always_project,
         )
         return config

@@ -2,25 +2,67 @@
 
 import keras
 
-from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids
+from elmo_tf.preprocessing.char_vocabulary import BYTE_MAPPING, VocabularyCharMapping
+
+
+def _pairs(value):
+    return None if value is None else [list(p) for p in value]
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class TokensToCharIds(keras.layers.Layer):
-    """Maps tokens to char ids as the original does (see `elmo_tf.preprocessing.tokens_to_char_ids`).
+    """Maps tokens to char ids as the original does (see `elmo_tf.preprocessing.tokens_to_char_ids`), or, given a
+    char vocabulary, as ELMoForManyLangs does (`elmo_tf.preprocessing.char_vocabulary.VocabularyCharMapping`).
 
+    Args:
+        char_vocabulary: None (bilm-tf's UTF-8 byte mapping), or `(entry, id)` pairs of a char vocabulary.
+        special_ids / word_vocabulary / word_special_ids: the rest of a vocabulary mapping (see
+            `VocabularyCharMapping`). `TokensToCharIds.for_config(elmo.config)` fills all four from a model's config.
     Call arguments:
         inputs: tf.string `(batch, tokens)`, padded with "".
     Returns:
-        int32 `(batch, tokens, 50)`, all-zero rows for "".
+        int32 `(batch, tokens, 50)` (51 with a word vocabulary: the word id column), all-zero rows for "".
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, char_vocabulary=None, special_ids=None, word_vocabulary=None, word_special_ids=None, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
+        self.char_vocabulary = None if char_vocabulary is None else [tuple(p) for p in char_vocabulary]
+        self.special_ids = None if special_ids is None else dict(special_ids)
+        self.word_vocabulary = None if word_vocabulary is None else [tuple(p) for p in word_vocabulary]
+        self.word_special_ids = None if word_special_ids is None else dict(word_special_ids)
+        if self.char_vocabulary is None:
+            self.mapping = BYTE_MAPPING
+        else:
+            self.mapping = VocabularyCharMapping(
+                self.char_vocabulary, self.special_ids, self.word_vocabulary, self.word_special_ids
+            )
+
+    @classmethod
+    def for_config(cls, config, **kwargs):
+        """The layer that maps tokens as a model of `BiLMConfig` `config` expects."""
+        if config.char_vocabulary is None:
+            return cls(**kwargs)
+        return cls(
+            config.char_vocabulary,
+            config.char_special_ids,
+            config.word_vocabulary,
+            config.word_special_ids,
+            **kwargs,
+        )
 
     def call(self, inputs):
-        return tokens_to_char_ids(inputs)
+        return self.mapping(inputs)
 
     def compute_output_spec(self, inputs):
-        return keras.KerasTensor(tuple(inputs.shape) + (MAX_CHARS,), dtype="int32")
+        return keras.KerasTensor(tuple(inputs.shape) + (self.mapping.width,), dtype="int32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            char_vocabulary=_pairs(self.char_vocabulary),
+            special_ids=self.special_ids,
+            word_vocabulary=_pairs(self.word_vocabulary),
+            word_special_ids=self.word_special_ids,
+        )
+        return config

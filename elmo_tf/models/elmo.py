@@ -11,7 +11,8 @@ from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries, tokens_to_char_ids
+from elmo_tf.preprocessing.char_vocabulary import char_mapping
+from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 
 
 def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=None):
@@ -29,6 +30,7 @@ def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=N
         max_chars=config.max_characters_per_token,
         activation=config.activation,
         name="char_cnn",
+        **_char_cnn_options(config),
     )
     bilm = BiLM(
         config.num_layers,
@@ -42,9 +44,22 @@ def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=N
         matmul_dtype=matmul_dtype,
         name="bilm",
     )
-    char_cnn.build((None, None, MAX_CHARS))
+    char_cnn.build((None, None, char_cnn.input_width))
     bilm.build((None, None, config.projection_dim))
     return char_cnn, bilm
+
+
+def _char_cnn_options(config):
+    """The `CharCNN` arguments of ELMoForManyLangs' numerics (none for a bilm-tf config: its defaults)."""
+    if config.char_vocabulary is None:
+        return {"always_project": True} if config.always_project else {}
+    words = config.num_words + 1 if config.word_embedding_dim else 0  # + the zero row of "no token"
+    return {
+        "pad_id": dict(config.char_special_ids)["pad"] + 1,
+        "word_vocab_size": words,
+        "word_embedding_dim": config.word_embedding_dim,
+        "always_project": config.always_project,
+    }
 
 
 def elmo_activations(word_emb, lstm_outputs):
@@ -104,6 +119,7 @@ class ELMo(keras.Model):
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
+        self.char_mapping = char_mapping(config)  # strings -> this model's char ids (its lookup tables, if any)
         self.scalar_mixes = [
             ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}") for name in mixes
         ]
@@ -148,11 +164,12 @@ class ELMo(keras.Model):
             raise TypeError(
                 f"ELMo inputs must be integer char ids (batch, tokens, {MAX_CHARS}), got dtype {char_ids.dtype.name}"
             )
-        if char_ids.shape.rank != 3 or char_ids.shape[-1] not in (None, MAX_CHARS):
-            raise ValueError(f"ELMo inputs must have shape (batch, tokens, {MAX_CHARS}), got {char_ids.shape}")
+        width = self.char_cnn.input_width
+        if char_ids.shape.rank != 3 or char_ids.shape[-1] not in (None, width):
+            raise ValueError(f"ELMo inputs must have shape (batch, tokens, {width}), got {char_ids.shape}")
         char_ids = tf.cast(char_ids, tf.int32)
         mask = tf.reduce_any(char_ids > 0, axis=-1)
-        with_bounds = add_sentence_boundaries(char_ids)
+        with_bounds = add_sentence_boundaries(char_ids, self.char_mapping.bos_row, self.char_mapping.eos_row)
         mask_bounds = tf.reduce_any(with_bounds > 0, axis=-1)
         if token_ids is None:
             tokens = self.char_cnn.encode_distinct(with_bounds)
@@ -198,7 +215,13 @@ class ELMo(keras.Model):
         if any)."""
         if self.token_cache is not None and "token_ids" not in kwargs:
             kwargs["token_ids"] = self.token_ids(tokens)
-        return self(tokens_to_char_ids(tokens), **kwargs)
+        return self(self.tokens_to_char_ids(tokens), **kwargs)
+
+    def tokens_to_char_ids(self, tokens):
+        """tf.string tokens `(...)`, "" for padding -> this model's char ids `(..., input width)`: bilm-tf's byte
+        mapping (`elmo_tf.preprocessing.tokens_to_char_ids`), or a converted ELMoForManyLangs model's vocabulary
+        lookup (`elmo_tf.preprocessing.char_vocabulary`)."""
+        return self.char_mapping(tokens)
 
     def get_config(self):
         config = super().get_config()

@@ -1,8 +1,8 @@
 """String preprocessing in TF ops: tokenization and the char-id mapping of the original ELMo.
 
-Names are imported on first access (`elmo_tf._lazy`). `chars` and `tokenizer` import TensorFlow only where they build
-an op, so their constants (`MAX_CHARS`, `TOKENIZERS`) and Python twins (`split_tokens`) serve code that must not load
-it (the command lines' parsers, `elmo_tf.config`, `elmo_tf.io.vocabulary`).
+Names are imported on first access (`elmo_tf._lazy`). `tokenizer` imports TensorFlow only where it builds an op, so
+its `TOKENIZERS` and Python twin `split_tokens` serve code that must not load it (the command lines' parsers,
+`elmo_tf.io.vocabulary`).
 """
 
 from elmo_tf import _lazy

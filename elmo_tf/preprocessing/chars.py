@@ -4,12 +4,10 @@ A token becomes `MAX_CHARS` (50) ids: begin-of-word, the token's UTF-8 bytes cut
 end-of-word, then padding. The literal tokens `<S>` / `</S>` map to the sentence-boundary rows, as in
 both original implementations. Every id is shifted by +1 (here, once) so an all-zero row means
 "no token": the empty string "" is padding and maps to zeros.
-
-TensorFlow is imported by the two functions that build ops, so the constants (`MAX_CHARS`, `NUM_CHAR_IDS`, read by
-`elmo_tf.config`) and the NumPy twin serve code that must not load it (the command lines' parsers).
 """
 
 import numpy as np
+import tensorflow as tf
 
 MAX_CHARS = 50
 MAX_BYTES = MAX_CHARS - 2  # room for begin/end of word
@@ -60,8 +58,6 @@ def tokens_to_char_ids(tokens):
     Returns:
         int32 tensor `tokens.shape + (50,)`.
     """
-    import tensorflow as tf  # deferred: see the module docstring
-
     tokens = tf.convert_to_tensor(tokens)
     if tokens.dtype != tf.string:
         raise TypeError(f"tokens must be a tf.string tensor, got dtype {tokens.dtype.name}")
@@ -103,19 +99,18 @@ def tokens_to_char_ids_numpy(tokens):
     return out
 
 
-def add_sentence_boundaries(char_ids):
-    """Puts the begin- and end-of-sentence tokens around each sentence: `(batch, T, 50)` -> `(batch, T + 2, 50)`.
+def add_sentence_boundaries(char_ids, bos_row=BOS_CHAR_IDS, eos_row=EOS_CHAR_IDS):
+    """Puts the begin- and end-of-sentence tokens around each sentence: `(batch, T, W)` -> `(batch, T + 2, W)`.
 
     Sentences are left-aligned (real tokens first, all-zero rows after); the end token goes right after
-    each sentence's last real token, so an empty sentence becomes `<S> </S>`.
+    each sentence's last real token, so an empty sentence becomes `<S> </S>`. `bos_row` / `eos_row`: the
+    boundary tokens' ids (`W` of them; bilm-tf's by default).
     """
-    import tensorflow as tf  # deferred: see the module docstring
-
     char_ids = tf.convert_to_tensor(char_ids)
     mask = tf.reduce_any(char_ids > 0, axis=-1)
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
     batch = tf.shape(char_ids)[0]
-    bos = tf.broadcast_to(tf.constant(BOS_CHAR_IDS, char_ids.dtype), [batch, 1, MAX_CHARS])
+    bos = tf.broadcast_to(tf.constant(bos_row, char_ids.dtype), [batch, 1, len(bos_row)])
     padded = tf.concat([bos, char_ids, tf.zeros_like(bos)], axis=1)
     is_eos = tf.one_hot(lengths + 1, tf.shape(padded)[1], on_value=True, off_value=False, dtype=tf.bool)
-    return tf.where(is_eos[:, :, None], tf.constant(EOS_CHAR_IDS, char_ids.dtype), padded)
+    return tf.where(is_eos[:, :, None], tf.constant(eos_row, char_ids.dtype), padded)

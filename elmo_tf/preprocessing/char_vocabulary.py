@@ -1,0 +1,145 @@
+"""Tokens -> char ids by a char vocabulary (ELMoForManyLangs' mapping), in TF ops, plus the byte mapping's twin.
+
+ELMoForManyLangs (HIT-SCIR) maps a token's Unicode code points, not its UTF-8 bytes: each code point is looked up
+in the model's char vocabulary (`<oov>`'s id when missing), the token is cut to its first `max_chars - 2` code
+points, and the row is `[bow, chars..., eow, pad, ...]` with `max_chars` entries. Which ids stand for bow / eow /
+pad / oov / the sentence boundaries comes from the model (`special_ids`): its released code writes `<eow>`'s id
+first and `<bow>`'s last (a swap in `create_one_batch` that training had too), so a converted model says
+`bow = id of <eow>`, `eow = id of <bow>`. Every id is shifted by +1 (here, once), so an all-zero row still means
+"no token" and the char embedding gets a zero row 0 in front of the model's rows.
+
+With a word vocabulary, the row gets one more column: 1 + the word's id (the token cut to `max_chars - 2` code
+points, looked up whole; the `oov` word id when missing), 0 for padding. The char CNN embeds that column and puts
+the word vector before its filters (`CharCNN(word_vocab_size=...)`).
+
+Both lookups are `tf.lookup.StaticHashTable`s built from the vocabularies in memory, so a SavedModel carries them
+and takes raw strings.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.preprocessing.chars import (
+    BOS_CHAR_IDS,
+    BOW,
+    EOS_CHAR_IDS,
+    EOW,
+    MAX_CHARS,
+    PAD,
+    tokens_to_char_ids,
+    tokens_to_char_ids_numpy,
+)
+
+CHAR_SPECIALS = ("bow", "eow", "pad", "oov", "bos", "eos")
+WORD_SPECIALS = ("oov", "bos", "eos")
+BOS_TOKEN = "<bos>"  # ELMoForManyLangs' sentence boundary tokens (also how a literal token "<bos>" maps)
+EOS_TOKEN = "<eos>"
+
+
+class ByteCharMapping:
+    """bilm-tf / AllenNLP's mapping (UTF-8 bytes, `elmo_tf.preprocessing.chars`) behind the interface of
+    `VocabularyCharMapping`."""
+
+    width = MAX_CHARS
+    pad_id = PAD
+    bos_row, eos_row = BOS_CHAR_IDS, EOS_CHAR_IDS
+    empty_row = np.array([BOW, EOW] + [PAD] * (MAX_CHARS - 2), np.int32)  # "" as a token (AllenNLP's mapping)
+
+    def __call__(self, tokens):
+        return tokens_to_char_ids(tokens)
+
+    def numpy(self, tokens):
+        return tokens_to_char_ids_numpy(tokens)
+
+
+BYTE_MAPPING = ByteCharMapping()
+
+
+def _table(vocabulary, default):
+    keys = tf.constant([entry for entry, _ in vocabulary], tf.string)
+    values = tf.constant([i for _, i in vocabulary], tf.int64)
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), default_value=default)
+
+
+class VocabularyCharMapping(tf.Module):
+    """Code points looked up in a char vocabulary (ELMoForManyLangs), optionally with a word id column.
+
+    Args:
+        char_vocabulary: `(entry, id)` pairs; single-code-point entries are what tokens' chars match.
+        special_ids: dict with the ids (in the vocabulary, before the +1 shift) written for each of `CHAR_SPECIALS`:
+            `bow` first in a token, `eow` after its last char, `pad` after that, `oov` for a char not in the
+            vocabulary, `bos`/`eos` the char of the sentence-boundary tokens.
+        word_vocabulary: `(entry, id)` pairs, or None for no word column.
+        word_special_ids: dict with the word ids of `WORD_SPECIALS` (with `word_vocabulary`).
+        max_chars: row length (50).
+    Call arguments:
+        tokens: tf.string of any shape, "" for padding.
+    Returns:
+        int32 `tokens.shape + (width,)`: `width` = max_chars (+1 with a word vocabulary); all-zero rows for "".
+    """
+
+    def __init__(self, char_vocabulary, special_ids, word_vocabulary=None, word_special_ids=None, max_chars=MAX_CHARS):
+        super().__init__(name="char_mapping")  # a tf.Module: the SavedModel tracks its tables
+        self.special = {k: int(special_ids[k]) + 1 for k in CHAR_SPECIALS}
+        self.max_chars = max_chars
+        self.width = max_chars + (1 if word_vocabulary is not None else 0)
+        self.pad_id = self.special["pad"]
+        self.chars = _table(char_vocabulary, special_ids["oov"])
+        self.words = None
+        if word_vocabulary is not None:
+            self.word_special = {k: int(word_special_ids[k]) + 1 for k in WORD_SPECIALS}
+            self.words = _table(word_vocabulary, word_special_ids["oov"])
+        self.bos_row = self._boundary_row("bos")
+        self.eos_row = self._boundary_row("eos")
+        self.empty_row = self._row([])
+
+    def _row(self, chars, word=None):
+        s = self.special
+        row = [s["bow"], *chars, s["eow"]] + [s["pad"]] * (self.max_chars - 2 - len(chars))
+        if self.words is not None:
+            row.append(self.word_special["oov"] if word is None else word)
+        return np.array(row, np.int32)
+
+    def _boundary_row(self, which):
+        return self._row([self.special[which]], self.word_special[which] if self.words is not None else None)
+
+    def __call__(self, tokens):
+        tokens = tf.convert_to_tensor(tokens)
+        if tokens.dtype != tf.string:
+            raise TypeError(f"tokens must be a tf.string tensor, got dtype {tokens.dtype.name}")
+        flat = tf.reshape(tokens, [-1])
+        cut = self.max_chars - 2
+        chars = tf.strings.unicode_split(flat, "UTF-8", errors="replace")[:, :cut]
+        ids = tf.cast(tf.ragged.map_flat_values(self.chars.lookup, chars), tf.int32) + 1
+        body = ids.to_tensor(default_value=self.pad_id, shape=[None, cut])
+        n = tf.cast(chars.row_lengths(), tf.int32)[:, None]
+        body = tf.concat([tf.zeros_like(body[:, :1]), body, tf.zeros_like(body[:, :1])], axis=1)
+        pos = tf.range(self.max_chars, dtype=tf.int32)
+        s = self.special
+        rows = tf.where(pos == 0, s["bow"], tf.where(pos <= n, body, tf.where(pos == n + 1, s["eow"], s["pad"])))
+        if self.words is not None:
+            word_key = tf.strings.reduce_join(chars, axis=-1)  # the token cut to max_chars - 2 code points
+            word = tf.cast(self.words.lookup(word_key), tf.int32) + 1
+            rows = tf.concat([rows, word[:, None]], axis=1)
+        rows = tf.where((flat == BOS_TOKEN)[:, None], tf.constant(self.bos_row), rows)
+        rows = tf.where((flat == EOS_TOKEN)[:, None], tf.constant(self.eos_row), rows)
+        rows = tf.where((flat == "")[:, None], 0, rows)
+        return tf.reshape(rows, tf.concat([tf.shape(tokens), [self.width]], axis=0))
+
+    def numpy(self, tokens):
+        """The same for a list of `str`/`bytes` tokens: `(n, width)` int32."""
+        tokens = [t.encode("utf-8", "surrogateescape") if isinstance(t, str) else bytes(t) for t in tokens]
+        return self(tf.constant(tokens, tf.string, shape=[len(tokens)])).numpy()
+
+
+def char_mapping(config):
+    """The char mapping of a `BiLMConfig`: `BYTE_MAPPING` (bilm-tf) or a `VocabularyCharMapping`."""
+    if config.char_vocabulary is None:
+        return BYTE_MAPPING
+    return VocabularyCharMapping(
+        config.char_vocabulary,
+        dict(config.char_special_ids),
+        config.word_vocabulary,
+        dict(config.word_special_ids) if config.word_special_ids else None,
+        config.max_characters_per_token,
+    )
