@@ -4,7 +4,7 @@ import dataclasses
 
 from elmo_tf.serving.batching import BatchingOptions
 from elmo_tf.serving.budget import Limits
-from elmo_tf.serving.sizes import MiB
+from elmo_tf.serving.sizes import MAX_PORT, MiB
 
 
 @dataclasses.dataclass
@@ -52,6 +52,12 @@ class ServerOptions:
     rest_api_max_bytes_in_flight: int = None
 
     def __post_init__(self):
+        for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535
+            value = getattr(self, name)
+            if not (value is None and name == "rest_api_port") and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PORT
+            ):
+                raise ValueError(f"{name} must be an int in [0, {MAX_PORT}], got {value!r}")
         if not isinstance(self.max_message_bytes, int) or not 1 <= self.max_message_bytes < 2**31:
             raise ValueError(
                 f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), got {self.max_message_bytes!r}"
