@@ -224,7 +224,8 @@ class RequestBudget:
         """Checks a `TensorProto` for input `alias` before its values are read by `tf.make_ndarray`: dtype, the
         declared shape and the budget it implies (rows, width, tokens of work, bytes in: a proto with fewer values
         than its shape is counted at its declared size, as TensorFlow fills it), value counts that do not fit the
-        shape (INVALID_ARGUMENT), and for sentences the tokens of each given value.
+        shape (INVALID_ARGUMENT), and for sentences of a whitespace-tokenized signature the tokens of each given value
+        (another tokenizer's tokens are counted by `prepare`, once the array is read, still before the model runs).
 
         Returns:
             the declared shape as a tuple of ints.

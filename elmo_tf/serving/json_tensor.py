@@ -234,10 +234,45 @@ def dense_shape(value):
     return shape
 
 
+def _fast_converter(dtype):
+    """A quick conversion of the common leaves of `dtype` (None for anything else: `leaf_value` decides)."""
+    if dtype == types_pb2.DT_STRING:
+
+        def convert(value):
+            if type(value) is str:
+                try:
+                    return value.encode("utf-8", "surrogateescape")
+                except UnicodeEncodeError:
+                    return None
+            return None
+
+        return convert
+    low, high = _INT_RANGES.get(dtype, (None, None))
+    if low is not None:
+        return lambda value: value if type(value) is int and low <= value <= high else None
+    return lambda value: None
+
+
+def _leaves(items, rank, dtype, convert, out):
+    """The items of a list at the last level: each a leaf (no list), converted."""
+    append = out.append
+    for value in items:
+        converted = convert(value)
+        if converted is None:
+            if isinstance(value, list):
+                raise invalid_argument(f"Encountered list at unexpected level: {rank} expected < {rank}")
+            converted = leaf_value(value, dtype)
+            if isinstance(converted, ServingError):
+                raise converted
+        append(converted)
+
+
 def fill_values(value, shape, dtype, out):
     """`FillTensorProto` (~390-433), depth first and without recursion: appends `value`'s leaves (converted to
-    `dtype`) to `out`, raising INVALID_ARGUMENT where a value is not where `shape` puts it. Returns the leaf count."""
+    `dtype`) to `out`, raising INVALID_ARGUMENT where a value is not where `shape` puts it (the first error in the
+    order stock meets them). Returns the leaf count."""
     rank, count = len(shape), 0
+    convert = _fast_converter(dtype)
     stack = [(value, 0)]
     while stack:
         item, level = stack.pop()
@@ -247,10 +282,7 @@ def fill_values(value, shape, dtype, out):
                     f"JSON Value: {debug_string(item)} found at incorrect level: {level + 1} in the JSON DOM. "
                     f"Expected at level: {rank}"
                 )
-            converted = leaf_value(item, dtype)
-            if isinstance(converted, ServingError):
-                raise converted
-            out.append(converted)
+            _leaves((item,), rank, dtype, convert, out)
             count += 1
             continue
         if level >= rank:
@@ -259,7 +291,11 @@ def fill_values(value, shape, dtype, out):
             raise invalid_argument(
                 f"Encountered list at unexpected size: {len(item)} at level: {level} expected size: {shape[level]}"
             )
-        stack.extend((v, level + 1) for v in reversed(item))
+        if level == rank - 1:
+            _leaves(item, rank, dtype, convert, out)
+            count += len(item)
+        else:
+            stack.extend((v, level + 1) for v in reversed(item))
     return count
 
 
