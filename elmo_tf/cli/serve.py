@@ -175,7 +175,11 @@ def _add_tf_serving_flags(group):
     )
     for flag in ("--tensorflow_intra_op_parallelism", "--tensorflow_inter_op_parallelism"):
         group.add_argument(flag, type=_int(flag, 0), help="TF threads (0: auto)")
-    group.add_argument("--grpc_max_threads", type=_int("--grpc_max_threads", 1), help="gRPC handler threads (64)")
+    group.add_argument(
+        "--grpc_max_threads",
+        type=_int("--grpc_max_threads", 1),
+        help="threads running gRPC calls (64; calls waiting for their request hold none; 4x: open calls at most)",
+    )
     group.add_argument(
         "--enable_model_warmup",
         type=_bool,

@@ -1,5 +1,6 @@
 """The server core: models by name (a `manager.ModelManager` each) and the calls both fronts make (`predict`,
-`model_status`, `model_metadata`, `stats`), as TF Serving's ServerCore. `grpc_front` and `rest_front` are thin layers
+`model_status`, `model_metadata`, `infer`, `multi_inference`, `stats`), as TF Serving's ServerCore; a model spec is
+checked as its `ServableRequestFromModelSpec` checks it (`manager`). `grpc_front` and `rest_front` are thin layers
 over a `ServerCore`; `server.ModelServer` holds one with its fronts.
 
 Requests: `predict` runs at most `max_requests_in_flight` requests at once over both fronts; past that a request is

@@ -27,7 +27,8 @@ class ServerOptions:
         file_system_poll_wait_seconds: how often base paths are polled for new versions.
         max_num_load_retries: retries of a version that failed to load (0: one attempt).
         load_retry_interval_micros: time between those retries.
-        grpc_max_threads: gRPC handler threads.
+        grpc_max_threads: threads that run gRPC calls (a call waiting for its request holds none); 4 x this many
+            calls may be open at once.
         rest_api_num_threads: REST worker threads.
         rest_api_timeout_in_ms: REST request deadline.
     """
