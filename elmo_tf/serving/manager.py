@@ -212,12 +212,13 @@ class ModelManager:
 
     @contextlib.contextmanager
     def acquire(self, version=None):
-        """The served version (NOT_FOUND if `version` is given and differs), held until the block ends."""
+        """The served version (NOT_FOUND if `version` is given and differs, or none is loaded yet), held until the
+        block ends."""
         with self._lock:
             servable = self._current
             if servable is None or (version is not None and servable.version != version):
-                served = f"; serving version {servable.version}" if servable is not None else "; no version loaded yet"
-                raise not_found(f"Servable not found for request: {servable_request(self.name, version)}{served}")
+                # basic_manager.cc ~139: the request's DebugString only
+                raise not_found(f"Servable not found for request: {servable_request(self.name, version)}")
             self._refs[servable] += 1
         try:
             yield servable

@@ -20,13 +20,19 @@ from tensorflow.core.protobuf import saved_model_pb2
 from elmo_tf.serving.budget import Limits, RequestBudget
 from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
-from elmo_tf.serving.status import ServingError, resource_exhausted, status_code
+from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
+from elmo_tf.serving.tokens import signature_op_types, token_counter
 
 logger = logging.getLogger(__name__)
 
 SERVING_TAG = "serve"
 DEFAULT_SIGNATURE = "serving_default"
 WARMUP_TOKEN = b"warmup"
+
+
+def signature_key_not_found(name):
+    """gRPC Predict's answer to an unknown signature (TF Serving's predict_util.cc ~90-94)."""
+    return failed_precondition(f'Serving signature key "{name}" not found.')
 
 
 def _clean_tf_message(message):
@@ -42,18 +48,20 @@ class SignatureRunner:
         function: the loaded concrete function (`loaded.signatures[name]`).
         signature_def: its `SignatureDef` proto (input/output aliases, dtypes, shapes).
         limits: `budget.Limits`.
+        counter: how the signature's tokenizer counts a sentence's tokens (`elmo_tf.serving.tokens`; whitespace
+            runs when None).
     Attributes:
         signature: `signature.Signature` (inputs, outputs, roles).
         sizes: `response_size.ResponseSizes` (learns the outputs' dims at warm-up).
         budget: `budget.RequestBudget`: checks requests (`budget.prepare(...)` -> `budget.Request`).
     """
 
-    def __init__(self, name, function, signature_def, limits):
+    def __init__(self, name, function, signature_def, limits, counter=None):
         self.name = name
         self.function = function
         self.signature = Signature(name, signature_def)
         self.sizes = ResponseSizes(self.signature)
-        self.budget = RequestBudget(self.signature, limits, self.sizes)
+        self.budget = RequestBudget(self.signature, limits, self.sizes, counter)
 
     def run(self, inputs):
         """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array.
@@ -99,6 +107,11 @@ class SignatureRunner:
 
 def read_signature_defs(export_dir, tag=SERVING_TAG):
     """The SignatureDefs (name -> proto) of the MetaGraph tagged `tag` in a SavedModel directory."""
+    return dict(read_meta_graph(export_dir, tag).signature_def)
+
+
+def read_meta_graph(export_dir, tag=SERVING_TAG):
+    """The MetaGraphDef tagged `tag` in a SavedModel directory (`saved_model.pb` or `.pbtxt`)."""
     saved_model = saved_model_pb2.SavedModel()
     pb = os.path.join(export_dir, "saved_model.pb")
     pbtxt = os.path.join(export_dir, "saved_model.pbtxt")
@@ -112,7 +125,7 @@ def read_signature_defs(export_dir, tag=SERVING_TAG):
         raise FileNotFoundError(f"{export_dir} holds no saved_model.pb or saved_model.pbtxt")
     for meta_graph in saved_model.meta_graphs:
         if tag in meta_graph.meta_info_def.tags:
-            return dict(meta_graph.signature_def)
+            return meta_graph
     raise ValueError(
         f"{export_dir}: no MetaGraph tagged {tag!r} (found "
         f"{[list(m.meta_info_def.tags) for m in saved_model.meta_graphs]})"
@@ -147,16 +160,17 @@ class Servable:
         self.runners = runners
         self.scheduler = None
 
-    def runner(self, signature_name):
-        """The runner of `signature_name` ("" means serving_default); NOT_FOUND when there is none."""
+    def runner(self, signature_name, not_found=None):
+        """The runner of `signature_name` ("" means serving_default).
+
+        Args:
+            not_found: callable `name -> ServingError` raised when there is none; by default gRPC Predict's
+                FAILED_PRECONDITION `Serving signature key "x" not found.` (TF Serving's predict_util.cc ~90-94).
+        """
         name = signature_name or DEFAULT_SIGNATURE
         runner = self.runners.get(name)
         if runner is None:
-            raise ServingError(
-                grpc.StatusCode.NOT_FOUND,
-                f'Serving signature key "{name}" not found. Signatures of model '
-                f"{self.model_name} version {self.version}: {sorted(self.runners)}",
-            )
+            raise (not_found or signature_key_not_found)(name)
         return runner
 
     def warm_up(self):
@@ -174,10 +188,17 @@ def load_servable(model_name, version, path, limits=None):
     """
     _load_op_libraries()
     limits = limits or Limits()
-    signature_defs = read_signature_defs(path)
+    meta_graph = read_meta_graph(path)
+    signature_defs = dict(meta_graph.signature_def)
     loaded = tf.saved_model.load(path, tags=[SERVING_TAG])
     runners = {
-        name: SignatureRunner(name, function, signature_defs[name], limits)
+        name: SignatureRunner(
+            name,
+            function,
+            signature_defs[name],
+            limits,
+            token_counter(signature_op_types(meta_graph, signature_defs[name])),
+        )
         for name, function in loaded.signatures.items()
         if name in signature_defs
     }

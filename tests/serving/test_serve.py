@@ -110,6 +110,11 @@ def test_flag_errors_exit_2():
         ([], "--model_base_path: required"),
         (["--model_base_path", "/no/such/dir"], "not a directory"),
         (["--model_base_path", "/tmp", "--port", "x"], "--port must be an integer"),
+        # a TCP port (issue 27): stock would listen on 70000 % 65536 = 4464 for REST
+        (["--model_base_path", "/tmp", "--rest_api_port", "70000"], "--rest_api_port must be <= 65535, got '70000'"),
+        (["--model_base_path", "/tmp", "--port", "65536"], "--port must be <= 65535, got '65536'"),
+        (["--model_base_path", "/tmp", "--port", "-1"], "--port must be >= 0, got '-1'"),
+        (["--model_base_path", "/tmp", "--port", "\u0668\u0665\u0660\u0660"], "--port must be an integer"),
         (["--model_base_path", "/tmp", "--enable_batching=maybe"], "expected true or false"),
         (["--model_base_path", "/tmp", "--unknown_flag=1"], "unrecognized arguments: --unknown_flag"),
     ]:
