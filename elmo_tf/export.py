@@ -25,7 +25,6 @@ from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import WRITE_ERRNOS, make_public_dir, remove_stale_temps, temp_name, write_error
 from elmo_tf.preprocessing.chars import tokens_to_char_ids
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
-from elmo_tf.serving_warmup import WARMUP_SENTENCES, run_warmup_requests, sentence_requests, write_warmup_requests
 from elmo_tf.serving_contract import (
     SENTENCES,
     SENTENCES_SIGNATURE,
@@ -37,6 +36,7 @@ from elmo_tf.serving_contract import (
     build_elmo_archive,
     elmo_outputs,
 )
+from elmo_tf.serving_warmup import WARMUP_SENTENCES, run_warmup_requests, sentence_requests, write_warmup_requests
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def check_export(
 
 
 def warmup_requests(tokenizer="whitespace", sentences=WARMUP_SENTENCES):
-    """The warmup file's requests of an ELMo export: `sentences` (8 sentences of news English, 22 tokens on average)
+    """The warmup file's requests of an ELMo export: `sentences` (8 sentences of news English, 21 tokens on average)
     to `default` and `serving_default`, and the same sentences tokenized (`tokenizer`) and padded to `tokens`."""
     tokens, lengths = _pad(reference_tokens(sentences, tokenizer))
     return [

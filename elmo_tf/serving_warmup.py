@@ -17,7 +17,7 @@ This module is below both the exports and the server: it imports neither (Tensor
 the `tensorflow-serving-api` package, only).
 
 What the exports write (`WARMUP_SENTENCES`): 8 sentences of news English (the requests `bench/serving_latency.py`
-sends are 8 sentences too), 10 to 38 whitespace tokens, 22 on average: the corpus the benchmarks read has a median of
+sends are 8 sentences too), 7 to 37 whitespace tokens, 21 on average: the corpus the benchmarks read has a median of
 22 tokens (4 to 62).
 """
 

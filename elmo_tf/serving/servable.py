@@ -188,9 +188,7 @@ class Servable:
                 request = predict_request(log, path)
                 if request is not None:
                     reached.add(self._replay(request))
-            logger.info(
-                "%s version %d: replayed the warmup file (signatures %s)", self.model_name, self.version, sorted(reached)
-            )
+            logger.info("%s version %d: replayed its warmup file (%s)", self.model_name, self.version, sorted(reached))
         for name, runner in sorted(self.runners.items()):
             if name not in reached:
                 runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
