@@ -2,10 +2,11 @@
 
 Like TF Serving's `--enable_batching` (a shared batch scheduler with `max_batch_size`, `batch_timeout_micros`,
 `num_batch_threads`, and `pad_variable_length_inputs`): each of `num_threads` workers takes the oldest waiting
-request, adds the requests queued behind it for the same signature while the merged batch stays within
-`max_batch_size` rows (a single larger request runs alone, never split), optionally waits up to `batch_timeout`
-for more, and runs them in one call (`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs
-back).
+request, adds the requests queued for the same signature whose width (tokens: the longest sentence, or the padded
+input's width) is closest to its own while the merged batch stays within `max_batch_size` rows (a single larger
+request runs alone, never split; a merged call runs as many LSTM steps as its widest request, so grouping similar
+widths spares padded positions), optionally waits up to `batch_timeout` for more, and runs them in one call
+(`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs back).
 With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
 which is when merging pays, and a lone request pays no delay. A request whose deadline passes, or whose client
 goes away, while it is queued is dropped before it runs (DEADLINE_EXCEEDED, CANCELLED).
@@ -205,16 +206,22 @@ class BatchScheduler:
 
         def fill():
             nonlocal rows
-            while queue:
-                head = queue[0]
-                why = head.skip()
+            for task in list(queue):
+                why = task.skip()
                 if why is not None:
-                    self._drop(queue.popleft(), why)
-                    continue
-                if rows + head.request.batch > self.options.max_batch_size:
-                    break
-                tasks.append(queue.popleft())
-                rows += head.request.batch
+                    queue.remove(task)
+                    self._drop(task, why)
+            # the queued requests closest in width (tokens) to the oldest one, oldest first among equals: a merged call
+            # runs as many steps as its longest sentence, so similar widths waste the fewest padded positions
+            width = first.request.time_estimate
+            chosen = []
+            for task in sorted(queue, key=lambda t: abs(t.request.time_estimate - width)):  # sorted() is stable
+                if rows + task.request.batch <= self.options.max_batch_size:
+                    chosen.append(task)
+                    rows += task.request.batch
+            for task in chosen:
+                queue.remove(task)
+            tasks.extend(sorted(chosen, key=lambda t: t.enqueued))
 
         fill()
         if self.options.batch_timeout > 0:
