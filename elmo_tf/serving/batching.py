@@ -23,10 +23,14 @@ import time
 
 import grpc
 
-from elmo_tf.serving.merge import run_batch
+from elmo_tf.serving.merge import regroupable, run_batch
 from elmo_tf.serving.status import ServingError
 
 logger = logging.getLogger(__name__)
+
+# a worker takes up to this many max_batch_size of rows of a `merge.regroupable` signature at once and runs them sorted
+# by length, max_batch_size rows per call: the more rows to sort, the less padding each call runs
+REGROUP_CALLS = 2
 
 
 class BatchStats:
@@ -36,11 +40,11 @@ class BatchStats:
         self._lock = threading.Lock()
         self._counters = collections.defaultdict(collections.Counter)
 
-    def record_call(self, model_name, signature_name, num_requests, num_rows):
+    def record_call(self, model_name, signature_name, num_requests, num_rows, num_calls=1):
         with self._lock:
             c = self._counters[(model_name, signature_name)]
             c["requests"] += num_requests
-            c["model_calls"] += 1
+            c["model_calls"] += num_calls
             c["rows"] += num_rows
             if num_requests > 1:
                 c["merged_requests"] += num_requests
@@ -203,6 +207,8 @@ class BatchScheduler:
         tasks, rows = [first], first.request.batch
         if not runner.signature.mergeable:
             return runner, tasks
+        largest = self.options.max_batch_size  # a larger request runs alone
+        limit = largest * REGROUP_CALLS if regroupable(runner.signature) and rows <= largest else largest
 
         def fill():
             nonlocal rows
@@ -216,7 +222,7 @@ class BatchScheduler:
             width = first.request.time_estimate
             chosen = []
             for task in sorted(queue, key=lambda t: abs(t.request.time_estimate - width)):  # sorted() is stable
-                if rows + task.request.batch <= self.options.max_batch_size:
+                if task.request.batch <= largest and rows + task.request.batch <= limit:
                     chosen.append(task)
                     rows += task.request.batch
             for task in chosen:
@@ -226,7 +232,7 @@ class BatchScheduler:
         fill()
         if self.options.batch_timeout > 0:
             deadline = first.enqueued + self.options.batch_timeout
-            while rows < self.options.max_batch_size and not self._stopping:
+            while rows < limit and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -241,13 +247,14 @@ class BatchScheduler:
             if taken is None:
                 return
             runner, tasks = taken
+            rows = sum(t.request.batch for t in tasks)
+            calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and regroupable(runner.signature) else 1
             try:
-                results = run_batch(runner, [t.request for t in tasks])
+                results = run_batch(runner, [t.request for t in tasks], self.options.max_batch_size)
             except Exception as e:  # run_batch catches per request; this is a bug guard
                 logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
                 results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
-            rows = sum(t.request.batch for t in tasks)
-            self.stats.record_call(self.model_name, runner.name, len(tasks), rows)
+            self.stats.record_call(self.model_name, runner.name, len(tasks), rows, calls)
             if len(tasks) > 1:
                 logger.debug(
                     "%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks), rows, runner.name

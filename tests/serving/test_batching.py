@@ -124,9 +124,12 @@ def test_10000_token_sentence_served_without_a_token_limit(batching_server, mode
     assert_parity(reference_sentences(model, [sentence]), out, keys=["default", "sequence_len", "elmo"])
 
 
-def test_queued_requests_of_similar_widths_share_a_call(monkeypatch):
+@pytest.mark.parametrize("regroup", [False, True])
+def test_queued_requests_of_similar_widths_share_a_call(monkeypatch, regroup):
     """The oldest request goes first, with the queued requests closest to its width (tokens): [40, 38] then [10, 12],
-    not [40, 10] then [38, 12] in arrival order (1,248 padded positions of work instead of 832 for the same rows)."""
+    not [40, 10] then [38, 12] in arrival order (1,248 padded positions of work instead of 832 for the same rows).
+    A signature whose sentences can be regrouped by length (merge.regroupable) takes twice max_batch_size rows at once:
+    all four, for merge.run_batch to sort into calls of max_batch_size rows."""
     from types import SimpleNamespace
 
     import elmo_tf.serving.batching as batching
@@ -134,7 +137,8 @@ def test_queued_requests_of_similar_widths_share_a_call(monkeypatch):
 
     groups, release = [], threading.Event()
 
-    def run_batch(runner, requests):
+    def run_batch(runner, requests, max_rows=None):
+        assert max_rows == 16
         groups.append([r.time_estimate for r in requests])
         if len(groups) == 1:
             release.wait(30)  # hold the only worker until every other request is queued
@@ -143,7 +147,13 @@ def test_queued_requests_of_similar_widths_share_a_call(monkeypatch):
     monkeypatch.setattr(batching, "run_batch", run_batch)
 
     class Runner:  # hashable: the scheduler keeps a queue per runner
-        name, signature = "sentences", SimpleNamespace(mergeable=True)
+        name = "x"
+        signature = SimpleNamespace(
+            mergeable=True,
+            inputs={"x": None},
+            sentence_inputs=("x",) if regroup else (),
+            lengths_output="n" if regroup else None,
+        )
 
     runner = Runner()
     scheduler = BatchScheduler(BatchingOptions(max_batch_size=16, num_threads=1), BatchStats(), "fake", 1)
@@ -166,7 +176,7 @@ def test_queued_requests_of_similar_widths_share_a_call(monkeypatch):
     finally:
         release.set()
         scheduler.stop(5)
-    assert groups == [[5], [40, 38], [10, 12]]
+    assert groups == ([[5], [40, 10, 38, 12]] if regroup else [[5], [40, 38], [10, 12]])
     assert results == {5: 5, 40: 40, 10: 10, 38: 38, 12: 12}  # each request got its own answer
 
 
