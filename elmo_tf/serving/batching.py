@@ -6,7 +6,9 @@ request, adds the requests queued for the same signature whose width (tokens: th
 input's width) is closest to its own while the merged batch stays within `max_batch_size` rows (a single larger
 request runs alone, never split; a merged call runs as many LSTM steps as its widest request, so grouping similar
 widths spares padded positions), optionally waits up to `batch_timeout` for more, and runs them in one call
-(`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs back).
+(`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs back). For a signature that takes a
+sentence per row (`merge.regroupable`: ELMo's `default`) a worker takes up to `REGROUP_CALLS` x `max_batch_size`
+rows and runs their sentences sorted by length, `max_batch_size` per call (`merge.run_regrouped`).
 With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
 which is when merging pays, and a lone request pays no delay. A request whose deadline passes, or whose client
 goes away, while it is queued is dropped before it runs (DEADLINE_EXCEEDED, CANCELLED).
@@ -256,9 +258,8 @@ class BatchScheduler:
                 results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
             self.stats.record_call(self.model_name, runner.name, len(tasks), rows, calls)
             if len(tasks) > 1:
-                logger.debug(
-                    "%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks), rows, runner.name
-                )
+                what = (self.name, len(tasks), rows, calls, runner.name)
+                logger.debug("%s: merged %d requests (%d rows) into %d call(s) of %s", *what)
             for task, result in zip(tasks, results):
                 task.result = result
                 task.done.set()
