@@ -35,7 +35,7 @@ usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,orig
        [--request-batch 8] [--requests 40] [--rounds 3] [--transports in-process,grpc,rest,grpc-nobatch]
        [--output-filter elmo,default] [--embed-sentences 640] [--embed-batch 32] [--batching-config PATH]
        [--out bench/results/serving_latency.json]
---quick: the small model, fewer requests (about a minute).
+--quick: the small model, fewer requests (2 to 4 minutes).
 """
 
 import argparse
@@ -523,7 +523,7 @@ def print_table(rows, ratios, targets):
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small model, fewer requests (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="small model, fewer requests (2 to 4 minutes)")
     parser.add_argument("--presets", default=None, help="comma-separated BiLMConfig presets (small,original)")
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client threads (1,8,32)")
     parser.add_argument("--request-batch", type=int, default=8, help="sentences per request (8)")
