@@ -1,10 +1,12 @@
 """Versioned SavedModel export for TF Serving: `<base>/<version>/`, written atomically and checked before it appears.
 
-`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.serving_contract`; `publish_version` is the
-versioning both the ELMo and the NER tagger exports use. A version is written to a hidden temporary directory in the
-base (`.export.tmp-<pid>-<random>`: not a number, so TF Serving's file-system source ignores it), checked, then
-renamed into place, so a model server polling `<base>` never sees a half-written version; an existing version is
-never overwritten; the temporaries of a killed export are removed by the next export to the same base.
+`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.serving_contract` and TF Serving's warmup file
+(`assets.extra/tf_serving_warmup_requests`, `elmo_tf.serving_warmup`: one request per signature, replayed at load);
+`publish_version` is the versioning both the ELMo and the NER tagger exports use. A version is written to a hidden
+temporary directory in the base (`.export.tmp-<pid>-<random>`: not a number, so TF Serving's file-system source
+ignores it), checked, then renamed into place, so a model server polling `<base>` never sees a half-written
+version; an existing version is never overwritten; the temporaries of a killed export are removed by the next export
+to the same base.
 
 Concurrent exports into one base: without an explicit version each takes the next free number when it publishes,
 not when it starts: the rename of a (non-empty) directory onto an existing one fails, so of two exports renaming to
@@ -33,6 +35,7 @@ from elmo_tf.serving_contract import (
     build_elmo_archive,
     elmo_outputs,
 )
+from elmo_tf.serving_warmup import WARMUP_SENTENCES, run_warmup_requests, sentence_requests, write_warmup_requests
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +233,7 @@ def check_export(
     """Reloads `export_dir` with `tf.saved_model.load` and compares every signature with the Keras model.
 
     The `tokens` signature also gets junk beyond each `sequence_len`, which must not change anything.
+    The requests of its warmup file (`elmo_tf.serving_warmup`), when it has one, must run too.
     Returns `{signature: {output: max |diff|}}`; raises `ExportError` when a difference exceeds `atol`
     (any difference for int/bool outputs).
     """
@@ -256,7 +260,26 @@ def check_export(
     }
     if bad:
         raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (atol {atol}): {bad}")
+    try:
+        count = run_warmup_requests(loaded, export_dir)
+    except (ElmoTFError, tf.errors.OpError) as e:
+        raise ExportError(f"{export_dir}: a request of its warmup file fails: {e}") from None
+    if count is not None:
+        logger.info("the %d requests of the warmup file run", count)
     return results
+
+
+# ---------------------------------------------------------------------------------------------------- warmup
+
+
+def warmup_requests(tokenizer="whitespace", sentences=WARMUP_SENTENCES):
+    """The warmup file's requests of an ELMo export: `sentences` (8 sentences of news English, 21 tokens on average)
+    to `default` and `serving_default`, and the same sentences tokenized (`tokenizer`) and padded to `tokens`."""
+    tokens, lengths = _pad(reference_tokens(sentences, tokenizer))
+    return [
+        *sentence_requests((SENTENCES_SIGNATURE, SERVING_DEFAULT), sentences),
+        (TOKENS_SIGNATURE, {TOKENS: tokens, SEQUENCE_LEN: lengths}),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------- export
@@ -271,7 +294,8 @@ def export_elmo(
     check=True,
     check_sentences=CHECK_SENTENCES,
 ):
-    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures; returns its path.
+    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures and a warmup
+    file (`warmup_requests`); returns its path.
 
     Args:
         model: an `elmo_tf.ELMo` (with at least one mix; the first is exported as `elmo`).
@@ -295,6 +319,7 @@ def export_elmo(
         archive = build_elmo_archive(model, tokenizer, max_tokens)
         logger.info("writing the SavedModel")
         archive.write_out(tmp, verbose=False)
+        write_warmup_requests(tmp, warmup_requests(tokenizer))
         if check:
             logger.info("checking the reloaded SavedModel against the Keras model")
             results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)

@@ -13,7 +13,9 @@ Signature `featurize`: the same input; outputs `tokens`, `sequence_len` and the 
 Both run the tagger as training and tagging assemble it (`elmo_tf.ner.pipeline.NERPipeline`): the featurizer
 (vocabulary lookup, lowercasing, char ids) is the training code's own layer, tracked in the graph, and the biLM
 (`InProcessFeatures.graph_activations`) runs inside the graph.
-Versioned like the ELMo export (`<base>/<version>/`, never overwritten).
+Versioned like the ELMo export (`<base>/<version>/`, never overwritten), with TF Serving's warmup file
+(`assets.extra/tf_serving_warmup_requests`: the 8 sentences of `elmo_tf.serving_warmup.WARMUP_SENTENCES` to `tag`,
+`serving_default` and `featurize`).
 """
 
 import keras
@@ -25,7 +27,8 @@ from elmo_tf.ner.features import InProcessFeatures
 from elmo_tf.ner.featurizer import MASK
 from elmo_tf.ner.pipeline import NERPipeline
 from elmo_tf.preprocessing.tokenizer import make_tokenizer
-from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, TOKENS
+from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, SERVING_DEFAULT, TOKENS
+from elmo_tf.serving_warmup import run_warmup_requests, sentence_requests, write_warmup_requests
 
 TAG_SIGNATURE = "tag"
 FEATURIZE_SIGNATURE = "featurize"
@@ -121,6 +124,7 @@ def export_tagger(
     def write(tmp):
         archive, functions = build_tagger_archive(head, encoder, elmo, tokenizer, max_tokens)
         archive.write_out(tmp, verbose=False)
+        write_warmup_requests(tmp, sentence_requests((TAG_SIGNATURE, SERVING_DEFAULT, FEATURIZE_SIGNATURE)))
         loaded = tf.saved_model.load(tmp)
         for batch in (check_sentences, *EDGE_BATCHES):
             sentences = tf.constant(list(batch), tf.string)
@@ -129,5 +133,6 @@ def export_tagger(
                 for key in want:
                     if not np.array_equal(got[key].numpy(), want[key].numpy()):
                         raise RuntimeError(f"the reloaded tagger's {name}/{key} differ from the Keras tagger's")
+        run_warmup_requests(loaded, tmp)
 
     return publish_version(base_dir, version, write)

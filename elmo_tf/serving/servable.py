@@ -4,8 +4,11 @@ model (`elmo_tf.serving.response_size`) and its function. Merged calls of severa
 `elmo_tf.serving.merge`'s.
 
 Loading reads the SignatureDefs from `saved_model.pb` (or `.pbtxt`), loads the SavedModel with
-`tf.saved_model.load`, and runs every signature once (warm-up): a missing op or a broken graph fails the load, not
-the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves unknown.
+`tf.saved_model.load`, and warms it up: the requests of its warmup file (`assets.extra/tf_serving_warmup_requests`, as
+TF Serving replays it: `elmo_tf.serving_warmup`), then a small synthetic request to each signature the file did not
+reach (every signature of an export without the file). A missing op, a broken graph or a bad warmup file fails the
+load, not the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves
+unknown.
 """
 
 import logging
@@ -22,12 +25,21 @@ from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
 from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
 from elmo_tf.serving.tokens import signature_op_types, token_counter
+from elmo_tf.serving_warmup import iter_warmup_requests, predict_request, warmup_path
 
 logger = logging.getLogger(__name__)
 
 SERVING_TAG = "serve"
 DEFAULT_SIGNATURE = "serving_default"
 WARMUP_TOKEN = b"warmup"
+# the warmup file is part of the model: its requests are checked against the signature, not the request limits
+WARMUP_LIMITS = Limits(
+    max_request_sentences=2**31 - 1,
+    max_tokens_per_sentence=None,
+    max_response_bytes=2**62,
+    max_request_tokens=None,
+    max_request_bytes=2**62,
+)
 
 
 def signature_key_not_found(name):
@@ -174,10 +186,40 @@ class Servable:
         return runner
 
     def warm_up(self):
-        """Runs every signature once: a missing op or a broken graph fails here, not at the first request."""
+        """Replays the export's warmup file (`assets.extra/tf_serving_warmup_requests`) as TF Serving does at load,
+        then runs each signature the file did not reach once with `warmup_inputs` (all of them for an export without
+        the file): a missing op, a broken graph or a bad warmup file fails the load, not the first request, and the
+        outputs teach the response size model the dims the SignatureDef leaves unknown.
+
+        Raises:
+            WarmupError: a file TF Serving refuses (`elmo_tf.serving_warmup`).
+            ServingError: a request of the file that fails (unknown signature, bad inputs, the model failed).
+        """
+        reached = set()
+        path = warmup_path(self.path)
+        if os.path.exists(path):
+            for log in iter_warmup_requests(path):
+                request = predict_request(log, path)
+                if request is not None:
+                    reached.add(self._replay(request))
+            logger.info("%s version %d: replayed its warmup file (%s)", self.model_name, self.version, sorted(reached))
         for name, runner in sorted(self.runners.items()):
-            runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
-            logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
+            if name not in reached:
+                runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
+                logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
+
+    def _replay(self, request):
+        """Runs one `PredictRequest` of the warmup file as Predict would, without the request limits (the file is part
+        of the model, as its graph is); returns the signature's name."""
+        runner = self.runner(request.model_spec.signature_name)
+        budget = RequestBudget(runner.signature, WARMUP_LIMITS, runner.sizes, runner.budget.counter)
+        runner.signature.check_input_names(request.inputs.keys())
+        for alias, proto in request.inputs.items():
+            budget.check_tensor_proto(alias, proto)
+        inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+        checked = budget.prepare(inputs, tuple(request.output_filter))
+        runner.sizes.learn_inner_dims(runner.run(checked.inputs))
+        return runner.name
 
 
 def load_servable(model_name, version, path, limits=None):

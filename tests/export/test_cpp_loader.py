@@ -95,6 +95,8 @@ def assert_close(expected, actual, what):
 
 def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
     export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"))
+    # the export holds TF Serving's warmup file (assets.extra/): the C++ loader loads the SavedModel beside it
+    assert os.path.isfile(os.path.join(export_dir, "assets.extra", "tf_serving_warmup_requests"))
     token_lists = ex.reference_tokens(SENTENCES)
     expected = ex.reference_outputs(model, token_lists)
     tokens, lengths = ex._pad(token_lists)
