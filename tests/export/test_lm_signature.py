@@ -135,3 +135,17 @@ def test_export_command_picks_the_softmax_from_a_run_dir(lm_files, tmp_path):
         f["softmax/W"] = w[:, :-1]
     assert run(export_main, args) == 1
     assert not (tmp_path / "m2").exists()
+
+
+def test_max_tokens_cuts_the_sentences_not_the_width(lm_files, tmp_path):
+    """With --max-tokens 3 the lm signature scores each sentence's first 3 tokens (a cut sentence ends at the cut:
+    its last entry predicts </S> after word 3) and stays [B, T + 1] wide, zeros past the cut."""
+    model = load_test_model()
+    lm = load_language_model(None, None, str(lm_files / "softmax.hdf5"), str(lm_files / "vocab.txt"), elmo=model)
+    path = ex.export_elmo(model, str(tmp_path / "elmo"), max_tokens=3, lm=lm)  # its own check compares the cut
+    tokens, lengths = ex._pad([[t.encode() for t in ROWS[0]]])
+    got = tf.saved_model.load(path).signatures["lm"](tokens=tf.constant(tokens), sequence_len=lengths)
+    expected = lm.score_tokens(tf.constant([[b"The", b"cat", b"sat"]]))["forward_log_probs"].numpy()
+    assert got["forward_log_probs"].shape == (1, 8)
+    np.testing.assert_allclose(got["forward_log_probs"].numpy()[:, :4], expected, atol=ATOL)
+    assert (got["forward_log_probs"].numpy()[:, 4:] == 0).all()
