@@ -149,3 +149,36 @@ def test_max_tokens_cuts_the_sentences_not_the_width(lm_files, tmp_path):
     assert got["forward_log_probs"].shape == (1, 8)
     np.testing.assert_allclose(got["forward_log_probs"].numpy()[:, :4], expected, atol=ATOL)
     assert (got["forward_log_probs"].numpy()[:, 4:] == 0).all()
+
+
+def test_the_embedded_server_answers_lm_over_rest(exported):
+    """serving/serve.py's server, REST `:predict` with signature_name "lm" (columnar inputs), on 127.0.0.1."""
+    import http.client
+    import json
+    import os
+
+    from elmo_tf.serving.options import ServerOptions
+    from elmo_tf.serving.server import ModelServer
+
+    path, lm, _ = exported
+    server = ModelServer({"elmo": os.path.dirname(path)}, ServerOptions(port=0, rest_api_port=0)).start()
+    try:
+        tokens, lengths = ex._pad([[t.encode() for t in row] for row in ROWS])
+        body = {
+            "signature_name": "lm",
+            "inputs": {"tokens": tokens.astype(str).tolist(), "sequence_len": lengths.tolist()},
+        }
+        connection = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=60)
+        connection.request("POST", "/v1/models/elmo:predict", body=json.dumps(body))
+        response = connection.getresponse()
+        status, answer = response.status, json.loads(response.read())
+        connection.close()
+    finally:
+        server.stop(grace=1.0)
+    assert status == 200, answer
+    outputs = {k: np.asarray(v, dtype=np.float32 if "words" not in k else object) for k, v in answer["outputs"].items()}
+    expected = in_process(lm, ROWS)
+    for key in ("forward_log_probs", "backward_log_probs", "forward_top_k_log_probs", "backward_top_k_log_probs"):
+        np.testing.assert_allclose(outputs[key], expected[key], atol=ATOL, rtol=0, err_msg=key)
+    words = np.vectorize(lambda w: w.encode())(outputs["forward_top_k_words"])
+    assert (words == expected["forward_top_k_words"]).all()
