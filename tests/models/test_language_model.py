@@ -258,3 +258,17 @@ def test_evaluate_perplexity_numbers_are_unchanged(tmp_path):
     for key in ("forward", "backward"):
         assert after[key] == pytest.approx(before[key], rel=1e-5)
     assert 5 < after["forward"] < 500  # random weights: a perplexity, not 1 or inf
+
+
+def test_keras_file_round_trip(tmp_path):
+    """A `.keras` file keeps the weights and the config; the vocabulary is an asset, attached again after loading."""
+    import elmo_tf
+
+    lm = make_lm(top_k=2)
+    lm.save(tmp_path / "lm.keras")
+    again = elmo_tf.load_model(tmp_path / "lm.keras")
+    assert isinstance(again, LanguageModel) and again.top_k == 2
+    again.use_vocabulary(WORDS)
+    tokens = padded(SENTENCES)
+    for key, value in lm.score_tokens(tokens).items():
+        np.testing.assert_array_equal(again.score_tokens(tokens)[key].numpy(), value.numpy(), err_msg=key)
