@@ -11,7 +11,8 @@ fails alone and at once.
             sentence
         tokens of work: rows x width (padded input), rows x    max_request_tokens       --max_request_tokens
             the longest sentence (the model pads every row
-            to the longest)
+            to the longest); x the position cost of a
+            signature with a softmax (`lm`, below)
         bytes in: each input as declared, elements x the       max_request_bytes        --max_message_bytes
             dtype's size; strings 32 bytes each plus their
             bytes (a value repeated to fill the shape counted
@@ -19,6 +20,9 @@ fails alone and at once.
         bytes out: the requested outputs' size estimated from  max_response_bytes       --max_message_bytes
             rows x tokens x widths, in the response's encoding
             (`elmo_tf.serving.response_size`)
+A signature whose function reads a softmax kernel `(V, P)` (the `lm` signature) scores every position of both
+directions over the whole vocabulary: a position costs `softmax_position_cost` = 1 + 2 V P / `BILM_TOKEN_MACS` tokens of
+work (9.1 at the original ELMo's 793,471 x 512 softmax; about 1 for a small one).
 Input roles (padded input, lengths, sentences) are the signature's (`elmo_tf.serving.signature`). A sentence's tokens
 are those the signature's own tokenizer makes (`elmo_tf.serving.tokens`): runs of ASCII whitespace counted in Python
 for a `--tokenizer whitespace` export, tensorflow-text's UnicodeScriptTokenizer run on the sentences for a
@@ -63,6 +67,20 @@ _VALUE_FIELDS = {
     types_pb2.DT_COMPLEX64: "scomplex_val",
     types_pb2.DT_COMPLEX128: "dcomplex_val",
 }
+
+
+SOFTMAX_KERNEL = "softmax_kernel"  # the name of `elmo_tf.models.LanguageModel`'s softmax weights
+BILM_TOKEN_MACS = 10**8  # multiply-adds of one token through the original ELMo biLM (about 0.2 GFLOP)
+
+
+def softmax_position_cost(variables):
+    """Tokens of work of one position of a signature whose function reads `variables` (`ConcreteFunction.variables`):
+    1 + 2 V P / `BILM_TOKEN_MACS` for a softmax kernel `(V, P)` among them, else 1."""
+    for variable in variables:
+        if SOFTMAX_KERNEL in variable.name and variable.shape.rank == 2:
+            rows, width = (int(d) for d in variable.shape)
+            return 1.0 + 2.0 * rows * width / BILM_TOKEN_MACS
+    return 1.0
 
 
 def check_response_size(outputs, limit):
@@ -132,13 +150,15 @@ class RequestBudget:
         sizes: the signature's `ResponseSizes` (a new one when None).
         counter: how the signature's tokenizer counts the tokens of a sentences input (`elmo_tf.serving.tokens`;
             runs of ASCII whitespace when None).
+        position_cost: tokens of work per position (`softmax_position_cost`; 1 for the ELMo signatures).
     """
 
-    def __init__(self, signature, limits, sizes=None, counter=None):
+    def __init__(self, signature, limits, sizes=None, counter=None, position_cost=1.0):
         self.counter = counter if counter is not None else WhitespaceCounter()
         self.signature = signature
         self.limits = limits
         self.sizes = sizes if sizes is not None else ResponseSizes(signature)
+        self.position_cost = position_cost
 
     # ------------------------------------------------------------------------------------------------ shapes
 
@@ -185,10 +205,12 @@ class RequestBudget:
 
     def _check_work(self, alias, rows, tokens, what):
         limit = self.limits.max_request_tokens
-        if limit is not None and rows * tokens > limit:
+        work = rows * tokens * self.position_cost
+        if limit is not None and work > limit:
             detail = "tokens wide" if what == "wide" else "tokens in the longest sentence (every row is padded to it)"
+            cost = "" if self.position_cost == 1 else f" x {self.position_cost:.3g} (the softmax's cost per position)"
             raise resource_exhausted(
-                f"input '{alias}' is {rows} rows x {tokens} {detail} = {rows * tokens} tokens of work, above the "
+                f"input '{alias}' is {rows} rows x {tokens} {detail}{cost} = {work:.0f} tokens of work, above the "
                 f"server's limit of {limit} tokens per request (--max_request_tokens): split the request"
             )
 

@@ -41,14 +41,16 @@ def merge_inputs(signature, requests):
 
 
 def split_outputs(signature, outputs, requests):
-    """The outputs of a merged call split back per request (rows, and the request's own width)."""
+    """The outputs of a merged call split back per request (rows, and the request's own width; outputs wider than the
+    padded input by `extra` positions, as the `lm` signature's `T + 1`, are that much wider for each request)."""
     merged_time = next((outputs[a].shape[1] for a in sorted(signature.time_outputs) if a in outputs), 0)
+    extra = max(merged_time - max(r.width for r in requests), 0) if signature.padded_input else 0
     results, start = [], 0
     for r in requests:
         rows = slice(start, start + r.batch)
         start += r.batch
         if signature.padded_input:
-            own = min(r.width, merged_time)
+            own = min(r.width, merged_time - extra) + extra
         else:
             lengths = outputs[signature.lengths_output][rows] if signature.time_outputs else np.zeros(0)
             own = min(int(lengths.max()) if lengths.size else 0, merged_time)

@@ -20,7 +20,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
-from elmo_tf.serving.budget import Limits, RequestBudget
+from elmo_tf.serving.budget import Limits, RequestBudget, softmax_position_cost
 from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
 from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
@@ -73,7 +73,8 @@ class SignatureRunner:
         self.function = function
         self.signature = Signature(name, signature_def)
         self.sizes = ResponseSizes(self.signature)
-        self.budget = RequestBudget(self.signature, limits, self.sizes, counter)
+        cost = softmax_position_cost(getattr(function, "variables", ()))
+        self.budget = RequestBudget(self.signature, limits, self.sizes, counter, position_cost=cost)
 
     def run(self, inputs):
         """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array.
