@@ -1,4 +1,5 @@
-"""Serving latency and throughput: the embedded model server over gRPC and REST vs the same model in-process.
+"""Serving latency and throughput: the embedded model server over gRPC and REST vs the same model in-process and vs
+`embed`, the library's own batch path.
 
 Spec: for each model size (--presets, default small and original: `elmo_tf.config.PRESETS`, random weights), requests
 of --request-batch sentences (8) of natural English (bench/sentences.py), at concurrency 1, 8 and 32 (client
@@ -7,15 +8,21 @@ threads, each sending requests back to back), measured
     grpc          `ElmoClient.embed` against `serving/serve.py --embedded` (batching on, the default);
     rest          `ElmoRestClient.embed` (JSON "inputs" format) against the same server;
     grpc-nobatch  `ElmoClient.embed` against the server with --enable_batching=false;
-p50/p99 latency per request and sentences/s, all in one run, with the serving overhead as ratios to in-process
-(p50 latency ratio, throughput ratio). All outputs are returned unless --output-filter names some.
-Targets: gRPC p50 under 1.10 x in-process at concurrency 1 (batch 8), and batching raises throughput at
-concurrency 32 (grpc sentences/s > grpc-nobatch sentences/s).
+    embed         `elmo_tf.embed.Embedder` (what `elmo-tf embed --layers all` runs) in this process on the same pool of
+                  sentences, --embed-batch sentences per call (32: the server's max_batch_size, the most one merged
+                  call holds), once before the servers start and once after they stop;
+p50/p99 latency per request, sentences/s and tokens/s (whitespace tokens of the sentences answered), all in one run,
+with the serving overhead as ratios to in-process (p50 latency ratio, throughput ratio) and each transport's tokens/s
+as a fraction of embed's ("of embed"). All outputs are returned unless --output-filter names some.
+Targets: gRPC p50 under 1.10 x in-process at concurrency 1 (batch 8); batching raises throughput at concurrency 32
+(grpc sentences/s > grpc-nobatch sentences/s); at concurrency 32 gRPC reaches 80% of embed's tokens/s and REST 60%
+(issue 27's goal at the original shapes).
 
 How it is measured:
   - the model is exported once per preset (seeded random weights, `elmo_tf.export.export_elmo`) into
     --cache (bench/results/cache/serving/<preset>-seed<seed>/elmo/1) and reused;
-  - the server is a subprocess (`serving/serve.py --embedded`, its default threads and batching settings, REST on);
+  - the server is a subprocess (`serving/serve.py --embedded`, its default threads, REST on; the batching server
+    reads --batching-config, export/batching.config by default: the parameters shipped for stock TF Serving);
     clients run in this process, one gRPC channel or HTTP connection per client thread, so client work
     (serialization, JSON) is part of the measured latency, as it is for a real caller on the same machine;
   - every client first sends one untimed request (all at once); a timed phase starts when all threads are
@@ -26,8 +33,9 @@ Run it on an otherwise idle machine: client and server share the CPU (the JSON r
 
 usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,original] [--concurrency 1,8,32]
        [--request-batch 8] [--requests 40] [--rounds 3] [--transports in-process,grpc,rest,grpc-nobatch]
-       [--output-filter elmo,default] [--out bench/results/serving_latency.json]
---quick: the small model, fewer requests (about a minute).
+       [--output-filter elmo,default] [--embed-sentences 640] [--embed-batch 32] [--batching-config PATH]
+       [--out bench/results/serving_latency.json]
+--quick: the small model, fewer requests (2 to 4 minutes).
 """
 
 import argparse
@@ -55,6 +63,9 @@ DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache", "serving")
 SERVE = os.path.join(REPO, "serving", "serve.py")
 TRANSPORTS = ("in-process", "grpc", "rest", "grpc-nobatch")
 TARGET_GRPC_OVERHEAD = 1.10
+TARGET_OF_EMBED = {"grpc": 0.80, "rest": 0.60}  # issue 27, at the original shapes
+EMBED_BATCH = 32  # the embedded server's max_batch_size, and export/batching.config's
+BATCHING_CONFIG = os.path.join(REPO, "export", "batching.config")
 
 log = logging.getLogger("serving_latency")
 
@@ -77,9 +88,15 @@ def bench_sentences(n, data):
 
 
 def ensure_export(preset, seed, cache):
-    """`<cache>/<preset>-seed<seed>/elmo` with version 1 (exported once)."""
+    """`<cache>/<preset>-seed<seed>/elmo` with version 1 (exported once; an export cached before the exports wrote TF
+    Serving's warmup file gets it added)."""
     base = os.path.join(cache, f"{preset}-seed{seed}", "elmo")
     if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
+        from elmo_tf.export import warmup_requests
+        from elmo_tf.serving_warmup import warmup_path, write_warmup_requests
+
+        if not os.path.exists(warmup_path(os.path.join(base, "1"))):
+            write_warmup_requests(os.path.join(base, "1"), warmup_requests())
         return base
     import keras
 
@@ -140,13 +157,13 @@ def measure(callers, requests, sentences, request_batch, offset=0):
     Returns latencies (s), wall time (s) and errors."""
     concurrency = len(callers)
     per_thread = [requests // concurrency + (1 if k < requests % concurrency else 0) for k in range(concurrency)]
-    latencies, errors = [], []
+    latencies, errors, tokens = [], [], []
     lock = threading.Lock()
     ready = threading.Barrier(concurrency + 1)
     done = threading.Barrier(concurrency + 1)
 
     def worker(k):
-        mine, failed = [], []
+        mine, failed, counted = [], [], 0
         ready.wait()
         for i in range(per_thread[k]):
             batch = batch_at(sentences, request_batch, k, offset + i)
@@ -154,11 +171,13 @@ def measure(callers, requests, sentences, request_batch, offset=0):
             try:
                 callers[k](batch)
                 mine.append(time.perf_counter() - t0)
+                counted += sum(len(s.split()) for s in batch)
             except Exception as e:
                 failed.append(f"{type(e).__name__}: {e}")
         with lock:
             latencies.extend(mine)
             errors.extend(failed)
+            tokens.append(counted)
         done.wait()
 
     threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(concurrency)]
@@ -170,10 +189,10 @@ def measure(callers, requests, sentences, request_batch, offset=0):
     wall = time.perf_counter() - t0
     for t in threads:
         t.join()
-    return latencies, wall, errors
+    return latencies, wall, errors, sum(tokens)
 
 
-def summarize(latencies, wall, errors, request_batch):
+def summarize(latencies, wall, errors, request_batch, tokens):
     lat = np.asarray(latencies) * 1000.0
     return {
         "requests": int(lat.size),
@@ -183,7 +202,37 @@ def summarize(latencies, wall, errors, request_batch):
         "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
         "mean_ms": float(lat.mean()) if lat.size else None,
         "sentences_per_s": lat.size * request_batch / wall if wall > 0 else None,
+        "tokens_per_s": tokens / wall if wall > 0 else None,
         "wall_s": wall,
+    }
+
+
+def measure_embed(preset, seed, sentences, batch_size, count, repeats=1):
+    """`elmo_tf.embed.Embedder` (what `elmo-tf embed --layers all` runs: packed rows, each distinct token through the
+    char CNN once) in this process, on the first `count` sentences of the pool, `batch_size` sentences per call (the
+    server's max_batch_size: the most a merged call holds), after one untimed call; `repeats` timed passes.
+    Returns {"sentences_per_s", "tokens_per_s", "wall_s", "sentences", "tokens"}."""
+    import keras
+
+    from elmo_tf import ELMo, get_config
+    from elmo_tf.embed import Embedder
+
+    keras.utils.set_random_seed(seed)  # the exported model's weights (ensure_export seeds the same way)
+    embedder = Embedder(ELMo(get_config(preset)), layers="all")
+    token_lists = [s.split() for s in sentences[:count]]
+    embedder.embed_batch(token_lists[:batch_size])  # warm-up: traces the functions
+    tokens = sum(len(t) for t in token_lists) * repeats
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for k in range(0, len(token_lists), batch_size):
+            embedder.embed_batch(token_lists[k : k + batch_size])
+    wall = time.perf_counter() - start
+    return {
+        "sentences": len(token_lists) * repeats,
+        "tokens": tokens,
+        "wall_s": wall,
+        "sentences_per_s": len(token_lists) * repeats / wall,
+        "tokens_per_s": tokens / wall,
     }
 
 
@@ -255,6 +304,10 @@ def run_preset(args, preset, sentences, results_dir):
     output_filter = args.output_filter or None
     servers, callers = {}, {}
     loaded = None
+    embed_runs, rows = [], []
+    if args.embed_sentences:
+        embed_runs.append(measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences))
+        log.info("%s embed: %.1f tokens/s (before the servers)", preset, embed_runs[-1]["tokens_per_s"])
     try:
         if "in-process" in args.transports:
             import tensorflow as tf
@@ -277,7 +330,10 @@ def run_preset(args, preset, sentences, results_dir):
             if not set(names) & set(args.transports):
                 continue
             log_path = os.path.join(results_dir, f"server-{preset}-{'batch' if batching else 'nobatch'}.log")
-            server = servers[batching] = Server(base, batching, log_path, args.server_flags)
+            flags = [*args.server_flags]
+            if batching and args.batching_config:
+                flags = ["--batching_parameters_file", args.batching_config, *flags]
+            server = servers[batching] = Server(base, batching, log_path, flags)
             server.wait(args.server_timeout)
             for name in (n for n in names if n in args.transports):
 
@@ -295,36 +351,35 @@ def run_preset(args, preset, sentences, results_dir):
                     return call
 
                 callers[name] = make
-        rows = []
         names = [t for t in TRANSPORTS if t in callers]
         for c in args.concurrency:
-            pooled = {name: ([], 0.0, [], {}) for name in names}
+            pooled = {name: ([], 0.0, [], {}, 0) for name in names}
             per_round = -(-requests_for(args, c) // args.rounds)
             ready = {name: make_callers(callers[name], c, sentences, args.request_batch) for name in names}
             for round_ in range(args.rounds):
                 for name in names:
                     server = servers.get(name != "grpc-nobatch") if name != "in-process" else None
                     before = server.metrics() if server else {}
-                    latencies, wall, errors = measure(
+                    latencies, wall, errors, tokens = measure(
                         ready[name], per_round, sentences, args.request_batch, offset=round_ * per_round
                     )
                     after = server.metrics() if server else {}
-                    lat, total, errs, counters = pooled[name]
+                    lat, total, errs, counters, total_tokens = pooled[name]
                     lat.extend(latencies)
                     errs.extend(errors)
                     for k in after:
                         counters[k] = counters.get(k, 0) + after[k] - before.get(k, 0)
-                    pooled[name] = (lat, total + wall, errs, counters)
+                    pooled[name] = (lat, total + wall, errs, counters, total_tokens + tokens)
             for name in names:
                 close_callers(ready[name])
-                lat, wall, errs, counters = pooled[name]
+                lat, wall, errs, counters, tokens = pooled[name]
                 row = {
                     "preset": preset,
                     "transport": name,
                     "concurrency": c,
                     "request_batch": args.request_batch,
                     "rounds": args.rounds,
-                    **summarize(lat, wall, errs, args.request_batch),
+                    **summarize(lat, wall, errs, args.request_batch, tokens),
                 }
                 if name != "in-process":
                     row["server_counters"] = counters
@@ -339,11 +394,35 @@ def run_preset(args, preset, sentences, results_dir):
                     row["sentences_per_s"] or float("nan"),
                     row["errors"],
                 )
-        return rows
     finally:
         for server in servers.values():
             server.stop()
         del loaded
+    if args.embed_sentences:
+        embed_runs.append(measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences))
+        log.info("%s embed: %.1f tokens/s (after the servers)", preset, embed_runs[-1]["tokens_per_s"])
+        wall = sum(r["wall_s"] for r in embed_runs)
+        rows.insert(
+            0,
+            {
+                "preset": preset,
+                "transport": "embed",
+                "concurrency": 1,
+                "request_batch": args.embed_batch,
+                "rounds": len(embed_runs),
+                "requests": sum(-(-r["sentences"] // args.embed_batch) for r in embed_runs),
+                "errors": 0,
+                "first_errors": [],
+                "p50_ms": None,
+                "p99_ms": None,
+                "mean_ms": None,
+                "sentences_per_s": sum(r["sentences"] for r in embed_runs) / wall,
+                "tokens_per_s": sum(r["tokens"] for r in embed_runs) / wall,
+                "wall_s": wall,
+                "runs": embed_runs,
+            },
+        )
+    return rows
 
 
 def requests_for(args, concurrency):
@@ -351,22 +430,22 @@ def requests_for(args, concurrency):
 
 
 def overheads(rows):
-    """p50 and throughput ratios of each served transport to in-process, per preset and concurrency."""
+    """Per preset, transport and concurrency: p50 and throughput ratios of each served transport to in-process, and
+    every transport's tokens/s as a fraction of `embed`'s (the efficiency)."""
     base = {(r["preset"], r["concurrency"]): r for r in rows if r["transport"] == "in-process"}
+    embed = {r["preset"]: r for r in rows if r["transport"] == "embed"}
     out = []
     for r in rows:
-        ref = base.get((r["preset"], r["concurrency"]))
-        if r["transport"] == "in-process" or ref is None or not r["p50_ms"] or not ref["p50_ms"]:
+        if r["transport"] == "embed":
             continue
-        out.append(
-            {
-                "preset": r["preset"],
-                "transport": r["transport"],
-                "concurrency": r["concurrency"],
-                "p50_ratio": r["p50_ms"] / ref["p50_ms"],
-                "throughput_ratio": r["sentences_per_s"] / ref["sentences_per_s"],
-            }
-        )
+        ref, model = base.get((r["preset"], r["concurrency"])), embed.get(r["preset"])
+        entry = {"preset": r["preset"], "transport": r["transport"], "concurrency": r["concurrency"]}
+        if r["transport"] != "in-process" and ref is not None and r["p50_ms"] and ref["p50_ms"]:
+            entry["p50_ratio"] = r["p50_ms"] / ref["p50_ms"]
+            entry["throughput_ratio"] = r["sentences_per_s"] / ref["sentences_per_s"]
+        if model is not None and r["tokens_per_s"] and model["tokens_per_s"]:
+            entry["of_embed"] = r["tokens_per_s"] / model["tokens_per_s"]
+        out.append(entry)
     return out
 
 
@@ -374,6 +453,19 @@ def check_targets(rows):
     targets = []
     index = {(r["preset"], r["transport"], r["concurrency"]): r for r in rows}
     for preset in sorted({r["preset"] for r in rows}):
+        embed = index.get((preset, "embed", 1))
+        for transport, goal in TARGET_OF_EMBED.items():
+            served = index.get((preset, transport, 32))
+            if embed and served and served["tokens_per_s"] and embed["tokens_per_s"]:
+                ratio = served["tokens_per_s"] / embed["tokens_per_s"]
+                targets.append(
+                    {
+                        "preset": preset,
+                        "target": f"{transport} tokens/s >= {goal:.0%} of embed's at concurrency 32",
+                        "value": ratio,
+                        "met": ratio >= goal,
+                    }
+                )
         grpc1, inproc1 = index.get((preset, "grpc", 1)), index.get((preset, "in-process", 1))
         if grpc1 and inproc1 and grpc1["p50_ms"] and inproc1["p50_ms"]:
             ratio = grpc1["p50_ms"] / inproc1["p50_ms"]
@@ -402,8 +494,8 @@ def check_targets(rows):
 def print_table(rows, ratios, targets):
     ratio_of = {(x["preset"], x["transport"], x["concurrency"]): x for x in ratios}
     header = (
-        f"{'preset':<9} {'transport':<13} {'conc':>4} {'p50 ms':>9} {'p99 ms':>9} {'sent/s':>8} "
-        f"{'p50 / in-proc':>13} {'sent/s / in-proc':>16} {'calls/req':>9}"
+        f"{'preset':<9} {'transport':<13} {'conc':>4} {'p50 ms':>9} {'p99 ms':>9} {'sent/s':>8} {'tok/s':>8} "
+        f"{'of embed':>8} {'p50 / in-proc':>13} {'sent/s / in-proc':>16} {'calls/req':>9}"
     )
     print(header)
     print("-" * len(header))
@@ -414,11 +506,15 @@ def print_table(rows, ratios, targets):
         p50 = f"{r['p50_ms']:9.1f}" if r["p50_ms"] is not None else f"{'-':>9}"
         p99 = f"{r['p99_ms']:9.1f}" if r["p99_ms"] is not None else f"{'-':>9}"
         sps = f"{r['sentences_per_s']:8.1f}" if r["sentences_per_s"] is not None else f"{'-':>8}"
-        p50_ratio = "{:.2f}x".format(x["p50_ratio"]) if x else ""
-        throughput_ratio = "{:.2f}x".format(x["throughput_ratio"]) if x else ""
+        tps = f"{r['tokens_per_s']:8.1f}" if r.get("tokens_per_s") is not None else f"{'-':>8}"
+        x = x or {}
+        of_embed = "{:.0%}".format(x["of_embed"]) if "of_embed" in x else ""
+        p50_ratio = "{:.2f}x".format(x["p50_ratio"]) if "p50_ratio" in x else ""
+        throughput_ratio = "{:.2f}x".format(x["throughput_ratio"]) if "throughput_ratio" in x else ""
         errors = f"  ({r['errors']} errors)" if r["errors"] else ""
+        conc = r["concurrency"] if r["transport"] != "embed" else "-"
         print(
-            f"{r['preset']:<9} {r['transport']:<13} {r['concurrency']:>4} {p50} {p99} {sps} "
+            f"{r['preset']:<9} {r['transport']:<13} {conc:>4} {p50} {p99} {sps} {tps} {of_embed:>8} "
             f"{p50_ratio:>13} {throughput_ratio:>16} {calls:>9}{errors}"
         )
     for t in targets:
@@ -427,7 +523,7 @@ def print_table(rows, ratios, targets):
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small model, fewer requests (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="small model, fewer requests (2 to 4 minutes)")
     parser.add_argument("--presets", default=None, help="comma-separated BiLMConfig presets (small,original)")
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client threads (1,8,32)")
     parser.add_argument("--request-batch", type=int, default=8, help="sentences per request (8)")
@@ -456,6 +552,20 @@ def build_parser():
         dest="server_flags",
         help="extra serve.py flag for both servers, e.g. --server-flag=--max_batch_size=64",
     )
+    parser.add_argument(
+        "--embed-sentences",
+        type=int,
+        default=None,
+        help="sentences of the pool `embed` runs on, before and after the servers (640; --quick 128; 0: no embed row)",
+    )
+    parser.add_argument(
+        "--embed-batch", type=int, default=EMBED_BATCH, help=f"sentences per `embed` call ({EMBED_BATCH})"
+    )
+    parser.add_argument(
+        "--batching-config",
+        default=BATCHING_CONFIG,
+        help="--batching_parameters_file of the batching server (export/batching.config; '' for the defaults)",
+    )
     parser.add_argument("--server-timeout", type=float, default=600, help="seconds to wait for a server (600)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/serving_latency.json)")
@@ -476,12 +586,16 @@ def main(argv=None):
     if unknown:
         print(f"serving_latency.py: error: --transports: unknown {sorted(unknown)}", file=sys.stderr)
         return 2
-    if args.request_batch < 1 or min(args.concurrency) < 1:
-        print("serving_latency.py: error: --request-batch and --concurrency must be >= 1", file=sys.stderr)
+    if args.request_batch < 1 or min(args.concurrency) < 1 or args.embed_batch < 1:
+        print(
+            "serving_latency.py: error: --request-batch, --embed-batch and --concurrency must be >= 1", file=sys.stderr
+        )
         return 2
     args.requests = args.requests or (24 if args.quick else 60)
     args.min_per_client = args.min_per_client or (2 if args.quick else 4)
     args.rounds = args.rounds or (2 if args.quick else 3)
+    if args.embed_sentences is None:
+        args.embed_sentences = 128 if args.quick else 640
     args.output_filter = [x for x in args.output_filter.split(",") if x]
     from elmo_tf.config import PRESETS
 
@@ -525,6 +639,9 @@ def main(argv=None):
             "output_filter": args.output_filter or "all",
             "sentences": source,
             "server_flags": args.server_flags,
+            "batching_config": args.batching_config,
+            "embed_sentences": args.embed_sentences,
+            "embed_batch": args.embed_batch,
             "seed": args.seed,
         },
         "duration_s": time.time() - started,

@@ -20,6 +20,7 @@ SERIALIZABLE_MODULES = (
     "elmo_tf.layers.tokens_to_char_ids",
     "elmo_tf.models.bilm_pretrainer",
     "elmo_tf.models.elmo",
+    "elmo_tf.models.language_model",
     "elmo_tf.ner.featurizer",
     "elmo_tf.ner.model",
     "elmo_tf.pretraining.optimizers",

@@ -1,10 +1,12 @@
 """Versioned SavedModel export for TF Serving: `<base>/<version>/`, written atomically and checked before it appears.
 
-`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.serving_contract`; `publish_version` is the
-versioning both the ELMo and the NER tagger exports use. A version is written to a hidden temporary directory in the
-base (`.export.tmp-<pid>-<random>`: not a number, so TF Serving's file-system source ignores it), checked, then
-renamed into place, so a model server polling `<base>` never sees a half-written version; an existing version is
-never overwritten; the temporaries of a killed export are removed by the next export to the same base.
+`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.serving_contract` and TF Serving's warmup file
+(`assets.extra/tf_serving_warmup_requests`, `elmo_tf.serving_warmup`: one request per signature, replayed at load);
+`publish_version` is the versioning both the ELMo and the NER tagger exports use. A version is written to a hidden
+temporary directory in the base (`.export.tmp-<pid>-<random>`: not a number, so TF Serving's file-system source
+ignores it), checked, then renamed into place, so a model server polling `<base>` never sees a half-written
+version; an existing version is never overwritten; the temporaries of a killed export are removed by the next export
+to the same base.
 
 Concurrent exports into one base: without an explicit version each takes the next free number when it publishes,
 not when it starts: the rename of a (non-empty) directory onto an existing one fails, so of two exports renaming to
@@ -24,6 +26,7 @@ from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import WRITE_ERRNOS, make_public_dir, remove_stale_temps, temp_name, write_error
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
 from elmo_tf.serving_contract import (
+    LM_SIGNATURE,
     SENTENCES,
     SENTENCES_SIGNATURE,
     SEQUENCE_LEN,
@@ -33,7 +36,9 @@ from elmo_tf.serving_contract import (
     TOKENS_SIGNATURE,
     build_elmo_archive,
     elmo_outputs,
+    lm_output_keys,
 )
+from elmo_tf.serving_warmup import WARMUP_SENTENCES, run_warmup_requests, sentence_requests, write_warmup_requests
 
 logger = logging.getLogger(__name__)
 
@@ -228,6 +233,7 @@ def check_export(
     """Reloads `export_dir` with `tf.saved_model.load` and compares every signature with the Keras model.
 
     The `tokens` signature also gets junk beyond each `sequence_len`, which must not change anything.
+    The requests of its warmup file (`elmo_tf.serving_warmup`), when it has one, must run too.
     Returns `{signature: {output: max |diff|}}`; raises `ExportError` when a difference exceeds `atol`
     (any difference for int/bool outputs).
     """
@@ -254,7 +260,50 @@ def check_export(
     }
     if bad:
         raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (atol {atol}): {bad}")
+    try:
+        count = run_warmup_requests(loaded, export_dir)
+    except (ElmoTFError, tf.errors.OpError) as e:
+        raise ExportError(f"{export_dir}: a request of its warmup file fails: {e}") from None
+    if count is not None:
+        logger.info("the %d requests of the warmup file run", count)
     return results
+
+
+# ---------------------------------------------------------------------------------------------------- warmup
+
+
+def warmup_requests(tokenizer="whitespace", sentences=WARMUP_SENTENCES, lm=False):
+    """The warmup file's requests of an ELMo export: `sentences` (8 sentences of news English, 21 tokens on average)
+    to `default` and `serving_default`, and the same sentences tokenized (`tokenizer`) and padded to `tokens` (and to
+    `lm` when the export has it)."""
+    tokens, lengths = _pad(reference_tokens(sentences, tokenizer))
+    token_signatures = (TOKENS_SIGNATURE, LM_SIGNATURE) if lm else (TOKENS_SIGNATURE,)
+    return [
+        *sentence_requests((SENTENCES_SIGNATURE, SERVING_DEFAULT), sentences),
+        *((name, {TOKENS: tokens, SEQUENCE_LEN: lengths}) for name in token_signatures),
+    ]
+
+
+def check_lm_export(lm, export_dir, max_tokens=None, sentences=CHECK_SENTENCES, atol=PARITY_ATOL):
+    """Reloads `export_dir` and compares its `lm` signature with `lm` in process (junk beyond each `sequence_len`
+    included); returns `{output: max |diff|}` (mismatching words counted); raises `ExportError` above `atol`."""
+    loaded = tf.saved_model.load(export_dir)
+    if LM_SIGNATURE not in loaded.signatures:
+        raise ExportError(f"{export_dir}: signature {LM_SIGNATURE!r} missing (found {sorted(loaded.signatures)})")
+    token_lists = [t[:max_tokens] if max_tokens else t for t in reference_tokens(sentences)]
+    tokens, lengths = _pad(token_lists)
+    width = tokens.shape[1]
+    out = lm.score_tokens(tf.constant(tokens, tf.string))
+    expected = {key: np.asarray(out[key])[:, : width + 1] for key in lm_output_keys(lm.top_k)}
+    junk = np.where(tokens == b"", b"junk", tokens)
+    got = loaded.signatures[LM_SIGNATURE](**{TOKENS: tf.constant(junk, tf.string), SEQUENCE_LEN: lengths})
+    diffs = compare_outputs(expected, {k: v.numpy() for k, v in got.items()})
+    bad = {k: d for k, d in diffs.items() if d > (atol if np.asarray(expected[k]).dtype.kind == "f" else 0)}
+    if bad:
+        raise ExportError(
+            f"{export_dir}: the reloaded lm signature differs from the language model (atol {atol}): {bad}"
+        )
+    return diffs
 
 
 # ---------------------------------------------------------------------------------------------------- export
@@ -268,8 +317,10 @@ def export_elmo(
     max_tokens=None,
     check=True,
     check_sentences=CHECK_SENTENCES,
+    lm=None,
 ):
-    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures; returns its path.
+    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures and a warmup
+    file (`warmup_requests`); returns its path.
 
     Args:
         model: an `elmo_tf.ELMo` (with at least one mix; the first is exported as `elmo`).
@@ -279,6 +330,8 @@ def export_elmo(
         max_tokens: optional int; both signatures cut sentences to their first `max_tokens` tokens.
         check: reload the written SavedModel and compare it with the Keras model before publishing it.
         check_sentences: sentences for that check.
+        lm: optional `elmo_tf.models.LanguageModel` sharing `model`'s biLM, its vocabulary attached
+            (`load_language_model(..., elmo=model)`): adds the `lm` signature (`elmo_tf.serving_contract`).
     Returns:
         the path of the new version directory.
     Raises:
@@ -290,13 +343,17 @@ def export_elmo(
 
     def write(tmp):
         logger.info("tracing signatures (tokenizer %s, max_tokens %s)", tokenizer, max_tokens)
-        archive = build_elmo_archive(model, tokenizer, max_tokens)
+        archive = build_elmo_archive(model, tokenizer, max_tokens, lm=lm)
         logger.info("writing the SavedModel")
         archive.write_out(tmp, verbose=False)
+        write_warmup_requests(tmp, warmup_requests(tokenizer, lm=lm is not None))
         if check:
             logger.info("checking the reloaded SavedModel against the Keras model")
             results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)
             worst = max(d for diffs in results.values() for d in diffs.values())
             logger.info("parity ok: max |diff| %.3g over signatures %s", worst, sorted(results))
+            if lm is not None:
+                diffs = check_lm_export(lm, tmp, max_tokens, check_sentences)
+                logger.info("lm parity ok: max |diff| %.3g", max(diffs.values()))
 
     return publish_version(base_dir, version, write)

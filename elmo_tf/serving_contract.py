@@ -17,6 +17,13 @@ Outputs of both, `T` = the longest sentence of the batch (the `tokens` input's w
         `BidirectionalLanguageModel` returned as `mask` and what `elmo_tf.ELMo` returns.
 All outputs are 0 (False) at padded positions. Batch and time dimensions are dynamic.
 
+`lm` (only in exports given a softmax and its vocabulary): inputs as `tokens`; outputs
+    `forward_log_probs`, `backward_log_probs` float32 `(batch, T + 1)`: `elmo_tf.models.language_model`'s
+        `sentence_log_probs` (entry i - 1 is word i in both directions, entry n the sentence boundary), 0 past a
+        row's n + 1 (T is the `tokens` input's width, also with `max_tokens`: a cut sentence ends at the cut);
+    with a top k chosen at export, `forward_top_k_words` tf.string and `forward_top_k_log_probs` float32
+        `(batch, T + 1, k)`, and `backward_...` ("" and 0 past a row's n + 1).
+
 Edge cases (documented results, never a crash):
     - an empty or all-whitespace sentence: `sequence_len` 0, a row of zeros in every output, `default` zeros;
     - an empty batch `(0,)`: every output with batch 0 (and T 0);
@@ -40,6 +47,7 @@ SENTENCES_SIGNATURE = "default"
 TOKENS_SIGNATURE = "tokens"
 SERVING_DEFAULT = "serving_default"
 SIGNATURES = (SENTENCES_SIGNATURE, SERVING_DEFAULT, TOKENS_SIGNATURE)
+LM_SIGNATURE = "lm"  # exported only with a softmax and its vocabulary
 
 # input keys
 SENTENCES = "sentences"
@@ -52,6 +60,7 @@ ELMO = "elmo"
 DEFAULT = "default"
 MASK = "mask"
 LSTM_OUTPUTS_PREFIX = "lstm_outputs"
+LM_DIRECTIONS = ("forward", "backward")
 
 SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=SENTENCES)
 TOKENS_SPECS = (tf.TensorSpec([None, None], tf.string, name=TOKENS), tf.TensorSpec([None], tf.int32, name=SEQUENCE_LEN))
@@ -126,9 +135,38 @@ def tokens_char_ids(tokens, sequence_len, max_tokens=None, mapping=BYTE_MAPPING)
     return tf.where(empty, tf.constant(mapping.empty_row), char_ids)
 
 
-def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None):
+def lm_output_keys(top_k=0):
+    """The output keys of the `lm` signature, for a top k chosen at export (0: none)."""
+    keys = [f"{d}_log_probs" for d in LM_DIRECTIONS]
+    if top_k:
+        keys += [f"{d}_top_k_{part}" for d in LM_DIRECTIONS for part in ("words", "log_probs")]
+    return keys
+
+
+def lm_outputs(lm, tokens, sequence_len, max_tokens=None):
+    """The `lm` signature's outputs (dict keyed by `lm_output_keys`) of an `elmo_tf.models.LanguageModel` (its
+    vocabulary attached) on `tokens` `(batch, T)` + `sequence_len`, read as the `tokens` signature reads them
+    (`tokens_char_ids`); every output is `T + 1` wide."""
+    tokens = tf.convert_to_tensor(tokens, tf.string)
+    width = tf.shape(tokens)[1]
+    char_ids = tokens_char_ids(tokens, sequence_len, max_tokens)  # checks sequence_len
+    kept = tokens[:, :max_tokens] if max_tokens is not None else tokens
+    lengths = tf.convert_to_tensor(sequence_len, tf.int32)
+    lengths = tf.minimum(lengths, max_tokens) if max_tokens is not None else lengths
+    kept = tf.where(tf.sequence_mask(lengths, tf.shape(kept)[1]), kept, "")
+    out = lm.score(char_ids, lm.token_ids(kept))
+    result = {}
+    for key in lm_output_keys(lm.top_k):
+        value = out[key]
+        pad = [[0, 0], [0, width + 1 - tf.shape(value)[1]]] + [[0, 0]] * (value.shape.rank - 2)
+        result[key] = tf.pad(value, pad, constant_values="" if value.dtype == tf.string else 0)
+    return result
+
+
+def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None, lm=None):
     """A `keras.export.ExportArchive` of an `elmo_tf.ELMo` with the `default`/`serving_default` and `tokens`
-    endpoints (see the module docstring).
+    endpoints (see the module docstring), and `lm` when `lm` (a `LanguageModel` with its vocabulary, sharing the
+    model's biLM: `load_language_model(..., elmo=model)`) is given.
 
     Written with `ExportArchive` (track + add_endpoint): `tf.saved_model.save` of a `tf.Module` holding a Keras 3
     model loads in Python but fails in TF Serving's C++ loader (tensorflow/serving#2226).
@@ -151,4 +189,14 @@ def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None):
     # the first endpoint is also written as `serving_default` (the same function, traced once)
     archive.add_endpoint(SENTENCES_SIGNATURE, sentences_fn, input_signature=[SENTENCES_SPEC])
     archive.add_endpoint(TOKENS_SIGNATURE, tokens_fn, input_signature=list(TOKENS_SPECS))
+    if lm is not None:
+        if lm.vocabulary_table is None:
+            raise ValueError("the language model has no vocabulary attached (use_vocabulary)")
+        archive.track(lm)
+        archive.track(lm.vocabulary_table)
+
+        def lm_fn(tokens, sequence_len):
+            return lm_outputs(lm, tokens, sequence_len, max_tokens)
+
+        archive.add_endpoint(LM_SIGNATURE, lm_fn, input_signature=list(TOKENS_SPECS))
     return archive

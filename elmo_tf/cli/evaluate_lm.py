@@ -6,8 +6,10 @@ examples:
 
 --model is a training/pretrain.py output dir (options.json, weights.hdf5, softmax.hdf5, vocab.txt).
 Targets: every word plus </S> (forward) / <S> (backward); lines longer than --max-tokens are cut into
-pieces, as in training. --test is text, one sentence per line (bytes kept as they are; an empty, blank, UTF-16 or
-binary file is an error). The JSON goes to stdout and, with --output, to a file written whole or not at all.
+pieces, as in training. The log-probabilities are those `elmo-tf score` writes per token (one code path:
+elmo_tf.models.language_model), so exp(-mean) of score's forward_log_probs over the same lines is this
+perplexity. --test is text, one sentence per line (bytes kept as they are; an empty, blank, UTF-16 or binary file
+is an error). The JSON goes to stdout and, with --output, to a file written whole or not at all.
 """
 
 import argparse

@@ -11,6 +11,7 @@ from elmo_tf.cli import (
     ArgumentParser,
     DataError,
     UsageError,
+    bounded_number,
     check_output_dir,
     count_int,
     setup_logging,
@@ -21,6 +22,8 @@ from elmo_tf.preprocessing.tokenizer import TOKENIZERS
 PROG = "export_savedmodel.py"
 
 logger = logging.getLogger("export_savedmodel")
+
+MAX_LM_TOP_K = 1000
 
 EXAMPLES = """examples:
   python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo
@@ -36,6 +39,9 @@ each get their own version.
 signatures: default and serving_default (sentences: tf.string [B]), tokens (tokens: tf.string [B,T] padded
 with "", sequence_len: int32 [B]; tokens beyond sequence_len are ignored).
 outputs: word_emb, lstm_outputs1..L, elmo, default (mean over real tokens), sequence_len, mask (bool).
+with a softmax and its vocabulary (--softmax/--vocab, or softmax.hdf5 + vocab.txt in --model-dir), also lm
+(inputs as tokens): forward_log_probs, backward_log_probs [B,T+1] (0 past a row's n + 1), and with --lm-top-k K
+forward_top_k_words, forward_top_k_log_probs, backward_top_k_words, backward_top_k_log_probs [B,T+1,K].
 
 --tokenizer unicode_script needs tensorflow-text where the model is loaded: `import tensorflow_text` before
 tf.saved_model.load in a fresh Python process; C++ loaders load its op library
@@ -102,6 +108,14 @@ def parse_args(argv=None, prog=PROG):
         "instead of --options/--weights",
     )
     add_export_flags(parser, output_help="base path of the model: versions go to OUTPUT/<version>/")
+    parser.add_argument("--softmax", help="softmax hdf5 of the biLM (softmax/W, softmax/b): adds the lm signature")
+    parser.add_argument("--vocab", help="the softmax's vocabulary, one word per line (with --softmax)")
+    parser.add_argument(
+        "--lm-top-k",
+        type=bounded_number("--lm-top-k", int, minimum=0, maximum=MAX_LM_TOP_K),
+        default=0,
+        help=f"the lm signature also returns the K most likely words per position (0 to {MAX_LM_TOP_K}; 0: none)",
+    )
     parser.add_argument("--no-check", action="store_true", help="skip the reload-and-compare check (not advised)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = parser.parse_args(argv)
@@ -129,7 +143,44 @@ def check_args(args):
         for flag, path in (("--options", args.options), ("--weights", args.weights)):
             if not os.path.isfile(path):
                 raise UsageError(f"{flag}: no such file: {path!r}")
+    check_lm_args(args)
     check_export_flags(args)
+
+
+def check_lm_args(args):
+    """--softmax and --vocab go together (--model-dir gives both when it holds softmax.hdf5 and vocab.txt and
+    neither is given); --lm-top-k needs them. Raises UsageError."""
+    if args.model_dir and not args.softmax and not args.vocab:
+        softmax, vocab = (os.path.join(args.model_dir, name) for name in ("softmax.hdf5", "vocab.txt"))
+        if os.path.isfile(softmax) and os.path.isfile(vocab):
+            args.softmax, args.vocab = softmax, vocab
+    if bool(args.softmax) != bool(args.vocab):
+        given, missing = ("--softmax", "--vocab") if args.softmax else ("--vocab", "--softmax")
+        raise UsageError(f"{given} needs {missing} (the softmax's rows follow the vocabulary's lines)")
+    for flag, path in (("--softmax", args.softmax), ("--vocab", args.vocab)):
+        if path and not os.path.isfile(path):
+            raise UsageError(f"{flag}: no such file: {path!r}")
+    if args.lm_top_k and not args.softmax:
+        raise UsageError("--lm-top-k: needs --softmax and --vocab (the lm signature)")
+
+
+def load_lm(args, model):
+    """The `LanguageModel` of --softmax/--vocab over `model`'s biLM, or None; DataError naming the file."""
+    if not args.softmax:
+        return None
+    from elmo_tf.io import WeightFileError
+    from elmo_tf.io.softmax import LMVocabularyError
+    from elmo_tf.models import load_language_model
+
+    logger.info("loading the language model: %s + %s", args.softmax, args.vocab)
+    try:
+        return load_language_model(None, None, args.softmax, args.vocab, elmo=model, top_k=args.lm_top_k)
+    except LMVocabularyError as e:
+        raise DataError(f"--vocab: {e}") from None
+    except WeightFileError as e:
+        raise DataError(f"--softmax: {e}") from None
+    except ValueError as e:  # --lm-top-k above the vocabulary's size
+        raise UsageError(f"--lm-top-k: {e}") from None
 
 
 def main(argv=None, prog=PROG):
@@ -143,6 +194,7 @@ def main(argv=None, prog=PROG):
         model = load_elmo(args.options, args.weights)
     except (ValueError, OSError) as e:  # ConfigError / WeightFileError are ValueErrors naming the file
         raise DataError(f"--options/--weights: cannot load the model: {e}") from None
+    lm = load_lm(args, model)
     try:
         path = export_elmo(
             model,
@@ -151,6 +203,7 @@ def main(argv=None, prog=PROG):
             tokenizer=args.tokenizer,
             max_tokens=args.max_tokens,
             check=not args.no_check,
+            lm=lm,
         )
     except FileExistsError as e:
         raise UsageError(f"--version: {e}") from None

@@ -28,6 +28,7 @@ COMMANDS = {
     "build-vocab": ("elmo_tf.cli.build_vocab", "main", "count a corpus into a biLM vocabulary"),
     "pretrain": ("elmo_tf.cli.pretrain", "main", "pretrain a biLM (checkpoints, resume, perplexity)"),
     "evaluate-lm": ("elmo_tf.cli.evaluate_lm", "main", "full-softmax perplexity of a pretrained biLM"),
+    "score": ("elmo_tf.cli.score", "main", "per-token log-probabilities and top-k words of a file under a biLM"),
     "export": ("elmo_tf.cli.export", "main", "export ELMo as a versioned SavedModel for TF Serving"),
     "export-tagger": ("elmo_tf.cli.export_tagger", "main", "export the NER tagger with its ELMo as one SavedModel"),
     "serve": ("elmo_tf.cli.serve", "main", "serve SavedModel exports over gRPC and REST"),

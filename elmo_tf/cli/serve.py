@@ -22,6 +22,7 @@ flag, exit status 2; a port that cannot be bound: exit status 1.
 import argparse
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -29,7 +30,7 @@ import threading
 
 from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, setup_logging
 from elmo_tf.serving.config_files import BATCHING_FIELDS, parse_batching_parameters, parse_model_config
-from elmo_tf.serving.sizes import MiB
+from elmo_tf.serving.sizes import MAX_PORT, MiB
 
 logger = logging.getLogger("serve")
 
@@ -102,6 +103,20 @@ def _int(flag, minimum):
     return bounded_number(flag, int, minimum=minimum)
 
 
+def _port(flag):
+    """A TCP port: ASCII digits (as TF Serving's flag parser reads an int32; Python's int() would also take
+    Arabic-Indic digits or "8_500"), 0 to 65535 (stock would pass 70000 on to the socket: 70000 % 65536)."""
+    bounded = bounded_number(flag, int, minimum=0, maximum=MAX_PORT)
+
+    def parse(text):
+        if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}")
+        return bounded(text)
+
+    parse.bounds = bounded.bounds
+    return parse
+
+
 def build_parser(prog=PROG):
     """All defaults are SUPPRESS, so the namespace holds only the flags given (see `DEFAULTS`)."""
     parser = ArgumentParser(
@@ -120,8 +135,8 @@ def build_parser(prog=PROG):
 
 
 def _add_tf_serving_flags(group):
-    group.add_argument("--port", type=_int("--port", 0), help="gRPC port (8500; 0: any free port)")
-    group.add_argument("--rest_api_port", type=_int("--rest_api_port", 0), help="REST port (0: no REST API)")
+    group.add_argument("--port", type=_port("--port"), help="gRPC port (8500; 0: any free port)")
+    group.add_argument("--rest_api_port", type=_port("--rest_api_port"), help="REST port (0: no REST API)")
     group.add_argument(
         "--rest_api_num_threads", type=_int("--rest_api_num_threads", 1), help="REST handler threads (32)"
     )
@@ -160,7 +175,11 @@ def _add_tf_serving_flags(group):
     )
     for flag in ("--tensorflow_intra_op_parallelism", "--tensorflow_inter_op_parallelism"):
         group.add_argument(flag, type=_int(flag, 0), help="TF threads (0: auto)")
-    group.add_argument("--grpc_max_threads", type=_int("--grpc_max_threads", 1), help="gRPC handler threads (64)")
+    group.add_argument(
+        "--grpc_max_threads",
+        type=_int("--grpc_max_threads", 1),
+        help="threads running gRPC calls (64; calls waiting for their request hold none; 4x: open calls at most)",
+    )
     group.add_argument(
         "--enable_model_warmup",
         type=_bool,

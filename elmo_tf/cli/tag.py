@@ -22,7 +22,6 @@ examples:
 
 import argparse
 import logging
-import os
 import sys
 
 from elmo_tf.cli import (
@@ -77,9 +76,10 @@ def build_parser(prog=PROG):
 
 
 def resolve_source(args, model_dir, needs_elmo):
-    """The feature source for the tagger: the flags, else config.json's record of training; None without ELMo."""
+    """(the feature source for the tagger: the flags, else config.json's record of training; the flag it answers
+    to), or (None, None) without ELMo."""
     from elmo_tf.ner.features import FeatureSourceError, changed_source, open_feature_source
-    from elmo_tf.ner.tagging import recorded_source
+    from elmo_tf.ner.tagging import RecordedSourceError, recorded_source, source_arguments
 
     given = args.elmo or args.elmo_server
     if not needs_elmo:
@@ -88,36 +88,18 @@ def resolve_source(args, model_dir, needs_elmo):
                 f"--{'elmo' if args.elmo else 'elmo-server'}: the model in {model_dir!r} was trained "
                 f"without ELMo features (--no-elmo); drop the flag"
             )
-        return None
+        return None, None
     try:
         recorded = recorded_source(model_dir)
     except ValueError as e:
         raise DataError(f"--model: {e}") from None
-    model_name = args.model_name or recorded.get("model_name") or "elmo"
-    if args.elmo_server or (not given and recorded.get("kind") == "server"):
-        flag, kwargs = (
-            "--elmo-server",
-            dict(
-                elmo_server=args.elmo_server or recorded["address"],
-                model_name=model_name,
-                max_request_tokens=args.server_max_tokens,
-            ),
+    try:
+        kwargs = source_arguments(
+            model_dir, recorded, args.elmo, args.elmo_server, args.model_name, args.server_max_tokens
         )
-    elif args.elmo:
-        flag, kwargs = "--elmo", dict(elmo=args.elmo)
-    elif recorded.get("kind") == "in_process":
-        flag, kwargs = "--elmo", dict(options=recorded.get("options"), weights=recorded.get("weights"))
-        for path in kwargs.values():
-            if not path or not os.path.isfile(path):
-                raise UsageError(
-                    f"--elmo: the biLM recorded in config.json is gone ({path!r}); give --elmo "
-                    f"DIR_OR_HDF5 or --elmo-server HOST:PORT"
-                )
-    else:
-        raise UsageError(
-            f"--elmo: the model in {model_dir!r} needs ELMo features and its config.json does not say "
-            f"where training got them; give --elmo DIR_OR_HDF5 or --elmo-server HOST:PORT"
-        )
+    except RecordedSourceError as e:
+        raise UsageError(f"--elmo: {e}; give --elmo DIR_OR_HDF5 or --elmo-server HOST:PORT") from None
+    flag = "--elmo-server" if "elmo_server" in kwargs else "--elmo"
     origin = "" if given else " (the source recorded in config.json; override it with --elmo or --elmo-server)"
     try:
         source, _ = open_feature_source(batch_size=args.batch_size, **kwargs)
@@ -128,21 +110,59 @@ def resolve_source(args, model_dir, needs_elmo):
         raise DataError(f"{flag}: {changed}{origin}")
     if changed:
         logger.warning("%s: %s; tagging with it as asked", flag, changed)
-    return source
+    return source, flag
+
+
+def read_sentences(args):
+    """The token lists of --input (or stdin); DataError naming the line that is not UTF-8."""
+    from elmo_tf.ner.tagging import TextError, read_lines
+
+    try:
+        if args.input is None:
+            return read_lines(sys.stdin.buffer)
+        with open(args.input, "rb") as f:
+            return read_lines(f, args.input)
+    except TextError as e:
+        raise DataError(f"--input: {e}") from None
+
+
+def load_pipeline(args):
+    """The `NERPipeline` of --model with its feature source (DataError: a model or a biLM that does not fit)."""
+    from elmo_tf.ner.pipeline import NERPipeline, SourceMismatchError
+    from elmo_tf.ner.tagging import load_tagger
+
+    try:
+        model, encoder, _ = load_tagger(args.model)
+    except ValueError as e:
+        raise DataError(f"--model: {e}") from None
+    source, flag = resolve_source(args, args.model, model.num_elmo_layers > 0)
+    try:
+        return NERPipeline(model, encoder, source)
+    except SourceMismatchError as e:
+        raise DataError(f"{flag}: {e}") from None
+
+
+def write_chunk(out, chunk, tags, output_format, scheme):
+    """One chunk's results on `out` (stdout), flushed; DataError naming stdout when it cannot be written."""
+    from elmo_tf.io.atomic import stdout_write_error
+    from elmo_tf.ner.tagging import format_conll, format_json
+
+    try:
+        for tokens, sentence_tags in zip(chunk, tags):
+            if output_format == "conll":
+                out.write(format_conll(tokens, sentence_tags))
+            else:
+                out.write(format_json(tokens, sentence_tags, scheme))
+        out.flush()
+    except BrokenPipeError:  # `| head`: elmo_tf.cli.run ends quietly
+        raise
+    except OSError as e:  # `> file` on a full disk
+        raise DataError(f"stdout: {stdout_write_error(e)}") from None
 
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    from elmo_tf.ner.features import SentenceTooLongError
-    from elmo_tf.ner.tagging import (
-        TextError,
-        check_model_dir,
-        format_conll,
-        format_json,
-        load_tagger,
-        read_lines,
-        tag_sentences,
-    )
+    from elmo_tf.ner.tagging import check_model_dir
 
     try:
         check_model_dir(args.model)
@@ -151,36 +171,17 @@ def main(argv=None, prog=PROG):
     setup_logging(quiet=args.quiet)
     from tqdm import tqdm
 
-    from elmo_tf.io.atomic import stdout_write_error
+    from elmo_tf.ner.features import SentenceTooLongError
 
-    try:
-        if args.input is None:
-            sentences = read_lines(sys.stdin.buffer)
-        else:
-            with open(args.input, "rb") as f:
-                sentences = read_lines(f, args.input)
-    except TextError as e:
-        raise DataError(f"--input: {e}") from None
-    try:
-        model, encoder, dim = load_tagger(args.model)
-    except ValueError as e:
-        raise DataError(f"--model: {e}") from None
-    source = resolve_source(args, args.model, model.num_elmo_layers > 0)
-    if source is not None and (source.num_layers, source.dim) != (model.num_elmo_layers, dim):
-        flag = "--elmo-server" if args.elmo_server else "--elmo"
-        raise DataError(
-            f"{flag}: the biLM gives {source.num_layers} layers of width {source.dim}, the model was "
-            f"trained on {model.num_elmo_layers} layers of width {dim}"
-        )
-
-    scheme = encoder.source_scheme
+    sentences = read_sentences(args)
+    pipeline = load_pipeline(args)
+    scheme = pipeline.encoder.source_scheme
     logger.info(
         "tagging %d sentences (%s model, tags in %s)",
         len(sentences),
-        "ELMo" if source is not None else "no-ELMo",
+        "ELMo" if pipeline.uses_elmo else "no-ELMo",
         scheme,
     )
-    out = sys.stdout
     with tqdm(
         total=len(sentences),
         unit="sent",
@@ -190,23 +191,12 @@ def main(argv=None, prog=PROG):
         for start in range(0, len(sentences), CHUNK_SENTENCES):
             chunk = sentences[start : start + CHUNK_SENTENCES]
             try:
-                tags = tag_sentences(model, encoder, chunk, source, args.batch_size)
+                tags = pipeline.tag(chunk, args.batch_size)
             except SentenceTooLongError as e:
                 name = args.input or "<stdin>"
                 raise DataError(f"--input: {name}:{start + e.index + 1}: {e}") from None
             except Exception as e:  # a server that went away mid-way, etc.
                 raise DataError(f"tagging sentences {start + 1}-{start + len(chunk)} failed: {one_line(e)}") from None
-            try:
-                for tokens, sentence_tags in zip(chunk, tags):
-                    out.write(
-                        format_conll(tokens, sentence_tags)
-                        if args.format == "conll"
-                        else format_json(tokens, sentence_tags, scheme)
-                    )
-                out.flush()
-            except BrokenPipeError:  # `| head`: elmo_tf.cli.run ends quietly
-                raise
-            except OSError as e:  # `> file` on a full disk
-                raise DataError(f"stdout: {stdout_write_error(e)}") from None
+            write_chunk(sys.stdout, chunk, tags, args.format, scheme)
             progress.update(len(chunk))
     return 0

@@ -70,6 +70,46 @@ def _log_softmax_loss(true_logits, sampled_logits):
     return loss, grad
 
 
+def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0):
+    """The top biLM states and the word each one predicts, for `BiLMPretrainer` and `LanguageModel` alike.
+
+    Args:
+        char_cnn, bilm: the built `CharCNN` and `BiLM`.
+        inputs: dict with `char_ids` int32 `(batch, tokens, 50)` and `token_ids` int32 `(batch, tokens)`.
+        bos_id, eos_id: vocabulary ids of `<S>` and `</S>`.
+        dropout: rate on the top layer, in training.
+    Returns:
+        the dict `BiLMPretrainer` returns (see there).
+    """
+    char_ids = tf.cast(inputs["char_ids"], tf.int32)
+    token_ids = tf.cast(inputs["token_ids"], tf.int32)
+    mask = tf.reduce_any(char_ids > 0, axis=-1)
+    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    with_bounds = add_sentence_boundaries(char_ids)
+    mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
+    top = bilm(char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
+    if training and dropout > 0:
+        top = tf.nn.dropout(top, rate=dropout)
+    p = bilm.projection_dim
+    # ids with boundaries: <S> w_1 .. w_n </S> pad...
+    batch, steps = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
+    ids = tf.concat(
+        [tf.fill([batch, 1], bos_id), token_ids * tf.cast(mask, tf.int32), tf.zeros([batch, 1], tf.int32)],
+        axis=1,
+    )
+    is_eos = tf.one_hot(lengths + 1, steps + 2, on_value=True, off_value=False, dtype=tf.bool)
+    ids = tf.where(is_eos, eos_id, ids)
+    # forward: state at t predicts ids[t + 1]; backward: state at t + 1 predicts ids[t]
+    weights = tf.cast(mask_b[:, 1:], top.dtype)
+    return {
+        "forward": top[:, :-1, :p],
+        "backward": top[:, 1:, p:],
+        "targets_forward": ids[:, 1:],
+        "targets_backward": ids[:, :-1],
+        "weights": weights,
+    }
+
+
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class BiLMPretrainer(keras.Model):
     """Forward LM predicts each next token, backward LM each previous one, from the top biLM layer.
@@ -141,33 +181,7 @@ class BiLMPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        char_ids = tf.cast(inputs["char_ids"], tf.int32)
-        token_ids = tf.cast(inputs["token_ids"], tf.int32)
-        mask = tf.reduce_any(char_ids > 0, axis=-1)
-        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-        with_bounds = add_sentence_boundaries(char_ids)
-        mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
-        top = self.bilm(self.char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
-        if training and self.dropout > 0:
-            top = tf.nn.dropout(top, rate=self.dropout)
-        p = self.config.projection_dim
-        # ids with boundaries: <S> w_1 .. w_n </S> pad...
-        batch, steps = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
-        ids = tf.concat(
-            [tf.fill([batch, 1], self.bos_id), token_ids * tf.cast(mask, tf.int32), tf.zeros([batch, 1], tf.int32)],
-            axis=1,
-        )
-        is_eos = tf.one_hot(lengths + 1, steps + 2, on_value=True, off_value=False, dtype=tf.bool)
-        ids = tf.where(is_eos, self.eos_id, ids)
-        # forward: state at t predicts ids[t + 1]; backward: state at t + 1 predicts ids[t]
-        weights = tf.cast(mask_b[:, 1:], top.dtype)
-        return {
-            "forward": top[:, :-1, :p],
-            "backward": top[:, 1:, p:],
-            "targets_forward": ids[:, 1:],
-            "targets_backward": ids[:, :-1],
-            "weights": weights,
-        }
+        return lm_states(self.char_cnn, self.bilm, inputs, self.bos_id, self.eos_id, training, self.dropout)
 
     @property
     def implementation(self):

@@ -1,6 +1,7 @@
 """NER on ELMo, the task whole (Peters et al. 2018, sec. 5): CoNLL data and tag schemes, the one featurizer (TF ops,
 used in training and inside the tagger's SavedModel), ELMo features (in process or served, cached), the biLSTM-CRF
-tagger, its training loop, the KerasTuner search and the tagger export.
+tagger, the one pipeline assembling them (used by training, tagging and the export), its training loop, the
+KerasTuner search and the tagger export.
 
 Modules, in the order a sentence meets them:
     `data`       read_splits, Encoder (labels, word vocabulary), detect_scheme     (files: `elmo_tf.io.conll`)
@@ -9,9 +10,10 @@ Modules, in the order a sentence meets them:
     `feature_cache` cached_features: one hdf5 file, keyed by the biLM's content and the sentences
     `featurizer` NERFeaturizer: tokens -> mask, word ids, char ids
     `model`      NERTagger: ScalarMix -> biLSTM -> CRF
+    `pipeline`   NERPipeline: featurizer + feature source + head, on the host and in a graph
     `training`   NERConfig, load_data, NERBatches, train_tagger, span_scores
     `tuning`     search (KerasTuner HyperModel over gamma, dropout, mix L2)
-    `tagging`    load_tagger, tag_sentences, output formats
+    `tagging`    load_tagger, the recorded feature source, tag_sentences, output formats
     `export`     export_tagger: sentences -> tags and spans, one SavedModel
 """
 
@@ -20,6 +22,7 @@ from elmo_tf.ner.feature_cache import cached_features
 from elmo_tf.ner.features import InProcessFeatures, ServedFeatures, open_feature_source
 from elmo_tf.ner.featurizer import NERFeaturizer
 from elmo_tf.ner.model import NERTagger
+from elmo_tf.ner.pipeline import NERPipeline
 from elmo_tf.ner.training import NERBatches, NERConfig, NERData, load_data, predict_tags, span_scores, train_tagger
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "NERData",
     "NERDataError",
     "NERFeaturizer",
+    "NERPipeline",
     "NERTagger",
     "ServedFeatures",
     "cached_features",

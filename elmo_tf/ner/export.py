@@ -10,8 +10,12 @@ ELMo export. Outputs:
     only has `T` = 0 (and `S` = 0), an empty batch `(0,)` batch 0 in every output, as in the ELMo export.
 Signature `featurize`: the same input; outputs `tokens`, `sequence_len` and the head's own inputs as
 `NERFeaturizer` computes them in training (`mask`, and as the tagger uses them `word_ids`, `char_ids`).
-The featurizer (vocabulary lookup, lowercasing, char ids) is the training code's own layer, tracked in the graph.
-Versioned like the ELMo export (`<base>/<version>/`, never overwritten).
+Both run the tagger as training and tagging assemble it (`elmo_tf.ner.pipeline.NERPipeline`): the featurizer
+(vocabulary lookup, lowercasing, char ids) is the training code's own layer, tracked in the graph, and the biLM
+(`InProcessFeatures.graph_activations`) runs inside the graph.
+Versioned like the ELMo export (`<base>/<version>/`, never overwritten), with TF Serving's warmup file
+(`assets.extra/tf_serving_warmup_requests`: the 8 sentences of `elmo_tf.serving_warmup.WARMUP_SENTENCES` to `tag`,
+`serving_default` and `featurize`).
 """
 
 import keras
@@ -19,9 +23,12 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.export import publish_version
-from elmo_tf.preprocessing.chars import tokens_to_char_ids
+from elmo_tf.ner.features import InProcessFeatures
+from elmo_tf.ner.featurizer import MASK
+from elmo_tf.ner.pipeline import NERPipeline
 from elmo_tf.preprocessing.tokenizer import make_tokenizer
-from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, TOKENS
+from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, SERVING_DEFAULT, TOKENS
+from elmo_tf.serving_warmup import run_warmup_requests, sentence_requests, write_warmup_requests
 
 TAG_SIGNATURE = "tag"
 FEATURIZE_SIGNATURE = "featurize"
@@ -65,26 +72,21 @@ def build_tagger_archive(head, encoder, elmo=None, tokenizer="whitespace", max_t
     docstring) and the Python functions behind them by name (callable eagerly, for checks)."""
     if head.num_elmo_layers and elmo is None:
         raise ValueError("the tagger was trained with ELMo features: pass the ELMo model")
+    pipeline = NERPipeline(head, encoder, InProcessFeatures(elmo) if head.num_elmo_layers else None)
     tokenize = make_tokenizer(tokenizer, max_tokens)
-    featurizer = encoder.featurizer_for(head)
     archive = keras.export.ExportArchive()
-    archive.track(head)
-    archive.track(featurizer)
-    if head.num_elmo_layers:
-        archive.track(elmo)
+    for layer in pipeline.layers:  # the head, the featurizer, the biLM
+        archive.track(layer)
     labels = list(encoder.labels)
 
     def featurize(sentences):
         tokens, lengths = tokenize(sentences)
-        return dict(featurizer((tokens, lengths)), **{TOKENS: tokens, SEQUENCE_LEN: lengths})
+        return dict(pipeline.featurizer((tokens, lengths)), **{TOKENS: tokens, SEQUENCE_LEN: lengths})
 
     def tag(sentences):
-        inputs = featurize(sentences)
-        tokens, lengths, mask = inputs.pop(TOKENS), inputs.pop(SEQUENCE_LEN), inputs["mask"]
-        if head.num_elmo_layers:
-            char_ids = inputs.get("char_ids")
-            char_ids = tokens_to_char_ids(tokens) if char_ids is None else char_ids
-            inputs["activations"] = tf.stack(elmo(char_ids, training=False)["activations"], axis=1)
+        tokens, lengths = tokenize(sentences)
+        inputs = pipeline.graph_inputs(tokens, lengths)
+        mask = inputs[MASK]
         ids = head(inputs, training=False)
         num, start, end, span_type = spans_from_tags(ids, mask, labels)
         return {
@@ -122,6 +124,7 @@ def export_tagger(
     def write(tmp):
         archive, functions = build_tagger_archive(head, encoder, elmo, tokenizer, max_tokens)
         archive.write_out(tmp, verbose=False)
+        write_warmup_requests(tmp, sentence_requests((TAG_SIGNATURE, SERVING_DEFAULT, FEATURIZE_SIGNATURE)))
         loaded = tf.saved_model.load(tmp)
         for batch in (check_sentences, *EDGE_BATCHES):
             sentences = tf.constant(list(batch), tf.string)
@@ -130,5 +133,6 @@ def export_tagger(
                 for key in want:
                     if not np.array_equal(got[key].numpy(), want[key].numpy()):
                         raise RuntimeError(f"the reloaded tagger's {name}/{key} differ from the Keras tagger's")
+        run_warmup_requests(loaded, tmp)
 
     return publish_version(base_dir, version, write)

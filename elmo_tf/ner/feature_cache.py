@@ -20,6 +20,7 @@ import json
 import logging
 import os
 
+import h5py
 import numpy as np
 
 from elmo_tf.errors import ElmoTFError, one_line
@@ -90,8 +91,6 @@ def _create_cache_file(path, size):
     """An empty, marked cache file at `path` with `size` bytes reserved. Its HDF5 skeleton is built in memory, so
     HDF5 itself never writes outside reserved space: its write errors (a full disk) cannot be recovered from (h5py
     reports them from object destructors and may crash)."""
-    import h5py
-
     with h5py.File("skeleton", "w", driver="core", backing_store=False, userblock_size=USER_BLOCK) as f:
         f.attrs["format"] = CACHE_FORMAT
         f.attrs["format_version"] = CACHE_VERSION
@@ -120,8 +119,6 @@ class FeatureCache:
 
     def read(self, key, digest, count, probe=None):
         """The arrays of `key`, or None when absent, made for other inputs, or the file is damaged (logged)."""
-        import h5py
-
         if not os.path.exists(self.target):
             return None
         check_cache_path(self.target)
@@ -146,8 +143,6 @@ class FeatureCache:
 
     def _kept_groups(self, key):
         """(names, bytes, datasets) of the complete groups other than `key` in the current file ([] if unreadable)."""
-        import h5py
-
         names, size, datasets = [], 0, 0
         if not os.path.exists(self.target):
             return names, size, datasets
@@ -173,8 +168,6 @@ class FeatureCache:
             FeatureCacheError: the file cannot be written (a full disk: ENOSPC, EFBIG, EDQUOT); the previous cache is
                 unchanged and the temporary removed.
         """
-        import h5py
-
         check_cache_path(self.target)
         kept, kept_bytes, kept_datasets = self._kept_groups(key)
         arrays = [np.asarray(a, np.float32) for a in features] + ([] if probe is None else [probe])

@@ -26,8 +26,11 @@ import re
 import time
 
 import numpy as np
+import tensorflow as tf
 
+from elmo_tf.embed import Embedder
 from elmo_tf.errors import ElmoTFError, one_line
+from elmo_tf.models import load_elmo
 from elmo_tf.serving_contract import activations_from_outputs, layer_keys
 
 logger = logging.getLogger(__name__)
@@ -78,26 +81,40 @@ def model_fingerprint(elmo):
 
 
 class InProcessFeatures:
-    """biLM activations from an `ELMo` model run in this process."""
+    """biLM activations from an `ELMo` model run in this process: on the host through an `elmo_tf.embed.Embedder`
+    (packed rows, distinct tokens encoded once), and inside a graph by calling the model (`graph_activations`, what the
+    tagger export runs).
+
+    Attributes:
+        elmo: the `ELMo` model. num_layers, dim: its L+1 and 2P.
+    """
 
     def __init__(self, elmo, batch_size=32):
-        from elmo_tf.embed import Embedder
-
-        self.embedder = Embedder(elmo, layers="all")
+        self.elmo = elmo
         self.batch_size = batch_size
         self.dim = 2 * elmo.config.projection_dim
         self.num_layers = elmo.num_output_layers
 
     @functools.cached_property
+    def embedder(self):
+        """The `Embedder` of the host side, made on first use (a graph built for export never needs it)."""
+        return Embedder(self.elmo, layers="all")
+
+    @functools.cached_property
     def identity(self):
         """{"kind": "in_process", "sha256": `model_fingerprint`}: computed once, on first use."""
-        return {"kind": "in_process", "sha256": model_fingerprint(self.embedder.model)}
+        return {"kind": "in_process", "sha256": model_fingerprint(self.elmo)}
 
     def __call__(self, sentences, progress=None):
         def fetch(chunk):
             return self.embedder.embed_batch([[t.encode("utf-8", "surrogateescape") for t in s] for s in chunk])
 
         return _in_batches(fetch, sentences, self.batch_size, progress)
+
+    def graph_activations(self, char_ids):
+        """The activations as a tensor `(batch, L+1, T, 2P)`, in a graph or eagerly: the model called on char ids
+        `(batch, T, 50)`."""
+        return tf.stack(self.elmo(char_ids, training=False)["activations"], axis=1)
 
 
 # ------------------------------------------------------------------------------------------------ served
@@ -310,6 +327,8 @@ def open_feature_source(
         FeatureSourceError: with a one-line reason.
     """
     if elmo_server:
+        # deferred, and only here: the client needs gRPC and tensorflow-serving-api, the optional `serving` extra
+        # (pyproject.toml); a biLM in this process works without it
         from elmo_tf.serving.client import ElmoClient
 
         try:
@@ -328,8 +347,6 @@ def open_feature_source(
     for what, path in (("options", options), ("weights", weights)):
         if not path or not os.path.isfile(path):
             raise FeatureSourceError(f"no {what} file at {path!r}")
-    from elmo_tf.models import load_elmo
-
     try:
         source = InProcessFeatures(load_elmo(options, weights), batch_size=batch_size)
     except (ValueError, OSError, KeyError) as e:

@@ -28,8 +28,9 @@ def lowercase_words(words):
 class NERFeaturizer(keras.layers.Layer):
     """Tokens -> `mask`, `word_ids` (lowercased vocabulary lookup) and `char_ids`, the inputs of `NERTagger`.
 
-    Training (`elmo_tf.ner.training.NERBatches`) and the tagger's SavedModel (`elmo_tf.ner.export`) both call this
-    layer, so the features a tagger is served with are the ones it was trained on, byte for byte.
+    Training (`elmo_tf.ner.training.NERBatches`), tagging and the tagger's SavedModel (`elmo_tf.ner.export`) all call
+    this layer, built by `elmo_tf.ner.pipeline.NERPipeline`, so the features a tagger is served with are the ones it
+    was trained on, byte for byte.
 
     Args:
         words: the word vocabulary (already lowercased with `lowercase`), ids 2, 3, ... in order; None for a tagger

@@ -1,8 +1,9 @@
 """Training the NER head: the config, batches, span F1, early stopping on it, and the written output directory.
 
-A sentence's way: `read_splits` (CoNLL file -> `Sentence`) -> `load_features` (ELMo activations, cached) ->
-`NERBatches` (`NERFeaturizer`: mask, word ids, char ids; tags through the `Encoder`) -> `NERTagger` (ScalarMix,
-biLSTM, CRF). `train_tagger` runs it all and writes model.keras, encoder.json, metrics.json and config.json.
+A sentence's way: `read_splits` (CoNLL file -> `Sentence`) -> `add_features` (ELMo activations, cached) ->
+`NERBatches` (the head's inputs as `NERPipeline` makes them: `NERFeaturizer`'s mask, word ids, char ids, the
+activations padded; tags through the `Encoder`) -> `NERTagger` (ScalarMix, biLSTM, CRF). `train_tagger` runs it all
+and writes model.keras, encoder.json, metrics.json and config.json.
 """
 
 import collections
@@ -15,6 +16,7 @@ import time
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from elmo_tf.config import SEED_MAX
 from elmo_tf.errors import ElmoTFError
@@ -23,6 +25,7 @@ from elmo_tf.ner.data import read_splits
 from elmo_tf.ner.feature_cache import cached_features
 from elmo_tf.ner.features import SentenceTooLongError
 from elmo_tf.ner.model import NERTagger
+from elmo_tf.ner.pipeline import NERPipeline, batch_inputs, decode_batch, length_groups
 from elmo_tf.ner.tags import spans
 
 logger = logging.getLogger(__name__)
@@ -161,15 +164,16 @@ def add_features(data, source, source_info=None, cache=None, progress=None):
 class NERBatches(keras.utils.PyDataset):
     """Length-grouped, padded batches for `NERTagger.fit`: `(inputs dict, tag ids)`; batch order shuffled each epoch.
 
-    The inputs are `NERFeaturizer`'s (mask, word ids, char ids) plus `activations` `(batch, L+1, T, dim)` when
-    there are ELMo features; a batch's features are computed once and reused every epoch.
+    The inputs are `elmo_tf.ner.pipeline.batch_inputs`: `NERFeaturizer`'s (mask, word ids, char ids) plus
+    `activations` `(batch, L+1, T, dim)` when there are ELMo features; the sentences are grouped by length
+    (`length_groups`); a batch's features are computed once and reused every epoch.
 
     Args:
         sentences: list of `elmo_tf.io.conll.Sentence`.
         encoder: `Encoder` (tags).
         featurizer: `NERFeaturizer`.
         features: optional list of per-sentence activations `(L+1, n, dim)` (None: no ELMo).
-        with_tags: encode the sentences' tags (False for tagging new text).
+        with_tags: encode the sentences' tags (False: all-zero tag ids, for predictions only).
     """
 
     def __init__(
@@ -188,8 +192,7 @@ class NERBatches(keras.utils.PyDataset):
         self.sentences, self.encoder, self.featurizer, self.features = sentences, encoder, featurizer, features
         self.batch_size, self.shuffle, self.with_tags = batch_size, shuffle, with_tags
         self.rng = np.random.default_rng(seed)
-        by_length = sorted(range(len(sentences)), key=lambda i: len(sentences[i].tokens))
-        self.groups = [by_length[i : i + batch_size] for i in range(0, len(by_length), batch_size)]
+        self.groups = length_groups([len(s.tokens) for s in sentences], batch_size)
         self.order = self._plan()
         self._computed = {}
 
@@ -208,18 +211,12 @@ class NERBatches(keras.utils.PyDataset):
 
     def _compute(self, group):
         rows = self.groups[group]
-        inputs = self.featurizer.featurize([self.sentences[i].tokens for i in rows])
-        width = inputs["mask"].shape[1]
-        tags = np.zeros([len(rows), width], np.int32)
+        activations = None if self.features is None else [self.features[i] for i in rows]
+        inputs = batch_inputs(self.featurizer, [self.sentences[i].tokens for i in rows], activations)
+        tags = np.zeros([len(rows), inputs["mask"].shape[1]], np.int32)
         if self.with_tags:
             for r, i in enumerate(rows):
                 tags[r, : len(self.sentences[i].tokens)] = self.encoder.encode_tags(self.sentences[i].tags)
-        if self.features is not None:
-            layers, _, dim = self.features[rows[0]].shape
-            acts = np.zeros([len(rows), layers, width, dim], np.float32)
-            for r, i in enumerate(rows):
-                acts[r, :, : self.features[i].shape[1]] = self.features[i]
-            inputs["activations"] = acts
         return rows, inputs, tags
 
     def batch(self, index):
@@ -240,8 +237,6 @@ class NERBatches(keras.utils.PyDataset):
         Keras's adapter for a PyDataset fixes every dimension its first two batches agree on: two first batches of
         the same width (or of empty sentences only) would make every later batch of another width fail mid-epoch.
         """
-        import tensorflow as tf
-
         inputs, tags = self[0]
 
         def spec(array, time_axis=1):
@@ -268,10 +263,9 @@ def predict_tags(model, batches):
     out = [None] * len(batches.sentences)
     for index in range(len(batches)):
         rows, inputs, _ = batches.batch(index)
-        pred = np.asarray(model(inputs, training=False))
-        for r, i in enumerate(rows):
-            n = len(batches.sentences[i].tokens)
-            out[i] = batches.encoder.decode_tags(pred[r, :n].tolist())
+        lengths = [len(batches.sentences[i].tokens) for i in rows]
+        for i, tags in zip(rows, decode_batch(batches.encoder, model(inputs, training=False), lengths)):
+            out[i] = tags
     return out
 
 
@@ -356,12 +350,12 @@ def new_tagger(config, data):
     return model
 
 
-def batches_for(model, data, split, config, shuffle=False):
-    """`NERBatches` of `split` with the inputs `model` takes."""
+def batches_for(pipeline, data, split, config, shuffle=False):
+    """`NERBatches` of `split` with the inputs `pipeline`'s head takes (its featurizer, the split's features)."""
     return NERBatches(
         data.splits[split],
-        data.encoder,
-        data.encoder.featurizer_for(model),
+        pipeline.encoder,
+        pipeline.featurizer,
         data.features[split],
         batch_size=config.batch_size,
         shuffle=shuffle,
@@ -372,10 +366,11 @@ def batches_for(model, data, split, config, shuffle=False):
 def fit_tagger(model, data, config, epochs=None, callbacks=(), log=None, dev_batches=None, verbose=0):
     """Trains `model` on train with early stopping on dev span F1 (best epoch kept). `callbacks` run after the span
     F1 callback (they can read `val_span_f1`). Returns (History, the best epoch, 1-based)."""
-    dev_batches = dev_batches or batches_for(model, data, "dev", config)
+    pipeline = NERPipeline(model, data.encoder)  # the features: `data`'s, computed once
+    dev_batches = dev_batches or batches_for(pipeline, data, "dev", config)
     stopper = early_stopping(config.patience)
     history = model.fit(
-        batches_for(model, data, "train", config, shuffle=True).dataset(),
+        batches_for(pipeline, data, "train", config, shuffle=True).dataset(),
         epochs=epochs or config.epochs,
         shuffle=False,  # the batches shuffle themselves (seeded); Keras would only warn that it cannot
         callbacks=[SpanF1Callback(dev_batches, log=log), stopper, *callbacks],
@@ -386,10 +381,10 @@ def fit_tagger(model, data, config, epochs=None, callbacks=(), log=None, dev_bat
 
 def score(model, data, config, batches=None):
     """`{split: span_scores}` for dev and test (when present), in the files' scheme."""
-    result = {}
+    result, pipeline = {}, NERPipeline(model, data.encoder)
     for name in ("dev", "test"):
         if name in data.splits:
-            split_batches = (batches or {}).get(name) or batches_for(model, data, name, config)
+            split_batches = (batches or {}).get(name) or batches_for(pipeline, data, name, config)
             gold = [s.tags for s in data.splits[name]]
             result[name] = span_scores(gold, predict_tags(model, split_batches), data.scheme)
     return result

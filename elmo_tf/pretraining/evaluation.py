@@ -1,16 +1,23 @@
-"""Full-softmax perplexity of a `BiLMPretrainer` over text files."""
+"""Full-softmax perplexity of a biLM with a softmax (`BiLMPretrainer`, `LanguageModel`) over text files."""
 
 import math
 
 import tensorflow as tf
 
+from elmo_tf.models.language_model import DEFAULT_CHUNK_SIZE, sentence_log_probs
 from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
 
 
-def evaluate_perplexity(model, vocab, files, batch_size=64, max_tokens=50, progress=None):
+def evaluate_perplexity(
+    model, vocab, files, batch_size=64, max_tokens=50, progress=None, chunk_size=DEFAULT_CHUNK_SIZE
+):
     """Full-softmax perplexity over `files`: dict with forward, backward, average (exp of the mean of the
-    two mean NLLs), tokens (targets counted: words plus `</S>` forward, `<S>` backward)."""
-    table = vocabulary_table(vocab.words)
+    two mean NLLs), tokens (targets counted: words plus `</S>` forward, `<S>` backward).
+
+    The log-probabilities are `elmo_tf.models.language_model.sentence_log_probs`'s, the code path of
+    `LanguageModel` and `elmo-tf score`: a sentence's perplexity here is the exp of minus the mean of its
+    `forward_log_probs` (or `backward_log_probs`) there. Unknown words count as `vocab.unk_id`."""
+    table = vocabulary_table(vocab.words, unk_id=getattr(vocab, "unk_id", 2))
     ds = lm_dataset(files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False)
 
     @tf.function(
@@ -19,7 +26,9 @@ def evaluate_perplexity(model, vocab, files, batch_size=64, max_tokens=50, progr
         ]
     )
     def step(batch):
-        return model.losses_sum(batch, training=False, sampled=False)
+        out = sentence_log_probs(model, batch, chunk_size=chunk_size)
+        count = tf.reduce_sum(out["sequence_len"] + 1)
+        return -tf.reduce_sum(out["forward_log_probs"]), -tf.reduce_sum(out["backward_log_probs"]), count
 
     fwd = bwd = count = 0.0
     for batch in ds:

@@ -7,16 +7,19 @@ is (a version source -> a manager -> a core -> stateless gRPC and REST fronts; t
     grpc_front.py    TF Serving's gRPC API (PredictionService, ModelService) over the core
     rest_front.py    TF Serving's REST API over HTTP (aiohttp): body, in-flight and deadline limits
     rest_api.py      the REST routes (/v1/models/...), transport-free, over the core
-    rest_json.py     JSON <-> tensors: the row and columnar formats, the response written within its limit
+    json_tensor.py   JSON request bodies -> tensors as TF Serving reads them (row and columnar formats, its errors)
+    rest_json.py     tensors -> JSON: the response written within its limit
     core.py          ServerCore: models by name, predict / status / metadata, in-flight cap, deadlines
     manager.py       ModelManager: one model's versions, loaded, retried and retired
     source.py        FileSystemSource: a base path's version directories (int64 names) and fingerprints
     batching.py      the batch scheduler (merges concurrent requests, like --enable_batching)
     servable.py      one loaded version: its SignatureDefs and a SignatureRunner per signature
+    inference.py     Classify, Regress and MultiInference checked as TF Serving checks them (Predict is what runs)
     merge.py         merged calls: requests concatenated into one model call and split back
     budget.py        the request budget: Limits, checks of TensorProtos and arrays before anything is built
     response_size.py the response's size estimated before the model runs (proto and JSON)
     signature.py     a SignatureDef's inputs, outputs and roles, and the checks of request names
+    tokens.py        a sentence's tokens counted as the signature's own tokenizer makes them
     status.py        ServingError (gRPC code + message), the gRPC -> HTTP status mapping, path redaction
     config_files.py  TF Serving's model config and batching parameters files
     sizes.py         byte units (KiB, MiB) and a size as messages show it (imports nothing)

@@ -2,10 +2,13 @@
 
 Like TF Serving's `--enable_batching` (a shared batch scheduler with `max_batch_size`, `batch_timeout_micros`,
 `num_batch_threads`, and `pad_variable_length_inputs`): each of `num_threads` workers takes the oldest waiting
-request, adds the requests queued behind it for the same signature while the merged batch stays within
-`max_batch_size` rows (a single larger request runs alone, never split), optionally waits up to `batch_timeout`
-for more, and runs them in one call (`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs
-back).
+request, adds the requests queued for the same signature whose width (tokens: the longest sentence, or the padded
+input's width) is closest to its own while the merged batch stays within `max_batch_size` rows (a single larger
+request runs alone, never split; a merged call runs as many LSTM steps as its widest request, so grouping similar
+widths spares padded positions), optionally waits up to `batch_timeout` for more, and runs them in one call
+(`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs back). For a signature that takes a
+sentence per row (`merge.regroupable`: ELMo's `default`) a worker takes up to `REGROUP_CALLS` x `max_batch_size`
+rows and runs their sentences sorted by length, `max_batch_size` per call (`merge.run_regrouped`).
 With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
 which is when merging pays, and a lone request pays no delay. A request whose deadline passes, or whose client
 goes away, while it is queued is dropped before it runs (DEADLINE_EXCEEDED, CANCELLED).
@@ -22,10 +25,14 @@ import time
 
 import grpc
 
-from elmo_tf.serving.merge import run_batch
+from elmo_tf.serving.merge import regroupable, run_batch
 from elmo_tf.serving.status import ServingError
 
 logger = logging.getLogger(__name__)
+
+# a worker takes up to this many max_batch_size of rows of a `merge.regroupable` signature at once and runs them sorted
+# by length, max_batch_size rows per call: the more rows to sort, the less padding each call runs
+REGROUP_CALLS = 2
 
 
 class BatchStats:
@@ -35,11 +42,11 @@ class BatchStats:
         self._lock = threading.Lock()
         self._counters = collections.defaultdict(collections.Counter)
 
-    def record_call(self, model_name, signature_name, num_requests, num_rows):
+    def record_call(self, model_name, signature_name, num_requests, num_rows, num_calls=1):
         with self._lock:
             c = self._counters[(model_name, signature_name)]
             c["requests"] += num_requests
-            c["model_calls"] += 1
+            c["model_calls"] += num_calls
             c["rows"] += num_rows
             if num_requests > 1:
                 c["merged_requests"] += num_requests
@@ -202,24 +209,32 @@ class BatchScheduler:
         tasks, rows = [first], first.request.batch
         if not runner.signature.mergeable:
             return runner, tasks
+        largest = self.options.max_batch_size  # a larger request runs alone
+        limit = largest * REGROUP_CALLS if regroupable(runner.signature) and rows <= largest else largest
 
         def fill():
             nonlocal rows
-            while queue:
-                head = queue[0]
-                why = head.skip()
+            for task in list(queue):
+                why = task.skip()
                 if why is not None:
-                    self._drop(queue.popleft(), why)
-                    continue
-                if rows + head.request.batch > self.options.max_batch_size:
-                    break
-                tasks.append(queue.popleft())
-                rows += head.request.batch
+                    queue.remove(task)
+                    self._drop(task, why)
+            # the queued requests closest in width (tokens) to the oldest one, oldest first among equals: a merged call
+            # runs as many steps as its longest sentence, so similar widths waste the fewest padded positions
+            width = first.request.time_estimate
+            chosen = []
+            for task in sorted(queue, key=lambda t: abs(t.request.time_estimate - width)):  # sorted() is stable
+                if task.request.batch <= largest and rows + task.request.batch <= limit:
+                    chosen.append(task)
+                    rows += task.request.batch
+            for task in chosen:
+                queue.remove(task)
+            tasks.extend(sorted(chosen, key=lambda t: t.enqueued))
 
         fill()
         if self.options.batch_timeout > 0:
             deadline = first.enqueued + self.options.batch_timeout
-            while rows < self.options.max_batch_size and not self._stopping:
+            while rows < limit and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -234,17 +249,17 @@ class BatchScheduler:
             if taken is None:
                 return
             runner, tasks = taken
+            rows = sum(t.request.batch for t in tasks)
+            calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and regroupable(runner.signature) else 1
             try:
-                results = run_batch(runner, [t.request for t in tasks])
+                results = run_batch(runner, [t.request for t in tasks], self.options.max_batch_size)
             except Exception as e:  # run_batch catches per request; this is a bug guard
                 logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
                 results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
-            rows = sum(t.request.batch for t in tasks)
-            self.stats.record_call(self.model_name, runner.name, len(tasks), rows)
+            self.stats.record_call(self.model_name, runner.name, len(tasks), rows, calls)
             if len(tasks) > 1:
-                logger.debug(
-                    "%s: merged %d requests (%d rows) into one call of %s", self.name, len(tasks), rows, runner.name
-                )
+                what = (self.name, len(tasks), rows, calls, runner.name)
+                logger.debug("%s: merged %d requests (%d rows) into %d call(s) of %s", *what)
             for task, result in zip(tasks, results):
                 task.result = result
                 task.done.set()

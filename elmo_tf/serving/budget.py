@@ -11,7 +11,8 @@ fails alone and at once.
             sentence
         tokens of work: rows x width (padded input), rows x    max_request_tokens       --max_request_tokens
             the longest sentence (the model pads every row
-            to the longest)
+            to the longest); x the position cost of a
+            signature with a softmax (`lm`, below)
         bytes in: each input as declared, elements x the       max_request_bytes        --max_message_bytes
             dtype's size; strings 32 bytes each plus their
             bytes (a value repeated to fill the shape counted
@@ -19,10 +20,14 @@ fails alone and at once.
         bytes out: the requested outputs' size estimated from  max_response_bytes       --max_message_bytes
             rows x tokens x widths, in the response's encoding
             (`elmo_tf.serving.response_size`)
+A signature whose function reads a softmax kernel `(V, P)` (the `lm` signature) scores every position of both
+directions over the whole vocabulary: a position costs `softmax_position_cost` = 1 + 2 V P / `BILM_TOKEN_MACS` tokens of
+work (9.1 at the original ELMo's 793,471 x 512 softmax; about 1 for a small one).
 Input roles (padded input, lengths, sentences) are the signature's (`elmo_tf.serving.signature`). A sentence's tokens
-are `elmo_tf.preprocessing.tokenizer.split_tokens`'s (runs of ASCII whitespace), counted without building them
-(`count_tokens`): exact for `--tokenizer whitespace` exports, a lower bound for `unicode_script` ones (which also
-split punctuation); an export's own `--max-tokens` cut happens later, in the graph.
+are those the signature's own tokenizer makes (`elmo_tf.serving.tokens`): runs of ASCII whitespace counted in Python
+for a `--tokenizer whitespace` export, tensorflow-text's UnicodeScriptTokenizer run on the sentences for a
+`unicode_script` one (`["a," * 1500]` is 3,000 tokens), counted before the model runs and stopped once a sentence
+passes what the limits allow; an export's own `--max-tokens` cut happens later, in the graph.
 
 TensorProtos (gRPC), `RequestBudget.check_tensor_proto`: dtype, declared shape and budget are checked before
 `tf.make_ndarray` reads a value (a 79-byte PredictRequest can declare [256, 1000] strings). TensorFlow's
@@ -45,6 +50,7 @@ from elmo_tf.serving.response_size import RESPONSE_ENCODINGS, ResponseSizes
 from elmo_tf.serving.signature import dtype_name, shape_text
 from elmo_tf.serving.sizes import MiB, size_text
 from elmo_tf.serving.status import invalid_argument, resource_exhausted
+from elmo_tf.serving.tokens import WhitespaceCounter, count_tokens
 
 # the TensorProto field holding each dtype's values (TF's ProtoHelper); complex values take two entries each
 _VALUE_FIELDS = {
@@ -62,20 +68,19 @@ _VALUE_FIELDS = {
     types_pb2.DT_COMPLEX128: "dcomplex_val",
 }
 
-# bytes.split()'s whitespace (ASCII space, \t, \n, \v, \f, \r) -> b" ", every other byte -> b"x"
-_TOKEN_MAP = bytes(32 if b in b" \t\n\x0b\x0c\r" else 120 for b in range(256))
-_COUNT_CHUNK = 1 << 20
+
+SOFTMAX_KERNEL = "softmax_kernel"  # the name of `elmo_tf.models.LanguageModel`'s softmax weights
+BILM_TOKEN_MACS = 10**8  # multiply-adds of one token through the original ELMo biLM (about 0.2 GFLOP)
 
 
-def count_tokens(sentence):
-    """len(`split_tokens(sentence)`) for `bytes`, without building the tokens: a 100 MB sentence of one-letter
-    words would be 50 million bytes objects; this reads it in 1 MiB chunks."""
-    count, previous = 0, b" "
-    for start in range(0, len(sentence), _COUNT_CHUNK):
-        part = previous + sentence[start : start + _COUNT_CHUNK].translate(_TOKEN_MAP)
-        count += part.count(b" x")  # a token starts where a non-space follows a space (or the start)
-        previous = part[-1:]
-    return count
+def softmax_position_cost(variables):
+    """Tokens of work of one position of a signature whose function reads `variables` (`ConcreteFunction.variables`):
+    1 + 2 V P / `BILM_TOKEN_MACS` for a softmax kernel `(V, P)` among them, else 1."""
+    for variable in variables:
+        if SOFTMAX_KERNEL in variable.name and variable.shape.rank == 2:
+            rows, width = (int(d) for d in variable.shape)
+            return 1.0 + 2.0 * rows * width / BILM_TOKEN_MACS
+    return 1.0
 
 
 def check_response_size(outputs, limit):
@@ -143,12 +148,17 @@ class RequestBudget:
         signature: `elmo_tf.serving.signature.Signature`.
         limits: `Limits`.
         sizes: the signature's `ResponseSizes` (a new one when None).
+        counter: how the signature's tokenizer counts the tokens of a sentences input (`elmo_tf.serving.tokens`;
+            runs of ASCII whitespace when None).
+        position_cost: tokens of work per position (`softmax_position_cost`; 1 for the ELMo signatures).
     """
 
-    def __init__(self, signature, limits, sizes=None):
+    def __init__(self, signature, limits, sizes=None, counter=None, position_cost=1.0):
+        self.counter = counter if counter is not None else WhitespaceCounter()
         self.signature = signature
         self.limits = limits
         self.sizes = sizes if sizes is not None else ResponseSizes(signature)
+        self.position_cost = position_cost
 
     # ------------------------------------------------------------------------------------------------ shapes
 
@@ -195,10 +205,12 @@ class RequestBudget:
 
     def _check_work(self, alias, rows, tokens, what):
         limit = self.limits.max_request_tokens
-        if limit is not None and rows * tokens > limit:
+        work = rows * tokens * self.position_cost
+        if limit is not None and work > limit:
             detail = "tokens wide" if what == "wide" else "tokens in the longest sentence (every row is padded to it)"
+            cost = "" if self.position_cost == 1 else f" x {self.position_cost:.3g} (the softmax's cost per position)"
             raise resource_exhausted(
-                f"input '{alias}' is {rows} rows x {tokens} {detail} = {rows * tokens} tokens of work, above the "
+                f"input '{alias}' is {rows} rows x {tokens} {detail}{cost} = {work:.0f} tokens of work, above the "
                 f"server's limit of {limit} tokens per request (--max_request_tokens): split the request"
             )
 
@@ -212,15 +224,18 @@ class RequestBudget:
                 f"(--max_message_bytes): send fewer or shorter sentences"
             )
 
-    def _check_sentences(self, alias, counts, rows):
+    def _check_sentences(self, alias, counts, rows, partial=None):
         """Budget of sentences input `alias` of `rows` rows, whose first `len(counts)` rows have `counts` tokens and
-        the others as many as the last (TF's fill); returns (longest, total) tokens."""
+        the others as many as the last (TF's fill); returns (longest, total) tokens. `partial`: the row whose count
+        is a lower bound (its counting stopped above the limits), or None."""
         longest = max(counts, default=0)
         limit = self.limits.max_tokens_per_sentence
         if limit is not None and longest > limit:
+            row = counts.index(longest)
             raise resource_exhausted(
-                f"sentence {counts.index(longest)} of input '{alias}' has {longest} tokens, above the server's limit "
-                f"of {limit} tokens per sentence (--max_tokens_per_sentence): split long sentences"
+                f"sentence {row} of input '{alias}' has {'at least ' if row == partial else ''}{longest} tokens, "
+                f"above the server's limit of {limit} tokens per sentence (--max_tokens_per_sentence): split long "
+                f"sentences"
             )
         self._check_work(alias, rows, longest, "sentences")
         return longest, sum(counts) + (rows - len(counts)) * (counts[-1] if counts else 0)
@@ -231,7 +246,8 @@ class RequestBudget:
         """Checks a `TensorProto` for input `alias` before its values are read by `tf.make_ndarray`: dtype, the
         declared shape and the budget it implies (rows, width, tokens of work, bytes in: a proto with fewer values
         than its shape is counted at its declared size, as TensorFlow fills it), value counts that do not fit the
-        shape (INVALID_ARGUMENT), and for sentences the tokens of each given value.
+        shape (INVALID_ARGUMENT), and for sentences of a whitespace-tokenized signature the tokens of each given value
+        (another tokenizer's tokens are counted by `prepare`, once the array is read, still before the model runs).
 
         Returns:
             the declared shape as a tuple of ints.
@@ -240,7 +256,7 @@ class RequestBudget:
         """
         signature = self.signature
         if alias not in signature.inputs:
-            raise signature.unknown_inputs([alias])
+            signature.check_input_names([alias])  # raises: check_tensor_proto is called after check_input_names
         spec = signature.inputs[alias]
         if proto.dtype != spec.dtype:
             raise signature.input_error(
@@ -273,7 +289,8 @@ class RequestBudget:
         if spec.is_string:
             fill = (elements - count) * (len(values[-1]) if values else 0)
             self._check_bytes(alias, elements * spec.item_size + sum(len(v) for v in values) + fill, shape)
-            if alias in signature.sentence_inputs:
+            if alias in signature.sentence_inputs and isinstance(self.counter, WhitespaceCounter):
+                # exact and cheap here; another tokenizer's count waits for `prepare`, still before the model runs
                 self._check_sentences(alias, [count_tokens(v) for v in values], shape[0])
         return shape
 
@@ -344,6 +361,22 @@ class RequestBudget:
             )
         return next(iter(batches.values()), 1)
 
+    def _count(self, values, rows):
+        """(token counts of the sentences `values`, per row, with the signature's tokenizer; the row counted only in
+        part, or None). A value repeated (TF's fill) is counted once; counting stops at the first sentence above
+        what the limits allow a sentence of a request of `rows` rows (rows after it count 0: the request fails)."""
+        values = list(values)
+        unique = list(dict.fromkeys(values))
+        limits = self.limits
+        bounds = [limits.max_tokens_per_sentence]
+        if limits.max_request_tokens is not None and rows:
+            bounds.append(limits.max_request_tokens // rows)
+        bounds = [b for b in bounds if b is not None]
+        counts, partial = self.counter.counts(unique, min(bounds) if bounds else None)
+        by_value = dict(zip(unique, counts))
+        partial_row = values.index(unique[partial]) if partial is not None else None
+        return [by_value.get(v, 0) for v in values], partial_row
+
     def _tokens(self, arrays, batch, width):
         """(estimated output width, real tokens): the padded input's width and lengths, or the longest sentence and
         the sentences' tokens, whichever is wider; checks the lengths and the sentences' budget."""
@@ -360,9 +393,8 @@ class RequestBudget:
                 )
             real_tokens = int(lengths.sum())
         for alias in signature.sentence_inputs:
-            counted = {}  # a value repeated (TF's fill) is counted once
-            counts = [counted[s] if s in counted else counted.setdefault(s, count_tokens(s)) for s in arrays[alias]]
-            longest, total = self._check_sentences(alias, counts, batch)
+            counts, partial = self._count(arrays[alias], batch)
+            longest, total = self._check_sentences(alias, counts, batch, partial)
             if longest >= time_estimate:
                 time_estimate, real_tokens = longest, total
         return time_estimate, real_tokens

@@ -1,5 +1,6 @@
 """The server core: models by name (a `manager.ModelManager` each) and the calls both fronts make (`predict`,
-`model_status`, `model_metadata`, `stats`), as TF Serving's ServerCore. `grpc_front` and `rest_front` are thin layers
+`model_status`, `model_metadata`, `infer`, `multi_inference`, `stats`), as TF Serving's ServerCore; a model spec is
+checked as its `ServableRequestFromModelSpec` checks it (`manager`). `grpc_front` and `rest_front` are thin layers
 over a `ServerCore`; `server.ModelServer` holds one with its fronts.
 
 Requests: `predict` runs at most `max_requests_in_flight` requests at once over both fronts; past that a request is
@@ -19,9 +20,10 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 
 from elmo_tf.serving.batching import BatchStats
 from elmo_tf.serving.budget import check_response_size
+from elmo_tf.serving.inference import check_inference, check_multi_inference
 from elmo_tf.serving.manager import ModelManager, servable_request
 from elmo_tf.serving.options import ServerOptions
-from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, not_found, resource_exhausted
+from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, resource_exhausted
 
 NO_DEADLINE = 1e6  # seconds; longer timeouts (gRPC's "no deadline" is ~9.2e18 s) mean none
 
@@ -79,14 +81,17 @@ class ServerCore:
         with self._lock:
             self._counters[key] += 1
 
-    def manager(self, name, version=None):
-        """The `ModelManager` of model `name`; NOT_FOUND (naming `version`) when there is none."""
+    def manager(self, name, version=None, label=None):
+        """The `ModelManager` of a model spec, checked as TF Serving's `ServerCore::ServableRequestFromModelSpec`
+        (server_core.cc ~841-891) checks it: INVALID_ARGUMENT for an empty name or any version label (this server
+        has none configured), NOT_FOUND (basic_manager.cc ~139) for a model it does not serve."""
+        if not name:
+            raise invalid_argument("ModelSpec has no name specified.")
+        if label:
+            raise invalid_argument(f"Unrecognized servable version label: {label}")
         manager = self.managers.get(name)
         if manager is None:
-            raise not_found(
-                f"Servable not found for request: {servable_request(name, version)}; "
-                f"this server serves {sorted(self.managers)}"
-            )
+            raise not_found(f"Servable not found for request: {servable_request(name, version)}")
         return manager
 
     @contextlib.contextmanager
@@ -133,6 +138,8 @@ class ServerCore:
         timeout=None,
         cancelled=None,
         response_encoding="proto",
+        label=None,
+        signature_not_found=None,
     ):
         """Runs one request; returns (version, signature name, outputs alias -> array) in `output_filter` order.
 
@@ -144,16 +151,19 @@ class ServerCore:
                 before the model runs is not run (DEADLINE_EXCEEDED).
             cancelled: optional callable, True when the client went away.
             response_encoding: "proto" or "json", how the response will be written (its size estimate differs).
+            label: the model spec's version label (INVALID_ARGUMENT: this server has none).
+            signature_not_found: callable `name -> ServingError` for an unknown signature (REST and gRPC answer
+                differently); gRPC's FAILED_PRECONDITION by default.
         Raises:
-            ServingError: NOT_FOUND, INVALID_ARGUMENT, RESOURCE_EXHAUSTED (request budget, in-flight cap),
-                DEADLINE_EXCEEDED; messages without the server's paths.
+            ServingError: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED (request budget,
+                in-flight cap), DEADLINE_EXCEEDED; messages without the server's paths.
         """
         deadline = time.monotonic() + timeout if timeout is not None and timeout < NO_DEADLINE else None
-        manager = self.manager(name, version)
+        manager = self.manager(name, version, label)
         with self._client_errors(manager):
             self._check_deadline(deadline, "before the server started on it")
             with self._in_flight(), manager.acquire(version) as servable:
-                runner = servable.runner(signature_name)
+                runner = servable.runner(signature_name, signature_not_found)
                 inputs = decode_inputs(runner.budget)
                 request = runner.budget.prepare(inputs, output_filter, response_encoding=response_encoding)
                 self._check_deadline(deadline, "before the model ran")
@@ -173,16 +183,36 @@ class ServerCore:
             raise outputs
         return outputs
 
+    def infer(self, name, version, label, method, signature_name):
+        """Classify or Regress (`method`): checked as stock checks it (`inference.check_inference`); raises."""
+        manager = self.manager(name, version, label)
+        with self._client_errors(manager), manager.acquire(version) as servable:
+            check_inference(servable.signature_defs, method, signature_name)
+
+    def multi_inference(self, tasks):
+        """MultiInference: the first task's model spec names the servable (an empty one when there are no tasks,
+        multi_inference_helper.cc ~28-33), then `inference.check_multi_inference`; raises."""
+        spec = tasks[0].model_spec if tasks and tasks[0].HasField("model_spec") else None
+        name = spec.name if spec is not None else ""
+        version = spec.version.value if spec is not None and spec.HasField("version") else None
+        label = spec.version_label if spec is not None else None
+        manager = self.manager(name, version, label)
+        with self._client_errors(manager), manager.acquire(version) as servable:
+            check_multi_inference(servable.signature_defs, tasks)
+
     def model_status(self, name, version=None):
-        """A `GetModelStatusResponse` of model `name` (NOT_FOUND for an unknown model or version)."""
+        """A `GetModelStatusResponse` of model `name` (NOT_FOUND for an unknown model or version). Version labels
+        play no part: TF Serving's get_model_status_impl.cc ~76-109 looks at a version number only."""
         manager = self.managers.get(name)
         if manager is None:
+            if version is not None:
+                raise not_found(f"Could not find version {version} of model {name}")
             raise not_found(f"Could not find any versions of model {name}")
         return manager.status(version)
 
-    def model_metadata(self, name, version=None):
+    def model_metadata(self, name, version=None, label=None):
         """A `GetModelMetadataResponse` with `metadata["signature_def"]` = the version's `SignatureDefMap`."""
-        with self.manager(name, version).acquire(version) as servable:
+        with self.manager(name, version, label).acquire(version) as servable:
             response = get_model_metadata_pb2.GetModelMetadataResponse()
             response.model_spec.name = name
             response.model_spec.version.value = servable.version

@@ -1,39 +1,48 @@
-"""TF Serving's gRPC API over a `core.ServerCore`: `tensorflow.serving.PredictionService`
-(`Predict`, `GetModelMetadata`; `Classify`, `Regress` and `MultiInference` answer UNIMPLEMENTED) and
-`tensorflow.serving.ModelService.GetModelStatus`, with the protos of `tensorflow_serving.apis`.
+"""TF Serving's gRPC API over a `core.ServerCore`: `tensorflow.serving.PredictionService` (`Predict`,
+`GetModelMetadata`, and `Classify`, `Regress`, `MultiInference` answered as stock answers them for the signatures
+served: see `inference`) and `tensorflow.serving.ModelService.GetModelStatus`, with the protos of
+`tensorflow_serving.apis`.
+
+An asyncio server (`grpc.aio`) on one event loop thread shared by the process's gRPC servers: a call waits for its
+request message as a coroutine, so calls whose request never arrives hold no thread and cannot starve the others.
+The work of a call (reading TensorProtos, the model) runs on a pool of `grpc_max_threads` threads; a client that
+cancels is seen by the core (`cancelled`). At most `4 x grpc_max_threads` calls are open at once; past that gRPC
+refuses a call (RESOURCE_EXHAUSTED).
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
 gRPC's own message), each input's TensorProto is checked (dtype, declared shape, limits:
 `budget.RequestBudget.check_tensor_proto`) before `tf.make_ndarray` reads its values, and a call whose deadline has
-passed is not run. Calls beyond `4 x grpc_max_threads` waiting for a thread are refused by gRPC
-(RESOURCE_EXHAUSTED).
+passed is not run. Model specs are checked as TF Serving's ServerCore checks them (`core.ServerCore.manager`).
 """
 
+import asyncio
 import concurrent.futures
 import logging
+import threading
 
 import grpc
 import tensorflow as tf
 from tensorflow_serving.apis import (
-    get_model_metadata_pb2,
-    get_model_status_pb2,
+    classification_pb2,
+    inference_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
-from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, redact_paths
+from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, redact_paths
 
 logger = logging.getLogger(__name__)
 
 
 def _model_spec(request):
+    """(name, version or None, version label) of a request's model spec; INVALID_ARGUMENT "Missing ModelSpec" without
+    one (predict_impl.cc ~37-41, get_model_status_impl.cc ~69-71)."""
     if not request.HasField("model_spec"):
         raise invalid_argument("Missing ModelSpec")
     spec = request.model_spec
-    if spec.version_label:
-        raise not_found(f"Unrecognized servable version label: {spec.version_label} (this server has no labels)")
-    return spec.name, (spec.version.value if spec.HasField("version") else None)
+    return spec.name, (spec.version.value if spec.HasField("version") else None), spec.version_label
 
 
 def decode_tensor_protos(protos):
@@ -49,47 +58,66 @@ def decode_tensor_protos(protos):
             try:
                 arrays[alias] = tf.make_ndarray(proto)
             except Exception as e:
-                raise invalid_argument(
-                    f"input '{alias}': cannot read the TensorProto ({type(e).__name__}: {e})"
-                ) from None
+                logger.debug("input %s: tf.make_ndarray failed: %s: %s", alias, type(e).__name__, e)
+                raise invalid_argument(f"tensor parsing error: {alias}") from None  # saved_model/util.cc
         return arrays
 
     return decode
 
 
-def _answer(context, method, response_type, work):
-    """Runs `work()`; a `ServingError` (or any exception) becomes the call's status, never a crash."""
+def _outcome(method, work):
+    """Runs `work()`: (response, None, None), or (None, code, details) for a `ServingError` or any exception."""
     try:
-        return work()
+        return work(), None, None
     except ServingError as e:
-        code, details = e.code, e.details
-        logger.debug("%s: %s %s", method, code.name, details)
+        logger.debug("%s: %s %s", method, e.code.name, e.details)
+        return None, e.code, e.details
     except MemoryError:
-        code, details = grpc.StatusCode.RESOURCE_EXHAUSTED, "out of memory: send fewer or shorter sentences"
         logger.error("%s: out of memory", method)
+        return None, grpc.StatusCode.RESOURCE_EXHAUSTED, "out of memory: send fewer or shorter sentences"
     except Exception as e:
-        code, details = grpc.StatusCode.INTERNAL, redact_paths(f"{type(e).__name__}: {e}")
         logger.exception("%s failed", method)
-    context.set_code(code)
-    context.set_details(details)
-    return response_type()
+        return None, grpc.StatusCode.INTERNAL, redact_paths(f"{type(e).__name__}: {e}")
 
 
-class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, core):
+class _Servicer:
+    def __init__(self, core, pool):
         self.core = core
+        self._pool = pool
 
-    def Predict(self, request, context):
-        def work():
-            name, version = _model_spec(request)
+    async def _call(self, context, method, work, blocking=True):
+        """Runs `work(cancelled)` (on the pool when `blocking`) and answers with its response or its status."""
+        cancelled = threading.Event()
+        try:
+            if blocking:
+                loop = asyncio.get_running_loop()
+                outcome = await loop.run_in_executor(self._pool, _outcome, method, lambda: work(cancelled.is_set))
+            else:
+                outcome = _outcome(method, lambda: work(cancelled.is_set))
+        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+            cancelled.set()
+            raise
+        response, code, details = outcome
+        if code is not None:
+            await context.abort(code, details)
+        return response
+
+
+class _PredictionServicer(_Servicer, prediction_service_pb2_grpc.PredictionServiceServicer):
+    async def Predict(self, request, context):
+        timeout = context.time_remaining()  # None or ~9.2e18 s without a deadline
+
+        def work(cancelled):
+            name, version, label = _model_spec(request)
             served, signature, outputs = self.core.predict(
                 name,
                 version,
                 request.model_spec.signature_name,
                 decode_tensor_protos(request.inputs),
                 tuple(request.output_filter),
-                timeout=context.time_remaining(),  # None or ~9.2e18 s without a deadline
-                cancelled=lambda: not context.is_active(),
+                timeout=timeout,
+                cancelled=cancelled,
+                label=label,
             )
             response = predict_pb2.PredictResponse()
             response.model_spec.name = name
@@ -99,36 +127,93 @@ class _PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer)
                 response.outputs[alias].CopyFrom(tf.make_tensor_proto(value))
             return response
 
-        return _answer(context, "Predict", predict_pb2.PredictResponse, work)
+        return await self._call(context, "Predict", work)
 
-    def GetModelMetadata(self, request, context):
-        def work():
-            name, version = _model_spec(request)
-            if not request.metadata_field:
+    async def GetModelMetadata(self, request, context):
+        def work(cancelled):
+            name, version, label = _model_spec(request)
+            if not request.metadata_field:  # get_model_metadata_impl.cc ~33-47
                 raise invalid_argument("GetModelMetadataRequest must specify at least one metadata_field")
             for field in request.metadata_field:
                 if field != SIGNATURE_DEF_FIELD:
                     raise invalid_argument(f"Metadata field {field} is not supported")
-            return self.core.model_metadata(name, version)
+            return self.core.model_metadata(name, version, label)
 
-        return _answer(context, "GetModelMetadata", get_model_metadata_pb2.GetModelMetadataResponse, work)
+        return await self._call(context, "GetModelMetadata", work, blocking=False)
+
+    def _infer(self, request, method):
+        name, version, label = _model_spec(request)  # classification_service.cc ~36-41
+        self.core.infer(name, version, label, method, request.model_spec.signature_name)
+
+    async def Classify(self, request, context):
+        def work(cancelled):
+            self._infer(request, "classify")
+            return classification_pb2.ClassificationResponse()
+
+        return await self._call(context, "Classify", work, blocking=False)
+
+    async def Regress(self, request, context):
+        def work(cancelled):
+            self._infer(request, "regress")
+            return regression_pb2.RegressionResponse()
+
+        return await self._call(context, "Regress", work, blocking=False)
+
+    async def MultiInference(self, request, context):
+        def work(cancelled):
+            self.core.multi_inference(request.tasks)
+            return inference_pb2.MultiInferenceResponse()
+
+        return await self._call(context, "MultiInference", work, blocking=False)
 
 
-class _ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, core):
-        self.core = core
-
-    def GetModelStatus(self, request, context):
-        def work():
-            name, version = _model_spec(request)
+class _ModelServicer(_Servicer, model_service_pb2_grpc.ModelServiceServicer):
+    async def GetModelStatus(self, request, context):
+        def work(cancelled):
+            name, version, _ = _model_spec(request)  # a version label plays no part (get_model_status_impl.cc)
             return self.core.model_status(name, version)
 
-        return _answer(context, "GetModelStatus", get_model_status_pb2.GetModelStatusResponse, work)
+        return await self._call(context, "GetModelStatus", work, blocking=False)
 
 
 def listen_address(host, port):
     """The gRPC address of host and port: "host:port", with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+class _Loop:
+    """The process's asyncio loop for gRPC servers, on a daemon thread started on first use (one loop: grpc.aio
+    objects belong to the loop they were made on)."""
+
+    _lock = threading.Lock()
+    _loop = None
+
+    @classmethod
+    def get(cls):
+        with cls._lock:
+            if cls._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="grpc-loop", daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+    @classmethod
+    def run(cls, coroutine, timeout=None):
+        return asyncio.run_coroutine_threadsafe(coroutine, cls.get()).result(timeout)
+
+
+class _Stopped:
+    """What `GrpcServer.stop` returns: `wait(timeout)` until running calls have ended."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def wait(self, timeout=None):
+        try:
+            self._future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
 
 
 class GrpcServer:
@@ -140,9 +225,19 @@ class GrpcServer:
     """
 
     def __init__(self, core, options):
+        self._pool = concurrent.futures.ThreadPoolExecutor(options.grpc_max_threads, thread_name_prefix="grpc")
+        self._server = None
+        address = listen_address(options.host, options.port)
+        self.port = _Loop.run(self._create(core, options, address))
+        logger.info(
+            "gRPC API on %s (max message %d bytes)",
+            listen_address(options.host, self.port),
+            options.max_message_bytes,
+        )
+
+    async def _create(self, core, options, address):
         size = options.max_message_bytes
-        self._server = grpc.server(
-            concurrent.futures.ThreadPoolExecutor(max_workers=options.grpc_max_threads, thread_name_prefix="grpc"),
+        self._server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", size),
                 ("grpc.max_receive_message_length", size),
@@ -150,20 +245,24 @@ class GrpcServer:
             ],
             maximum_concurrent_rpcs=4 * options.grpc_max_threads,
         )
-        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(_PredictionServicer(core), self._server)
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core), self._server)
-        address = listen_address(options.host, options.port)
+        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+            _PredictionServicer(core, self._pool), self._server
+        )
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool), self._server)
         try:
-            self.port = self._server.add_insecure_port(address)
+            port = self._server.add_insecure_port(address)
         except RuntimeError as e:
             raise OSError(f"cannot listen on {address} for gRPC: {e}") from None
-        if not self.port:
+        if not port:
             raise OSError(f"cannot listen on {address} for gRPC (port in use?)")
-        logger.info("gRPC API on %s (max message %d bytes)", listen_address(options.host, self.port), size)
+        return port
 
     def start(self):
-        self._server.start()
+        _Loop.run(self._server.start())
 
     def stop(self, grace=5.0):
-        """Stops accepting calls; returns an event set when running calls have ended (at most `grace` seconds)."""
-        return self._server.stop(grace)
+        """Stops accepting calls; returns an object whose `wait(timeout)` returns once running calls have ended (at
+        most `grace` seconds)."""
+        future = asyncio.run_coroutine_threadsafe(self._server.stop(grace), _Loop.get())
+        future.add_done_callback(lambda _: self._pool.shutdown(wait=False, cancel_futures=True))
+        return _Stopped(future)

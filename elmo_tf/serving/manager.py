@@ -4,6 +4,9 @@ loads and retires old versions, as TF Serving's AspiredVersionsManager does with
     - the versions come from the model's `source.FileSystemSource`, polled every `file_system_poll_wait_seconds`;
     - the highest version is served. While the highest version fails to load, the highest lower one that loads is
       served;
+    - a load includes the warm-up (`servable.Servable.warm_up`: the export's warmup file replayed as TF Serving
+      replays it): a warmup file TF Serving refuses, or one of its requests that fails, fails the load with that
+      status (DATA_LOSS, INVALID_ARGUMENT, ...) as a broken graph does;
     - a load that fails is retried `max_num_load_retries` times, `load_retry_interval_micros` apart (TF Serving's
       flags and defaults: 5 retries, one minute), on later polls; meanwhile and afterwards the version already
       served stays served: a failed load never unloads it. After the last retry the version is END with its error;
@@ -33,7 +36,8 @@ from tensorflow_serving.apis import get_model_status_pb2
 from elmo_tf.serving.batching import BatchScheduler
 from elmo_tf.serving.servable import load_servable
 from elmo_tf.serving.source import FileSystemSource, files_fingerprint
-from elmo_tf.serving.status import not_found, redact_paths, status_code
+from elmo_tf.serving.status import ServingError, not_found, redact_paths, status_code
+from elmo_tf.serving_warmup import WarmupError
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +162,10 @@ class ModelManager:
         self._failures[version] = _Failures(count, time.monotonic() + interval, files_fingerprint(path))
         if isinstance(error, tf.errors.OpError):
             code = status_code(error.error_code)
+        elif isinstance(error, ServingError):  # a request of the warmup file failed
+            code = error.code
+        elif isinstance(error, WarmupError):  # a warmup file TF Serving refuses
+            code = grpc.StatusCode[error.code]
         else:  # tf.saved_model.load raises FileNotFoundError for TensorFlow's NotFound
             code = grpc.StatusCode.NOT_FOUND if isinstance(error, FileNotFoundError) else grpc.StatusCode.UNKNOWN
         message = f"{type(error).__name__}: {error}".split("\n")[0]
@@ -212,12 +220,13 @@ class ModelManager:
 
     @contextlib.contextmanager
     def acquire(self, version=None):
-        """The served version (NOT_FOUND if `version` is given and differs), held until the block ends."""
+        """The served version (NOT_FOUND if `version` is given and differs, or none is loaded yet), held until the
+        block ends."""
         with self._lock:
             servable = self._current
             if servable is None or (version is not None and servable.version != version):
-                served = f"; serving version {servable.version}" if servable is not None else "; no version loaded yet"
-                raise not_found(f"Servable not found for request: {servable_request(self.name, version)}{served}")
+                # basic_manager.cc ~139: the request's DebugString only
+                raise not_found(f"Servable not found for request: {servable_request(self.name, version)}")
             self._refs[servable] += 1
         try:
             yield servable

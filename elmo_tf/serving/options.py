@@ -4,7 +4,7 @@ import dataclasses
 
 from elmo_tf.serving.batching import BatchingOptions
 from elmo_tf.serving.budget import Limits
-from elmo_tf.serving.sizes import MiB
+from elmo_tf.serving.sizes import MAX_PORT, MiB
 
 
 @dataclasses.dataclass
@@ -27,7 +27,8 @@ class ServerOptions:
         file_system_poll_wait_seconds: how often base paths are polled for new versions.
         max_num_load_retries: retries of a version that failed to load (0: one attempt).
         load_retry_interval_micros: time between those retries.
-        grpc_max_threads: gRPC handler threads.
+        grpc_max_threads: threads that run gRPC calls (a call waiting for its request holds none); 4 x this many
+            calls may be open at once.
         rest_api_num_threads: REST worker threads.
         rest_api_timeout_in_ms: REST request deadline.
     """
@@ -52,6 +53,12 @@ class ServerOptions:
     rest_api_max_bytes_in_flight: int = None
 
     def __post_init__(self):
+        for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535
+            value = getattr(self, name)
+            if not (value is None and name == "rest_api_port") and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PORT
+            ):
+                raise ValueError(f"{name} must be an int in [0, {MAX_PORT}], got {value!r}")
         if not isinstance(self.max_message_bytes, int) or not 1 <= self.max_message_bytes < 2**31:
             raise ValueError(
                 f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), got {self.max_message_bytes!r}"

@@ -2,14 +2,14 @@
 
     "proto" (gRPC): elements x the dtype's size, as `tf.make_tensor_proto` writes them; a PredictResponse adds 24 to
         64 bytes per output (dtype, shape, key).
-    "json" (REST): the text of Python's `json.dumps(..., separators=(",", ":"))` of `ndarray.tolist()`. A float32
-        value is its double's repr, 17 significant digits: `JSON_FLOAT_BYTES` = 20 with its comma, about 5x its 4
-        binary bytes (19.0 characters on average over the test model's outputs; 3 to 23). Padded positions are 0.0
-        (`JSON_PAD_BYTES`), real positions the sentences' token counts or the lengths input. Ints cost their widest
-        text (the lengths output: the width's), bools "false,", each list "[],", and the row format each output's key
-        per row. Measured within 0.99x-1.01x of real responses of the test model, row and columnar formats (an
-        all-zero output, such as `default` of empty sentences, is overestimated up to 5x). String outputs are not
-        counted (ELMo has none).
+    "json" (REST): the text `elmo_tf.serving.rest_json` writes. A float32 value is the shortest text that reads back as
+        the same float32 (as TF Serving writes it), up to 9 significant digits: `JSON_FLOAT_BYTES` = 12 with its comma,
+        an upper estimate (10.4 to 11.7 characters on average over the test model's outputs; 3 to 15), about 3x its 4
+        binary bytes. Padded positions are 0.0 (`JSON_PAD_BYTES`), real positions the sentences' token counts or the
+        lengths input. Ints cost their widest text (the lengths output: the width's), bools "false,", each list "[],",
+        and the row format each output's key per row. Measured 1.0x-1.15x of real responses of the test model, row
+        and columnar formats (an all-zero output, such as `default` of empty sentences, is overestimated up to 3x).
+        String outputs are not counted (ELMo has none).
 Dims after the batch (and time) axes come from the SignatureDef, or, where it leaves them unknown, from the outputs of
 the warm-up call (`learn_inner_dims`). The request budget (`elmo_tf.serving.budget`) refuses a request whose estimate
 is above its limit; the server checks the real size again after the call (`budget.check_response_size`).
@@ -24,7 +24,7 @@ from tensorflow.core.framework import types_pb2
 RESPONSE_ENCODINGS = ("proto", "json")
 
 # JSON text of one output value, its separator included (see the module docstring for the measurements)
-JSON_FLOAT_BYTES = 20
+JSON_FLOAT_BYTES = 12
 JSON_PAD_BYTES = 4  # "0.0,"
 JSON_BOOL_BYTES = 6  # "false,"
 JSON_LIST_BYTES = 3  # "[", "]", ","

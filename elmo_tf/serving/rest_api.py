@@ -1,54 +1,81 @@
 """TF Serving's REST API, transport-free: (method, path, body) -> (HTTP status, JSON pieces) over a `core.ServerCore`.
 
-Endpoints (as TF Serving's `http_rest_api_handler`; model names are URL-decoded, paths are case-insensitive):
-    GET  /v1/models/<name>[/versions/<v>]             GetModelStatus as JSON:
+Endpoints (as TF Serving's `http_rest_api_handler.cc` and `http_rest_api_util.cc`: the path is matched as it was
+sent, still percent-encoded and with its query, case-insensitively; the model name and a version label are then
+percent-decoded; a version is ASCII digits read as an int64):
+    GET  /v1/models/<name>[/versions/<v>|/labels/<l>]           GetModelStatus as JSON (a label is ignored: every
+                                                                version, as stock's get_model_status_impl.cc):
          {"model_version_status": [{"version": "2", "state": "AVAILABLE",
                                     "status": {"error_code": "OK", "error_message": ""}}]}
-    GET  /v1/models/<name>[/versions/<v>]/metadata    GetModelMetadata as JSON:
+    GET  /v1/models/<name>[/versions/<v>|/labels/<l>]/metadata  GetModelMetadata as JSON:
          {"model_spec": {"name": ..., "signature_name": "", "version": "2"},
           "metadata": {"signature_def": {"signature_def": {"default": {"inputs": ..., "outputs": ...,
                                                                         "method_name": ...}, ...}}}}
-    POST /v1/models/<name>[/versions/<v>]:predict     Predict; body (JSON object):
+    POST /v1/models/<name>[/versions/<v>|/labels/<l>]:predict   Predict; body (JSON object):
          {"signature_name": "tokens",                      optional, default "serving_default"
           "instances": [...]  or  "inputs": {...},         row or columnar format (exactly one of them, see
-                                                           `rest_json`)
+                                                           `json_tensor`)
           "output_filter": ["elmo", "sequence_len"]}       optional; an extension of the embedded server
                                                            (stock TF Serving's REST API returns all outputs)
+    POST /v1/models/<name>[...]:classify, :regress         checked as stock checks them (`inference`): ELMo's
+                                                           signatures are not classification or regression
+                                                           signatures (400); one that is would be 501
     GET  /monitoring/prometheus/metrics                    the batching counters, Prometheus text format
 
-Errors: {"error": "<message>"} with the HTTP status of the gRPC code (`status.HTTP_STATUS`: 400 INVALID_ARGUMENT,
-404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 501 UNIMPLEMENTED, 500 INTERNAL, 504 DEADLINE_EXCEEDED). Malformed JSON of any
-nesting depth is a 400. Classify and Regress answer 501; version labels answer 404 (the embedded server has none).
+Errors: {"error": "<message>"} with the HTTP status of the gRPC code (`status.HTTP_STATUS`: 400 INVALID_ARGUMENT and
+FAILED_PRECONDITION, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 501 UNIMPLEMENTED, 500 INTERNAL, 504 DEADLINE_EXCEEDED),
+TF Serving's texts: an unknown signature is 400 `Serving signature name: "x" not found in signature def`
+(http_rest_api_handler.cc ~228-242), a version label 400 `Unrecognized servable version label: x` (the embedded
+server has none; server_core.cc ~873-891), a path that is not an endpoint 400 `Malformed request: POST <path>`; a CORS
+preflight (OPTIONS) 200 with an Origin of http(s)://..., else 400 (http_server.cc ~170-177).
 Internal errors show the client no server detail (the traceback goes to the server log).
 """
 
-import functools
 import json
 import logging
 import re
 import time
+import urllib.parse
 
-import grpc
 from google.protobuf import json_format
 from tensorflow_serving.apis import get_model_metadata_pb2
 
-from elmo_tf.serving.rest_json import decode_inputs, decode_instances, error_body, outputs_to_json, short_json
-from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found
+from elmo_tf.serving.json_tensor import check_examples, decode_request, parse_json, signature_name
+from elmo_tf.serving.rest_json import error_body, outputs_to_json
+from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, failed_precondition, invalid_argument, not_found
 
 logger = logging.getLogger(__name__)
 
-PREDICT_PATH = re.compile(r"(?i)/v1/models/([^/:]+)(?:/versions/(\d+)|/labels/([^/:]+))?:(classify|regress|predict)")
-STATUS_PATH = re.compile(r"(?i)/v1/models(?:/([^/:]+))?(?:/versions/(\d+)|/labels/([^/:]+))?(?:/(metadata))?")
+# http_rest_api_util.cc ~31-34; RE2's \d is ASCII only, Python's is not: [0-9]
+PREDICT_PATH = re.compile(
+    r"(?i)/v1/models/([^/:]+)(?:(?:/versions/([0-9]+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)"
+)
+STATUS_PATH = re.compile(
+    r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/([0-9]+))|(?:/labels/([^/:]+)))?(?:/(metadata))?"
+)
 API_PATH = re.compile(r"(?i)/v1/.*")
 METRICS_PATH = "/monitoring/prometheus/metrics"
+INT64_MAX = 2**63 - 1
 
 
 def _parse_version(text):
-    if text is None:
+    """`absl::SimpleAtoi` of a path's version (ASCII digits, leading zeros allowed) as an int64
+    (http_rest_api_util.cc ~115-122)."""
+    if not text:
         return None
-    if len(text) > 19 or int(text) >= 2**63:
-        raise invalid_argument(f"Failed to convert version: {text[:40]} to numeric.")
-    return int(text)
+    digits = text.lstrip("0")
+    if len(digits) > 19 or int(digits or "0") > INT64_MAX:  # no int() of thousands of digits
+        raise invalid_argument(f"Failed to convert version: {text} to numeric.")
+    return int(digits or "0")
+
+
+def _decode(text):
+    """`DecodeArg` (http_rest_api_util.cc ~69-88): percent-decoding as curl_easy_unescape ("+" stays "+")."""
+    return urllib.parse.unquote(text, errors="replace") if text else text
+
+
+def _signature_name_not_found(name):
+    return invalid_argument(f'Serving signature name: "{name}" not found in signature def')
 
 
 class RestApi:
@@ -65,35 +92,20 @@ class RestApi:
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
 
-    def handle(self, method, path, body, deadline=None, cancelled=None):
-        """Returns (HTTP status, response byte pieces, content type). `deadline`: `time.monotonic()` by which the
-        model call must have started; `cancelled`: callable, True once the client has gone."""
+    def handle(self, method, path, body, deadline=None, cancelled=None, origin=""):
+        """Returns (HTTP status, response byte pieces, content type). `path`: the request target as sent (still
+        percent-encoded, with its query); `deadline`: `time.monotonic()` by which the model call must have started;
+        `cancelled`: callable, True once the client has gone; `origin`: the Origin header (CORS preflight)."""
         try:
-            if method == "GET" and path == METRICS_PATH:
+            if method == "GET" and path.split("?", 1)[0] == METRICS_PATH:
                 return 200, [self.metrics().encode("utf-8")], "text/plain; version=0.0.4"
             if not API_PATH.fullmatch(path):
                 raise not_found(f"Not found: {method} {path[:200]} (the API is under /v1/models/)")
-            match = PREDICT_PATH.fullmatch(path) if method == "POST" else None
-            if match:
-                name, version, label, verb = match.groups()
-                if label:
-                    raise not_found(f"Unrecognized servable version label: {label} (this server has no labels)")
-                if verb.lower() != "predict":
-                    raise ServingError(
-                        grpc.StatusCode.UNIMPLEMENTED, f"{verb} is not implemented by the embedded server; use :predict"
-                    )
-                return 200, self.predict(name, _parse_version(version), body, deadline, cancelled), "application/json"
-            match = STATUS_PATH.fullmatch(path) if method == "GET" else None
-            if match:
-                name, version, label, metadata = match.groups()
-                if not name:
-                    raise invalid_argument("Missing model name in request.")
-                if label:
-                    raise not_found(f"Unrecognized servable version label: {label} (this server has no labels)")
-                version = _parse_version(version)
-                text = self.metadata(name, version) if metadata else self.status(name, version)
-                return 200, [text.encode("utf-8")], "application/json"
-            raise invalid_argument(f"Malformed request: {method} {path[:200]}")
+            if method == "OPTIONS":  # a CORS preflight: http_server.cc ~170-177
+                if not re.search(r"https?://", origin or ""):
+                    raise failed_precondition("Origin header is missing in CORS preflight")
+                return 200, [], "text/plain"  # stock: an empty answer without its JSON header
+            return 200, self._route(method, path, body, deadline, cancelled), "application/json"
         except ServingError as e:
             logger.debug("%s %s: %s %s", method, path, e.code.name, e.details)
             return e.http_status, [error_body(e.details)], "application/json"
@@ -104,49 +116,63 @@ class RestApi:
             logger.exception("%s %s failed", method, path)
             return 500, [error_body(f"internal error ({type(e).__name__}; see the server log)")], "application/json"
 
-    def predict(self, name, version, body, deadline=None, cancelled=None):
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser's stack
-            raise invalid_argument(f"JSON Parse error: {str(e)[:200]}") from None
-        if not isinstance(doc, dict):
-            raise invalid_argument(f"JSON Value: {short_json(doc)} Is not object")
-        signature_name = doc.get("signature_name", "")
-        if not isinstance(signature_name, str):
-            raise invalid_argument("'signature_name' key must be a string value.")
+    def _route(self, method, path, body, deadline, cancelled):
+        """`HttpRestApiHandler::ProcessRequest` (http_rest_api_handler.cc ~65-109): the response's byte pieces."""
+        match = PREDICT_PATH.fullmatch(path) if method == "POST" else None
+        if match:
+            name, version, label, verb = match.groups()
+            name, version, label = _decode(name), _parse_version(version), _decode(label)
+            if verb.lower() == "predict":
+                return self.predict(name, version, body, deadline, cancelled, label)
+            return [self.infer(name, version, label, verb.lower(), body)]
+        match = STATUS_PATH.fullmatch(path) if method == "GET" else None
+        if match:
+            name, version, label, metadata = match.groups()
+            name, version, label = _decode(name) or "", _parse_version(version), _decode(label)
+            if not name:
+                raise invalid_argument("Missing model name in request.")
+            text = self.metadata(name, version, label) if metadata else self.status(name, version)
+            return [text.encode("utf-8")]
+        raise invalid_argument(f"Malformed request: {method} {path}")
+
+    def predict(self, name, version, body, deadline=None, cancelled=None, label=None):
+        """`ProcessPredictRequest`: JSON errors first, then the model spec and signature, then the inputs."""
+        doc = parse_json(body)
+        signature = signature_name(doc)
         output_filter = doc.get("output_filter", [])
         if not isinstance(output_filter, list) or not all(isinstance(x, str) for x in output_filter):
             raise invalid_argument("'output_filter' must be a list of output names")
-        if "instances" in doc and "inputs" in doc:
-            raise invalid_argument(
-                "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist"
-            )
-        if "instances" not in doc and "inputs" not in doc:
-            raise invalid_argument("Missing 'inputs' or 'instances' key")
-        row_format = "instances" in doc
-        decode = functools.partial(
-            decode_instances if row_format else decode_inputs, doc["instances" if row_format else "inputs"]
-        )
         timeout = self.timeout if deadline is None else deadline - time.monotonic()  # <= 0: not run (504)
         _, _, outputs = self.core.predict(
             name,
             version,
-            signature_name,
-            decode,
+            signature,
+            lambda budget: decode_request(doc, budget),
             tuple(output_filter),
             timeout=timeout,
             cancelled=cancelled,
             response_encoding="json",
+            label=label,
+            signature_not_found=_signature_name_not_found,
         )
-        del doc, decode
+        row_format = "instances" in doc
+        doc.clear()  # the request's values are not needed while the response is written
         return outputs_to_json(outputs, row_format, self.max_response_bytes)
+
+    def infer(self, name, version, label, method, body):
+        """`ProcessClassifyRequest` / `ProcessRegressRequest`: the body, then the model and signature (raises)."""
+        doc = parse_json(body)
+        signature = signature_name(doc)
+        check_examples(doc)
+        self.core.infer(name, version, label, method, signature)
+        raise AssertionError("ServerCore.infer returned")  # it always raises
 
     def status(self, name, version):
         response = self.core.model_status(name, version)
         return json.dumps(json_format.MessageToDict(response, always_print_fields_with_no_presence=True), indent=1)
 
-    def metadata(self, name, version):
-        response = self.core.model_metadata(name, version)
+    def metadata(self, name, version, label=None):
+        response = self.core.model_metadata(name, version, label)
         signature_map = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(signature_map)
         options = dict(always_print_fields_with_no_presence=True, preserving_proto_field_name=True)

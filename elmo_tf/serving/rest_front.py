@@ -161,10 +161,11 @@ class RestServer:
                 self._pool,
                 self.api.handle,
                 request.method,
-                request.path,
+                request.raw_path,  # as sent: percent-encoded, with its query (TF Serving matches that)
                 body,
                 deadline,
                 lambda: transport is None or transport.is_closing(),
+                request.headers.get("Origin", ""),
             )
             del body
             held.release()

@@ -4,8 +4,11 @@ model (`elmo_tf.serving.response_size`) and its function. Merged calls of severa
 `elmo_tf.serving.merge`'s.
 
 Loading reads the SignatureDefs from `saved_model.pb` (or `.pbtxt`), loads the SavedModel with
-`tf.saved_model.load`, and runs every signature once (warm-up): a missing op or a broken graph fails the load, not
-the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves unknown.
+`tf.saved_model.load`, and warms it up: the requests of its warmup file (`assets.extra/tf_serving_warmup_requests`, as
+TF Serving replays it: `elmo_tf.serving_warmup`), then a small synthetic request to each signature the file did not
+reach (every signature of an export without the file). A missing op, a broken graph or a bad warmup file fails the
+load, not the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves
+unknown.
 """
 
 import logging
@@ -17,16 +20,31 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
-from elmo_tf.serving.budget import Limits, RequestBudget
+from elmo_tf.serving.budget import Limits, RequestBudget, softmax_position_cost
 from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
-from elmo_tf.serving.status import ServingError, resource_exhausted, status_code
+from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
+from elmo_tf.serving.tokens import signature_op_types, token_counter
+from elmo_tf.serving_warmup import iter_warmup_requests, predict_request, warmup_path
 
 logger = logging.getLogger(__name__)
 
 SERVING_TAG = "serve"
 DEFAULT_SIGNATURE = "serving_default"
 WARMUP_TOKEN = b"warmup"
+# the warmup file is part of the model: its requests are checked against the signature, not the request limits
+WARMUP_LIMITS = Limits(
+    max_request_sentences=2**31 - 1,
+    max_tokens_per_sentence=None,
+    max_response_bytes=2**62,
+    max_request_tokens=None,
+    max_request_bytes=2**62,
+)
+
+
+def signature_key_not_found(name):
+    """gRPC Predict's answer to an unknown signature (TF Serving's predict_util.cc ~90-94)."""
+    return failed_precondition(f'Serving signature key "{name}" not found.')
 
 
 def _clean_tf_message(message):
@@ -42,18 +60,21 @@ class SignatureRunner:
         function: the loaded concrete function (`loaded.signatures[name]`).
         signature_def: its `SignatureDef` proto (input/output aliases, dtypes, shapes).
         limits: `budget.Limits`.
+        counter: how the signature's tokenizer counts a sentence's tokens (`elmo_tf.serving.tokens`; whitespace
+            runs when None).
     Attributes:
         signature: `signature.Signature` (inputs, outputs, roles).
         sizes: `response_size.ResponseSizes` (learns the outputs' dims at warm-up).
         budget: `budget.RequestBudget`: checks requests (`budget.prepare(...)` -> `budget.Request`).
     """
 
-    def __init__(self, name, function, signature_def, limits):
+    def __init__(self, name, function, signature_def, limits, counter=None):
         self.name = name
         self.function = function
         self.signature = Signature(name, signature_def)
         self.sizes = ResponseSizes(self.signature)
-        self.budget = RequestBudget(self.signature, limits, self.sizes)
+        cost = softmax_position_cost(getattr(function, "variables", ()))
+        self.budget = RequestBudget(self.signature, limits, self.sizes, counter, position_cost=cost)
 
     def run(self, inputs):
         """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array.
@@ -99,6 +120,11 @@ class SignatureRunner:
 
 def read_signature_defs(export_dir, tag=SERVING_TAG):
     """The SignatureDefs (name -> proto) of the MetaGraph tagged `tag` in a SavedModel directory."""
+    return dict(read_meta_graph(export_dir, tag).signature_def)
+
+
+def read_meta_graph(export_dir, tag=SERVING_TAG):
+    """The MetaGraphDef tagged `tag` in a SavedModel directory (`saved_model.pb` or `.pbtxt`)."""
     saved_model = saved_model_pb2.SavedModel()
     pb = os.path.join(export_dir, "saved_model.pb")
     pbtxt = os.path.join(export_dir, "saved_model.pbtxt")
@@ -112,7 +138,7 @@ def read_signature_defs(export_dir, tag=SERVING_TAG):
         raise FileNotFoundError(f"{export_dir} holds no saved_model.pb or saved_model.pbtxt")
     for meta_graph in saved_model.meta_graphs:
         if tag in meta_graph.meta_info_def.tags:
-            return dict(meta_graph.signature_def)
+            return meta_graph
     raise ValueError(
         f"{export_dir}: no MetaGraph tagged {tag!r} (found "
         f"{[list(m.meta_info_def.tags) for m in saved_model.meta_graphs]})"
@@ -147,23 +173,54 @@ class Servable:
         self.runners = runners
         self.scheduler = None
 
-    def runner(self, signature_name):
-        """The runner of `signature_name` ("" means serving_default); NOT_FOUND when there is none."""
+    def runner(self, signature_name, not_found=None):
+        """The runner of `signature_name` ("" means serving_default).
+
+        Args:
+            not_found: callable `name -> ServingError` raised when there is none; by default gRPC Predict's
+                FAILED_PRECONDITION `Serving signature key "x" not found.` (TF Serving's predict_util.cc ~90-94).
+        """
         name = signature_name or DEFAULT_SIGNATURE
         runner = self.runners.get(name)
         if runner is None:
-            raise ServingError(
-                grpc.StatusCode.NOT_FOUND,
-                f'Serving signature key "{name}" not found. Signatures of model '
-                f"{self.model_name} version {self.version}: {sorted(self.runners)}",
-            )
+            raise (not_found or signature_key_not_found)(name)
         return runner
 
     def warm_up(self):
-        """Runs every signature once: a missing op or a broken graph fails here, not at the first request."""
+        """Replays the export's warmup file (`assets.extra/tf_serving_warmup_requests`) as TF Serving does at load,
+        then runs each signature the file did not reach once with `warmup_inputs` (all of them for an export without
+        the file): a missing op, a broken graph or a bad warmup file fails the load, not the first request, and the
+        outputs teach the response size model the dims the SignatureDef leaves unknown.
+
+        Raises:
+            WarmupError: a file TF Serving refuses (`elmo_tf.serving_warmup`).
+            ServingError: a request of the file that fails (unknown signature, bad inputs, the model failed).
+        """
+        reached = set()
+        path = warmup_path(self.path)
+        if os.path.exists(path):
+            for log in iter_warmup_requests(path):
+                request = predict_request(log, path)
+                if request is not None:
+                    reached.add(self._replay(request))
+            logger.info("%s version %d: replayed its warmup file (%s)", self.model_name, self.version, sorted(reached))
         for name, runner in sorted(self.runners.items()):
-            runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
-            logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
+            if name not in reached:
+                runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
+                logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
+
+    def _replay(self, request):
+        """Runs one `PredictRequest` of the warmup file as Predict would, without the request limits (the file is part
+        of the model, as its graph is); returns the signature's name."""
+        runner = self.runner(request.model_spec.signature_name)
+        budget = RequestBudget(runner.signature, WARMUP_LIMITS, runner.sizes, runner.budget.counter)
+        runner.signature.check_input_names(request.inputs.keys())
+        for alias, proto in request.inputs.items():
+            budget.check_tensor_proto(alias, proto)
+        inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+        checked = budget.prepare(inputs, tuple(request.output_filter))
+        runner.sizes.learn_inner_dims(runner.run(checked.inputs))
+        return runner.name
 
 
 def load_servable(model_name, version, path, limits=None):
@@ -174,10 +231,17 @@ def load_servable(model_name, version, path, limits=None):
     """
     _load_op_libraries()
     limits = limits or Limits()
-    signature_defs = read_signature_defs(path)
+    meta_graph = read_meta_graph(path)
+    signature_defs = dict(meta_graph.signature_def)
     loaded = tf.saved_model.load(path, tags=[SERVING_TAG])
     runners = {
-        name: SignatureRunner(name, function, signature_defs[name], limits)
+        name: SignatureRunner(
+            name,
+            function,
+            signature_defs[name],
+            limits,
+            token_counter(signature_op_types(meta_graph, signature_defs[name])),
+        )
         for name, function in loaded.signatures.items()
         if name in signature_defs
     }

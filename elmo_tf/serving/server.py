@@ -2,21 +2,25 @@
 API (`grpc_front`) and its REST API (`rest_front`), so TF Serving's clients work unchanged. As TF Serving's Server
 holds a ServerCore, `ModelServer` holds its core (`server.core`) and starts and stops it with the fronts.
 
-Errors (gRPC status; REST maps them as TF Serving does, see `status`):
-    NOT_FOUND: unknown model name ("Servable not found for request: Latest(name)"), version
-        ("... Specific(name, 7)"), or signature ("Serving signature key "x" not found."). Stock TF Serving answers
-        an unknown signature with FAILED_PRECONDITION on gRPC (INVALID_ARGUMENT on REST); clients that talk to both
-        should treat either as "no such signature".
-    INVALID_ARGUMENT: inputs or outputs that do not match the SignatureDef (see `budget`), or a graph error caused by
-        the values (TensorFlow's message).
+Errors (gRPC status; REST maps them as TF Serving does, see `status`), with stock TF Serving's codes and texts:
+    NOT_FOUND: unknown model name ("Servable not found for request: Latest(name)") or version
+        ("... Specific(name, 7)").
+    FAILED_PRECONDITION: unknown signature on gRPC (`Serving signature key "x" not found.`); REST answers 400
+        `Serving signature name: "x" not found in signature def`.
+    INVALID_ARGUMENT: an empty model name ("ModelSpec has no name specified."), a version label (this server has
+        none: "Unrecognized servable version label: x"), inputs or outputs that do not match the SignatureDef (see
+        `budget`), a graph error caused by the values (TensorFlow's message), Classify, Regress or MultiInference of
+        a signature that is not a classification or regression signature (see `inference`).
+    UNIMPLEMENTED: Classify, Regress or MultiInference of one that is (the embedded server runs Predict only).
     RESOURCE_EXHAUSTED: a request above the request budget (see `budget.Limits`), above the gRPC message size
         (`max_message_bytes`, both directions; gRPC's own message), beyond `max_requests_in_flight` Predict requests
-        at once, or beyond the calls gRPC queues (4 x `grpc_max_threads`).
+        at once, or beyond the calls gRPC holds open (4 x `grpc_max_threads`).
     DEADLINE_EXCEEDED: the client's deadline passed before the model ran, or while its request waited for it.
     INTERNAL: a bug; logged with its traceback. No request error stops the server.
 Messages never show the server's filesystem paths (the log does).
 
-Concurrency: gRPC calls run on a pool of `grpc_max_threads` threads, REST requests on the REST front's event loop;
+Concurrency: gRPC calls wait for their requests on an asyncio loop (`grpc.aio`) and run on a pool of
+`grpc_max_threads` threads, REST requests are read on the REST front's event loop;
 with batching (on by default, see `batching`) `num_batch_threads` workers make the model calls, merging concurrent
 requests. Binds 127.0.0.1 unless `host` says otherwise.
 

@@ -120,25 +120,27 @@ class Signature:
         """INVALID_ARGUMENT naming input `alias` and this signature."""
         return invalid_argument(f"input '{alias}' of signature '{self.name}': {message}")
 
-    def unknown_inputs(self, names):
-        return invalid_argument(
-            f"input tensor alias not found in signature: {','.join(sorted(names))}. "
-            f"Inputs expected to be in the set {{{','.join(self.inputs)}}}."
-        )
-
     def check_input_names(self, names):
-        """INVALID_ARGUMENT unless `names` are exactly the signature's inputs."""
+        """INVALID_ARGUMENT unless `names` are exactly the signature's inputs, in TF Serving's words and order: a
+        count that differs first (predict_util.cc ~51-74, `VerifyRequestInputsSize`; SignatureDef defaults are not
+        supported), then the first input the request lacks (tensorflow/cc/saved_model/util.cc, `GetInputValues`)."""
         names = set(names)
-        extra = names - set(self.inputs)
-        if extra:
-            raise self.unknown_inputs(extra)
-        missing = set(self.inputs) - names
-        if missing:
+        expected = set(self.inputs)
+        if len(names) != len(expected):
             raise invalid_argument(
-                f"input size does not match signature: {len(names)}!={len(self.inputs)} "
+                f"input size does not match signature: {len(names)}!={len(expected)} "
                 f"len({{{','.join(sorted(names))}}}) != len({{{','.join(self.inputs)}}}). "
-                f"Sent extra: {{}}. Missing but required: {{{','.join(sorted(missing))}}}."
+                f"Sent extra: {{{','.join(sorted(names - expected))}}}. "
+                f"Missing but required: {{{','.join(sorted(expected - names))}}}."
             )
+        for alias in self.inputs:
+            if alias not in names:
+                feed = self.signature_def.inputs[alias].name
+                raise invalid_argument(
+                    f"Signature input alias: {alias}(feed name: {feed}) not found in request and no default value "
+                    f"provided. Inputs expected to be in the request {{{','.join(sorted(names))}}}, or default "
+                    f"input alias set: "
+                )
 
     def check_output_filter(self, output_filter):
         """The output names to return: `output_filter` checked (known, no repeats), or every output when empty."""

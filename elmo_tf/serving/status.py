@@ -88,6 +88,10 @@ def invalid_argument(message):
     return ServingError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
+def failed_precondition(message):
+    return ServingError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
 def not_found(message):
     return ServingError(grpc.StatusCode.NOT_FOUND, message)
 

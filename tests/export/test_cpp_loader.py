@@ -95,6 +95,8 @@ def assert_close(expected, actual, what):
 
 def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
     export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"))
+    # the export holds TF Serving's warmup file (assets.extra/): the C++ loader loads the SavedModel beside it
+    assert os.path.isfile(os.path.join(export_dir, "assets.extra", "tf_serving_warmup_requests"))
     token_lists = ex.reference_tokens(SENTENCES)
     expected = ex.reference_outputs(model, token_lists)
     tokens, lengths = ex._pad(token_lists)
@@ -175,3 +177,30 @@ def test_cpp_loader_catches_the_tf_module_trap(checker, model, tmp_path):
     proc, _ = run_checker(checker, export_dir, tmp_path, [])
     assert proc.returncode == 1
     assert "Could not find variable" in proc.stderr.decode(errors="replace")
+
+
+def test_cpp_loader_runs_the_lm_signature_like_python(checker, model, tmp_path):
+    """The `lm` signature (softmax + vocabulary, top k) loads and runs in TF Serving's C++ loader with the numbers of
+    the in-process language model."""
+    import h5py
+
+    from elmo_tf.models import load_language_model
+
+    words = ["<S>", "</S>", "<UNK>"] + "The cat sat on the mat . Dogs are in fog".split()
+    rng = np.random.default_rng(0)
+    with h5py.File(tmp_path / "softmax.hdf5", "w") as f:
+        f["softmax/W"] = rng.normal(0, 0.5, size=(len(words), model.config.projection_dim)).astype(np.float32)
+        f["softmax/b"] = rng.normal(0, 0.5, size=len(words)).astype(np.float32)
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    lm = load_language_model(
+        None, None, str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"), elmo=model, top_k=2
+    )
+    export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"), lm=lm)
+    tokens, lengths = ex._pad(ex.reference_tokens(SENTENCES))
+    expected = lm.score_tokens(tf.constant(tokens, tf.string))
+    junk = np.where(tokens == b"", b"junk", tokens)
+    proc, got = run_checker(checker, export_dir, tmp_path, [("lm", "lm", {"tokens": junk, "sequence_len": lengths})])
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    assert "warmup lm: ok" in proc.stdout.decode()
+    for key in ("forward_log_probs", "backward_log_probs", "forward_top_k_log_probs", "backward_top_k_log_probs"):
+        np.testing.assert_allclose(got["lm"][key], expected[key].numpy(), atol=ATOL, rtol=0, err_msg=key)

@@ -236,3 +236,24 @@ def test_cli_on_a_full_disk_publishes_nothing_and_ends_with_one_line(ner_dir, tm
     result = run_limited([SCRIPT, "--ner", ner_dir, "--output", base], 20_000, timeout=300)
     assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(base)!r}", "File too large")
     assert os.listdir(tmp_path) == []
+
+
+def test_the_warmup_file_asks_every_signature_and_runs(trained):
+    """assets.extra/tf_serving_warmup_requests (TF Serving's saved_model_warmup_util.cc), read with TF Serving's
+    protos: one PredictRequest per signature, the 8 warmup sentences, each run by the reloaded tagger."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from elmo_tf.serving_warmup import WARMUP_SENTENCES
+
+    path = trained[-1]
+    loaded = tf.saved_model.load(path)
+    names = []
+    for record in tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests")):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        request = log.predict_log.request
+        names.append(request.model_spec.signature_name)
+        sentences = tf.make_ndarray(request.inputs["sentences"])
+        assert sentences.tolist() == [s.encode() for s in WARMUP_SENTENCES]
+        out = loaded.signatures[names[-1]](sentences=sentences)
+        assert out["sequence_len"].numpy().tolist() == [21, 11, 27, 19, 29, 7, 37, 19]
+    assert sorted(names) == sorted(loaded.signatures) == ["featurize", "serving_default", "tag"]

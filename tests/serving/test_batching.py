@@ -122,3 +122,66 @@ def test_10000_token_sentence_served_without_a_token_limit(batching_server, mode
         out = c.embed([sentence], output_filter=["default", "sequence_len", "elmo"])
     assert out["elmo"].shape == (1, 10000, 64)
     assert_parity(reference_sentences(model, [sentence]), out, keys=["default", "sequence_len", "elmo"])
+
+
+@pytest.mark.parametrize("regroup", [False, True])
+def test_queued_requests_of_similar_widths_share_a_call(monkeypatch, regroup):
+    """The oldest request goes first, with the queued requests closest to its width (tokens): [40, 38] then [10, 12],
+    not [40, 10] then [38, 12] in arrival order (1,248 padded positions of work instead of 832 for the same rows).
+    A signature whose sentences can be regrouped by length (merge.regroupable) takes twice max_batch_size rows at once:
+    all four, for merge.run_batch to sort into calls of max_batch_size rows."""
+    from types import SimpleNamespace
+
+    import elmo_tf.serving.batching as batching
+    from elmo_tf.serving.budget import Request
+
+    groups, release = [], threading.Event()
+
+    def run_batch(runner, requests, max_rows=None):
+        assert max_rows == 16
+        groups.append([r.time_estimate for r in requests])
+        if len(groups) == 1:
+            release.wait(30)  # hold the only worker until every other request is queued
+        return [{"w": r.time_estimate} for r in requests]
+
+    monkeypatch.setattr(batching, "run_batch", run_batch)
+
+    class Runner:  # hashable: the scheduler keeps a queue per runner
+        name = "x"
+        signature = SimpleNamespace(
+            mergeable=True,
+            inputs={"x": None},
+            sentence_inputs=("x",) if regroup else (),
+            lengths_output="n" if regroup else None,
+        )
+
+    runner = Runner()
+    scheduler = BatchScheduler(BatchingOptions(max_batch_size=16, num_threads=1), BatchStats(), "fake", 1)
+    results = {}
+
+    def send(width):
+        request = Request(inputs={}, batch=8, width=0, time_estimate=width, output_filter=())
+        results[width] = scheduler.submit(runner, request, timeout=30)["w"]
+
+    threads = [threading.Thread(target=send, args=(width,)) for width in (5, 40, 10, 38, 12)]
+    try:
+        threads[0].start()
+        wait_until(lambda: groups, "the first call")
+        for t in threads[1:]:
+            t.start()
+            time.sleep(0.05)  # arrival order 40, 10, 38, 12
+        release.set()
+        for t in threads:
+            t.join(30)
+    finally:
+        release.set()
+        scheduler.stop(5)
+    assert groups == ([[5], [40, 10, 38, 12]] if regroup else [[5], [40, 38], [10, 12]])
+    assert results == {5: 5, 40: 40, 10: 10, 38: 38, 12: 12}  # each request got its own answer
+
+
+def wait_until(condition, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)

@@ -33,7 +33,7 @@ from serving_testlib import assert_parity, reference_sentences
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-import elmo_tf.serving.budget as budget_module
+import elmo_tf.serving.tokens as tokens_module
 from elmo_tf.preprocessing.tokenizer import split_tokens
 from elmo_tf.serving.budget import Limits, RequestBudget, check_response_size, count_tokens
 from elmo_tf.serving.signature import Signature
@@ -54,8 +54,8 @@ def test_count_tokens_is_split_tokens_without_the_tokens(monkeypatch):
     cases = [b"", b" ", b"a", b" a ", b"a  b\t\tc\n"] + [
         b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(2000)
     ]
-    for chunk in (budget_module._COUNT_CHUNK, 1, 2, 3, 7):  # tokens cut by chunk boundaries count once
-        monkeypatch.setattr(budget_module, "_COUNT_CHUNK", chunk)
+    for chunk in (tokens_module.CHUNK_BYTES, 1, 2, 3, 7):  # tokens cut by chunk boundaries count once
+        monkeypatch.setattr(tokens_module, "CHUNK_BYTES", chunk)
         for sentence in cases:
             assert count_tokens(sentence) == len(split_tokens(sentence)), (chunk, sentence)
     monkeypatch.undo()
@@ -236,7 +236,11 @@ def test_prepare_checks_dtype_rank_names_and_limits():
     for inputs, code, match in [
         ({"x": np.ones((1, 2), np.float64)}, grpc.StatusCode.INVALID_ARGUMENT, "expected dtype DT_FLOAT"),
         ({"x": np.ones(2, np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "expected rank 2"),
-        ({"z": np.ones((1, 2), np.float32)}, grpc.StatusCode.INVALID_ARGUMENT, "alias not found in signature: z"),
+        (
+            {"z": np.ones((1, 2), np.float32)},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            r"Signature input alias: x\(feed name: \) not found in request",
+        ),  # saved_model/util.cc
         ({"x": np.ones((3, 2), np.float32)}, grpc.StatusCode.RESOURCE_EXHAUSTED, "3 rows"),
         ({"x": np.ones((1, 4), np.float32)}, grpc.StatusCode.RESOURCE_EXHAUSTED, "4 tokens wide"),
     ]:

@@ -117,7 +117,6 @@ def test_model_status_and_metadata(client):
     [
         (dict(model_name="nope"), lambda c: c.embed(["a"]), r"Servable not found for request: Latest\(nope\)"),
         (dict(version=7), lambda c: c.embed(["a"]), r"Specific\(elmo, 7\)"),
-        (dict(signature_name="nope"), lambda c: c.embed(["a"]), 'Serving signature key "nope" not found'),
         (dict(version=9), lambda c: c.model_status(), "Could not find version 9 of model elmo"),
         (dict(model_name="nope"), lambda c: c.metadata(), r"Latest\(nope\)"),
     ],
@@ -128,6 +127,17 @@ def test_not_found_errors_carry_code_and_message(server, kwargs, call, match):
             call(c)
     assert info.value.code == grpc.StatusCode.NOT_FOUND
     assert info.value.http_status == 404
+
+
+def test_unknown_signature_is_failed_precondition(server):
+    """Stock TF Serving: predict_util.cc ~90-94, FAILED_PRECONDITION `Serving signature key "nope" not found.` (was
+    NOT_FOUND here before issue 27); a client sees HTTP 400 for it, as the REST API answers."""
+    with ElmoClient(f"127.0.0.1:{server.grpc_port}", model_name="elmo", signature_name="nope") as c:
+        with pytest.raises(ServingError) as info:
+            c.embed(["a"])
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.details == 'Serving signature key "nope" not found.'
+    assert info.value.http_status == 400
 
 
 class _FakeRpcError(grpc.RpcError):

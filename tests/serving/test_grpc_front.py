@@ -1,9 +1,12 @@
 """elmo_tf/serving/grpc_front.py over real gRPC on 127.0.0.1: malformed requests get TF Serving's statuses and never
-take the server down, TensorProtos are checked before they are read, unknown models/versions/signatures are
-NOT_FOUND, metadata and status requests, Classify is UNIMPLEMENTED, and a message above the max receive size is
-refused by gRPC (the RSS growth of that case is printed and bounded).
+take the server down, TensorProtos are checked before they are read, unknown models and versions are NOT_FOUND;
+signatures, model specs, Classify, Regress and MultiInference are answered with stock TF Serving's codes and texts
+(each test cites the TF Serving source it follows); calls whose request never arrives hold no thread (grpc.aio);
+metadata and status requests; a message above the max receive size is refused by gRPC (the RSS growth of that case
+is printed and bounded).
 """
 
+import threading
 import time
 
 import grpc
@@ -15,8 +18,10 @@ from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 from elmo_tf.serving.client import ElmoClient
@@ -63,10 +68,18 @@ def strings(values, shape=None):
         (lambda: {"sentences": strings([["a", "b"]])}, "default", r"expected rank 1 \(shape \[-1\]\), got rank 2"),
         (lambda: {"sentences": strings("a")}, "default", "expected rank 1"),
         (lambda: {}, "default", "Missing but required: {sentences}"),
+        (  # the same count, another name: tensorflow/cc/saved_model/util.cc, GetInputValues
+            lambda: {"other": strings(["a"])},
+            "default",
+            r"Signature input alias: sentences\(feed name: \S+\) not found in request and no default value provided\. "
+            r"Inputs expected to be in the request \{other\}, or default input alias set: $",
+        ),
         (
             lambda: {"sentences": strings(["a"]), "extra": strings(["b"])},
             "default",
-            "input tensor alias not found in signature: extra",
+            # predict_util.cc ~51-74 (VerifyRequestInputsSize)
+            r"input size does not match signature: 2!=1 len\(\{extra,sentences\}\) != len\(\{sentences\}\)\. "
+            r"Sent extra: \{extra\}\. Missing but required: \{\}\.",
         ),
         (lambda: {"tokens": strings([["a", "b"]])}, "tokens", "Missing but required: {sequence_len}"),
         (
@@ -124,20 +137,68 @@ def test_huge_declared_shape_is_refused_before_reading(stub):
     assert code == EXHAUSTED and "1000000000 rows" in details and "--max_request_sentences" in details
 
 
-def test_unknown_signature_version_model_are_not_found(stub, server):
-    for model, version, signature, match in [
-        ("nope", None, "default", r"Latest\(nope\)"),
-        ("elmo", 3, "default", r"Specific\(elmo, 3\)"),
-        ("elmo", None, "nope", 'Serving signature key "nope" not found'),
-    ]:
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = model
-        request.model_spec.signature_name = signature
-        if version is not None:
-            request.model_spec.version.value = version
-        request.inputs["sentences"].CopyFrom(strings(["a"]))
-        code, details = rpc_error(lambda request=request: stub.Predict(request, timeout=30))
-        assert code == grpc.StatusCode.NOT_FOUND and __import__("re").search(match, details), details
+def _predict_request(model="elmo", version=None, signature="default", label=None):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature
+    if version is not None:
+        request.model_spec.version.value = version
+    if label is not None:
+        request.model_spec.version_label = label
+    request.inputs["sentences"].CopyFrom(strings(["a"]))
+    return request
+
+
+@pytest.mark.parametrize(
+    "spec, code, details",
+    [
+        # basic_manager.cc ~139: "Servable not found for request: " + ServableRequest::DebugString()
+        (dict(model="nope"), grpc.StatusCode.NOT_FOUND, "Servable not found for request: Latest(nope)"),
+        (dict(version=3), grpc.StatusCode.NOT_FOUND, "Servable not found for request: Specific(elmo, 3)"),
+        # predict_util.cc ~90-94 (was NOT_FOUND here before issue 27)
+        (dict(signature="nope"), grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found.'),
+        # server_core.cc ~843-845 (was NOT_FOUND)
+        (dict(model=""), INVALID, "ModelSpec has no name specified."),
+        # server_core.cc ~853-864, ~890-891: no labels configured (was NOT_FOUND)
+        (dict(label="nosuchlabel"), INVALID, "Unrecognized servable version label: nosuchlabel"),
+        (dict(model="nope", label="x"), INVALID, "Unrecognized servable version label: x"),  # before the model
+    ],
+)
+def test_model_spec_errors_as_stock(stub, spec, code, details):
+    got_code, got_details = rpc_error(lambda: stub.Predict(_predict_request(**spec), timeout=30))
+    assert (got_code, got_details) == (code, details)
+
+
+def test_metadata_and_status_model_spec_as_stock(server, stub):
+    """GetModelMetadata checks the spec as Predict does (get_model_metadata_impl.cc ~55, ServerCore); GetModelStatus
+    looks at a version number only (get_model_status_impl.cc ~76-109): a label gives every version, an empty name is
+    NOT_FOUND."""
+    from tensorflow_serving.apis import model_service_pb2_grpc
+
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    request.model_spec.name = ""
+    assert rpc_error(lambda: stub.GetModelMetadata(request, timeout=30)) == (
+        INVALID,
+        "ModelSpec has no name specified.",
+    )
+    request.model_spec.name, request.model_spec.version_label = "elmo", "stable"
+    assert rpc_error(lambda: stub.GetModelMetadata(request, timeout=30)) == (
+        INVALID,
+        "Unrecognized servable version label: stable",
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    try:
+        status_stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        by_label = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "elmo", "version_label": "stable"})
+        status = status_stub.GetModelStatus(by_label, timeout=30)
+        assert [s.version for s in status.model_version_status] == [1]
+        empty = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": ""})
+        assert rpc_error(lambda: status_stub.GetModelStatus(empty, timeout=30)) == (
+            grpc.StatusCode.NOT_FOUND,
+            "Could not find any versions of model ",
+        )
+    finally:
+        channel.close()
 
 
 def test_metadata_and_status_requests(stub, server):
@@ -163,11 +224,131 @@ def test_metadata_and_status_requests(stub, server):
     ]
 
 
-def test_classify_is_unimplemented(stub):
-    request = classification_pb2.ClassificationRequest()
+def _classify_request(signature="default", model="elmo", cls=classification_pb2.ClassificationRequest):
+    request = cls()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature
+    return request
+
+
+def test_classify_regress_on_a_predict_only_model_as_stock(stub):
+    """Classify and Regress find the servable, then refuse ELMo's signatures as stock does (was UNIMPLEMENTED here
+    before issue 27): classifier.cc ~151-166 and ~176-191 (PreProcessClassification: one input, one or two
+    outputs), regressor.cc ~146-184 (one input, one output); an unknown model is NOT_FOUND first."""
+    outputs = len(
+        _signature_map(stub).signature_def["default"].outputs
+    )  # word_emb, lstm_outputs*, elmo, default, sequence_len, mask
+    cases = [
+        (stub.Classify, _classify_request(), INVALID, f"Expected one or two output Tensors, found {outputs}"),
+        (stub.Classify, _classify_request("tokens"), INVALID, "Expected one input Tensor."),
+        (stub.Classify, _classify_request("nope"), INVALID, "No signature was found with the name: nope"),
+        (
+            stub.Classify,
+            _classify_request(model="nope"),
+            grpc.StatusCode.NOT_FOUND,
+            "Servable not found for request: Latest(nope)",
+        ),
+        (stub.Classify, _classify_request(model=""), INVALID, "ModelSpec has no name specified."),
+        (stub.Classify, classification_pb2.ClassificationRequest(), INVALID, "Missing ModelSpec"),
+        (stub.Regress, _classify_request(cls=regression_pb2.RegressionRequest), INVALID, "Expected one output Tensor."),
+        (
+            stub.Regress,
+            _classify_request("tokens", cls=regression_pb2.RegressionRequest),
+            INVALID,
+            "Expected one input Tensor.",
+        ),
+    ]
+    for method, request, code, details in cases:
+        assert rpc_error(lambda method=method, request=request: method(request, timeout=30)) == (code, details)
+
+
+def _signature_map(stub):
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     request.model_spec.name = "elmo"
-    code, _ = rpc_error(lambda: stub.Classify(request, timeout=30))
-    assert code == grpc.StatusCode.UNIMPLEMENTED
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    stub.GetModelMetadata(request, timeout=30).metadata["signature_def"].Unpack(signature_map)
+    return signature_map
+
+
+def test_multi_inference_as_stock(stub):
+    """MultiInference: the first task names the servable (multi_inference_helper.cc ~28-33; none: an empty name,
+    server_core.cc ~843), then multi_inference.cc ~41-76 checks each task in turn (the first of ELMo's fails before
+    the next is looked at)."""
+
+    def request(*tasks):
+        multi = inference_pb2.MultiInferenceRequest()
+        for name, signature, method in tasks:
+            task = multi.tasks.add(method_name=method)
+            task.model_spec.name, task.model_spec.signature_name = name, signature
+        return multi
+
+    classify, regress = "tensorflow/serving/classify", "tensorflow/serving/regress"
+    cases = [
+        (request(), INVALID, "ModelSpec has no name specified."),
+        (
+            request(("nope", "default", classify)),
+            grpc.StatusCode.NOT_FOUND,
+            "Servable not found for request: Latest(nope)",
+        ),
+        (
+            request(("elmo", "default", classify), ("elmo", "default", regress)),
+            INVALID,
+            "Expected one or two output Tensors, found "
+            + str(len(_signature_map(stub).signature_def["default"].outputs)),
+        ),
+        (request(("elmo", "tokens", regress), ("elmo", "tokens", classify)), INVALID, "Expected one input Tensor."),
+        (request(("elmo", "nope", regress)), INVALID, "Requested signature not found in model graph: nope"),
+        (
+            request(("elmo", "default", "tensorflow/serving/predict")),
+            grpc.StatusCode.UNIMPLEMENTED,
+            "Unsupported signature method_name: tensorflow/serving/predict",
+        ),
+    ]
+    for multi, code, details in cases:
+        assert rpc_error(lambda multi=multi: stub.MultiInference(multi, timeout=30)) == (code, details)
+
+
+def test_calls_whose_request_never_arrives_hold_no_thread(server, model):
+    """Issue 27, second hostile review: 64 Predict calls on one channel whose request never arrives (stream_unary
+    calls whose request iterator yields nothing) parked the sync server's handler threads, and a valid Predict and a
+    GetModelStatus then missed a 5 s deadline. On the asyncio server (grpc.aio) such a call is a coroutine waiting
+    for its message: both answer within 5 s on the same channel, and the hostile calls end when their client
+    cancels them."""
+    from tensorflow_serving.apis import model_service_pb2_grpc
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    release = threading.Event()
+
+    def nothing():
+        release.wait(120)
+        return
+        yield  # a generator that yields nothing
+
+    hostile = channel.stream_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=predict_pb2.PredictRequest.SerializeToString,
+        response_deserializer=predict_pb2.PredictResponse.FromString,
+    )
+    calls = [hostile.future(nothing(), timeout=120) for _ in range(64)]
+    try:
+        time.sleep(1.0)  # the calls are open on the server
+        assert not any(call.done() for call in calls)
+        start = time.monotonic()
+        response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(_predict_request(), timeout=5)
+        status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "elmo"}), timeout=5
+        )
+        elapsed = time.monotonic() - start
+        assert_parity(reference_sentences(model, ["a"]), {a: tf.make_ndarray(p) for a, p in response.outputs.items()})
+        assert status.model_version_status[0].state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
+        print(f"\n[hostile streams] valid Predict + GetModelStatus answered in {elapsed:.2f} s beside 64 open calls")
+        assert not any(call.done() for call in calls)  # still open: they held nothing the valid calls needed
+    finally:
+        for call in calls:
+            call.cancel()
+        release.set()
+        channel.close()
+    assert all(call.cancelled() or call.done() for call in calls)
 
 
 def test_server_still_serves_after_bad_requests(client, model, stub):

@@ -35,6 +35,7 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.manager import State
 from elmo_tf.serving.status import ServingError
+from elmo_tf.serving_warmup import warmup_path, write_warmup_requests
 
 SENTENCES = ["The cat sat on the mat .", "Dogs bark", ""]
 
@@ -259,3 +260,48 @@ def test_messages_never_show_the_server_paths(fresh_base, expected):
             assert path not in text, (path, text)
     report("item 9: no server paths in answers", before, after, served)
     assert after - before < 100
+
+
+def stage_version(base, name, change):
+    """Version `name` under `base`: a copy of version 1 changed by `change(directory)` beside the base, then renamed
+    into place (the server never sees it half-changed)."""
+    stage = os.path.join(os.path.dirname(base), f"stage-{name}")
+    shutil.copytree(os.path.join(base, "1"), stage)
+    change(stage)
+    os.rename(stage, os.path.join(base, name))
+
+
+def test_a_version_whose_warmup_file_fails_is_refused_and_the_old_one_keeps_serving(fresh_base, expected):
+    """TF Serving fails the load of a version whose warmup file it cannot replay (saved_model_warmup_util.cc: not
+    TFRecord -> DATA_LOSS "... Please verify your warmup data is in TFRecord format."; a request that fails -> that
+    request's status) and keeps serving the version it had (aspired_versions_manager: a failed load never unloads)."""
+    server = start_server(
+        fresh_base,
+        rest_api_port=None,
+        file_system_poll_wait_seconds=0.1,
+        max_num_load_retries=0,
+    )
+
+    def corrupt(directory):
+        with open(warmup_path(directory), "r+b") as f:
+            f.seek(5)
+            f.write(b"\x00garbage\x00")
+
+    def unknown_signature(directory):
+        write_warmup_requests(directory, [("nosuch", {"sentences": np.array([b"a b"], object)})])
+
+    try:
+        assert_serves(server, expected)
+        stage_version(fresh_base, "2", corrupt)
+        stage_version(fresh_base, "3", unknown_signature)
+        with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=10) as c:
+            wait_for(lambda: statuses(c) == [(3, "END"), (2, "END"), (1, "AVAILABLE")], 60, "versions 2 and 3 refused")
+            status = {s["version"]: s for s in c.model_status()}
+        assert status[2]["error_code"] == "DATA_LOSS", status[2]
+        assert "Please verify your warmup data is in TFRecord format." in status[2]["error_message"]
+        assert fresh_base not in status[2]["error_message"]  # the path is redacted
+        assert status[3]["error_code"] != "OK"
+        assert 'Serving signature key "nosuch" not found.' in status[3]["error_message"], status[3]
+        assert_serves(server, expected, version=1)
+    finally:
+        server.stop(grace=1.0)

@@ -11,6 +11,8 @@ import tensorflow as tf
 from serving_fake import fake_runner
 from tensorflow_serving.apis import predict_pb2
 
+from elmo_tf.serving.rest_json import outputs_to_json
+
 
 def test_response_estimate_uses_dims_learned_at_warm_up():
     """A SignatureDef may leave inner dims unknown ([-1, -1, -1]); the warm-up outputs tell them."""
@@ -29,17 +31,14 @@ def proto_size(outputs):
 
 
 def json_sizes(outputs):
-    """Lengths of TF Serving's columnar and row JSON responses, as Python's json writes them."""
-    columnar = json.dumps({"outputs": {a: v.tolist() for a, v in outputs.items()}}, separators=(",", ":"))
-    rows = next(iter(outputs.values())).shape[0]
-    predictions = [{a: v[k].tolist() for a, v in outputs.items()} for k in range(rows)]
-    return len(columnar), len(json.dumps({"predictions": predictions}, separators=(",", ":")))
+    """Lengths of TF Serving's columnar and row JSON responses, as the REST front writes them."""
+    return tuple(len(b"".join(outputs_to_json(outputs, row_format, 2**40))) for row_format in (False, True))
 
 
 def test_response_estimates_match_real_responses(loaded):
     """Estimated before the model runs, measured after: proto within 64 bytes per output (the tensors' bytes are
-    exact), JSON within 2% (row and columnar); JSON is about 5x the binary size (float32 as 17-digit decimal
-    text)."""
+    exact), JSON at most 15% above (row and columnar: an upper estimate, float32 as its shortest text of 3 to 15
+    characters, 12 counted); JSON is about 3x the binary size."""
     rng = np.random.default_rng(0)
     words = [w.encode() for w in "the cat sat on a mat , dogs bark at night ; Zürich 2018 naïve café !".split()]
     requests = []
@@ -61,9 +60,9 @@ def test_response_estimates_match_real_responses(loaded):
             overhead = 64 * len(outputs)  # dtype, shape and map key of each output
             assert real - overhead <= proto.response_bytes <= real, (signature, output_filter, proto, real)
             for real in json_sizes(outputs):
-                assert 0.97 <= as_json.response_bytes / real <= 1.03, (signature, output_filter, as_json, real)
+                assert 1.0 <= as_json.response_bytes / real <= 1.15, (signature, output_filter, as_json, real)
             ratios.append(as_json.response_bytes / proto.response_bytes)
-    assert 2.5 < min(ratios) and 5.0 < max(ratios) < 5.3, ratios  # 5x; padding ("0.0,") makes JSON cheaper
+    assert 1.5 < min(ratios) and 2.9 < max(ratios) < 3.2, ratios  # 3x; padding ("0.0,") makes JSON cheaper
 
 
 def test_json_estimate_matches_the_rest_front(rest_url, loaded):
@@ -84,4 +83,4 @@ def test_json_estimate_matches_the_rest_front(rest_url, loaded):
             connection.close()
         assert response.status == 200
         print(f"\nJSON estimate {estimate} bytes, REST body {real} bytes ({next(iter(body))})")
-        assert 0.98 <= estimate / real <= 1.02, (body, estimate, real)
+        assert 1.0 <= estimate / real <= 1.15, (body, estimate, real)

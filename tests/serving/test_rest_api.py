@@ -1,6 +1,7 @@
 """elmo_tf/serving/rest_api.py over real HTTP on 127.0.0.1: TF Serving's /v1/models endpoints, row ("instances") and
 columnar ("inputs") predict formats with parity, b64 strings, versions, metrics, and errors as {"error": ...} with TF
-Serving's HTTP codes, malformed requests included."""
+Serving's HTTP codes and texts, malformed requests included; paths, version numbers and labels read as stock reads
+them (each expectation cites the TF Serving source it follows)."""
 
 import base64
 
@@ -92,39 +93,65 @@ def test_predict_single_output_is_written_bare(rest_url, model):
     np.testing.assert_allclose(body["predictions"], reference_sentences(model, ["a b", "c"])["default"], atol=1e-5)
 
 
+# Each expectation is stock TF Serving's answer: the file and line of its source are given beside it.
+FAILED_ELEMENT = "Failed to process element: {} of 'instances' list. Error: INVALID_ARGUMENT: "
+
+
 @pytest.mark.parametrize(
     "path, body, status, match",
     [
-        ("/v1/models/nope:predict", {"instances": ["a"]}, 404, r"Servable not found for request: Latest\(nope\)"),
+        # basic_manager.cc ~139
+        ("/v1/models/nope:predict", {"instances": ["a"]}, 404, r"^Servable not found for request: Latest\(nope\)$"),
         ("/v1/models/elmo/versions/5:predict", {"instances": ["a"]}, 404, r"Specific\(elmo, 5\)"),
-        ("/v1/models/elmo:predict", {"signature_name": "nope", "instances": ["a"]}, 404, 'signature key "nope"'),
+        # http_rest_api_handler.cc ~233-239 (was 404 before issue 27)
+        (
+            "/v1/models/elmo:predict",
+            {"signature_name": "nope", "instances": ["a"]},
+            400,
+            '^Serving signature name: "nope" not found in signature def$',
+        ),
+        # json_tensor.cc ~674-681, ~686-689, ~704
         ("/v1/models/elmo:predict", {"instances": ["a"], "inputs": ["a"]}, 400, "only one of 'inputs' or 'instances'"),
-        ("/v1/models/elmo:predict", {"signature_name": "default"}, 400, "Missing 'inputs' or 'instances' key"),
+        ("/v1/models/elmo:predict", {"signature_name": "default"}, 400, "^Missing 'inputs' or 'instances' key$"),
         ("/v1/models/elmo:predict", {"instances": []}, 400, "No values in 'instances' array"),
+        # json_tensor.cc ~262-267 (TypeError: DataTypeString's lowercase name), ~596-601 (each row alone)
         (
             "/v1/models/elmo:predict",
             {"instances": [1, 2]},
             400,
-            "JSON Value: 1 Type: Number is not of expected type: DT_STRING",
+            "^" + FAILED_ELEMENT.format(0) + "JSON Value: 1 Type: Number is not of expected type: string$",
         ),
         ("/v1/models/elmo:predict", {"inputs": {"sentences": [["a"]]}}, 400, "expected rank 1"),
+        # json_tensor.cc ~416-421 (FillTensorProto)
         (
             "/v1/models/elmo:predict",
             {"signature_name": "tokens", "inputs": {"tokens": [["a", "b"], ["c"]], "sequence_len": [2, 1]}},
             400,
-            r"Encountered list at unexpected size: 1 at level: 1 expected size: 2 \(rows of 'tokens' must",
+            "^Encountered list at unexpected size: 1 at level: 1 expected size: 2$",
         ),
+        # json_tensor.cc ~559-567, ~459-464: ragged rows, each parsed alone
+        (
+            "/v1/models/elmo:predict",
+            {
+                "signature_name": "tokens",
+                "instances": [{"tokens": ["a", "b", "c"], "sequence_len": 3}, {"tokens": ["a"], "sequence_len": 1}],
+            },
+            400,
+            r"^Failed to process element: 1 key: tokens of 'instances' list\. Error: INVALID_ARGUMENT: "
+            r"Expecting tensor size: 3 but got: 1$",
+        ),
+        # json_tensor.cc ~633-637
         (
             "/v1/models/elmo:predict",
             {"signature_name": "tokens", "inputs": {"tokens": [["a"]]}},
             400,
-            "Missing named input: sequence_len",
+            "^Missing named input: sequence_len in 'inputs' object.$",
         ),
         (
             "/v1/models/elmo:predict",
             {"signature_name": "tokens", "inputs": {"tokens": [["a"]], "sequence_len": [1.5]}},
             400,
-            "is not of expected type: DT_INT32",
+            "^JSON Value: 1.5 Type: Number is not of expected type: int32$",
         ),
         (
             "/v1/models/elmo:predict",
@@ -132,12 +159,37 @@ def test_predict_single_output_is_written_bare(rest_url, model):
             400,
             r"sequence_len must be in \[0, 1\]",
         ),
-        ("/v1/models/elmo:predict", {"inputs": {"sentences": [{"b64": "!!"}]}}, 400, "Unable to base64 decode"),
+        ("/v1/models/elmo:predict", {"inputs": {"sentences": [{"b64": "!!"}]}}, 400, "^Unable to base64 decode$"),
         ("/v1/models/elmo:predict", {"inputs": ["a"], "output_filter": ["nope"]}, 400, "output tensor alias not found"),
         ("/v1/models/elmo:predict", {"inputs": [" ".join(["w"] * 10000)]}, 429, "has 10000 tokens"),
-        ("/v1/models/elmo:classify", {"examples": []}, 501, "classify is not implemented"),
-        ("/v1/models/elmo/labels/stable:predict", {"instances": ["a"]}, 404, "version label"),
-        ("/v1/nonsense", {}, 400, "Malformed request: POST /v1/nonsense"),
+        # classifier.cc ~185-191, regressor.cc ~179-184: the servable is found, its signature refused (was 501);
+        # json_tensor.cc ~846-849: the body is read first
+        ("/v1/models/elmo:classify", {"examples": []}, 400, "'examples' value is an empty array"),
+        ("/v1/models/elmo:classify", {"examples": [{"x": 1}]}, 400, "^Expected one or two output Tensors, found"),
+        ("/v1/models/elmo:regress", {"examples": [{"x": 1}]}, 400, r"^Expected one output Tensor\.$"),
+        (
+            "/v1/models/elmo:classify",
+            {"signature_name": "tokens", "examples": [{"x": 1.5}]},
+            400,
+            r"^Expected one input Tensor\.$",
+        ),
+        ("/v1/models/nope:regress", {"examples": [{"x": 1}]}, 404, r"Latest\(nope\)"),
+        # server_core.cc ~853-864, ~890-891 (was 404)
+        (
+            "/v1/models/elmo/labels/stable:predict",
+            {"instances": ["a"]},
+            400,
+            "^Unrecognized servable version label: stable$",
+        ),
+        # http_rest_api_handler.cc ~74-75, http_rest_api_util.cc ~31-34: RE2's \d is ASCII only
+        ("/v1/nonsense", {}, 400, "^Malformed request: POST /v1/nonsense$"),
+        (
+            "/v1/models/elmo/versions/%D9%A2:predict",
+            {"instances": ["a"]},
+            400,
+            "^Malformed request: POST /v1/models/elmo/versions/%D9%A2:predict$",
+        ),
+        ("/v1/models/elmo/versions/-1:predict", {"instances": ["a"]}, 400, "^Malformed request"),
     ],
 )
 def test_predict_errors(rest_url, path, body, status, match):
@@ -146,17 +198,60 @@ def test_predict_errors(rest_url, path, body, status, match):
     assert set(answer) == {"error"} and __import__("re").search(match, answer["error"]), answer
 
 
+def test_paths_are_read_as_stock_reads_them(rest_url, server, model):
+    """http_rest_api_util.cc: a version is ASCII digits read by absl::SimpleAtoi (leading zeros allowed, ~115-122);
+    the model name is percent-decoded (DecodeArg, ~69-88, ~109-114); the path is matched with its query
+    (evhttp_request.cc ~100-110: uri_path() is path and query), so a query makes it malformed."""
+    expected = reference_sentences(model, ["a"])["default"]
+    for path in ("/v1/models/elmo/versions/0001:predict", "/v1/models/%65lmo:predict", "/V1/MODELS/elmo:PREDICT"):
+        got, body = call(rest_url + path, "POST", {"instances": ["a"]})
+        assert got == 200, (path, body)
+        np.testing.assert_allclose(body["predictions"][0]["default"], expected[0], atol=1e-5)
+    got, body = post(server.rest_port, {"instances": ["a"]}, path="/v1/models/elmo:predict?x=1")
+    assert got == 400 and body["error"] == "Malformed request: POST /v1/models/elmo:predict?x=1", body
+
+
+def test_version_labels_as_stock(rest_url):
+    """GetModelStatus looks at a version number only (get_model_status_impl.cc ~76-109): by label it is every
+    version, 200 (was 404); metadata resolves the label (server_core.cc ~890-891): 400."""
+    got, body = call(f"{rest_url}/v1/models/elmo/labels/stable")
+    assert got == 200 and [s["version"] for s in body["model_version_status"]] == ["1"], body
+    got, body = call(f"{rest_url}/v1/models/elmo/labels/stable/metadata")
+    assert got == 400 and body["error"] == "Unrecognized servable version label: stable", body
+
+
 def test_bad_json_and_unknown_paths(rest_url):
+    # json_tensor.cc ~473-476, http_rest_api_handler_test.cc ~288-301
+    got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", raw=b"")
+    assert got == 400 and answer["error"] == "JSON Parse error: The document is empty", answer
+    got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", raw=b"instances = [1, 2]")
+    assert got == 400 and answer["error"].startswith("JSON Parse error: Invalid value."), answer
     got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", raw=b"{not json")
     assert got == 400 and answer["error"].startswith("JSON Parse error")
     got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", raw=b"[1, 2]")
-    assert got == 400 and "Is not object" in answer["error"]
+    assert got == 400 and answer["error"] == "JSON Value: [1, 2] Is not object", answer
+    # json_tensor.cc ~505-518, http_rest_api_handler_test.cc ~321-327
+    got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", raw=b'{"signature_name": 100}')
+    assert got == 400 and answer["error"].endswith("'signature_name' key must be a string value."), answer
     got, answer = call(f"{rest_url}/v1/models/nope")
     assert got == 404 and "Could not find any versions of model nope" in answer["error"]
     got, answer = call(f"{rest_url}/v1/models/elmo/versions/4")
     assert got == 404 and "Could not find version 4 of model elmo" in answer["error"]
     got, answer = call(f"{rest_url}/elsewhere")
     assert got == 404
+
+
+def test_trailing_bytes_after_the_document_are_ignored(rest_url):
+    """rapidjson's kParseStopWhenDoneFlag (json_tensor.cc ~480-483): stock serves a body with bytes after its JSON
+    document (was a 400 here before issue 27)."""
+    got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", raw=b'{"instances": ["a"]} trailing')
+    assert got == 200 and len(answer["predictions"]) == 1, answer
+
+
+def test_columnar_inputs_the_signature_lacks_are_ignored(rest_url):
+    """FillTensorMapFromInputsMap (json_tensor.cc ~628-652) reads the signature's inputs and ignores other keys."""
+    got, answer = call(f"{rest_url}/v1/models/elmo:predict", "POST", {"inputs": {"sentences": ["a"], "extra": [1]}})
+    assert got == 200 and len(answer["outputs"]["default"]) == 1, answer
 
 
 def test_empty_batch_in_columnar_format(rest_url):
@@ -181,7 +276,6 @@ def test_malformed_requests_are_400(strict):
         b"",
         b"\xff\xfe{not utf-8",
         b'{"instances": ["a"]',
-        b'{"instances": ["a"]} trailing',
         b'{"instances": [1' + b"0" * 5000 + b"]}",  # an integer too long to convert
         b'{"instances": ["\\ud800"]}',  # a lone surrogate
         b'{"signature_name": "tokens", "inputs": {"tokens": [[["a"]]], "sequence_len": [1]}}',
@@ -193,3 +287,12 @@ def test_malformed_requests_are_400(strict):
     status, body = get(port, "/v1/models/elmo/versions/" + "9" * 5000)
     assert status == 400 and "Failed to convert version" in body["error"], body
     assert_still_serving(port)
+
+
+def test_cors_preflight_as_stock(rest_url):
+    """An OPTIONS request is a CORS preflight: 200 with an http(s) Origin, else FAILED_PRECONDITION (400)
+    `Origin header is missing in CORS preflight` (http_server.cc ~170-177; was "Malformed request" here)."""
+    got, body = call(f"{rest_url}/v1/models/elmo:predict", "OPTIONS", headers={"Origin": "https://example.com"})
+    assert got == 200, body
+    got, body = call(f"{rest_url}/v1/models/elmo:predict", "OPTIONS")
+    assert got == 400 and body == {"error": "Origin header is missing in CORS preflight"}, body

@@ -1,4 +1,4 @@
-"""elmo_tf/serving/rest_json.py: the JSON writer stops at its limit, a predict whose JSON response would be ~4x the
+"""elmo_tf/serving/rest_json.py: the JSON writer stops at its limit, a predict whose JSON response would be ~2x the
 response limit is refused 429 naming the limit and its flag, and malformed and deeply nested JSON (arrays and objects,
 depth 65 to 100000, in every position) is a 400 (issue 12, items 1 and 4; a real server on 127.0.0.1, RSS growth
 printed and bounded).
@@ -36,7 +36,7 @@ def test_json_writer_stops_at_the_limit():
 
 
 def test_json_response_over_the_limit_is_refused(strict):
-    """Binary outputs under the 4 MiB limit, their JSON (~5x) about 4x over it: 429 naming the limit and flag."""
+    """Binary outputs under the 4 MiB limit, their JSON (~3x) 1.5x to 3x over it: 429 naming the limit and flag."""
     rows, tokens = 40, 100
     binary = rows * tokens * (32 + 64 + 64 + 64) * 4  # word_emb, lstm_outputs1/2, elmo (float32) per token
     assert SMALL_LIMIT * 0.5 < binary < SMALL_LIMIT  # what gRPC would send is within the limit

@@ -110,6 +110,11 @@ def test_flag_errors_exit_2():
         ([], "--model_base_path: required"),
         (["--model_base_path", "/no/such/dir"], "not a directory"),
         (["--model_base_path", "/tmp", "--port", "x"], "--port must be an integer"),
+        # a TCP port (issue 27): stock would listen on 70000 % 65536 = 4464 for REST
+        (["--model_base_path", "/tmp", "--rest_api_port", "70000"], "--rest_api_port must be <= 65535, got '70000'"),
+        (["--model_base_path", "/tmp", "--port", "65536"], "--port must be <= 65535, got '65536'"),
+        (["--model_base_path", "/tmp", "--port", "-1"], "--port must be >= 0, got '-1'"),
+        (["--model_base_path", "/tmp", "--port", "\u0668\u0665\u0660\u0660"], "--port must be an integer"),
         (["--model_base_path", "/tmp", "--enable_batching=maybe"], "expected true or false"),
         (["--model_base_path", "/tmp", "--unknown_flag=1"], "unrecognized arguments: --unknown_flag"),
     ]:
@@ -145,12 +150,66 @@ def test_config_files(tmp_path):
     assert parse_model_config(str(models)) == {"elmo": "/models/elmo", "elmo_small": "/models/elmo_small"}
 
 
-def test_embedded_server_end_to_end(base_path, model, fake_stock_server, tmp_path):
-    """--embedded wins over a stock binary on PATH; gRPC and REST answer; SIGTERM stops it with status 0."""
+def batching_parameters_class():
+    """TF Serving's BatchingParameters message (session_bundle_config.proto: the same names, numbers and types), built
+    from a descriptor: tensorflow-serving-api ships no Python module for it."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tensorflow_serving/servables/tensorflow/session_bundle_config.proto",
+        package="tensorflow.serving",
+        syntax="proto3",
+        dependency=["google/protobuf/wrappers.proto"],
+    )
+    message = proto.message_type.add(name="BatchingParameters")
+    for name, number, wrapper in (
+        ("max_batch_size", 1, "Int64Value"),
+        ("batch_timeout_micros", 2, "Int64Value"),
+        ("max_enqueued_batches", 3, "Int64Value"),
+        ("num_batch_threads", 4, "Int64Value"),
+        ("thread_pool_name", 5, "StringValue"),
+        ("enable_large_batch_splitting", 8, "BoolValue"),
+        ("max_execution_batch_size", 9, "Int64Value"),
+    ):
+        message.field.add(
+            name=name, number=number, type=field.TYPE_MESSAGE, type_name=f".google.protobuf.{wrapper}", label=1
+        )
+    message.field.add(name="allowed_batch_sizes", number=6, type=field.TYPE_INT64, label=field.LABEL_REPEATED)
+    message.field.add(name="pad_variable_length_inputs", number=7, type=field.TYPE_BOOL, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
+
+
+def test_the_shipped_batching_parameters_parse_as_tf_serving_and_the_embedded_server_read_them():
+    """export/batching.config is a BatchingParameters text proto that TF Serving's parser takes (text_format, as
+    main.cc's ParseProtoTextFile does), and the embedded server reads its three fields."""
+    from google.protobuf import text_format
+
+    text = (REPO / "export" / "batching.config").read_text()
+    params = text_format.Parse(text, batching_parameters_class()())
+    assert (params.max_batch_size.value, params.batch_timeout_micros.value, params.num_batch_threads.value) == (
+        32,
+        2000,
+        2,
+    )
+    assert params.max_enqueued_batches.value == 16 and params.pad_variable_length_inputs
+    assert not params.allowed_batch_sizes and not params.HasField("enable_large_batch_splitting")
+    assert parse_batching_parameters(str(REPO / "export" / "batching.config")) == {
+        "max_batch_size": 32,
+        "batch_timeout_micros": 2000,
+        "num_batch_threads": 2,
+    }
+
+
+def test_embedded_server_end_to_end(base_path, model, fake_stock_server):
+    """--embedded wins over a stock binary on PATH; gRPC and REST answer, with the batching parameters shipped for
+    stock TF Serving (export/batching.config); SIGTERM stops it with status 0."""
     _, record, env = fake_stock_server
     port, rest_port = free_port(), free_port()
-    batching = tmp_path / "batching.config"
-    batching.write_text("max_batch_size { value: 8 } num_batch_threads { value: 1 }")
+    batching = REPO / "export" / "batching.config"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -196,6 +255,7 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server, tmp_pat
             process.communicate()
     assert not record.exists()  # the fake stock server never ran
     assert "embedded model server ready" in output and f"gRPC 127.0.0.1:{port}" in output
+    assert "batching parameter max_enqueued_batches is not used by the embedded server" in output
     assert "received SIGTERM: shutting down" in output and "server stopped" in output
 
 

@@ -125,3 +125,13 @@ def test_output_filter_keeps_a_response_under_the_limit(strict_client, model):
 def test_unbatched_server_parity(strict_client, strict_server, model):
     assert_parity(reference_tokens(model, [["a", "b"], ["c"]]), strict_client.embed_tokens([["a", "b"], ["c"]]))
     assert strict_server.core.stats()["merged_requests"] == 0
+
+
+@pytest.mark.parametrize("field, value", [("port", 70000), ("rest_api_port", 65536), ("port", -1), ("port", True)])
+def test_ports_out_of_range_are_refused(field, value):
+    """A TCP port is 0 to 65535 (issue 27: --rest_api_port 70000 listened on 4464, as stock's evhttp does)."""
+    from elmo_tf.serving.options import ServerOptions
+
+    with pytest.raises(ValueError, match=f"{field} must be an int in \\[0, 65535\\]"):
+        ServerOptions(**{field: value})
+    assert ServerOptions(port=65535, rest_api_port=0).port == 65535

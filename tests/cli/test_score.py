@@ -1,0 +1,174 @@
+"""`elmo-tf score` (elmo_tf/cli/score.py, elmo_tf/score.py): JSON lines of per-token log-probabilities and top-k
+words, whose perplexities are evaluate-lm's; bad files and flags give one line naming them."""
+
+import json
+import math
+
+import h5py
+import numpy as np
+import pytest
+from cli_testlib import REPO_ROOT, assert_one_error, run_command
+from conftest import randomize_weights
+from tiny_models import TINY
+
+from elmo_tf.cli import run
+from elmo_tf.cli.evaluate_lm import main as evaluate_main
+from elmo_tf.cli.score import main as score_main
+from elmo_tf.config import BiLMConfig
+from elmo_tf.io.vocabulary import Vocabulary
+from elmo_tf.models import BiLMPretrainer
+from elmo_tf.pretraining import write_model_dir
+
+WORDS = ["<S>", "</S>", "<UNK>"] + "the cat sat on a mat dog ran . ,".split()
+TEXT = "the cat sat on the mat .\na dog ran , the zebra sat\n\nmat\n"
+PROG = "elmo-tf score: error:"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny biLM with random weights, as training/pretrain.py writes it."""
+    d = tmp_path_factory.mktemp("score") / "run"
+    model = BiLMPretrainer(BiLMConfig(**TINY), len(WORDS), dropout=0.0)
+    randomize_weights(model, 7, scale=0.5)
+    write_model_dir(model, Vocabulary(WORDS), d)
+    return d
+
+
+@pytest.fixture
+def text(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text(TEXT)
+    return path
+
+
+def score(capsys, *argv):
+    """Runs `elmo-tf score ARGV` in this process: (exit status, stderr)."""
+    try:
+        code = run(lambda args: score_main(args), [str(a) for a in argv], prog="elmo-tf score")
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def test_score_writes_a_line_per_input_line_and_its_perplexity_is_evaluate_lms(model_dir, text, tmp_path, capsys):
+    out = tmp_path / "scores.jsonl"
+    code, err = score(
+        capsys, "--model", model_dir, "--input", text, "--output", out, "--top-k", "3", "--batch-size", "2"
+    )
+    assert code == 0, err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["tokens"] for r in records] == [line.split() for line in TEXT.splitlines()]
+    for record in records:
+        n = len(record["tokens"])
+        for direction in ("forward", "backward"):
+            assert len(record[f"{direction}_log_probs"]) == n + 1
+            top = record[f"{direction}_top_k"]
+            assert len(top) == n + 1 and all(len(entry) == 3 for entry in top)
+            assert all(isinstance(w, str) and p <= 0 for entry in top for w, p in entry)
+        # the true word's score is its entry in the top k, where it is listed
+        targets = [w if w in WORDS else "<UNK>" for w in record["tokens"]] + ["</S>"]
+        for j, word in enumerate(targets):
+            listed = dict(record["forward_top_k"][j])
+            if word in listed:
+                assert listed[word] == pytest.approx(record["forward_log_probs"][j], abs=1e-6)
+    # perplexity over the file: evaluate-lm skips blank lines; the others are scored whole (all < 50 tokens)
+    scored = [r for r in records if r["tokens"]]
+    count = sum(len(r["forward_log_probs"]) for r in scored)
+    ppl = {d: math.exp(-sum(sum(r[f"{d}_log_probs"]) for r in scored) / count) for d in ("forward", "backward")}
+    assert run(evaluate_main, ["--model", str(model_dir), "--test", str(text)], prog="evaluate_lm.py") == 0
+    reported = json.loads(capsys.readouterr().out)
+    assert reported["tokens"] == count
+    for direction in ("forward", "backward"):
+        assert ppl[direction] == pytest.approx(reported[direction], rel=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "scores.jsonl"]  # no temporary left
+
+
+def test_the_four_files_give_what_the_run_dir_gives(model_dir, text, tmp_path, capsys):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert score(capsys, "--model", model_dir, "--input", text, "--output", a)[0] == 0
+    files = [
+        "--options",
+        "options.json",
+        "--weights",
+        "weights.hdf5",
+        "--softmax",
+        "softmax.hdf5",
+        "--vocab",
+        "vocab.txt",
+    ]
+    files = [model_dir / f if f.endswith((".json", ".hdf5", ".txt")) else f for f in files]
+    assert score(capsys, *files, "--input", text, "--output", b, "--batch-size", "1")[0] == 0
+    for x, y in zip(a.read_text().splitlines(), b.read_text().splitlines()):
+        x, y = json.loads(x), json.loads(y)
+        assert x["tokens"] == y["tokens"] and "forward_top_k" not in x
+        np.testing.assert_allclose(x["forward_log_probs"], y["forward_log_probs"], atol=1e-6)
+        np.testing.assert_allclose(x["backward_log_probs"], y["backward_log_probs"], atol=1e-6)
+
+
+@pytest.fixture
+def damaged(model_dir, tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    for p in model_dir.iterdir():
+        (d / p.name).write_bytes(p.read_bytes())
+    return d
+
+
+@pytest.mark.parametrize(
+    "damage,flag,needle",
+    [
+        ("rows", "--softmax", "softmax/W has 12 rows, the vocabulary of"),
+        ("width", "--softmax", "softmax/W is 7 wide, the biLM's projection_dim is 8"),
+        ("no_unk", "--vocab", "has no <UNK>"),
+        ("blank", "--vocab", ":4: blank line"),
+    ],
+)
+def test_files_that_do_not_fit_give_one_line_naming_the_file(damaged, text, tmp_path, capsys, damage, flag, needle):
+    softmax, vocab = damaged / "softmax.hdf5", damaged / "vocab.txt"
+    if damage in ("rows", "width"):
+        with h5py.File(softmax, "r+") as f:
+            w = f["softmax/W"][...]
+            del f["softmax/W"]
+            f["softmax/W"] = w[:-1] if damage == "rows" else w[:, :-1]
+            if damage == "rows":
+                b = f["softmax/b"][...]
+                del f["softmax/b"]
+                f["softmax/b"] = b[:-1]
+    elif damage == "no_unk":
+        vocab.write_text("\n".join(w for w in WORDS if w != "<UNK>") + "\n")
+    else:
+        vocab.write_text("\n".join(WORDS[:3] + [""] + WORDS[3:]) + "\n")
+    code, err = score(capsys, "--model", damaged, "--input", text, "--output", tmp_path / "o.jsonl")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1, err
+    path = softmax if flag == "--softmax" else vocab
+    assert lines[0].startswith(f"{PROG} {flag}: {path}") and needle in lines[0], lines[0]
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--top-k", "-1"], "--top-k must be >= 0, got '-1'"),
+        (["--top-k", "1001"], "--top-k must be <= 1000, got '1001'"),
+        (["--batch-size", "0"], "--batch-size must be >= 1, got '0'"),
+        (["--max-batch-tokens", str(2**31)], "--max-batch-tokens must be <= 2147483647 (int32)"),
+        (["--top-k", "20"], "--top-k: top_k must be <= vocab_size 13, got 20"),
+        (["--options", "x.json"], "--model: not allowed with --options"),
+    ],
+)
+def test_usage_errors(model_dir, text, tmp_path, capsys, extra, needle):
+    if extra[0] == "--options":
+        extra = ["--options", str(text)]
+    code, err = score(capsys, "--model", model_dir, "--input", text, "--output", tmp_path / "o.jsonl", *extra)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_missing_model_files_and_an_output_over_the_input_as_a_command(model_dir, text, tmp_path):
+    """As a real command: the usage errors answer in one line, exit 2, before anything is loaded."""
+    main = REPO_ROOT / "elmo_tf" / "__main__.py"
+    result = run_command([main, "score", "--options", text, "--input", text, "--output", tmp_path / "o.jsonl"])
+    assert_one_error(result, 2, "score: error: --weights: required (or pass --model RUN_DIR)")
+    result = run_command([main, "score", "--model", model_dir, "--input", text, "--output", text])
+    assert_one_error(result, 2, "score: error: --output", "same file as --input")
+    assert text.read_text() == TEXT

@@ -1,0 +1,207 @@
+"""elmo_tf/serving/json_tensor.py: JSON request bodies read as TF Serving's tensorflow_serving/util/json_tensor.cc
+reads them, with its error texts; each test cites the lines of json_tensor.cc (or of its test, json_tensor_test.cc)
+it follows. No server: the request budgets of serving_fake's signatures."""
+
+import grpc
+import numpy as np
+import pytest
+from serving_fake import sentences_budget, tokens_budget
+from tensorflow.core.framework import types_pb2
+
+from elmo_tf.serving.budget import Limits
+from elmo_tf.serving.json_tensor import (
+    check_examples,
+    debug_string,
+    decode_request,
+    leaf_value,
+    parse_json,
+    signature_name,
+    type_name,
+)
+from elmo_tf.serving.status import ServingError
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+def error(call):
+    with pytest.raises(ServingError) as info:
+        call()
+    return info.value.code, info.value.details
+
+
+def decode(doc, budget=None):
+    return decode_request(doc, budget or sentences_budget())
+
+
+def test_parse_errors_as_stock():
+    """ParseJson (~473-502): an empty document; rapidjson's words for an invalid value; a document that is not an
+    object; the bytes after the document are ignored (kParseStopWhenDoneFlag)."""
+    assert error(lambda: parse_json(b"")) == (INVALID, "JSON Parse error: The document is empty")
+    assert error(lambda: parse_json(b"  \n")) == (INVALID, "JSON Parse error: The document is empty")
+    assert error(lambda: parse_json(b"instances = [1, 2]")) == (
+        INVALID,
+        "JSON Parse error: Invalid value. at offset: 0",
+    )
+    assert error(lambda: parse_json(b"[1, 2]")) == (INVALID, "JSON Value: [1, 2] Is not object")
+    assert parse_json(b' {"instances": ["a"]} and more') == {"instances": ["a"]}
+    assert error(lambda: parse_json(b'{"instances": [1' + b"0" * 5000 + b"]}"))[0] == INVALID
+
+
+def test_signature_name_must_be_a_string():
+    """FillSignature (~505-518), json_tensor_test.cc ~654-661."""
+    doc = {"signature_name": 5, "instances": [[1, 2]]}
+    code, details = error(lambda: signature_name(doc))
+    assert code == INVALID
+    assert details == (
+        'JSON Value: {\n    "signature_name": 5,\n    "instances": [[1, 2]]\n} not formatted correctly. '
+        "'signature_name' key must be a string value."
+    )
+    assert signature_name({"instances": []}) == ""
+
+
+def test_debug_string_is_rapidjsons_pretty_writer_cut_at_256_bytes():
+    """JsonValueToDebugString (~226-236): PrettyWriter, arrays on one line, objects indented by 4, at most one token
+    past 256 bytes."""
+    assert debug_string({"a": [1, {"b": True}], "c": None}) == (
+        '{\n    "a": [1, {\n            "b": true\n        }],\n    "c": null\n}'
+    )
+    assert debug_string("caf\u00e9") == '"caf\u00e9"'
+    long = debug_string(list(range(1000)))
+    assert long.startswith("[0, 1, 2") and 256 <= len(long) < 262 and not long.endswith("]")
+
+
+def test_wrong_json_type_names_the_lowercase_dtype():
+    """TypeError (~262-267) names TensorFlow's DataTypeString; json_tensor_test.cc ~696-702,
+    http_rest_api_handler_test.cc ~303-308."""
+    assert [type_name(t) for t in (types_pb2.DT_STRING, types_pb2.DT_INT32, types_pb2.DT_FLOAT)] == [
+        "string",
+        "int32",
+        "float",
+    ]
+    code, details = error(lambda: decode({"inputs": [1]}))
+    assert (code, details) == (INVALID, "JSON Value: 1 Type: Number is not of expected type: string")
+    budget = tokens_budget()
+    for value, json_type in (("3", "String"), (True, "True"), (None, "Null"), (2**31, "Number"), (1.0, "Number")):
+        doc = {"inputs": {"tokens": [["a"]], "sequence_len": [value]}}
+        code, details = error(lambda doc=doc: decode(doc, budget))
+        assert details.endswith(f"Type: {json_type} is not of expected type: int32"), details
+    assert isinstance(leaf_value({"b64": "YQ"}, types_pb2.DT_STRING), bytes)  # absl's Base64Unescape: no padding
+    assert error(lambda: decode({"inputs": [{"b64": "!!"}]})) == (INVALID, "Unable to base64 decode")
+
+
+def test_ragged_instances_are_each_parsed_alone():
+    """AddInstanceItem (~443-470): each row has its own shape; a row of another size or shape than the first fails,
+    wrapped by FillTensorMapFromInstancesList (~559-567); json_tensor_test.cc ~672-694, ~705-752."""
+    budget = tokens_budget()
+    rows = [{"tokens": ["a", "b", "c"], "sequence_len": 3}, {"tokens": ["a"], "sequence_len": 1}]
+    assert error(lambda: decode({"instances": rows}, budget)) == (
+        INVALID,
+        "Failed to process element: 1 key: tokens of 'instances' list. Error: INVALID_ARGUMENT: "
+        "Expecting tensor size: 3 but got: 1",
+    )
+    rows = [{"tokens": ["a", "b"], "sequence_len": 2}, {"tokens": [["a", "b"]], "sequence_len": 2}]
+    assert error(lambda: decode({"instances": rows}, budget))[1].endswith("Expecting shape [2] but got: [1,2]")
+    rows = [{"tokens": [["a", "b"], ["c"]], "sequence_len": 2}]
+    assert error(lambda: decode({"instances": rows}, budget))[1].endswith(
+        "INVALID_ARGUMENT: Encountered list at unexpected size: 1 at level: 1 expected size: 2"
+    )
+    assert error(lambda: decode({"instances": ["a", ["b"]]}))[1] == (
+        "Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: Expecting shape [] but got: [1]"
+    )
+    arrays = decode(
+        {"instances": [{"tokens": ["a", "b"], "sequence_len": 2}, {"tokens": ["c", ""], "sequence_len": 1}]}, budget
+    )
+    np.testing.assert_array_equal(arrays["tokens"], np.array([[b"a", b"b"], [b"c", b""]], dtype=object))
+    np.testing.assert_array_equal(arrays["sequence_len"], np.array([2, 1], np.int32))
+
+
+def test_instances_format_errors():
+    """FillPredictRequestFromJson (~673-690) and FillTensorMapFromInstancesList (~527-606)."""
+    budget = tokens_budget()
+    doc = {"instances": "a"}
+    assert error(lambda: decode(doc)) == (
+        INVALID,
+        'JSON Value: {\n    "instances": "a"\n} Expecting \'instances\' to be an list/array',
+    )
+    assert error(lambda: decode({"instances": []}))[1].endswith("No values in 'instances' array")
+    assert error(lambda: decode({"instances": [["a"]]}, budget))[1] == (
+        "instances is a plain list, but expecting list of objects as multiple input tensors required as per "
+        "tensorinfo_map"
+    )
+    rows = [{"tokens": ["a"], "sequence_len": 1}, ["a"]]
+    assert (
+        error(lambda: decode({"instances": rows}, budget))[1] == "Expecting object but got list at item 1 of input list"
+    )
+    assert error(lambda: decode({"instances": ["a", {"sentences": "b"}]}))[1] == (
+        "Expecting value/list but got object at item 1 of input list"
+    )
+    rows = [{"tokens": ["a"]}]
+    assert error(lambda: decode({"instances": rows}, budget))[1] == (
+        'Failed to process element: 0 of \'instances\' list. JSON object: {\n    "tokens": ["a"]\n} keys must be '
+        "equal to: sequence_len,tokens"
+    )
+    rows = [{"tokens": ["a"], "sequence_len": 1, "extra": 1}]
+    assert error(lambda: decode({"instances": rows}, budget))[1] == (
+        "Failed to process element: 0 key: extra of 'instances' list. Error: INVALID_ARGUMENT: JSON object: does not "
+        "have named input: extra"
+    )
+    assert error(lambda: decode({"instances": ["a"], "inputs": ["a"]}))[1].endswith(
+        "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist "
+    )
+    assert error(lambda: decode({})) == (INVALID, "Missing 'inputs' or 'instances' key")
+
+
+def test_columnar_format_as_stock():
+    """FillTensorMapFromInputsMap (~616-655): a bare value for one input, every input of the signature by name (keys
+    it does not have are ignored), errors unwrapped."""
+    budget = tokens_budget()
+    assert error(lambda: decode({"inputs": [["a"]]}, budget))[1] == (
+        "inputs is a plain value/list, but expecting an object as multiple input tensors required as per tensorinfo_map"
+    )
+    assert error(lambda: decode({"inputs": {"tokens": [["a"]]}}, budget))[1] == (
+        "Missing named input: sequence_len in 'inputs' object."
+    )
+    arrays = decode({"inputs": {"tokens": [["a"]], "sequence_len": [1], "other": 5}}, budget)
+    assert sorted(arrays) == ["sequence_len", "tokens"]
+    assert error(lambda: decode({"inputs": ["a", ["b"]]}))[1] == "Encountered list at unexpected level: 1 expected < 1"
+    assert error(lambda: decode({"inputs": [["a"], "b"]}))[1] == (
+        'JSON Value: "b" found at incorrect level: 2 in the JSON DOM. Expected at level: 2'
+    )
+
+
+def test_budget_sees_the_shape_before_the_values():
+    """The request budget is checked on the shape read from the first items, before any value is read (an
+    extension: stock has no such limits)."""
+    budget = sentences_budget(Limits(max_request_sentences=4))
+    code, details = error(lambda: decode({"instances": ["a"] * 5 + [1]}, budget))  # 6 rows, the last one bad
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "has 6 rows" in details, details
+
+
+def test_classify_bodies_as_stock():
+    """FillClassifyRegressRequestFromJson (~818-859), AddValueToFeature (~736-793), json_tensor_test.cc ~1445-1531."""
+    assert error(lambda: check_examples({}))[1].endswith(
+        "When method is classify, key 'examples' is expected and was not found"
+    )
+    assert error(lambda: check_examples({"examples": {}}))[1].endswith("Expecting 'examples' value to be an list/array")
+    assert error(lambda: check_examples({"examples": [1]}))[1] == "Example must be JSON object but got JSON Number"
+    assert error(lambda: check_examples({"examples": [{"names": [None]}]}))[1] == (
+        "Feature: names has element with unexpected JSON type: Null"
+    )
+    assert error(lambda: check_examples({"examples": [{"names": [1, "a"]}]}))[1] == (
+        "Unexpected element type in feature: names expecting type: int64"
+    )
+    assert error(lambda: check_examples({"examples": [{"names": [2**64 - 1]}]}))[1] == (
+        "Feature: names has uint64_t element. Only int64_t is supported."
+    )
+    check_examples({"context": {"a": 1}, "examples": [{"x": [1.5, 2.0], "y": "a", "z": {"b64": "YQ=="}}]})
+
+
+def test_strings_keep_their_bytes():
+    """rapidjson parses without validating UTF-8: invalid bytes inside a string reach the tensor as they were sent; a
+    lone surrogate escape (which has no bytes) is INVALID_ARGUMENT, with a message that can be written."""
+    doc = parse_json(b'{"instances": ["bad \xff\xfe bytes", "caf\xc3\xa9"]}')
+    arrays = decode(doc)
+    assert arrays["sentences"].tolist() == [b"bad \xff\xfe bytes", "caf\u00e9".encode()]
+    code, details = error(lambda: decode(parse_json(b'{"instances": ["\\ud800"]}')))
+    assert code == INVALID and "is not valid Unicode" in details
+    details.encode("utf-8", "surrogatepass")

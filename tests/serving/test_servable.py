@@ -1,0 +1,76 @@
+"""elmo_tf/serving/servable.py's warm-up: a version's warmup file (assets.extra/tf_serving_warmup_requests) is replayed
+at load as TF Serving replays it (saved_model_warmup.cc: each PredictionLog's request run once), instead of the
+server's own small request; signatures the file does not reach, and exports without the file, get that one."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import elmo_tf.serving.servable as servable_module
+from elmo_tf.serving.servable import WARMUP_TOKEN, load_servable
+from elmo_tf.serving.status import ServingError
+from elmo_tf.serving_warmup import WARMUP_SENTENCES, iter_warmup_requests, warmup_path, write_warmup_requests
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every `SignatureRunner.run` made while loading: (signature, inputs)."""
+    made = []
+    run = servable_module.SignatureRunner.run
+
+    def recording(self, inputs):
+        made.append((self.name, inputs))
+        return run(self, inputs)
+
+    monkeypatch.setattr(servable_module.SignatureRunner, "run", recording)
+    return made
+
+
+def file_requests(path):
+    return [
+        (log.predict_log.request.model_spec.signature_name, dict(log.predict_log.request.inputs))
+        for log in iter_warmup_requests(path)
+    ]
+
+
+def test_the_warmup_file_is_replayed_instead_of_the_synthetic_request(fresh_base, calls):
+    version = os.path.join(fresh_base, "1")
+    expected = file_requests(warmup_path(version))
+    assert [name for name, _ in expected] == ["default", "serving_default", "tokens"]
+    servable = load_servable("elmo", 1, version)
+    assert [name for name, _ in calls] == [name for name, _ in expected]
+    for (_, inputs), (_, protos) in zip(calls, expected):
+        assert sorted(inputs) == sorted(protos)
+        for alias, proto in protos.items():
+            np.testing.assert_array_equal(inputs[alias], tf.make_ndarray(proto))
+    assert calls[0][1]["sentences"].tolist() == [s.encode() for s in WARMUP_SENTENCES]
+    # what the replay taught the response size model is what the synthetic request teaches: the outputs' inner dims
+    width = 2 * 32  # the serving tests' model: projection 32
+    assert servable.runners["tokens"].sizes.inner_dims["elmo"] == (width,)
+    out = servable.runners["default"].run({"sentences": np.array([b"a b c"], object)})
+    assert out["elmo"].shape == (1, 3, width)
+
+
+def test_signatures_the_file_leaves_out_and_exports_without_it_get_the_synthetic_request(fresh_base, calls):
+    version = os.path.join(fresh_base, "1")
+    tokens = np.array([[b"only", b"tokens", b""]], object)
+    write_warmup_requests(version, [("tokens", {"tokens": tokens, "sequence_len": np.array([2], np.int32)})])
+    load_servable("elmo", 1, version)
+    assert [name for name, _ in calls] == ["tokens", "default", "serving_default"]
+    np.testing.assert_array_equal(calls[0][1]["tokens"], tokens)
+    assert [inputs["sentences"].tolist() for _, inputs in calls[1:]] == [[WARMUP_TOKEN]] * 2
+    calls.clear()
+    os.remove(warmup_path(version))
+    load_servable("elmo", 1, version)
+    assert [name for name, _ in calls] == ["default", "serving_default", "tokens"]
+    assert calls[2][1]["tokens"].tolist() == [[WARMUP_TOKEN]]
+
+
+def test_a_bad_request_in_the_file_fails_the_load(fresh_base):
+    version = os.path.join(fresh_base, "1")
+    write_warmup_requests(version, [("default", {"sentences": np.array([1, 2], np.int32)})])
+    with pytest.raises(ServingError, match="input .sentences. of signature .default.: expected dtype DT_STRING") as e:
+        load_servable("elmo", 1, version)
+    assert e.value.code.name == "INVALID_ARGUMENT"

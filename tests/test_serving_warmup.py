@@ -1,0 +1,151 @@
+"""elmo_tf/serving_warmup.py: TF Serving's warmup file as the ELMo export writes it, read back with TF Serving's own
+protos (`tensorflow_serving.apis.prediction_log_pb2`) and TensorFlow's TFRecord reader, each request run through the
+reloaded SavedModel against the Keras model's numbers; and the files TF Serving refuses
+(tensorflow_serving/servables/tensorflow/saved_model_warmup_util.cc), refused the same way."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
+from tiny_models import TINY
+
+import elmo_tf.export as ex
+from elmo_tf.serving_warmup import (
+    MAX_RECORDS,
+    WARMUP_SENTENCES,
+    WarmupError,
+    iter_warmup_requests,
+    predict_log,
+    predict_request,
+    run_warmup_requests,
+    warmup_path,
+    write_warmup_requests,
+)
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def model():
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+
+    keras.utils.set_random_seed(0)
+    return ELMo(BiLMConfig(**TINY))
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    return ex.export_elmo(model, str(tmp_path_factory.mktemp("models") / "elmo"))
+
+
+def read_with_tf_serving_protos(path):
+    """The records of a TFRecord file parsed as TF Serving parses them (PredictionLog.ParseFromArray)."""
+    logs = []
+    for record in tf.data.TFRecordDataset(path):
+        log = prediction_log_pb2.PredictionLog()
+        log.ParseFromString(record.numpy())
+        logs.append(log)
+    return logs
+
+
+def test_the_export_writes_one_realistic_request_per_signature_that_runs_as_keras_does(exported, model):
+    # saved_model_warmup_util.cc: io::JoinPath(export_dir, kSavedModelAssetsExtraDirectory, kRequestsFileName)
+    path = os.path.join(exported, "assets.extra", "tf_serving_warmup_requests")
+    assert warmup_path(exported) == path
+    logs = read_with_tf_serving_protos(path)
+    loaded = tf.saved_model.load(exported)
+    names = [log.predict_log.request.model_spec.signature_name for log in logs]
+    assert sorted(names) == sorted(loaded.signatures) == ["default", "serving_default", "tokens"]
+    assert [log.WhichOneof("log_type") for log in logs] == ["predict_log"] * 3
+    token_lists = ex.reference_tokens(WARMUP_SENTENCES)
+    lengths = [len(t) for t in token_lists]
+    assert len(lengths) == 8 and (min(lengths), max(lengths), sum(lengths)) == (7, 37, 170)  # 21.25 on average
+    expected = ex.reference_outputs(model, token_lists)
+    for log in logs:
+        request = log.predict_log.request
+        assert not request.output_filter and not request.model_spec.name  # all outputs; the warmup ignores the name
+        inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+        if request.model_spec.signature_name == "tokens":
+            assert inputs["tokens"].shape == (8, 37) and inputs["sequence_len"].tolist() == lengths
+            assert inputs["tokens"][0, : lengths[0]].tolist() == token_lists[0]
+        else:
+            assert inputs["sentences"].tolist() == [s.encode() for s in WARMUP_SENTENCES]
+        out = loaded.signatures[request.model_spec.signature_name](**inputs)
+        diffs = ex.compare_outputs(expected, {key: value.numpy() for key, value in out.items()})
+        for key, diff in diffs.items():
+            assert diff <= (ATOL if expected[key].dtype.kind == "f" else 0), (request.model_spec.signature_name, key)
+    assert run_warmup_requests(loaded, exported) == 3
+
+
+def write_records(path, records):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def refusal(path):
+    with pytest.raises(WarmupError) as info:
+        list(iter_warmup_requests(path))
+    return info.value
+
+
+def test_files_tf_serving_refuses_are_refused_with_its_status(tmp_path):
+    path = str(tmp_path / "assets.extra" / "tf_serving_warmup_requests")
+    good = predict_log("default", {"sentences": np.array([b"a b"], object)}).SerializeToString()
+    # not TFRecord: DATA_LOSS, "Please verify your warmup data is in TFRecord format." (saved_model_warmup_util.cc)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(b"this is not a TFRecord file at all")
+    error = refusal(path)
+    assert error.code == "DATA_LOSS" and error.path == path
+    assert str(error).endswith(". Please verify your warmup data is in TFRecord format.")
+    # a good record, then a truncated one: the good one is read first, then the load fails
+    write_records(path, [good])
+    with open(path, "ab") as f:
+        f.write(open(path, "rb").read()[:-3])
+    reader = iter_warmup_requests(path)
+    assert next(reader).predict_log.request.model_spec.signature_name == "default"
+    with pytest.raises(WarmupError, match="TFRecord format"):
+        next(reader)
+    # a record that is not a PredictionLog: INVALID_ARGUMENT "Failed to parse warmup record"
+    write_records(path, [good, b"\xff\xff\xff"])
+    error = refusal(path)
+    assert error.code == "INVALID_ARGUMENT" and str(error).startswith("Failed to parse warmup record 2 from ")
+    # kMaxNumRecords = 1000: 1000 records are read, the 1001st fails the load
+    write_records(path, [good] * MAX_RECORDS)
+    assert MAX_RECORDS == 1000 and len(list(iter_warmup_requests(path))) == 1000
+    write_records(path, [good] * (MAX_RECORDS + 1))
+    error = refusal(path)
+    assert error.code == "INVALID_ARGUMENT"
+    assert str(error) == f"Number of warmup records exceeds the maximum (1000) at {path}"
+    # an empty file is 0 records (ReadRecord's OUT_OF_RANGE at once is OK)
+    write_records(path, [])
+    assert list(iter_warmup_requests(path)) == []
+
+
+def test_log_types_are_run_skipped_or_refused_as_tf_serving_does():
+    log = prediction_log_pb2.PredictionLog()
+    assert predict_request(log) is None  # no log type: RunWarmupRequest's `default: break`
+    log.session_run_log.SetInParent()
+    with pytest.raises(WarmupError, match="Unsupported log_type for warmup: session_run_log") as info:
+        predict_request(log)
+    assert info.value.code == "UNIMPLEMENTED"
+    log = predict_log("tokens", {"sequence_len": np.array([1], np.int32)})
+    assert predict_request(log).model_spec.signature_name == "tokens"
+
+
+def test_run_refuses_an_unknown_signature_as_predict_util_does(exported, tmp_path):
+    loaded = tf.saved_model.load(exported)
+    export_dir = str(tmp_path / "copy")
+    write_warmup_requests(export_dir, [("nosuch", {"sentences": np.array([b"a"], object)})])
+    with pytest.raises(WarmupError, match='Serving signature key "nosuch" not found.') as info:
+        run_warmup_requests(loaded, export_dir)
+    assert info.value.code == "FAILED_PRECONDITION"  # predict_util.cc
+    assert run_warmup_requests(loaded, str(tmp_path / "none")) is None  # no file: nothing to run
+    with pytest.raises(ValueError, match="a warmup file holds 1 to 1000 requests, got 0"):
+        write_warmup_requests(export_dir, [])
