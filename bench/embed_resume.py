@@ -17,9 +17,9 @@ Every run is a subprocess: `python -m elmo_tf embed --threads T ...` with random
 written once to bench/results/cache/<config>-seed<seed>/).
 
 usage (run it alone on the machine: other load changes the times):
-  .venv/bin/python bench/embed_resume.py                       # small model: about 20-30 minutes on 2 cores
-  .venv/bin/python bench/embed_resume.py --smoke               # tiny model, small inputs: under 2 minutes
-  [--config small] [--resume-lines 10000] [--rss-lines 1000,100000] [--threads 2] [--out PATH] [--check]
+  .venv/bin/python bench/embed_resume.py                       # small model: about 20-30 minutes on 2 idle cores
+  .venv/bin/python bench/embed_resume.py --smoke               # tiny model, small inputs: about 1.5 minutes idle
+  [--config small] [--resume-lines 20000] [--rss-lines 1000,100000] [--threads 2] [--out PATH] [--check]
 """
 
 import argparse
@@ -243,7 +243,7 @@ def bench_rss(args, model_dir, work):
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="small | medium | original | tiny (small; tiny with --smoke)")
-    parser.add_argument("--resume-lines", type=int, default=None, help="lines of the resume run (10000)")
+    parser.add_argument("--resume-lines", type=int, default=None, help="lines of the resume run (20000)")
     parser.add_argument("--rss-lines", default=None, help="comma-separated line counts (1000,100000)")
     parser.add_argument("--batch-size", type=int, default=64, help="embed --batch-size (64)")
     parser.add_argument("--threads", type=int, default=2, help="embed --threads (2)")
@@ -259,7 +259,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     args.config = args.config or ("tiny" if args.smoke else "small")
-    args.resume_lines = args.resume_lines or (2000 if args.smoke else 10000)
+    args.resume_lines = args.resume_lines or (2000 if args.smoke else 20000)
     args.rss_lines = parse_list(args.rss_lines or ("200,2000" if args.smoke else "1000,100000"), int, "--rss-lines")
     model_dir = os.path.join(DEFAULT_CACHE, f"{args.config}-seed{args.seed}")
     os.makedirs(model_dir, exist_ok=True)
