@@ -477,3 +477,34 @@ def changed_copy(model):
     weight = other.weights[3]
     weight.assign(weight.numpy() + 1e-3)
     return other
+
+
+def test_pieces_of_an_input_embedded_apart_merge_into_the_whole_file(tiny_elmo, tmp_path):
+    """What a distributed job does with the library: each worker embeds its share of the lines (keeping their global
+    indices) into a valid embed output of its own (`embed_sentences` + `write_embedding_file`); `merge_shards` joins
+    them into the file `embed_file` writes (the same datasets within float rounding, the same sentence_to_index
+    mapping, duplicates and empty lines included)."""
+    from elmo_tf.embed import Embedder, embed_sentences, merge_shards, write_embedding_file
+
+    source = long_input(tmp_path, n=120, seed=3)
+    with open(source, "a", encoding="utf-8") as f:
+        f.write("the cat sat\n\nthe cat sat\n")  # a repeated line: its key maps to the last one
+    embed_file(tiny_elmo, source, tmp_path / "whole.hdf5", dtype="float16")
+    sentences = list(iter_sentences(source))
+    embedder = Embedder(tiny_elmo)
+    shards = []
+    for k, share in enumerate((sentences[0::2], sentences[1::2])):  # two workers, interleaved lines
+        shards.append(tmp_path / f"piece-{k}.hdf5")
+        written = write_embedding_file(shards[-1], embed_sentences(embedder, share, batch_size=3), dtype="float16")
+        assert written == len(share)
+        arrays, index = read_output(shards[-1])  # each piece is an embed output of its lines
+        assert sorted(arrays, key=int) == [str(s.index) for s in share]
+        assert set(index.values()) <= {str(s.index) for s in share}
+    assert merge_shards(shards, tmp_path / "merged.hdf5", dtype="float16") == len(sentences)
+    merged, merged_index = read_output(tmp_path / "merged.hdf5")
+    whole, whole_index = read_output(tmp_path / "whole.hdf5")
+    assert merged_index == whole_index and merged_index["the cat sat"] == str(len(sentences) - 1)
+    assert set(merged) == set(whole)
+    for key, array in whole.items():
+        assert merged[key].dtype == np.float16
+        np.testing.assert_allclose(merged[key].astype(np.float32), array.astype(np.float32), atol=2e-3, rtol=0)
