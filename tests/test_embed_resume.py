@@ -164,6 +164,10 @@ def test_kills_at_chosen_points_then_resume_give_the_uninterrupted_output(files,
         result = run_embed(files, output, *(["--resume"] if k else []), fault=fault)
         assert result.returncode == SIGNALLED[fault.rsplit(":", 1)[1]], (fault, result.stderr[-3000:])
         assert "Traceback" not in result.stderr, result.stderr[-3000:]
+        if "SIGKILL" not in fault:  # SIGTERM, Ctrl-C: the run says where its work is and how to go on
+            assert f"finished shards are kept in {state_dir_of(output)}: the same command with --resume" in (
+                result.stderr
+            ), result.stderr[-3000:]
         if not fault.startswith("merged"):
             assert output.read_bytes() == PREVIOUS, fault  # an older output survives every interruption
         assert len(shards(output)) >= (reference[2] if at_least is ALL else at_least), (fault, shards(output))

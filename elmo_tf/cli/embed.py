@@ -316,6 +316,15 @@ def refused_resume(error, output):
     )
 
 
+def resume_hint(output, log):
+    """Says where the finished shards of an interrupted run are kept and how to go on, when there are some."""
+    from elmo_tf.io.journal import state_dir_of
+
+    state = state_dir_of(output)
+    if os.path.isdir(state) and any(name.startswith("shard-") for name in os.listdir(state)):
+        log.warning("the finished shards are kept in %s: the same command with --resume goes on from them", state)
+
+
 def main(argv=None, prog=PROG):
     """`embed`; returns the exit status (run it with `elmo_tf.cli.run`)."""
     args = build_parser(prog).parse_args(argv)
@@ -396,7 +405,11 @@ def main(argv=None, prog=PROG):
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
     except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
+        resume_hint(args.output, log)
         raise DataError(f"--output: {e}") from None
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
+        resume_hint(args.output, log)
+        raise
     finally:
         progress.close()
     seconds = time.perf_counter() - start
