@@ -15,7 +15,7 @@ Spec (targets in brackets):
      sentences, repeated with a number in front: every line distinct), with `--layers top --dtype float16` to keep
      the disk small [100,000 within 10% of 1,000]. What grows is the format's own: sentence_to_index holds every
      line's key (one JSON string), and HDF5 keeps some metadata per dataset (measured apart, writing 100,000 small
-     datasets after `import tensorflow`: +32 MiB without keys, +87 MiB with them, over 609 MiB).
+     datasets after `import tensorflow`: +30 MiB without keys, +85 MiB with 90-byte keys, over 611 MiB).
 Every run is a subprocess: `python -m elmo_tf embed --threads T ...` with random weights of --config (seeded,
 written once to bench/results/cache/<config>-seed<seed>/).
 
