@@ -14,21 +14,45 @@ How a batch is run (`Embedder`):
     the same object `ELMo.use_token_embeddings` takes), not at all for its words. A token's vector does not depend
     on its batch, so none of this changes an output beyond float rounding (tested to 1e-6).
   - The input gates of each LSTM layer are computed `gate_chunk` steps at a time (bounded memory).
+
+How a file is run (`embed_file`), resumable:
+  - One plan: the input is read once and planned into batches (`iter_plan`), the same batches for the same input and
+    settings; consecutive batches form shards of about `shard_tokens` tokens.
+  - A journal: each shard is written, once done, as an embed output of its own lines (`write_embedding_file`) into
+    `.<output name>.partial/` beside the output, fsync'd before it counts (`elmo_tf.io.journal.RunJournal`); at the
+    end the shards are copied into the output (`merge_shards`) and the journal removed.
+  - Resume: the same call with `resume=True` replays the plan, skips the shards on the disk and computes the others;
+    the token memo restarts with every shard, so each shard is computed exactly as in an uninterrupted run and the
+    file is the same, value for value. The journal's fingerprint (input content, model weights, token cache, every
+    setting) must match, or the resume is refused.
+  - `embed_sentences` + `write_embedding_file` embed any set of lines (a worker's share of a larger input, keeping
+    their global line indices) into a valid embed output: the pieces a distributed job is made of.
 """
 
 import bisect
 import collections
+import hashlib
+import itertools
+import json
+import logging
 
+import h5py
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.errors import check_int
-from elmo_tf.io.sentences import EmbeddingWriter, iter_sentences
+from elmo_tf.errors import ElmoTFError, check_int
+from elmo_tf.io.journal import RunJournal, fault_point, file_digest
+from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter, iter_sentences, sentence_key
+from elmo_tf.io.text import TextFileError
 from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.models.elmo import elmo_activations
 from elmo_tf.preprocessing.chars import token_bytes
 
+logger = logging.getLogger(__name__)
+
 LAYER_CHOICES = ("all", "top", "average")
+DTYPES = ("float32", "float16")  # of the written arrays; computed in float32 either way
+SHARD_TOKENS = 50_000  # tokens per shard of embed_file's journal: about a minute of the original model on 2 cores
 ROW_LENGTH = 64  # positions per packed row (a sentence of n tokens takes n + 2); longer sentences get a row each
 BOUNDARIES = 2  # <S> and </S> around every sentence
 
@@ -222,6 +246,11 @@ class Embedder:
 
         self._run = run
 
+    def reset_memo(self):
+        """Empties the LRU memo of token vectors (`embed_file` does at every shard, so that a shard is computed the
+        same whatever ran before it in this process)."""
+        self._memo.clear()
+
     @property
     def empty_shape(self):
         width = 2 * self.model.config.projection_dim
@@ -345,6 +374,221 @@ def limit_malloc_arenas(arenas=2):
         return False
 
 
+def check_dtype(dtype):
+    """`dtype` ("float32" or "float16", or their numpy dtypes) as its name; ElmoTFError naming it otherwise."""
+    name = np.dtype(dtype).name if isinstance(dtype, (type, np.dtype)) else dtype
+    if name not in DTYPES:
+        raise ElmoTFError(f"dtype must be one of {DTYPES}, got {dtype!r}", key="dtype")
+    return name
+
+
+def cast_embedding(array, dtype, index=None):
+    """`array` (float32) as `dtype`, rounded to the nearest; ElmoTFError when a finite value does not fit (float16's
+    largest is 65504: ELMo's outputs stay far below it, but a model with huge weights may not)."""
+    with np.errstate(over="ignore"):  # checked below, with a message naming the line
+        out = np.asarray(array, dtype=dtype)
+    if out.dtype != np.float32 and not np.isfinite(out).all() and np.isfinite(array).all():
+        where = f" (line index {index})" if index is not None else ""
+        largest = float(np.abs(array).max())
+        raise ElmoTFError(f"a value of magnitude {largest:.6g}{where} does not fit {dtype}: use float32", key="dtype")
+    return out
+
+
+def iter_plan(sentences, batch_size=64, max_batch_tokens=None, sort=True, row_length=ROW_LENGTH):
+    """The work for a stream of `elmo_tf.io.sentences.Sentence`s, in the one order a run follows: yields
+    `(empties, batch)`, the empty sentences read since the previous item and a batch (a list of rows, each a list of
+    `Sentence`s; `iter_batches` plans them); the last item's batch is None (the empty lines read last, maybe none).
+    The same stream and settings give the same items, however much of it is computed: what makes a resumed run
+    follow the uninterrupted one batch for batch."""
+    empties, pending = [], {}
+
+    def items():
+        for sentence in sentences:
+            if not sentence.tokens:
+                empties.append(sentence)
+                continue
+            pending[sentence.index] = sentence
+            yield sentence.index, len(sentence.tokens)
+
+    for batch in iter_batches(items(), batch_size, max_batch_tokens, sort, row_length=row_length):
+        read, empties[:] = list(empties), []
+        yield read, [[pending.pop(i) for i in row] for row in batch]
+    yield list(empties), None
+
+
+def _embed_items(embedder, items, dtype, progress=None):
+    """(Sentence, array as `dtype`) for every sentence of the `(empties, batch)` items, in their order."""
+    for empties, batch in items:
+        for sentence in empties:
+            yield sentence, np.zeros(embedder.empty_shape, dtype)
+        done = len(empties)
+        if batch:
+            flat = [s for row in batch for s in row]
+            arrays = embedder.embed_rows([[s.tokens for s in row] for row in batch])
+            for sentence, array in zip(flat, arrays):
+                yield sentence, cast_embedding(array, dtype, sentence.index)
+            done += len(flat)
+            fault_point("batch")
+        if progress and done:
+            progress(done)
+
+
+def embed_sentences(
+    embedder, sentences, batch_size=64, max_batch_tokens=None, sort=True, row_length=ROW_LENGTH, dtype="float32"
+):
+    """Yields `(sentence, array)` for each `Sentence` of `sentences` (any iterable: a file's `iter_sentences`, a set of
+    lines of a larger input keeping their global `index`), packed and batched as `embed_file` does (`iter_plan`), as
+    soon as each batch is done; empty sentences get `(L+1, 0, 2P)` zeros. `array` has `dtype` ("float32" or
+    "float16"). What a worker of a distributed job calls on its lines before `write_embedding_file`."""
+    dtype = check_dtype(dtype)
+    if max_batch_tokens is None:
+        max_batch_tokens = batch_size * 128
+    yield from _embed_items(embedder, iter_plan(sentences, batch_size, max_batch_tokens, sort, row_length), dtype)
+
+
+def write_embedding_file(path, embedded, dtype="float32", sentence_index=True, durable=False):
+    """Writes `embedded`, `(Sentence, array)` pairs (`embed_sentences`), as a valid embed output for those sentences:
+    a dataset per sentence named by its index, and `sentence_to_index` for them (keys in line order, so the last of
+    equal lines wins, as in a whole file). Atomic (`EmbeddingWriter`); `durable`: fsync'd before and after the
+    rename. Returns the number of datasets written."""
+    lines = []
+    with EmbeddingWriter(path, index=sentence_index, dtype=check_dtype(dtype), durable=durable) as writer:
+        for sentence, array in embedded:
+            writer.write(sentence.index, array)
+            if sentence_index:
+                lines.append((sentence.index, sentence.line))
+        lines.sort(key=lambda pair: pair[0])
+        for index, line in lines:
+            writer.add_key(index, line)
+        fault_point("shard-write")
+    return writer.written
+
+
+def _numbered_shards(items, shard_tokens):
+    """`(shard number, empties, batch)` for the `iter_plan` items: a shard ends with the batch that brings its tokens
+    to `shard_tokens` or more (a function of the plan alone, never of time). A last item without sentences is
+    dropped."""
+    number = tokens = 0
+    for empties, batch in items:
+        if batch is None and not empties:
+            return
+        yield number, empties, batch
+        if batch is not None:
+            tokens += sum(len(s.tokens) for row in batch for s in row)
+            if tokens >= shard_tokens:
+                number, tokens = number + 1, 0
+
+
+def model_fingerprint(model):
+    """SHA-256 (hex) of an ELMo model's biLM config and of every weight of its char CNN and biLM (name, dtype, shape,
+    values): what the embedder's outputs depend on (not the scalar mixes)."""
+    digest = hashlib.sha256(json.dumps(model.config.to_options(), sort_keys=True, default=str).encode())
+    for weight in model.char_cnn.weights + model.bilm.weights:
+        value = np.ascontiguousarray(weight.numpy())
+        digest.update(f"{weight.path}:{value.dtype}:{value.shape}".encode())
+        digest.update(memoryview(value).cast("B"))
+    return digest.hexdigest()
+
+
+def _cache_fingerprint(cache):
+    if cache is None:
+        return None
+    digest = hashlib.sha256()
+    for token in cache.tokens:
+        digest.update(len(token).to_bytes(4, "little") + token)
+    digest.update(np.ascontiguousarray(cache.embedding, np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def _short_hash(value):
+    return f"sha256 {value[:12]}"
+
+
+FINGERPRINT_SHOWN = {
+    "input": lambda v: f"sha256 {v['sha256'][:12]}, {v['size']} bytes",
+    "model": _short_hash,
+    "token_embeddings": _short_hash,
+}
+
+
+def run_fingerprint(embedder, digest, **settings):
+    """What an embed run's output depends on, for `RunJournal`: the input's content (`file_digest`), the model's
+    config and weights, the token cache, every setting, TensorFlow's version and thread counts."""
+    return {
+        "input": {"sha256": digest["sha256"], "size": digest["size"]},
+        "model": model_fingerprint(embedder.model),
+        "token_embeddings": _cache_fingerprint(embedder.token_cache),
+        "layers": embedder.layers,
+        **settings,
+        "row_length": embedder.row_length,
+        "gate_chunk": embedder.gate_chunk,
+        "cnn_chunk": embedder.cnn_chunk,
+        "memo_size": embedder.memo_size,
+        "tensorflow": tf.__version__,
+        "threads": [
+            tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads(),
+        ],
+    }
+
+
+def _count_sentences(sentences, counts, keys):
+    for sentence in sentences:
+        counts["sentences"] += 1
+        counts["tokens"] += len(sentence.tokens)
+        counts["truncated"] += sentence.truncated
+        counts["empty"] += not sentence.tokens
+        if keys is not None:
+            keys[sentence_key(sentence.line)] = str(sentence.index)
+        yield sentence
+
+
+def _finished_shards(journal):
+    """`{number: sentences}` of the journal's finished shards; one that cannot be read is removed (written again)."""
+    found = {}
+    for number, path in sorted(journal.done.items()):
+        try:
+            with h5py.File(path, "r") as f:
+                found[number] = sum(1 for name in f if name != INDEX_DATASET)
+        except (OSError, ValueError) as e:
+            logger.warning("shard %s cannot be read (%s): it is computed again", path, e)
+            journal.discard(number)
+    return found
+
+
+def merged_sentence_index(paths):
+    """The `sentence_to_index` of one file holding the lines of the embed outputs `paths`, from their own maps: the
+    same mapping as one run over all the lines (a key maps to its last line), but a key found in several files is
+    placed by the first file's line rather than its first line, so the JSON text may list keys in another order."""
+    pairs = []
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            if INDEX_DATASET in f:
+                pairs.extend((int(index), key) for key, index in json.loads(f[INDEX_DATASET][0]).items())
+    pairs.sort()
+    return {key: str(index) for index, key in pairs}
+
+
+def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=True):
+    """Writes the datasets of the embed outputs `paths` (shards of one input, each line in one of them) into one
+    file `output_path` (atomic and durable), with `keys` as its `sentence_to_index` (`{key: "index"}` in line order,
+    as `embed_file` collects it; None: `merged_sentence_index(paths)`). Memory holds one dataset at a time (and the
+    keys). Returns the datasets written."""
+    if keys is None and sentence_index:
+        keys = merged_sentence_index(paths)
+    with EmbeddingWriter(output_path, index=sentence_index, dtype=check_dtype(dtype), durable=True) as writer:
+        for path in paths:
+            with h5py.File(path, "r") as f:
+                for name in f:
+                    if name != INDEX_DATASET:
+                        writer.write(int(name), f[name][...])
+            fault_point("merge")
+        if keys:
+            writer.add_keys(keys)
+    fault_point("merged")
+    return writer.written
+
+
 def embed_file(
     model,
     input_path,
@@ -358,68 +602,118 @@ def embed_file(
     token_embeddings=None,
     sentence_index=True,
     row_length=ROW_LENGTH,
+    dtype="float32",
+    resume=False,
+    shard_tokens=SHARD_TOKENS,
+    on_start=None,
+    notes=None,
 ):
-    """Writes one dataset per input line ("0", "1", ...) plus `sentence_to_index` to `output_path` (hdf5).
+    """Writes one dataset per input line ("0", "1", ...) plus `sentence_to_index` to `output_path` (hdf5); resumable.
 
-    The input is read once, line by line (`elmo_tf.io.sentences.iter_sentences`), and every sentence is written as
-    soon as its batch is done: memory holds one window of sentences and one batch, whatever the file's size (plus,
-    unless `sentence_index` is False, the keys of `sentence_to_index`). Empty lines give a dataset with 0 tokens;
-    sentences longer than `max_sentence_tokens` (when set) are cut to that many tokens. The file is written under a
-    temporary name and renamed at the end (`EmbeddingWriter`): an interrupted run leaves an existing output as it was.
+    The input is read once, line by line (`elmo_tf.io.sentences.iter_sentences`), and packed into batches
+    (`iter_plan`); consecutive batches form shards of about `shard_tokens` tokens, each written, as soon as it is
+    done, to the run's journal beside the output (`elmo_tf.io.journal.RunJournal`: `.<output name>.partial/`, every
+    shard complete and fsync'd before it counts). At the end the shards are copied into the output (written under a
+    temporary name and renamed) and the journal is removed. An interrupted run (SIGKILL, SIGTERM, Ctrl-C, a full
+    disk) leaves an existing output as it was and keeps its finished shards: the same call with `resume=True` reads
+    the input again, skips the shards already written, computes the others and writes the same file as an
+    uninterrupted run, value for value (the token memo restarts with every shard, so a shard is computed the same
+    whether or not the run before it was interrupted). A resume whose input content, model, token cache or setting
+    differs raises `ResumeRefused` naming each; without `resume`, a partial state is removed and the run starts over.
+    Memory holds one window of sentences, one batch and one dataset being copied, whatever the file's size (plus,
+    unless `sentence_index` is False, the keys of `sentence_to_index`). Disk: the output twice, briefly.
 
     Args:
         batch_size: packed rows per batch (a row holds several short sentences).
         sort: pack sentences of similar length together within windows of `50 * batch_size` sentences; without
             it, batches follow the file with one batch of look-ahead.
         max_batch_tokens: cap on rows x steps of a batch (default `128 * batch_size`).
-        progress: optional callable `progress(n_sentences_done)` called after each batch.
-        token_embeddings: optional `(vocabulary, array)` (see `Embedder`).
+        progress: optional callable `progress(n_sentences_done)` called after each batch computed in this run.
+        token_embeddings: optional `(vocabulary, array)` or `TokenCache` (see `Embedder`).
         sentence_index: write `sentence_to_index` (AllenNLP's map from sentence to dataset name).
+        dtype: "float32", or "float16" (half the file, each value rounded to the nearest float16).
+        resume: continue the partial run of the same call into `output_path`, if there is one.
+        shard_tokens: tokens per shard (at most that much work is lost to a kill; changes the run's fingerprint).
+        on_start: optional callable `on_start(total_sentences, done_sentences)`, called once before the first batch
+            (the input's line count, and how many lines a resumed run already has).
+        notes: `{fingerprint name: text}` shown beside a differing value when a resume is refused (file names).
     Returns:
-        dict of counts: sentences, tokens, empty, truncated, and the embedder's stats.
+        dict of counts: sentences, tokens, empty, truncated (of the whole input); shards, resumed_shards,
+        resumed_sentences; computed_tokens and the embedder's other stats (of the batches computed in this run).
+    Raises:
+        ResumeRefused, JournalBusy (`elmo_tf.io.journal`); `elmo_tf.io.atomic.WriteError`;
+        `elmo_tf.io.text.TextFileError`.
     """
+    dtype = check_dtype(dtype)
+    shard_tokens = check_int("shard_tokens", shard_tokens, 1)
     embedder = Embedder(model, layers, token_embeddings=token_embeddings, row_length=row_length)
     if max_batch_tokens is None:
         max_batch_tokens = batch_size * 128
+    sentences = iter_sentences(input_path, max_sentence_tokens)  # checks max_sentence_tokens now
+    try:
+        digest = file_digest(input_path)
+    except OSError as e:
+        raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
+    fingerprint = run_fingerprint(
+        embedder,
+        digest,
+        dtype=dtype,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        sort=bool(sort),
+        max_sentence_tokens=max_sentence_tokens,
+        sentence_index=bool(sentence_index),
+        shard_tokens=shard_tokens,
+    )
+    notes = {"input": str(input_path), **(notes or {})}
     counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
-    tokens_of = {}  # sentences read and not yet embedded
-
-    def items(writer):
-        for sentence in iter_sentences(input_path, max_sentence_tokens):
-            counts["sentences"] += 1
-            counts["tokens"] += len(sentence.tokens)
-            counts["truncated"] += sentence.truncated
-            if sentence_index:
-                writer.add_key(sentence.index, sentence.line)
-            if not sentence.tokens:
-                counts["empty"] += 1
-                writer.write(sentence.index, np.zeros(embedder.empty_shape, np.float32))
-                if progress:
-                    progress(1)
+    keys = {} if sentence_index else None
+    with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=FINGERPRINT_SHOWN) as journal:
+        finished = _finished_shards(journal)
+        if on_start:
+            on_start(digest["lines"], sum(finished.values()))
+        plan = iter_plan(_count_sentences(sentences, counts, keys), batch_size, max_batch_tokens, sort, row_length)
+        shards = 0
+        for number, group in itertools.groupby(_numbered_shards(plan, shard_tokens), key=lambda item: item[0]):
+            shards = number + 1
+            items = ((empties, batch) for _, empties, batch in group)
+            if number in finished:
+                collections.deque(items, maxlen=0)  # read past it: the plan goes on as in the first run
                 continue
-            tokens_of[sentence.index] = sentence.tokens
-            yield sentence.index, len(sentence.tokens)
-
-    with EmbeddingWriter(output_path, index=sentence_index) as writer:
-        for batch in iter_batches(items(writer), batch_size, max_batch_tokens, sort, row_length=row_length):
-            arrays = embedder.embed_rows([[tokens_of[i] for i in row] for row in batch])
-            for i, array in zip((i for row in batch for i in row), arrays):
-                writer.write(i, array)
-                del tokens_of[i]
-            if progress:
-                progress(sum(len(row) for row in batch))
-    counts.update(embedder.stats)
+            embedder.reset_memo()
+            embedded = _embed_items(embedder, items, dtype, progress)
+            write_embedding_file(journal.shard_path(number), embedded, dtype, sentence_index, durable=True)
+            fault_point("shard")
+        merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
+    counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")
+    counts.update(
+        computed_tokens=embedder.stats["tokens"],
+        shards=shards,
+        resumed_shards=len(finished),
+        resumed_sentences=sum(finished.values()),
+    )
     return counts
 
 
 __all__ = [
+    "DTYPES",
     "Embedder",
     "LAYER_CHOICES",
     "ROW_LENGTH",
+    "SHARD_TOKENS",
+    "cast_embedding",
+    "check_dtype",
     "embed_file",
+    "embed_sentences",
     "group_rows",
     "iter_batches",
+    "iter_plan",
     "limit_malloc_arenas",
+    "merge_shards",
+    "merged_sentence_index",
+    "model_fingerprint",
     "pack_rows",
     "plan_batches",
+    "run_fingerprint",
+    "write_embedding_file",
 ]

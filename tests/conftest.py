@@ -15,7 +15,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from layer_testlib import FreshProcess, run_layer_test  # noqa: E402
-from tiny_models import TINY  # noqa: E402
+from tiny_models import TINY, randomize_weights  # noqa: E402
 
 from elmo_tf.config import BiLMConfig  # noqa: E402
 from elmo_tf.models import ELMo  # noqa: E402
@@ -66,13 +66,6 @@ def layer_contract(fresh_process):
     """`layer_contract(cls, init_kwargs, input_data, **options) -> (layer, outputs)`: the shared layer contract
     (layer_testlib.run_layer_test: config, shapes, masking, padding, `.keras` reload in another process)."""
     return functools.partial(run_layer_test, fresh_process=fresh_process)
-
-
-def randomize_weights(layer, seed=0, scale=0.3):
-    """Overwrites every variable of `layer` with N(0, scale^2) values (biases too), reproducibly."""
-    rng = np.random.default_rng(seed)
-    for var in layer.weights:
-        var.assign(rng.normal(0.0, scale, size=tuple(var.shape)).astype(var.dtype))
 
 
 @pytest.fixture

@@ -331,3 +331,180 @@ def test_packing_memo_and_dedup_change_no_output(tiny_elmo, to_char_ids):
         np.testing.assert_allclose(b, alone, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="memo_size"):
         Embedder(tiny_elmo, memo_size=-1)
+
+
+# ---------------------------------------------------------------- float16 outputs
+
+FIXTURES = REPO_ROOT.parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
+HALF_ULP = 2.0**-11  # float16 keeps 11 significant bits: rounding to the nearest is off by at most half an ulp
+SUBNORMAL_STEP = 2.0**-24  # below 2**-14 float16 is subnormal: absolute steps of 2**-24, off by half that at most
+
+
+def check_float16(path16, path32, stated_max_abs):
+    """Every float16 dataset is its float32 twin rounded to the nearest float16; returns (max abs, mean abs, max rel
+    over |x| >= 1e-3) of the error, and checks the max against `stated_max_abs` (the README's number)."""
+    half, _ = read_output(path16)
+    single, _ = read_output(path32)
+    assert set(half) == set(single)
+    errors, relative = [], []
+    for key, exact in single.items():
+        assert half[key].dtype == np.float16 and half[key].shape == exact.shape
+        np.testing.assert_array_equal(half[key], exact.astype(np.float16), err_msg=key)
+        error = np.abs(half[key].astype(np.float32) - exact)
+        assert (error <= np.maximum(np.abs(exact) * HALF_ULP, SUBNORMAL_STEP / 2)).all(), key
+        errors.append(error.ravel())
+        big = np.abs(exact) >= 1e-3
+        relative.append((error[big] / np.abs(exact[big])).ravel())
+    errors, relative = np.concatenate(errors), np.concatenate(relative)
+    assert errors.max() <= stated_max_abs and relative.max() <= HALF_ULP
+    return errors.max(), errors.mean(), relative.max()
+
+
+def test_float16_output_is_the_float32_output_rounded(tiny_elmo, input_file, tmp_path):
+    for dtype in ("float32", "float16"):
+        embed_file(tiny_elmo, input_file, tmp_path / f"{dtype}.hdf5", batch_size=3, dtype=dtype)
+    check_float16(tmp_path / "float16.hdf5", tmp_path / "float32.hdf5", stated_max_abs=2e-3)
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"fixture data not found at {FIXTURES}")
+def test_float16_error_with_the_fixture_weights(tmp_path):
+    from elmo_tf import load_elmo
+
+    elmo = load_elmo(FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5")
+    with open(FIXTURES / "sentences.json") as f:
+        lines = [s for batch in json.load(f) for s in batch]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for dtype in ("float32", "float16"):
+        embed_file(elmo, tmp_path / "in.txt", tmp_path / f"{dtype}.hdf5", batch_size=4, dtype=dtype)
+    check_float16(tmp_path / "float16.hdf5", tmp_path / "float32.hdf5", stated_max_abs=2e-3)
+
+
+def test_a_value_float16_cannot_hold_is_refused():
+    from elmo_tf.embed import cast_embedding, check_dtype
+    from elmo_tf.errors import ElmoTFError
+
+    assert cast_embedding(np.array([65504.0, -1e-9], np.float32), "float16").dtype == np.float16
+    with pytest.raises(ElmoTFError, match=r"magnitude 70000 \(line index 7\) does not fit float16"):
+        cast_embedding(np.array([1.0, -7e4], np.float32), "float16", index=7)
+    assert check_dtype(np.float16) == "float16"
+    with pytest.raises(ElmoTFError, match="dtype must be one of"):
+        check_dtype("bfloat16")
+
+
+# ---------------------------------------------------------------- interrupted, then resumed (in this process)
+
+
+class Interrupt(KeyboardInterrupt):
+    pass
+
+
+def interrupt_after(batches):
+    calls = []
+
+    def progress(n):
+        calls.append(n)
+        if len(calls) == batches:
+            raise Interrupt
+
+    return progress
+
+
+def long_input(tmp_path, n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    words = "the cat sat on a mat and ran far away naïve café , .".split()
+    lines = [" ".join(rng.choice(words, size=rng.integers(0, 30))) for _ in range(n)]
+    path = tmp_path / "long.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("sort", [True, False], ids=["sorted", "file-order"])
+def test_an_interrupted_run_resumes_to_the_same_file(tiny_elmo, tmp_path, sort):
+    from elmo_tf.io.journal import state_dir_of
+
+    source = long_input(tmp_path)
+    settings = dict(batch_size=4, sort=sort, shard_tokens=300)
+    whole = embed_file(tiny_elmo, source, tmp_path / "whole.hdf5", **settings)
+    assert whole["shards"] >= 8 and whole["resumed_shards"] == 0
+    output = tmp_path / "out.hdf5"
+    with pytest.raises(Interrupt):
+        embed_file(tiny_elmo, source, output, progress=interrupt_after(15), **settings)
+    kept = sorted(os.listdir(state_dir_of(output)))
+    assert not output.exists() and "manifest.json" in kept and len(kept) >= 3  # a few shards, no temporary
+    progress, starts = [], []
+    stats = embed_file(
+        tiny_elmo,
+        source,
+        output,
+        resume=True,
+        progress=progress.append,
+        on_start=lambda *a: starts.append(a),
+        **settings,
+    )
+    assert stats["resumed_shards"] == len(kept) - 1 and stats["shards"] == whole["shards"]
+    assert starts == [(400, stats["resumed_sentences"])] and sum(progress) == 400 - stats["resumed_sentences"]
+    assert stats["computed_tokens"] < whole["computed_tokens"] == whole["tokens"] == stats["tokens"]
+    with h5py.File(output, "r") as a, h5py.File(tmp_path / "whole.hdf5", "r") as b:
+        assert set(a) == set(b) and a["sentence_to_index"][0] == b["sentence_to_index"][0]
+        for key in b:
+            assert a[key].dtype == b[key].dtype and np.array_equal(a[key][...], b[key][...]), key
+    assert not os.path.exists(state_dir_of(output))
+
+
+def test_a_resume_with_other_settings_is_refused(tiny_elmo, tmp_path):
+    from elmo_tf.io.journal import ResumeRefused
+
+    source = long_input(tmp_path)
+    output = tmp_path / "out.hdf5"
+    with pytest.raises(Interrupt):
+        embed_file(tiny_elmo, source, output, batch_size=4, shard_tokens=300, progress=interrupt_after(10))
+    with pytest.raises(ResumeRefused) as caught:
+        embed_file(tiny_elmo, source, output, batch_size=5, shard_tokens=300, layers="top", resume=True)
+    assert [d[0] for d in caught.value.differences] == ["layers", "batch_size", "max_batch_tokens"]
+    assert ("layers", '"all"', '"top"') in caught.value.differences
+    other = changed_copy(tiny_elmo)
+    with pytest.raises(ResumeRefused) as caught:
+        embed_file(other, source, output, batch_size=4, shard_tokens=300, resume=True)
+    assert [d[0] for d in caught.value.differences] == ["model"]
+
+
+def changed_copy(model):
+    """A model of the same shape as `model` with one weight changed."""
+    from elmo_tf.models import ELMo
+
+    other = ELMo(model.config)
+    other.set_weights(model.get_weights())
+    weight = other.weights[3]
+    weight.assign(weight.numpy() + 1e-3)
+    return other
+
+
+def test_pieces_of_an_input_embedded_apart_merge_into_the_whole_file(tiny_elmo, tmp_path):
+    """What a distributed job does with the library: each worker embeds its share of the lines (keeping their global
+    indices) into a valid embed output of its own (`embed_sentences` + `write_embedding_file`); `merge_shards` joins
+    them into the file `embed_file` writes (the same datasets within float rounding, the same sentence_to_index
+    mapping, duplicates and empty lines included)."""
+    from elmo_tf.embed import Embedder, embed_sentences, merge_shards, write_embedding_file
+
+    source = long_input(tmp_path, n=120, seed=3)
+    with open(source, "a", encoding="utf-8") as f:
+        f.write("the cat sat\n\nthe cat sat\n")  # a repeated line: its key maps to the last one
+    embed_file(tiny_elmo, source, tmp_path / "whole.hdf5", dtype="float16")
+    sentences = list(iter_sentences(source))
+    embedder = Embedder(tiny_elmo)
+    shards = []
+    for k, share in enumerate((sentences[0::2], sentences[1::2])):  # two workers, interleaved lines
+        shards.append(tmp_path / f"piece-{k}.hdf5")
+        written = write_embedding_file(shards[-1], embed_sentences(embedder, share, batch_size=3), dtype="float16")
+        assert written == len(share)
+        arrays, index = read_output(shards[-1])  # each piece is an embed output of its lines
+        assert sorted(arrays, key=int) == [str(s.index) for s in share]
+        assert set(index.values()) <= {str(s.index) for s in share}
+    assert merge_shards(shards, tmp_path / "merged.hdf5", dtype="float16") == len(sentences)
+    merged, merged_index = read_output(tmp_path / "merged.hdf5")
+    whole, whole_index = read_output(tmp_path / "whole.hdf5")
+    assert merged_index == whole_index and merged_index["the cat sat"] == str(len(sentences) - 1)
+    assert set(merged) == set(whole)
+    for key, array in whole.items():
+        assert merged[key].dtype == np.float16
+        np.testing.assert_allclose(merged[key].astype(np.float32), array.astype(np.float32), atol=2e-3, rtol=0)

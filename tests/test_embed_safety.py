@@ -2,8 +2,9 @@
 
 - an output that IS the input under another name (hard link, a symlinked directory): exit 2, one line, input kept
   (the same path, a symlink to the file and a relative spelling are in tests/cli/test_embed_errors.py);
-- SIGTERM, SIGINT (Ctrl-C) and SIGKILL while the output is being written, to a real subprocess: the temporary
-  `.<output>.tmp-<pid>-<random>` is removed (143, 130) or left for the next run to remove (SIGKILL), an older
+- SIGTERM, SIGINT (Ctrl-C) and SIGKILL while the work is being written (a shard of the journal
+  `.<output>.partial/`, see tests/test_embed_resume.py), to a real subprocess: the shard's temporary is removed
+  (143, 130) or left for the next run to remove (SIGKILL), the finished shards are kept for `--resume`, an older
   output at the same path stays byte for byte, a live process's temporary is kept;
 - a disk that refuses the output (a file-size limit: EFBIG, as a full disk gives ENOSPC), for embed and
   dump-token-embeddings: exit 1 with one error line naming the output and "File too large", no "Exception ignored"
@@ -85,6 +86,23 @@ def temporaries(directory, name, pid=None):
     return sorted(p for p in directory.iterdir() if p.name.startswith(prefix))
 
 
+def all_temporaries(directory):
+    """Every temporary under `directory`: the output's, and the journal's (its shards', its manifest's)."""
+    return sorted(p for p in directory.rglob("*") if ".tmp-" in p.name)
+
+
+def state_dir(output):
+    return output.parent / f".{output.name}.partial"
+
+
+def writing(output, pid):
+    """The temporaries `pid` is writing: the output's, and the shards' in the journal."""
+    found = temporaries(output.parent, output.name, pid)
+    if state_dir(output).is_dir():
+        found += [p for p in state_dir(output).iterdir() if f".tmp-{pid}-" in p.name]
+    return found
+
+
 def wait_until_writing(process, output, stderr_path):
     """The temporary of `process` once it holds `MID_WRITE_BYTES`; fails (and kills the process) if the run ends
     first or nothing comes within `WAIT` seconds."""
@@ -92,7 +110,7 @@ def wait_until_writing(process, output, stderr_path):
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"embed ended ({process.returncode}) before it could be signalled:\n{stderr_path.read_text()}")
-        for tmp in temporaries(output.parent, output.name, process.pid):
+        for tmp in writing(output, process.pid):
             try:
                 if tmp.stat().st_size >= MID_WRITE_BYTES:
                     return tmp
@@ -161,8 +179,9 @@ def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_output(files,
     status, stderr, output, tmp = signal_mid_write(files, tmp_path, signal.SIGTERM)
     assert status == 143, stderr
     assert "Traceback" not in stderr, stderr
-    assert not tmp.exists() and temporaries(tmp_path, output.name) == []
+    assert not tmp.exists() and all_temporaries(tmp_path) == []
     assert output.read_bytes() == PREVIOUS
+    assert (state_dir(output) / "manifest.json").is_file()  # the journal stays, for --resume
 
 
 def test_ctrl_c_mid_write_removes_the_temporary_and_keeps_the_old_output(files, tmp_path):
@@ -170,14 +189,15 @@ def test_ctrl_c_mid_write_removes_the_temporary_and_keeps_the_old_output(files, 
     assert status == 130, stderr
     assert "Traceback" not in stderr, stderr
     assert own_lines(stderr)[-1] == "python -m elmo_tf embed: interrupted", stderr
-    assert not tmp.exists() and temporaries(tmp_path, output.name) == []
+    assert not tmp.exists() and all_temporaries(tmp_path) == []
     assert output.read_bytes() == PREVIOUS
+    assert (state_dir(output) / "manifest.json").is_file()
 
 
 def test_sigkill_leaves_a_temporary_that_the_next_run_removes(files, tmp_path):
     status, stderr, output, tmp = signal_mid_write(files, tmp_path, signal.SIGKILL)
     assert status == -signal.SIGKILL, stderr
-    assert temporaries(tmp_path, output.name) == [tmp]  # expected: nothing runs after SIGKILL
+    assert all_temporaries(tmp_path) == [tmp]  # expected: nothing runs after SIGKILL
     assert output.read_bytes() == PREVIOUS
     sleeper = subprocess.Popen(["sleep", str(3 * WAIT)])
     try:
@@ -185,7 +205,8 @@ def test_sigkill_leaves_a_temporary_that_the_next_run_removes(files, tmp_path):
         live.write_bytes(b"a run that is still going")
         result = run_command(["-m", "elmo_tf", "embed", *embed_args(files, files / "short.txt", output)], timeout=WAIT)
         assert result.returncode == 0, result.stderr
-        assert temporaries(tmp_path, output.name) == [live]  # the dead run's is gone, the live one's kept
+        assert all_temporaries(tmp_path) == [live]  # the dead run's is gone (with its journal), the live one's kept
+        assert not state_dir(output).exists()
         assert live.read_bytes() == b"a run that is still going"
     finally:
         sleeper.kill()
@@ -210,9 +231,10 @@ def test_a_full_disk_ends_embed_with_one_line_and_keeps_the_old_output(files, tm
     output.write_bytes(PREVIOUS)
     args = ["-m", "elmo_tf", "embed", *embed_args(files, files / "long.txt", output, "--batch-size", "8")]
     result = run_limited(args, FILE_LIMIT, timeout=WAIT)
-    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(output)!r}", "File too large")
+    shard = state_dir(output) / "shard-000000.hdf5"  # the work goes to the journal first (tests/test_embed_resume.py)
+    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(shard)!r}", "File too large")
     assert output.read_bytes() == PREVIOUS
-    assert temporaries(tmp_path, output.name) == []
+    assert all_temporaries(tmp_path) == [] and (state_dir(output) / "manifest.json").is_file()  # kept for --resume
     result = run_limited(["-m", "elmo_tf", "embed", *embed_args(files, files / "short.txt", output)], FILE_LIMIT)
     assert result.returncode == 0, result.stderr  # a small output fits under the same limit
     assert sorted(read_output(output)[0], key=int) == [str(i) for i in range(len(SHORT))]

@@ -1,4 +1,7 @@
-"""The tiny biLM shape the tests share (importable from any test directory: tests/ is on sys.path)."""
+"""The tiny biLM shape the tests share, and how they randomize weights (importable from any test directory: tests/ is
+on sys.path)."""
+
+import numpy as np
 
 # Small enough that the whole suite runs in well under 2 minutes on 2 CPU cores; filter total 12 differs
 # from the projection 8, so the CNN projection is exercised.
@@ -13,3 +16,10 @@ TINY = dict(
     proj_clip=3.0,
     use_skip_connections=True,
 )
+
+
+def randomize_weights(layer, seed=0, scale=0.3):
+    """Overwrites every variable of `layer` with N(0, scale^2) values (biases too), reproducibly."""
+    rng = np.random.default_rng(seed)
+    for var in layer.weights:
+        var.assign(rng.normal(0.0, scale, size=tuple(var.shape)).astype(var.dtype))

@@ -6,7 +6,9 @@ and the file (and the line or key, for data).
 """
 
 import argparse
+import datetime
 import logging
+import os
 import sys
 import time
 
@@ -14,6 +16,7 @@ from elmo_tf.cli import (
     ArgumentParser,
     DataError,
     UsageError,
+    bounded_number,
     check_output_file,
     check_text_start,
     existing_file,
@@ -29,6 +32,8 @@ EXAMPLES = """examples:
   elmo-tf embed --options options.json --weights weights.hdf5 --input sentences.txt --output out.hdf5
   elmo-tf embed --options options.json --weights weights.hdf5 --input s.txt --output top.hdf5 \\
       --layers top --batch-size 32
+  elmo-tf embed ... --output out.hdf5 --dtype float16      # half the file
+  elmo-tf embed ... --output out.hdf5 --resume             # after a crash: the same command, plus --resume
 
   elmo-tf dump-token-embeddings --options options.json --weights weights.hdf5 --vocab vocab.txt \\
       --output tokens.hdf5
@@ -46,10 +51,14 @@ key for UTF-8 lines; invalid bytes become lone surrogates ("\\udcXX" in the JSON
 Empty lines give a dataset with 0 tokens. Long sentences are embedded whole unless --max-sentence-tokens cuts
 them. Short sentences share a packed row (each between its own <S> and </S>, the LSTM state reset between
 them): outputs are stateless, a sentence gets the same vectors whatever it is batched with.
-The output is written under a hidden temporary name and renamed at the end: an interrupted run (Ctrl-C,
-SIGTERM: exit 130/143) removes it and leaves an existing output as it was; the temporary of a killed run
-(SIGKILL) is removed by the next run into the same directory. A full disk (or a file-size limit) ends the run
-with one line naming the output and the error (exit 1), the temporary removed, an existing output as it was.
+resume: the work is written as it is done, in shards of about --shard-tokens tokens, to a hidden directory
+beside the output (.<output name>.partial/); the output is built from them at the end and the directory removed.
+An interrupted run (kill -9, SIGTERM: exit 143, Ctrl-C: exit 130, a full disk: exit 1) leaves an existing output
+as it was and keeps its finished shards: the same command with --resume computes only the rest and writes the
+same file as an uninterrupted run. It is refused (exit 2, naming each difference) when the input's content, the
+model, the token cache or an option that changes the output differs; without --resume a run starts over.
+progress: on a terminal a bar with the total, the rate and the time left; otherwise a log line every
+--log-interval seconds; nothing with --quiet.
 """
 
 
@@ -116,6 +125,31 @@ def build_parser(prog=PROG):
         type=threads_int("--threads"),
         default=0,
         help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="of the written vectors (float32); float16 halves the file (computed in float32, rounded at the end)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run of this command into the same --output: its finished shards are kept, "
+        "the rest computed (refused when the input, model or an option that changes the output differs)",
+    )
+    p.add_argument(
+        "--shard-tokens",
+        type=size_int("--shard-tokens"),
+        default=50_000,
+        help="tokens per resumable shard (50000): a kill loses at most one shard of work",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress and no log lines, only errors")
+    p.add_argument(
+        "--log-interval",
+        type=bounded_number("--log-interval", float, minimum=0, minimum_inclusive=False, maximum=86400),
+        default=30.0,
+        help="seconds between progress lines when stderr is not a terminal (30)",
     )
     return p
 
@@ -193,6 +227,104 @@ def dump_main(argv=None, prog=DUMP_PROG):
     return 0
 
 
+class Progress:
+    """The embed command's progress on stderr: a bar with the total, the rate and the time left on a terminal (tqdm);
+    a log line every `interval` seconds otherwise (a file, a pipe, a scheduler's log); nothing with `quiet`.
+
+    `start(total, done)` is called once (`embed_file`'s `on_start`: the input's lines, those a resumed run already
+    has); `update(n)` after each batch; `close()` at the end. The rate counts this run's sentences only.
+    """
+
+    def __init__(self, quiet=False, interval=30.0, stream=None, log=None):
+        self.quiet = quiet
+        self.interval = interval
+        self.stream = stream if stream is not None else sys.stderr
+        self.log = log or logging.getLogger("elmo_tf")
+        self.bar = None
+        self.total = self.done = self.initial = 0
+        self.started = self.logged = None
+
+    def start(self, total, done):
+        self.total, self.done, self.initial = total, done, done
+        self.started = self.logged = time.monotonic()
+        if self.quiet:
+            return
+        if done:
+            self.log.info("resuming: %d of %d sentences already written", done, total)
+        isatty = getattr(self.stream, "isatty", None)
+        if isatty is not None and isatty():
+            from tqdm import tqdm
+
+            try:  # a terminal that reports no width (a fresh pty) would get an empty bar
+                width = None if os.get_terminal_size(self.stream.fileno()).columns else 100
+            except (OSError, ValueError, AttributeError):
+                width = None
+            self.bar = tqdm(
+                total=total, initial=done, unit="sent", desc="embed", file=self.stream, smoothing=0.1, ncols=width
+            )
+
+    def update(self, n):
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = time.monotonic()
+        if not self.quiet and self.started is not None and now - self.logged >= self.interval:
+            self.logged = now
+            self.log.info("%s", self.line(now))
+
+    def line(self, now=None):
+        """A line such as "embed: 1200/5000 sentences (24.0%), 85.3 sentences/s, ETA 0:00:44"."""
+        elapsed = (now if now is not None else time.monotonic()) - self.started
+        rate = (self.done - self.initial) / elapsed if elapsed > 0 else 0.0
+        share = 100.0 * self.done / self.total if self.total else 100.0
+        left = f"{datetime.timedelta(seconds=round((self.total - self.done) / rate))}" if rate > 0 else "unknown"
+        return f"embed: {self.done}/{self.total} sentences ({share:.1f}%), {rate:.1f} sentences/s, ETA {left}"
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+# the flag that sets each entry of embed_file's fingerprint (named when a resume is refused)
+FINGERPRINT_FLAGS = {
+    "input": "--input",
+    "model": "--options/--weights",
+    "token_embeddings": "--token-embeddings/--vocab",
+    "layers": "--layers",
+    "dtype": "--dtype",
+    "batch_size": "--batch-size",
+    "max_batch_tokens": "--max-batch-tokens",
+    "sort": "--no-sort",
+    "max_sentence_tokens": "--max-sentence-tokens",
+    "sentence_index": "--no-sentence-index",
+    "shard_tokens": "--shard-tokens",
+    "threads": "--threads",
+    "tensorflow": "TensorFlow version",
+}
+
+
+def refused_resume(error, output):
+    """`UsageError` naming each difference of a `ResumeRefused` by its flag, with both values."""
+    shown = "; ".join(
+        f"{FINGERPRINT_FLAGS.get(name, name)}: {then} then, {now} now" for name, then, now in error.differences
+    )
+    return UsageError(
+        f"--resume: the partial run of {output!r} differs from this command: {shown} "
+        "(run without --resume to start over)"
+    )
+
+
+def resume_hint(output, log):
+    """Says where the finished shards of an interrupted run are kept and how to go on, when there are some."""
+    from elmo_tf.io.journal import state_dir_of
+
+    state = state_dir_of(output)
+    if os.path.isdir(state) and any(name.startswith("shard-") for name in os.listdir(state)):
+        log.warning("the finished shards are kept in %s: the same command with --resume goes on from them", state)
+
+
 def main(argv=None, prog=PROG):
     """`embed`; returns the exit status (run it with `elmo_tf.cli.run`)."""
     args = build_parser(prog).parse_args(argv)
@@ -206,15 +338,15 @@ def main(argv=None, prog=PROG):
         inputs += (("--token-embeddings", args.token_embeddings), ("--vocab", args.vocab))
     check_output_file("--output", args.output, inputs=inputs)
     check_text_start("--input", args.input)
-    setup_logging()
+    setup_logging(quiet=args.quiet)
     log = logging.getLogger("elmo_tf")
     import tensorflow as tf
-    from tqdm import tqdm
 
     from elmo_tf.config import ConfigError
     from elmo_tf.embed import embed_file, limit_malloc_arenas
     from elmo_tf.io import WeightFileError
     from elmo_tf.io.atomic import WriteError
+    from elmo_tf.io.journal import JournalBusy, ResumeRefused
     from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
@@ -242,36 +374,57 @@ def main(argv=None, prog=PROG):
             )
         except TokenEmbeddingError as e:
             raise DataError(f"--token-embeddings: {e}") from None
+    notes = {"model": f"{args.options}, {args.weights}"}
+    if args.vocab is not None:
+        notes["token_embeddings"] = f"{args.token_embeddings}, {args.vocab}"
     start = time.perf_counter()
+    progress = Progress(quiet=args.quiet, interval=args.log_interval, log=log)
     try:
-        with tqdm(unit="sent", file=sys.stderr, desc="embed") as bar:
-            stats = embed_file(
-                model,
-                args.input,
-                args.output,
-                batch_size=args.batch_size,
-                layers=args.layers,
-                max_batch_tokens=args.max_batch_tokens,
-                sort=not args.no_sort,
-                max_sentence_tokens=args.max_sentence_tokens,
-                progress=bar.update,
-                token_embeddings=token_embeddings,
-                sentence_index=not args.no_sentence_index,
-            )
+        stats = embed_file(
+            model,
+            args.input,
+            args.output,
+            batch_size=args.batch_size,
+            layers=args.layers,
+            max_batch_tokens=args.max_batch_tokens,
+            sort=not args.no_sort,
+            max_sentence_tokens=args.max_sentence_tokens,
+            progress=progress.update,
+            token_embeddings=token_embeddings,
+            sentence_index=not args.no_sentence_index,
+            dtype=args.dtype,
+            resume=args.resume,
+            shard_tokens=args.shard_tokens,
+            on_start=progress.start,
+            notes=notes,
+        )
+    except ResumeRefused as e:
+        raise refused_resume(e, args.output) from None
+    except JournalBusy as e:
+        raise UsageError(f"--output: {e}") from None
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
-    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
+        resume_hint(args.output, log)
         raise DataError(f"--output: {e}") from None
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
+        resume_hint(args.output, log)
+        raise
+    finally:
+        progress.close()
     seconds = time.perf_counter() - start
     log.info(
-        "%d sentences, %d tokens in %.1f s (%.0f tokens/s); %d empty, %d cut; %d distinct tokens per batch through "
-        "the char CNN, %d from the cache; wrote %s",
+        "%d sentences, %d tokens (%d embedded in this run) in %.1f s (%.0f tokens/s); %d empty, %d cut; "
+        "%d of %d shards resumed; %d distinct tokens per batch through the char CNN, %d from the cache; wrote %s",
         stats["sentences"],
         stats["tokens"],
+        stats["computed_tokens"],
         seconds,
-        stats["tokens"] / max(seconds, 1e-9),
+        stats["computed_tokens"] / max(seconds, 1e-9),
         stats["empty"],
         stats["truncated"],
+        stats["resumed_shards"],
+        stats["shards"],
         stats["distinct"] - stats["cached"],
         stats["cached"],
         args.output,

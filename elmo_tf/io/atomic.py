@@ -13,6 +13,9 @@ Example:
     # out/metrics.json now holds the whole file; on an exception (or SIGTERM through elmo_tf.cli.run) the
     # temporary is removed and out/metrics.json is unchanged.
 
+`durable=True` (`atomic_path`, `atomic_hdf5`) also survives a power cut: the temporary's data reach the disk (fsync)
+before the rename, and the directory entry after it; what a crash leaves is the old file or the whole new one.
+
 A write that fails (a full disk: ENOSPC, a file-size limit: EFBIG, a quota, a read-only file system) raises
 `WriteError`, an `OSError` naming the target, after the temporary is removed: the previous file is left as it was.
 HDF5 files are written through `atomic_hdf5` (or `HDF5Sink`), which keeps HDF5 itself from ever seeing a failed
@@ -108,8 +111,26 @@ def remove_stale_temps(directory, name=None):
     return removed
 
 
+def fsync_path(path):
+    """Flushes `path`'s data (a file) or entries (a directory) to the disk; its own errors are `OSError`s."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path):
+    """`fsync_path` of a directory, where the file system allows it (some refuse fsync on a directory: EINVAL)."""
+    try:
+        fsync_path(path)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+
+
 @contextlib.contextmanager
-def atomic_path(target, directory=False, overwrite=True, suffix=""):
+def atomic_path(target, directory=False, overwrite=True, suffix="", durable=False):
     """Yields a temporary path for `target`; when the block ends normally it is renamed to `target`.
 
     Args:
@@ -119,6 +140,8 @@ def atomic_path(target, directory=False, overwrite=True, suffix=""):
         overwrite: replace an existing `target` (files only: `os.replace`); False raises `FileExistsError` when
             `target` exists at the end, and the temporary is removed.
         suffix: the temporary's name ends with it (`model.save` wants ".keras").
+        durable: fsync the temporary (a file; every file of a directory) before the rename and the parent directory
+            after it, so that `target` survives a power cut whole once the block has ended.
     Stale temporaries of `target` left by killed runs are removed first. On any exception (KeyboardInterrupt and
     SystemExit included) the temporary is removed and `target` is left as it was.
     """
@@ -132,17 +155,31 @@ def atomic_path(target, directory=False, overwrite=True, suffix=""):
         yield tmp
         if not overwrite and os.path.exists(target):
             raise FileExistsError(f"{target} exists and is not overwritten")
+        if durable:
+            _fsync_tree(tmp)
         if directory:
             if os.path.exists(target):
                 raise FileExistsError(f"{target} exists and is not overwritten")
             os.rename(tmp, target)
         else:
             os.replace(tmp, target)
+        if durable:
+            fsync_dir(parent)
     finally:
         if os.path.isdir(tmp) and not os.path.islink(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
         elif os.path.lexists(tmp):
             os.remove(tmp)
+
+
+def _fsync_tree(path):
+    if not os.path.isdir(path):
+        fsync_path(path)
+        return
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fsync_path(os.path.join(root, name))
+        fsync_dir(root)
 
 
 def stdout_write_error(error):
@@ -289,13 +326,14 @@ class HDF5Sink(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def atomic_hdf5(target):
+def atomic_hdf5(target, durable=False):
     """Yields an `h5py.File` open for writing, written under a temporary name (`atomic_path`) through an `HDF5Sink`
     and renamed to `target` when the block ends normally.
 
     Raises:
         WriteError: a write failed (a full disk, a file-size limit): the file is closed, the temporary removed, and
             `target` is as it was.
+    `durable`: see `atomic_path`.
 
     Example:
         with atomic_hdf5("weights.hdf5") as f:
@@ -303,7 +341,7 @@ def atomic_hdf5(target):
     """
     import h5py
 
-    with atomic_path(target) as tmp:
+    with atomic_path(target, durable=durable) as tmp:
         sink = HDF5Sink(tmp, target)
         try:
             with h5py.File(sink, "w") as f:

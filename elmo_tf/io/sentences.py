@@ -5,7 +5,7 @@ byte order mark skipped, "\\n" or "\\r\\n" line ends, UTF-16/UTF-32 and NUL byte
 are, invalid UTF-8 included) and split with `elmo_tf.preprocessing.tokenizer.split_tokens` (ASCII whitespace, as the
 graph's `tf.strings.split`).
 
-Output (AllenNLP's `embed_file` format): an hdf5 file with one float32 dataset per line, named by the 0-based line
+Output (AllenNLP's `embed_file` format): an hdf5 file with one float32 (or float16) dataset per line, named by the line
 index ("0", "1", ...), and `sentence_to_index`, a one-element string dataset holding the JSON map
 `{sentence key: "line index"}`.
 
@@ -112,6 +112,10 @@ class EmbeddingWriter:
             end of a clean `with` block only.
         index: write `sentence_to_index` (False: leave it out, like AllenNLP's `forget_sentences`; keys are then
             not even kept in memory).
+        dtype: of every sentence dataset, "float32" (default) or "float16" (half the file; values rounded to the
+            nearest float16).
+        durable: the file is on the disk (fsync'd, as is its directory entry) once the block has ended
+            (`elmo_tf.io.atomic.atomic_path`).
     Attributes:
         written: how many sentence datasets `write` created.
     The temporary is `.<output name>.tmp-<pid>-<random>` beside the output (`elmo_tf.io.atomic.atomic_path`, which
@@ -122,9 +126,13 @@ class EmbeddingWriter:
     in memory until the end (one JSON string, as AllenNLP writes it): it grows with the number of distinct keys.
     """
 
-    def __init__(self, output_path, index=True):
+    def __init__(self, output_path, index=True, dtype="float32", durable=False):
         self.output_path = output_path
         self.index = bool(index)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float32, np.float16):
+            raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+        self.durable = bool(durable)
         self.written = 0
         self._keys = {}
         self._file = None
@@ -135,7 +143,7 @@ class EmbeddingWriter:
         if self._stack is not None:
             raise RuntimeError(f"EmbeddingWriter for {self.output_path!r} is already open")
         with contextlib.ExitStack() as stack:
-            tmp = stack.enter_context(atomic_path(self.output_path))
+            tmp = stack.enter_context(atomic_path(self.output_path, durable=self.durable))
             self._sink = stack.enter_context(HDF5Sink(tmp, self.output_path))  # closed after the file, on any exit
             self._file = stack.enter_context(h5py.File(self._sink, "w"))
             self._stack = stack.pop_all()
@@ -172,13 +180,13 @@ class EmbeddingWriter:
         return str(check_int("index", index, 0))
 
     def write(self, index, array):
-        """Creates the dataset `str(index)` holding `array` as float32 (any shape: `(L+1, tokens, 2P)` for all
+        """Creates the dataset `str(index)` holding `array` as `dtype` (any shape: `(L+1, tokens, 2P)` for all
         layers, `(tokens, 2P)` for one). Each index is written once."""
         self._check_open()
         name = self._name(index)
         if name in self._file:
             raise ValueError(f"index {name} is already written to {self.output_path}")
-        self._file.create_dataset(name, data=np.asarray(array, dtype=np.float32))
+        self._file.create_dataset(name, data=np.asarray(array, dtype=self.dtype))
         self._sink.check()
         self.written += 1
 
@@ -190,6 +198,13 @@ class EmbeddingWriter:
         key = sentence_key(line)
         if self.index:
             self._keys[key] = name
+
+    def add_keys(self, keys):
+        """Records the `{sentence key: "line index"}` pairs of `keys` (another run's map, in its order) as `add_key`
+        would have, one by one. Nothing is recorded when `index` is False."""
+        self._check_open()
+        if self.index:
+            self._keys.update(keys)
 
 
 __all__ = ["ASCII_WHITESPACE", "EmbeddingWriter", "Sentence", "iter_sentences", "key_to_line", "sentence_key"]

@@ -8,8 +8,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_testlib import REPO_ROOT, assert_one_error, run_command
-from conftest import randomize_weights
-from tiny_models import TINY
+from tiny_models import TINY, randomize_weights
 
 from elmo_tf.cli import run
 from elmo_tf.cli.evaluate_lm import main as evaluate_main

@@ -6,8 +6,8 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import randomize_weights
 from export_testlib import load_test_model
+from tiny_models import randomize_weights
 
 import elmo_tf.export as ex
 from elmo_tf.cli import run

@@ -7,8 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import randomize_weights
-from tiny_models import TINY
+from tiny_models import TINY, randomize_weights
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io import WeightFileError, save_bilm_weights

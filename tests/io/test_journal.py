@@ -1,0 +1,122 @@
+"""elmo_tf/io/journal.py: a resumable run's state beside its output, and what an interruption can leave of it."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from elmo_tf.io.journal import JournalBusy, ResumeRefused, RunJournal, file_digest, state_dir_of
+
+PRINT = {"input": {"sha256": "ab" * 32, "size": 10}, "layers": "all", "batch_size": 64}
+
+
+class Stop(Exception):
+    pass
+
+
+def interrupted(output, fingerprint=PRINT, resume=False, shards=(), **kwargs):
+    """Enters a journal, writes `shards` (a few bytes each), leaves with an exception: the state stays."""
+    with pytest.raises(Stop):
+        with RunJournal(output, fingerprint, resume=resume, **kwargs) as journal:
+            for number in shards:
+                with open(journal.shard_path(number), "wb") as f:
+                    f.write(b"shard %d" % number)
+            raise Stop
+    return journal
+
+
+def test_file_digest_counts_lines_as_the_reader_does(tmp_path):
+    for data, lines in [(b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\r\n\n\nb\n", 4), (b"\n", 1)]:
+        path = tmp_path / "f.txt"
+        path.write_bytes(data)
+        assert file_digest(path, chunk=2) == {
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "lines": lines,
+        }
+
+
+def test_a_finished_run_leaves_nothing_and_an_interrupted_one_its_shards(tmp_path):
+    output = tmp_path / "out.hdf5"
+    with RunJournal(output, PRINT) as journal:
+        assert journal.path == state_dir_of(output) == str(tmp_path / ".out.hdf5.partial")
+        assert sorted(os.listdir(journal.path)) == ["manifest.json"] and not journal.resumed
+    assert os.listdir(tmp_path) == []
+    journal = interrupted(output, shards=[0, 1])
+    assert sorted(os.listdir(journal.path)) == ["manifest.json", "shard-000000.hdf5", "shard-000001.hdf5"]
+    manifest = json.loads((tmp_path / ".out.hdf5.partial" / "manifest.json").read_text())
+    assert manifest["fingerprint"] == PRINT and manifest["pid"] == os.getpid() and manifest["format"] == 1
+
+
+def test_resume_keeps_finished_shards_and_drops_temporaries(tmp_path):
+    output = tmp_path / "out.hdf5"
+    interrupted(output, shards=[0, 1, 2])
+    state = tmp_path / ".out.hdf5.partial"
+    (state / ".shard-000003.hdf5.tmp-999999999-0123abcd").write_bytes(b"half a shard")
+    (state / ".manifest.json.tmp-999999999-0123abcd").write_bytes(b"{half")
+    with RunJournal(output, PRINT, resume=True) as journal:
+        assert journal.resumed
+        assert journal.done == {k: str(state / f"shard-{k:06d}.hdf5") for k in range(3)}
+        assert sorted(os.listdir(state)) == ["manifest.json"] + [f"shard-{k:06d}.hdf5" for k in range(3)]
+        journal.discard(1)
+        assert sorted(journal.done) == [0, 2] and not (state / "shard-000001.hdf5").exists()
+    assert not state.exists()
+
+
+def test_without_resume_an_old_state_is_removed(tmp_path):
+    output = tmp_path / "out.hdf5"
+    interrupted(output, shards=[0, 1])
+    with RunJournal(output, {**PRINT, "layers": "top"}) as journal:
+        assert not journal.resumed and journal.done == {}
+        assert os.listdir(journal.path) == ["manifest.json"]
+
+
+def test_resume_without_a_manifest_starts_over(tmp_path):
+    """A run killed before its manifest was whole leaves shards nobody can vouch for (here: only a temporary)."""
+    output = tmp_path / "out.hdf5"
+    interrupted(output, shards=[0])
+    state = tmp_path / ".out.hdf5.partial"
+    os.remove(state / "manifest.json")
+    with RunJournal(output, PRINT, resume=True) as journal:
+        assert not journal.resumed and journal.done == {} and os.listdir(state) == ["manifest.json"]
+
+
+def test_a_different_run_is_refused_naming_each_difference_with_both_values(tmp_path):
+    output = tmp_path / "out.hdf5"
+    interrupted(output, shards=[0], notes={"input": "a.txt"})
+    changed = {"input": {"sha256": "cd" * 32, "size": 10}, "layers": "top", "batch_size": 64, "dtype": "float16"}
+    shown = {"input": lambda v: f"sha256 {v['sha256'][:6]}"}
+    with pytest.raises(ResumeRefused) as caught:
+        with RunJournal(output, changed, resume=True, notes={"input": "b.txt"}, shown=shown):
+            pass
+    assert caught.value.differences == [
+        ("input", "sha256 ababab (a.txt)", "sha256 cdcdcd (b.txt)"),
+        ("layers", '"all"', '"top"'),
+        ("dtype", "null", '"float16"'),
+    ]
+    assert caught.value.key == "resume" and str(tmp_path / ".out.hdf5.partial") in str(caught.value)
+    with RunJournal(output, PRINT, resume=True) as journal:  # refused, not removed: the same run still resumes
+        assert journal.resumed and sorted(journal.done) == [0]
+
+
+def test_a_journal_of_another_format_is_refused(tmp_path):
+    output = tmp_path / "out.hdf5"
+    interrupted(output, shards=[0])
+    path = tmp_path / ".out.hdf5.partial" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 99}))
+    with pytest.raises(ResumeRefused, match="journal format: 99 .partial run. vs 1"):
+        with RunJournal(output, PRINT, resume=True):
+            pass
+
+
+def test_one_run_at_a_time(tmp_path):
+    output = tmp_path / "out.hdf5"
+    with RunJournal(output, PRINT):
+        for resume in (False, True):
+            with pytest.raises(JournalBusy, match=f"process {os.getpid()} is writing"):
+                with RunJournal(output, PRINT, resume=resume):
+                    pass
+        assert os.listdir(state_dir_of(output)) == ["manifest.json"]  # the busy attempts removed nothing
+    with RunJournal(output, PRINT):  # the lock went with the first run
+        pass
