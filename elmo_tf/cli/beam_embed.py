@@ -5,6 +5,7 @@ Flags are parsed and checked before Beam or TensorFlow is imported; the flags th
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -139,7 +140,6 @@ def check_remote(args):
 def pipeline_options(beam_args):
     """Beam's `PipelineOptions` from the flags that are not ours; a flag Beam does not know, or a bad value, is a
     one-line usage error naming it (Beam itself would only log "Discarding unparseable args")."""
-    import contextlib
     import io
 
     from apache_beam.options import pipeline_options as po
@@ -158,7 +158,29 @@ def pipeline_options(beam_args):
         raise UsageError(lines[-1].split("error: ", 1)[-1]) from None
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither ours nor Beam's pipeline options)")
+    from apache_beam.runners.runner import create_runner
+
+    runner = options.view_as(po.StandardOptions).runner or "DirectRunner"
+    try:
+        create_runner(runner)
+    except (ValueError, ImportError) as e:
+        raise UsageError(f"--runner: {e}") from None
     return options
+
+
+@contextlib.contextmanager
+def quiet_beam_imports():
+    """Beam logs which optional Google Cloud clients it misses while its IO modules are imported (some on the root
+    logger); not our news."""
+    root, beam_logger = logging.getLogger(), logging.getLogger("apache_beam")
+    levels = root.level, beam_logger.level
+    root.setLevel(logging.ERROR)
+    beam_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(levels[0])
+        beam_logger.setLevel(max(levels[1], logging.WARNING))  # and Beam's INFO lines (bundles, workers) stay out
 
 
 def main(argv=None, prog=PROG):
@@ -173,9 +195,10 @@ def main(argv=None, prog=PROG):
 
     setup_logging()
     log = logging.getLogger("elmo_tf")
-    options = pipeline_options(beam_args)
-    check_remote(args)
-    from elmo_tf.beam.pipeline import ShardedEmbedConfig, run
+    with quiet_beam_imports():
+        options = pipeline_options(beam_args)
+        check_remote(args)
+        from elmo_tf.beam.pipeline import ShardedEmbedConfig, run
 
     config = ShardedEmbedConfig(
         options=args.options,
@@ -194,12 +217,7 @@ def main(argv=None, prog=PROG):
         threads=args.threads,
     )
     start = time.perf_counter()
-    try:
-        paths = run(config, options)
-    except ValueError as e:  # e.g. Beam's "Unexpected pipeline runner: ..."
-        if "runner" in str(e).lower():
-            raise UsageError(f"--runner: {e}") from None
-        raise
+    paths = run(config, options)
     log.info(
         "wrote %d shards %s in %.1f s",
         len(paths),
