@@ -97,7 +97,7 @@ def has_scheme(path):
 
 
 def check_paths(args):
-    """Usage errors of the local paths (a remote one is checked through Beam, `check_remote`)."""
+    """Usage errors of the local input paths (a remote one is checked through Beam, `check_remote`)."""
     for flag in ("--options", "--weights", "--input", "--token-embeddings", "--vocab"):
         path = getattr(args, flag[2:].replace("-", "_"))
         if path is None or has_scheme(path):
@@ -105,6 +105,11 @@ def check_paths(args):
         if not os.path.isfile(path):
             what = "is a directory" if os.path.isdir(path) else "no such file"
             raise UsageError(f"{flag}: {what}: {path!r}")
+
+
+def check_output_and_data(args):
+    """The output prefix's directory (created when missing, as Beam's file sinks do), then the local options.json
+    and input (data errors, exit 1)."""
     if not has_scheme(args.output):
         parent = os.path.dirname(os.path.abspath(args.output))
         check_output_dir("--output", parent)  # created when missing, as Beam's file sinks do
@@ -196,8 +201,10 @@ def main(argv=None, prog=PROG):
     setup_logging()
     log = logging.getLogger("elmo_tf")
     with quiet_beam_imports():
-        options = pipeline_options(beam_args)
+        options = pipeline_options(beam_args)  # usage errors, before the data is looked at
         check_remote(args)
+    check_output_and_data(args)
+    with quiet_beam_imports():
         from elmo_tf.beam.pipeline import ShardedEmbedConfig, run
 
     config = ShardedEmbedConfig(

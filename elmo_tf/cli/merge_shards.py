@@ -5,6 +5,7 @@ with one line naming the file and the index (exit 1), before anything is written
 """
 
 import argparse
+import glob
 import logging
 import os
 
@@ -42,6 +43,8 @@ def main(argv=None, prog=PROG):
         for path in args.input:
             if not os.path.isfile(path):
                 raise UsageError(f"--input: no such file: {path!r}")
+    elif not os.path.isfile(args.input[0]) and not glob.glob(glob.escape(args.input[0]) + "-*-of-*.hdf5"):
+        raise UsageError(f"--input: no shard files {args.input[0]}-SSSSS-of-NNNNN.hdf5 and no such file")
     check_output_file("--output", args.output, inputs=[("--input", p) for p in args.input])
     from elmo_tf.cli import setup_logging
     from elmo_tf.io.embeddings_shards import merge_shards
