@@ -123,6 +123,12 @@ def check_output_and_data(args):
             BiLMConfig.from_json(args.options)
         except ConfigError as e:
             raise DataError(f"--options: {e}") from None
+    for flag, path in (("--weights", args.weights), ("--token-embeddings", args.token_embeddings)):
+        if path is not None and not has_scheme(path):  # the commonest bad file, found before the workers start
+            import h5py
+
+            if not h5py.is_hdf5(path):
+                raise DataError(f"{flag}: {path}: not an HDF5 file (truncated, or another format)")
     if not has_scheme(args.input):
         check_text_file("--input", args.input)
 
@@ -165,12 +171,28 @@ def pipeline_options(beam_args):
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (neither ours nor Beam's pipeline options)")
     from apache_beam.runners.runner import create_runner
 
-    runner = options.view_as(po.StandardOptions).runner or "DirectRunner"
+    standard = options.view_as(po.StandardOptions)
+    standard.runner = standard.runner or "DirectRunner"
     try:
-        create_runner(runner)
+        create_runner(standard.runner)
     except (ValueError, ImportError) as e:
         raise UsageError(f"--runner: {e}") from None
+    worker = options.view_as(po.WorkerOptions)
+    if worker.default_sdk_harness_log_level is None and standard.runner in ("DirectRunner", "FnApiRunner"):
+        # local worker processes write to our stderr: INFO per bundle, and each error once per retry; an error
+        # comes back to the launcher anyway (one line below, or its traceback if it is not bad data)
+        worker.default_sdk_harness_log_level = "CRITICAL"
     return options
+
+
+LIBRARY_ERROR = re.compile(r"^elmo_tf\.[\w.]+Error: (.+?)(?: \[while running '[^']*'\])?$", re.MULTILINE)
+
+
+def library_error(error):
+    """The message of an `elmo_tf` error raised on a worker (Beam re-raises it as its own exception, the worker's
+    traceback in the text), or None."""
+    match = LIBRARY_ERROR.search(str(error))
+    return match.group(1) if match else None
 
 
 @contextlib.contextmanager
@@ -224,7 +246,17 @@ def main(argv=None, prog=PROG):
         threads=args.threads,
     )
     start = time.perf_counter()
-    paths = run(config, options)
+    beam_logger = logging.getLogger("apache_beam")
+    beam_logger.setLevel(logging.CRITICAL)  # a worker's error is logged once per retry; it is reported below
+    try:
+        paths = run(config, options)
+    except Exception as e:
+        message = library_error(e)
+        if message is None:  # not bad data: a bug, or the runner's own failure; its traceback is kept
+            raise
+        raise DataError(message) from None
+    finally:
+        beam_logger.setLevel(logging.WARNING)
     log.info(
         "wrote %d shards %s in %.1f s",
         len(paths),

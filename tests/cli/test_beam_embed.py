@@ -1,6 +1,7 @@
 """elmo_tf/cli/beam_embed.py: `elmo-tf beam-embed` / `python -m elmo_tf.beam` errors are one line (exit 2 for a bad
 flag or a missing file, 1 for bad data), checked before the pipeline runs; --help loads no Beam nor TensorFlow."""
 
+import h5py
 import pytest
 from cli_testlib import assert_one_error, run_command
 from tiny_models import TINY
@@ -11,7 +12,7 @@ from elmo_tf.config import BiLMConfig
 @pytest.fixture
 def files(tmp_path):
     BiLMConfig(**TINY).to_json(tmp_path / "options.json")
-    (tmp_path / "weights.hdf5").write_bytes(b"")
+    h5py.File(tmp_path / "weights.hdf5", "w").close()  # an HDF5 file (its content is checked by the workers)
     (tmp_path / "in.txt").write_text("a b\n\nc\n")
     return tmp_path
 
@@ -41,6 +42,11 @@ def test_missing_input(files):
 def test_bad_options_file(files):
     (files / "bad.json").write_text('{"lstm": {"dim": 4}}')
     assert_one_error(beam_embed(files, options="bad.json"), 1, "--options", "bad.json")
+
+
+def test_a_weight_file_that_is_not_hdf5(files):
+    (files / "weights.hdf5").write_bytes(b"not hdf5")
+    assert_one_error(beam_embed(files), 1, "--weights", "weights.hdf5: not an HDF5 file")
 
 
 def test_a_bad_line_in_the_input(files):
