@@ -153,7 +153,10 @@ def pipeline_options(beam_args):
     one-line usage error naming it (Beam itself would only log "Discarding unparseable args")."""
     import io
 
-    from apache_beam.options import pipeline_options as po
+    try:
+        from apache_beam.options import pipeline_options as po
+    except ImportError as e:
+        raise UsageError(f"Apache Beam is not installed ({e}): pip install 'elmo_tf[beam]'") from None
 
     parser = po._BeamArgumentParser(allow_abbrev=False)  # the parser PipelineOptions.get_all_options builds
     for cls in {str(c): c for c in po.PipelineOptions.__subclasses__()}.values():
