@@ -308,14 +308,20 @@ def test_declared_dependencies_cover_every_third_party_import():
     elmo_tf/ner/tuning.py, whose HyperModel subclasses keras_tuner's: the `ner` extra); its function-level ones are
     base or an extra; the tests' are base or an extra (`test` among them)."""
     base, extras = declared()
-    assert extras["all"] == extras["serving"] | extras["ner"] | extras["text"]
+    assert extras["all"] == extras["serving"] | extras["ner"] | extras["text"] | extras["beam"]
     assert extras["all"] <= extras["test"]
     missing = []
     for path in sorted(PACKAGE.rglob("*.py")) + sorted((REPO / "tests").rglob("*.py")):
         module_level, function_level = third_party_imports(path)
         in_serving = path.is_relative_to(PACKAGE / "serving")
         module_extra = (
-            extras["serving"] if in_serving else extras["ner"] if path == PACKAGE / "ner" / "tuning.py" else set()
+            extras["serving"]
+            if in_serving
+            else extras["ner"]
+            if path == PACKAGE / "ner" / "tuning.py"
+            else extras["beam"]  # elmo_tf/beam/: its DoFns subclass apache_beam's
+            if path.is_relative_to(PACKAGE / "beam")
+            else set()
         )
         for level, modules in (("module", module_level), ("function", function_level)):
             for module in modules:
@@ -358,5 +364,5 @@ def test_the_wheel_holds_the_elmo_tf_package_only(tmp_path):
     assert "elmo_tf/_registry.py" in names and "elmo_tf/cli/serve.py" in names
     assert f"\nVersion: {elmo_tf.__version__}\n" in metadata
     assert "\nRequires-Dist: tensorflow<2.22,>=2.21\n" in metadata
-    for extra in ("serving", "ner", "text", "test", "all"):
+    for extra in ("serving", "ner", "text", "beam", "test", "all"):
         assert f"\nProvides-Extra: {extra}\n" in metadata

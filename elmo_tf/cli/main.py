@@ -35,6 +35,12 @@ COMMANDS = {
     "train-ner": ("elmo_tf.cli.train_ner", "main", "train the NER tagger on CoNLL files"),
     "tune-ner": ("elmo_tf.cli.tune_ner", "main", "search the NER tagger's hyperparameters (KerasTuner)"),
     "tag": ("elmo_tf.cli.tag", "main", "tag sentences with a trained NER tagger"),
+    "beam-embed": (
+        "elmo_tf.cli.beam_embed",
+        "main",
+        "embed a text file into hdf5 shards with an Apache Beam pipeline (DirectRunner, Dataflow, Flink, Spark)",
+    ),
+    "merge-shards": ("elmo_tf.cli.merge_shards", "main", "merge the shards of beam-embed into one embed output"),
     "convert": (
         "elmo_tf.cli.convert",
         "main",

@@ -35,27 +35,33 @@ def raw_lines(path):
             UTF-16 data). The message names the file, the line and the byte offset.
     """
     with _open(path) as f:
-        offset = 0
-        for number, line in enumerate(f, start=1):
-            start, length = offset, len(line)
-            offset += length
-            if number == 1:
-                if line.startswith(codecs.BOM_UTF8):
-                    line, start = line[len(codecs.BOM_UTF8) :], start + len(codecs.BOM_UTF8)
-                elif line.startswith(_WIDE_BOMS):
-                    raise TextFileError(
-                        f"{path}:1: starts with a UTF-16/UTF-32 byte order mark; the file must be UTF-8 "
-                        "(convert it, e.g. iconv -f UTF-16 -t UTF-8)"
-                    )
-            nul = line.find(b"\0")
-            if nul >= 0:
+        yield from raw_lines_of(f, path)
+
+
+def raw_lines_of(f, path):
+    """`raw_lines` over `f`, a binary file object already open (a Beam filesystem's stream, for one); `path` names
+    it in the errors."""
+    offset = 0
+    for number, line in enumerate(f, start=1):
+        start, length = offset, len(line)
+        offset += length
+        if number == 1:
+            if line.startswith(codecs.BOM_UTF8):
+                line, start = line[len(codecs.BOM_UTF8) :], start + len(codecs.BOM_UTF8)
+            elif line.startswith(_WIDE_BOMS):
                 raise TextFileError(
-                    f"{path}:{number}: NUL byte at byte offset {start + nul}: not a UTF-8 text file "
-                    "(binary data, or UTF-16/UTF-32 text?)"
+                    f"{path}:1: starts with a UTF-16/UTF-32 byte order mark; the file must be UTF-8 "
+                    "(convert it, e.g. iconv -f UTF-16 -t UTF-8)"
                 )
-            if line.endswith(b"\n"):
-                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-            yield number, start, line
+        nul = line.find(b"\0")
+        if nul >= 0:
+            raise TextFileError(
+                f"{path}:{number}: NUL byte at byte offset {start + nul}: not a UTF-8 text file "
+                "(binary data, or UTF-16/UTF-32 text?)"
+            )
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        yield number, start, line
 
 
 def decode_line(path, number, offset, line):

@@ -27,6 +27,8 @@ SUBCOMMANDS = [
     "train-ner",
     "tune-ner",
     "tag",
+    "beam-embed",
+    "merge-shards",
     "convert",
 ]
 MISSING = "/nonexistent/elmo_tf/missing.txt"
@@ -47,6 +49,8 @@ BASE = {
     "tune-ner": {"--train": "F", "--dev": "F", "--no-elmo": None, "--output": "OUT", "--directory": "OUT"},
     "tag": {"--model": "D", "--input": "F"},
     "convert": {"--from": "bilm-tf-checkpoint", "DIR": "D", "--output": "OUT"},  # DIR: a positional
+    "beam-embed": {"--options": "F", "--weights": "F", "--input": "F", "--output": "OUT"},
+    "merge-shards": {"--input": "F", "--output": "OUT"},
 }
 MISSING_FLAG = {
     "embed": ("--input", "no such file"),
@@ -62,6 +66,8 @@ MISSING_FLAG = {
     "tune-ner": ("--dev", "no such file"),
     "tag": ("--input", "no such file"),
     "convert": ("DIR", "not a directory"),
+    "beam-embed": ("--input", "no such file"),
+    "merge-shards": ("--input", "no shard files"),
 }
 
 # runs main(argv) for each case of a JSON list; prints, per case, the exit status, stdout, stderr and whether

@@ -1,0 +1,77 @@
+"""elmo_tf/cli/beam_embed.py: `elmo-tf beam-embed` / `python -m elmo_tf.beam` errors are one line (exit 2 for a bad
+flag or a missing file, 1 for bad data), checked before the pipeline runs; --help loads no Beam nor TensorFlow."""
+
+import h5py
+import pytest
+from cli_testlib import assert_one_error, run_command
+from tiny_models import TINY
+
+from elmo_tf.config import BiLMConfig
+
+
+@pytest.fixture
+def files(tmp_path):
+    BiLMConfig(**TINY).to_json(tmp_path / "options.json")
+    h5py.File(tmp_path / "weights.hdf5", "w").close()  # an HDF5 file (its content is checked by the workers)
+    (tmp_path / "in.txt").write_text("a b\n\nc\n")
+    return tmp_path
+
+
+def beam_embed(files, *extra, input_name="in.txt", options="options.json"):
+    return run_command(
+        ["-m", "elmo_tf.beam", "--options", files / options, "--weights", files / "weights.hdf5"]
+        + ["--input", files / input_name, "--output", files / "emb", *extra]
+    )
+
+
+def test_help_loads_neither_beam_nor_tensorflow():
+    code = (
+        "import sys\nfrom elmo_tf.cli.main import main\n"
+        "try:\n    main(['beam-embed', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'apache_beam', 'tensorflow', 'keras'}))"
+    )
+    result = run_command(["-c", code])
+    assert result.returncode == 0, result.stderr
+    assert "--num-shards" in result.stdout and result.stdout.splitlines()[-1] == "[]"
+
+
+def test_missing_input(files):
+    assert_one_error(beam_embed(files, input_name="nope.txt"), 2, "--input: no such file", "nope.txt")
+
+
+def test_bad_options_file(files):
+    (files / "bad.json").write_text('{"lstm": {"dim": 4}}')
+    assert_one_error(beam_embed(files, options="bad.json"), 1, "--options", "bad.json")
+
+
+def test_a_weight_file_that_is_not_hdf5(files):
+    (files / "weights.hdf5").write_bytes(b"not hdf5")
+    assert_one_error(beam_embed(files), 1, "--weights", "weights.hdf5: not an HDF5 file")
+
+
+def test_a_bad_line_in_the_input(files):
+    (files / "bad.txt").write_bytes(b"ok\nnul \x00 here\n")
+    assert_one_error(beam_embed(files, input_name="bad.txt"), 1, "--input", "bad.txt:2: NUL byte")
+
+
+@pytest.mark.parametrize(
+    "flags,needles",
+    [
+        (["--batch-size", "0"], ["--batch-size", "'0'"]),
+        (["--num-shards", "100000"], ["--num-shards", "'100000'"]),
+        (["--direct_num_workers", "two"], ["--direct_num_workers", "'two'"]),
+        (["--no-such-flag", "1"], ["--no-such-flag"]),
+        (["--runner", "NoSuchRunner"], ["--runner", "NoSuchRunner"]),
+    ],
+    ids=["batch-size", "num-shards", "beam-value", "unknown-flag", "runner"],
+)
+def test_bad_flags(files, flags, needles):
+    assert_one_error(beam_embed(files, *flags), 2, *needles)
+
+
+def test_output_under_a_file(files):
+    result = run_command(
+        ["-m", "elmo_tf.beam", "--options", files / "options.json", "--weights", files / "weights.hdf5"]
+        + ["--input", files / "in.txt", "--output", files / "in.txt" / "dir" / "emb"]
+    )
+    assert_one_error(result, 2, "--output", "in.txt")

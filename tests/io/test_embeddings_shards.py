@@ -1,0 +1,89 @@
+"""elmo_tf/io/embeddings_shards.py: shard sets read as one mapping, merged into one embed output, refused when they
+overlap or leave a gap (no TensorFlow, no Beam: shards written here with embed's EmbeddingWriter)."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from elmo_tf.io.embeddings_shards import ShardError, find_shards, merge_shards, open_shards, shard_path
+from elmo_tf.io.sentences import EmbeddingWriter
+
+LINES = [b"a b", b"", "na\xefve \u65e5\u672c".encode(), b"a b", b"c", b"  a b\t", b"d e f"]
+
+
+def array_of(index):
+    return np.random.default_rng(index).standard_normal([3, index % 4, 2]).astype(np.float32)
+
+
+def write(path, indices):
+    with EmbeddingWriter(path) as writer:
+        for i in indices:
+            writer.add_key(i, LINES[i])
+            writer.write(i, array_of(i))
+
+
+@pytest.fixture
+def shards(tmp_path):
+    prefix = str(tmp_path / "emb")
+    ranges = [range(0, 3), range(3, 3), range(3, 7)]  # an empty shard in the middle
+    for k, indices in enumerate(ranges):
+        write(shard_path(prefix, k, 3), indices)
+    write(tmp_path / "whole.hdf5", range(len(LINES)))
+    return prefix
+
+
+def test_shards_read_as_one_mapping_lazily(shards, tmp_path):
+    with open_shards(shards) as view:
+        assert len(view) == len(LINES) and list(view) == [str(i) for i in range(len(LINES))]
+        for i in range(len(LINES)):
+            np.testing.assert_array_equal(view[str(i)], array_of(i))
+        assert "7" not in view and "01" not in view
+        with pytest.raises(KeyError):
+            view["7"]
+        with h5py.File(tmp_path / "whole.hdf5", "r") as whole:
+            # keys in first-line order, a repeated sentence mapped to its last line (3 -> 5 share "a b")
+            assert json.dumps(view.sentence_to_index) == whole["sentence_to_index"][0].decode()
+        assert view.sentence_to_index["a b"] == "5"
+
+
+def test_merge_equals_the_single_file(shards, tmp_path):
+    out = tmp_path / "merged.hdf5"
+    assert merge_shards(shards, out) == len(LINES)
+    with h5py.File(out, "r") as merged, h5py.File(tmp_path / "whole.hdf5", "r") as whole:
+        assert set(merged) == set(whole)
+        for name in whole:
+            assert merged[name].dtype == whole[name].dtype and merged[name].shape == whole[name].shape
+            if name != "sentence_to_index":
+                np.testing.assert_array_equal(merged[name][...], whole[name][...])
+        assert merged["sentence_to_index"][0] == whole["sentence_to_index"][0]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+
+
+def test_overlap_gap_and_missing_shards_are_refused(tmp_path):
+    prefix = str(tmp_path / "x")
+    write(shard_path(prefix, 0, 2), [0, 1, 2])
+    write(shard_path(prefix, 1, 2), [2, 3])
+    with pytest.raises(ShardError, match=r"line index 2 is also in .*x-00000-of-00002.hdf5 \(overlap\)"):
+        open_shards(prefix)
+    write(shard_path(prefix, 1, 2), [4, 5])
+    with pytest.raises(ShardError, match=r"line index 3 is in no shard of 2"):
+        merge_shards(prefix, tmp_path / "out.hdf5")
+    assert not (tmp_path / "out.hdf5").exists()
+    (tmp_path / "x-00001-of-00002.hdf5").unlink()
+    with pytest.raises(ShardError, match=r"x-00001-of-00002.hdf5: missing \(1 of 2 shards missing\)"):
+        find_shards(prefix)
+    write(shard_path(prefix, 0, 1), [0])
+    with pytest.raises(ShardError, match=r"shards of different runs \(-of-00001, -of-00002\)"):
+        find_shards(prefix)
+    with pytest.raises(ShardError, match="no shard files"):
+        find_shards(str(tmp_path / "nothing"))
+
+
+def test_shards_with_and_without_sentence_index_are_refused(tmp_path):
+    write(tmp_path / "a.hdf5", [0])
+    with EmbeddingWriter(tmp_path / "b.hdf5", index=False) as writer:
+        writer.write(1, array_of(1))
+    with pytest.raises(ShardError, match="b.hdf5: has no sentence_to_index"):
+        open_shards([tmp_path / "a.hdf5", tmp_path / "b.hdf5"])
