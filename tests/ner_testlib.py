@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 ALLENNLP = DATA_DIR / "elmo_fixtures" / "allennlp"
 TRAIN_NER = REPO_ROOT / "training" / "train_ner.py"

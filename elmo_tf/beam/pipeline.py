@@ -4,8 +4,8 @@
     count the lines (a side input)                                             -> shard = index * N // count
     group by shard (the text is shuffled, never the embeddings: ~12 KB per token for all layers)
     per shard, in a DoFn holding the model (loaded once per worker process, `apache_beam.utils.shared`):
-        embed's own packing and model code (`elmo_tf.embed.iter_batches` + `Embedder.embed_rows`) over the
-        shard's lines in order, written with embed's `EmbeddingWriter` (temporary name + rename)
+        embed's own packing, model and writing code (`elmo_tf.embed.embed_sentences` + `write_embedding_file`)
+        over the shard's lines in order (temporary name + rename)
 
 Why a DoFn and not RunInference: a shard must be written by one worker from all its lines, and embed's packing
 sorts a window of thousands of sentences by length; RunInference batches elements as they come
@@ -29,9 +29,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from elmo_tf.io.embeddings_shards import shard_path
-from elmo_tf.io.sentences import EmbeddingWriter, Sentence
+from elmo_tf.io.sentences import to_sentence
 from elmo_tf.io.text import raw_lines_of
-from elmo_tf.preprocessing.tokenizer import split_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +55,7 @@ class ShardedEmbedConfig:
     vocab: str | None = None
     sentence_index: bool = True
     threads: int = 0
+    dtype: str = "float32"  # of the datasets: "float32" or "float16" (`elmo_tf.embed.check_dtype`)
 
     def shard_paths(self):
         return [shard_path(self.output, k, self.num_shards) for k in range(self.num_shards)]
@@ -64,16 +64,6 @@ class ShardedEmbedConfig:
 def is_local(path):
     """True for a path of the local file system (no scheme, or file://)."""
     return FileSystems.get_scheme(os.fspath(path)) in (None, "file")
-
-
-def to_sentence(index, line, max_sentence_tokens=None):
-    """The `Sentence` `iter_sentences` yields for line `line` (bytes) at 0-based `index` (its private `_sentences`,
-    one line at a time)."""
-    tokens = split_tokens(line)
-    truncated = max_sentence_tokens is not None and len(tokens) > max_sentence_tokens
-    if truncated:
-        tokens = tokens[:max_sentence_tokens]
-    return Sentence(index, line, tokens, truncated)
 
 
 class ReadIndexedLines(beam.DoFn):
@@ -136,40 +126,29 @@ def load_model(config):
     return _Loaded(model, token_embeddings)
 
 
-def embed_sentences(embedder, sentences, writer, batch_size=64, max_batch_tokens=None, sort=True, sentence_index=True):
-    """The loop of `elmo_tf.embed.embed_file` over `sentences` (an iterable of `Sentence`) into an open
-    `EmbeddingWriter`, with an `Embedder` kept from call to call. Returns counts as `embed_file` does.
+def write_shard(embedder, sentences, path, config):
+    """Embeds `sentences` (`Sentence`s of the shard's lines, in order) with `embed`'s own packing and model code
+    (`elmo_tf.embed.embed_sentences`) and writes them to `path` as `embed` writes its output
+    (`elmo_tf.embed.write_embedding_file`: temporary name + rename). Returns counts of sentences and tokens."""
+    from elmo_tf.embed import embed_sentences, write_embedding_file
 
-    (A copy of `embed_file`'s body until `elmo_tf.embed` exposes it; it must stay line for line the same.)
-    """
-    import numpy as np
+    counts = {"sentences": 0, "tokens": 0}
 
-    from elmo_tf.embed import iter_batches
-
-    if max_batch_tokens is None:
-        max_batch_tokens = batch_size * 128
-    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
-    tokens_of = {}
-
-    def items():
+    def counted():
         for sentence in sentences:
             counts["sentences"] += 1
             counts["tokens"] += len(sentence.tokens)
-            counts["truncated"] += sentence.truncated
-            if sentence_index:
-                writer.add_key(sentence.index, sentence.line)
-            if not sentence.tokens:
-                counts["empty"] += 1
-                writer.write(sentence.index, np.zeros(embedder.empty_shape, np.float32))
-                continue
-            tokens_of[sentence.index] = sentence.tokens
-            yield sentence.index, len(sentence.tokens)
+            yield sentence
 
-    for batch in iter_batches(items(), batch_size, max_batch_tokens, sort, row_length=embedder.row_length):
-        arrays = embedder.embed_rows([[tokens_of[i] for i in row] for row in batch])
-        for i, array in zip((i for row in batch for i in row), arrays):
-            writer.write(i, array)
-            del tokens_of[i]
+    embedded = embed_sentences(
+        embedder,
+        counted(),
+        batch_size=config.batch_size,
+        max_batch_tokens=config.max_batch_tokens,
+        sort=config.sort,
+        dtype=config.dtype,
+    )
+    write_embedding_file(path, embedded, dtype=config.dtype, sentence_index=config.sentence_index)
     return counts
 
 
@@ -202,20 +181,12 @@ class EmbedShard(beam.DoFn):
         lines = sorted(item for item in items if item is not None)
         sentences = (to_sentence(i, line, config.max_sentence_tokens) for i, line in lines)
         path = shard_path(config.output, shard, config.num_shards)
-        kwargs = dict(
-            batch_size=config.batch_size,
-            max_batch_tokens=config.max_batch_tokens,
-            sort=config.sort,
-            sentence_index=config.sentence_index,
-        )
         if is_local(path):
-            with EmbeddingWriter(path, index=config.sentence_index) as writer:
-                counts = embed_sentences(self._embedder, sentences, writer, **kwargs)
+            counts = write_shard(self._embedder, sentences, path, config)
         else:
             with tempfile.TemporaryDirectory(prefix="elmo_tf_shard_") as tmp:
                 local = os.path.join(tmp, os.path.basename(path))
-                with EmbeddingWriter(local, index=config.sentence_index) as writer:
-                    counts = embed_sentences(self._embedder, sentences, writer, **kwargs)
+                counts = write_shard(self._embedder, sentences, local, config)
                 upload(local, path)
         beam.metrics.Metrics.counter("elmo_tf", "sentences").inc(counts["sentences"])
         beam.metrics.Metrics.counter("elmo_tf", "tokens").inc(counts["tokens"])
@@ -251,9 +222,8 @@ __all__ = [
     "EmbedToShards",
     "ReadIndexedLines",
     "ShardedEmbedConfig",
-    "embed_sentences",
     "is_local",
     "run",
     "shard_of",
-    "to_sentence",
+    "write_shard",
 ]

@@ -79,6 +79,12 @@ def build_parser(prog=PROG):
         help="cut longer sentences to this many tokens (default: never cut)",
     )
     p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length within windows")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="of the written vectors (float32); float16 halves the shards (computed in float32, rounded at the end)",
+    )
     p.add_argument("--token-embeddings", default=None, help="cached token vectors; needs --vocab")
     p.add_argument("--vocab", default=None, help="the vocabulary of --token-embeddings, one token per line")
     p.add_argument("--no-sentence-index", action="store_true", help="do not write sentence_to_index")
@@ -247,6 +253,7 @@ def main(argv=None, prog=PROG):
         vocab=args.vocab,
         sentence_index=not args.no_sentence_index,
         threads=args.threads,
+        dtype=args.dtype,
     )
     start = time.perf_counter()
     beam_logger = logging.getLogger("apache_beam")

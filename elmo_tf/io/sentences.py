@@ -95,13 +95,19 @@ def iter_sentences(path, max_sentence_tokens=None):
     return _sentences(path, limit)
 
 
+def to_sentence(index, line, limit=None):
+    """The `Sentence` of `line` (bytes, without its line break) at 0-based `index`: whitespace tokens, cut to the
+    first `limit` when given."""
+    tokens = split_tokens(line)
+    truncated = limit is not None and len(tokens) > limit
+    if truncated:
+        tokens = tokens[:limit]
+    return Sentence(index, line, tokens, truncated)
+
+
 def _sentences(path, limit):
     for number, _, line in raw_lines(path):
-        tokens = split_tokens(line)
-        truncated = limit is not None and len(tokens) > limit
-        if truncated:
-            tokens = tokens[:limit]
-        yield Sentence(number - 1, line, tokens, truncated)
+        yield to_sentence(number - 1, line, limit)
 
 
 class EmbeddingWriter:
@@ -207,4 +213,12 @@ class EmbeddingWriter:
             self._keys.update(keys)
 
 
-__all__ = ["ASCII_WHITESPACE", "EmbeddingWriter", "Sentence", "iter_sentences", "key_to_line", "sentence_key"]
+__all__ = [
+    "ASCII_WHITESPACE",
+    "EmbeddingWriter",
+    "Sentence",
+    "iter_sentences",
+    "key_to_line",
+    "sentence_key",
+    "to_sentence",
+]

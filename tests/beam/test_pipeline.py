@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from cli_testlib import run_command
 
-from elmo_tf.beam.pipeline import ReadIndexedLines, shard_of, to_sentence
+from elmo_tf.beam.pipeline import ReadIndexedLines, shard_of
 from elmo_tf.embed import embed_file
 from elmo_tf.io.embeddings_shards import open_shards, shard_path
-from elmo_tf.io.sentences import iter_sentences, sentence_key
+from elmo_tf.io.sentences import iter_sentences, sentence_key, to_sentence
 from elmo_tf.models import save_elmo
 
 LINES = [
@@ -113,3 +113,29 @@ def test_lines_are_numbered_as_embed_numbers_them(tmp_path):
 def test_shards_are_contiguous_ranges_in_order():
     assert [shard_of(i, 10, 3) for i in range(10)] == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert [shard_of(i, 2, 4) for i in range(2)] == [0, 2]  # more shards than lines: empty shards between
+
+
+def test_a_float16_shard_is_embeds_float16_output(run, tmp_path):
+    """`--dtype float16`: the worker's writer (`write_shard`, in process here) gives what `embed --dtype float16` gives
+    for the same lines: float16 datasets, each the float32 result rounded."""
+    from elmo_tf.beam.pipeline import ShardedEmbedConfig, write_shard
+    from elmo_tf.embed import Embedder
+    from elmo_tf.models import load_elmo
+
+    tmp, text, _ = run
+    model = load_elmo(tmp / "model" / "options.json", tmp / "model" / "weights.hdf5")
+    config = ShardedEmbedConfig(
+        options="", weights="", input=str(text), output="", batch_size=2, dtype="float16", num_shards=1
+    )
+    sentences = list(iter_sentences(text))
+    counts = write_shard(Embedder(model, "all"), iter(sentences), tmp_path / "s.hdf5", config)
+    assert counts == {"sentences": len(LINES), "tokens": sum(len(s.tokens) for s in sentences)}
+    embed_file(model, text, tmp_path / "e16.hdf5", batch_size=2, dtype="float16")
+    arrays, index = read(tmp_path / "s.hdf5")
+    expected, expected_index = read(tmp_path / "e16.hdf5")
+    assert index == expected_index and set(arrays) == set(expected)
+    float32, _ = read(tmp / "embed.hdf5")
+    for name, array in arrays.items():
+        assert array.dtype == np.float16 and expected[name].dtype == np.float16, name
+        np.testing.assert_array_equal(array, expected[name], err_msg=name)
+        np.testing.assert_array_equal(array, float32[name].astype(np.float16), err_msg=name)
