@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.models.elmo import build_bilm_layers
+from elmo_tf.preprocessing.char_vocabulary import char_mapping
 from elmo_tf.preprocessing.chars import add_sentence_boundaries
 
 
@@ -91,7 +92,8 @@ class BiLMPretrainer(keras.Model):
         matmul_dtype: None (float32) or "bfloat16" (`TrainConfig.matmul_precision`): the dtype of the training step's
             LSTM and sampled-softmax matmuls; evaluation and inference run float32.
     Call arguments:
-        inputs: dict with `char_ids` int32 `(batch, tokens, 50)` (no boundaries, left-aligned) and
+        inputs: dict with `char_ids` int32 `(batch, tokens, width)` (no boundaries, left-aligned; mapped by
+            `char_mapping`, the config's own: `lm_dataset(..., char_mapping=model.char_mapping)`) and
             `token_ids` int32 `(batch, tokens)` (vocabulary ids of the same tokens).
     Returns:
         dict: `forward` and `backward` float `(batch, tokens + 2, P)` top-layer states,
@@ -131,6 +133,7 @@ class BiLMPretrainer(keras.Model):
         self.num_sampled = min(num_sampled, vocab_size - 1)
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype)
+        self.char_mapping = char_mapping(config)  # strings -> this model's char ids, as `ELMo.char_mapping`
         p = config.projection_dim
         self.softmax_kernel = self.add_weight(
             name="softmax_kernel",
@@ -145,7 +148,7 @@ class BiLMPretrainer(keras.Model):
         token_ids = tf.cast(inputs["token_ids"], tf.int32)
         mask = tf.reduce_any(char_ids > 0, axis=-1)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-        with_bounds = add_sentence_boundaries(char_ids)
+        with_bounds = add_sentence_boundaries(char_ids, self.char_mapping.bos_row, self.char_mapping.eos_row)
         mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
         top = self.bilm(self.char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
         if training and self.dropout > 0:

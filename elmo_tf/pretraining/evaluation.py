@@ -11,13 +11,13 @@ def evaluate_perplexity(model, vocab, files, batch_size=64, max_tokens=50, progr
     """Full-softmax perplexity over `files`: dict with forward, backward, average (exp of the mean of the
     two mean NLLs), tokens (targets counted: words plus `</S>` forward, `<S>` backward)."""
     table = vocabulary_table(vocab.words)
-    ds = lm_dataset(files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False)
-
-    @tf.function(
-        input_signature=[
-            {"char_ids": tf.TensorSpec([None, None, 50], tf.int32), "token_ids": tf.TensorSpec([None, None], tf.int32)}
-        ]
+    mapping = model.char_mapping
+    ds = lm_dataset(
+        files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False, char_mapping=mapping
     )
+    char_spec = tf.TensorSpec([None, None, mapping.width], tf.int32)
+
+    @tf.function(input_signature=[{"char_ids": char_spec, "token_ids": tf.TensorSpec([None, None], tf.int32)}])
     def step(batch):
         return model.losses_sum(batch, training=False, sampled=False)
 
