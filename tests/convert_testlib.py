@@ -122,3 +122,26 @@ def fixture_training_dir(directory):
         pytest.skip(f"bilm-tf fixtures not found at {FIXTURES}")
     write_training_dir(directory, read_hdf5(FIXTURES / "lm_weights.hdf5"), random_softmax(11, 16))
     return Path(directory)
+
+
+EFML = Path(__file__).resolve().parent / "fixtures" / "efml"  # the small ELMoForManyLangs models (tests/convert)
+
+
+def converted_efml(directory, variant="word"):
+    """`tests/fixtures/efml/<variant>/model` (`word`: char CNN + word embedding, `noword`: char CNN alone) converted
+    into `directory` with `elmo-tf convert --from elmoformanylangs`'s library call; returns `directory`."""
+    from elmo_tf.convert import convert
+
+    convert("elmoformanylangs", str(EFML / variant / "model"), str(directory))
+    return Path(directory)
+
+
+def converted_checkpoint(directory):
+    """bilm-tf's fixture weights and an 11-word softmax written as a TF1 training checkpoint (`fixture_training_dir`)
+    and converted into `directory/out` (`--from bilm-tf-checkpoint`); returns that dir (options.json,
+    weights.hdf5, softmax.hdf5)."""
+    from elmo_tf.convert import convert
+
+    source = fixture_training_dir(Path(directory) / "run")
+    convert("bilm-tf-checkpoint", str(source), str(Path(directory) / "out"))
+    return Path(directory) / "out"

@@ -28,7 +28,7 @@ from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.io.bilm_hdf5 import _H5_ERRORS, WeightFileError, open_hdf5, read_dataset
 from elmo_tf.io.text import TextFileError, raw_lines
-from elmo_tf.preprocessing.chars import MAX_CHARS, token_bytes, tokens_to_char_ids_numpy
+from elmo_tf.preprocessing.chars import token_bytes
 
 EMBEDDING = "embedding"
 SIZE_ATTR = "vocabulary_size"
@@ -96,11 +96,12 @@ def compute_token_embeddings(model, tokens, batch_size=DEFAULT_BATCH_SIZE, progr
     """The context-free vector of every token: `model.char_cnn` on char ids `(n, 1, 50)`, `batch_size` tokens at a
     time (memory stays bounded whatever the number of tokens; the result is `len(tokens) x P` floats).
 
-    The literal tokens `<S>` / `</S>` get the sentence-boundary vectors (`elmo_tf.preprocessing.chars`); tokens
-    are cut to their first 48 bytes; the empty token gives a zero row (padding).
+    Tokens map to char ids by the model's own mapping (`model.char_mapping`: bilm-tf's UTF-8 bytes, tokens cut to
+    48 bytes, `<S>` / `</S>` the sentence boundaries; or a converted ELMoForManyLangs model's char vocabulary, cut
+    to 48 code points, `<bos>` / `<eos>`, with the word id column); the empty token gives a zero row (padding).
 
     Args:
-        model: an `elmo_tf.models.ELMo` (anything with a `char_cnn` layer taking `(batch, tokens, 50)` char ids).
+        model: an `elmo_tf.models.ELMo` (anything with a `char_cnn` layer and the `char_mapping` of its inputs).
         tokens: sequence of str or bytes (str as UTF-8).
         batch_size: tokens per call of the char CNN (>= 1). The results agree across batch sizes up to float32
             rounding (a few units in the last place), not bit for bit.
@@ -115,13 +116,16 @@ def compute_token_embeddings(model, tokens, batch_size=DEFAULT_BATCH_SIZE, progr
         raise TypeError(f"model must be an elmo_tf ELMo model (with a char_cnn layer), got {type(model).__name__}")
     if isinstance(tokens, str | bytes):
         raise TypeError(f"tokens must be a sequence of tokens, got a single {type(tokens).__name__}")
+    mapping = getattr(model, "char_mapping", None)
+    if mapping is None:
+        raise TypeError(f"model must be an elmo_tf ELMo model (with a char_mapping), got {type(model).__name__}")
     tokens = list(tokens)
     # one trace for every batch (the batch dimension is dynamic); much faster than eager calls for small batches
-    encode = tf.function(char_cnn, input_signature=[tf.TensorSpec([None, 1, MAX_CHARS], tf.int32)])
+    encode = tf.function(char_cnn, input_signature=[tf.TensorSpec([None, 1, mapping.width], tf.int32)])
     rows = []
     for start in range(0, max(len(tokens), 1), batch_size):  # no tokens: one empty batch gives the width
         batch = tokens[start : start + batch_size]
-        ids = tokens_to_char_ids_numpy(batch).reshape(len(batch), 1, MAX_CHARS)
+        ids = mapping.numpy(batch).reshape(len(batch), 1, mapping.width)
         rows.append(np.asarray(encode(tf.constant(ids))[:, 0], np.float32))
         if progress is not None and batch:
             progress(len(batch))

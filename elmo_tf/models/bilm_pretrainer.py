@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.models.elmo import build_bilm_layers
+from elmo_tf.preprocessing.char_vocabulary import char_mapping
 from elmo_tf.preprocessing.chars import add_sentence_boundaries
 
 
@@ -70,7 +71,7 @@ def _log_softmax_loss(true_logits, sampled_logits):
     return loss, grad
 
 
-def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0):
+def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0, char_mapping=None):
     """The top biLM states and the word each one predicts, for `BiLMPretrainer` and `LanguageModel` alike.
 
     Args:
@@ -78,6 +79,8 @@ def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0
         inputs: dict with `char_ids` int32 `(batch, tokens, 50)` and `token_ids` int32 `(batch, tokens)`.
         bos_id, eos_id: vocabulary ids of `<S>` and `</S>`.
         dropout: rate on the top layer, in training.
+        char_mapping: the model's own (`elmo_tf.preprocessing.char_vocabulary.char_mapping`), for its boundary
+            rows; None: bilm-tf's bytes.
     Returns:
         the dict `BiLMPretrainer` returns (see there).
     """
@@ -85,7 +88,8 @@ def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0
     token_ids = tf.cast(inputs["token_ids"], tf.int32)
     mask = tf.reduce_any(char_ids > 0, axis=-1)
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    with_bounds = add_sentence_boundaries(char_ids)
+    rows = () if char_mapping is None else (char_mapping.bos_row, char_mapping.eos_row)
+    with_bounds = add_sentence_boundaries(char_ids, *rows)
     mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
     top = bilm(char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
     if training and dropout > 0:
@@ -131,7 +135,8 @@ class BiLMPretrainer(keras.Model):
         matmul_dtype: None (float32) or "bfloat16" (`TrainConfig.matmul_precision`): the dtype of the training step's
             LSTM and sampled-softmax matmuls; evaluation and inference run float32.
     Call arguments:
-        inputs: dict with `char_ids` int32 `(batch, tokens, 50)` (no boundaries, left-aligned) and
+        inputs: dict with `char_ids` int32 `(batch, tokens, width)` (no boundaries, left-aligned; mapped by
+            `char_mapping`, the config's own: `lm_dataset(..., char_mapping=model.char_mapping)`) and
             `token_ids` int32 `(batch, tokens)` (vocabulary ids of the same tokens).
     Returns:
         dict: `forward` and `backward` float `(batch, tokens + 2, P)` top-layer states,
@@ -171,6 +176,7 @@ class BiLMPretrainer(keras.Model):
         self.num_sampled = min(num_sampled, vocab_size - 1)
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype)
+        self.char_mapping = char_mapping(config)  # strings -> this model's char ids, as `ELMo.char_mapping`
         p = config.projection_dim
         self.softmax_kernel = self.add_weight(
             name="softmax_kernel",
@@ -181,7 +187,9 @@ class BiLMPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        return lm_states(self.char_cnn, self.bilm, inputs, self.bos_id, self.eos_id, training, self.dropout)
+        return lm_states(
+            self.char_cnn, self.bilm, inputs, self.bos_id, self.eos_id, training, self.dropout, self.char_mapping
+        )
 
     @property
     def implementation(self):

@@ -16,7 +16,7 @@ from elmo_tf.config import BiLMConfig
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.models.bilm_pretrainer import lm_states
 from elmo_tf.models.elmo import build_bilm_layers
-from elmo_tf.preprocessing.chars import tokens_to_char_ids
+from elmo_tf.preprocessing.char_vocabulary import char_mapping
 
 DIRECTIONS = ("forward", "backward")
 DEFAULT_CHUNK_SIZE = 8192  # words per slice of the softmax: 8192 x 2 x 3,200 positions of a batch = 210 MB of logits
@@ -118,7 +118,10 @@ def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
         dict: `forward_log_probs`, `backward_log_probs` float `(batch, T + 1)`, `sequence_len` int32 `(batch,)`;
         with `top_k`, `{direction}_top_k_ids` int32 and `{direction}_top_k_log_probs` float `(batch, T + 1, k)`.
     """
-    out = lm_states(model.char_cnn, model.bilm, inputs, model.bos_id, model.eos_id, training=False)
+    mapping = getattr(model, "char_mapping", None)
+    out = lm_states(
+        model.char_cnn, model.bilm, inputs, model.bos_id, model.eos_id, training=False, char_mapping=mapping
+    )
     keep = out["weights"] > 0  # (batch, T + 1): positions 0..n
     lengths = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1) - 1
     where = tf.where(keep)
@@ -208,6 +211,7 @@ class LanguageModel(keras.Model):
             raise ElmoTFError(f"top_k must be <= vocab_size {vocab_size}, got {top_k}", key="top_k")
         self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.config = config
+        self.char_mapping = char_mapping(config)  # strings -> this model's char ids, as `ELMo.char_mapping`
         self.vocab_size, self.bos_id, self.eos_id, self.unk_id = vocab_size, bos_id, eos_id, unk_id
         self.char_cnn, self.bilm = bilm_layers if bilm_layers is not None else build_bilm_layers(config)
         self.softmax_kernel = self.add_weight(
@@ -257,7 +261,7 @@ class LanguageModel(keras.Model):
         """Scores tf.string tokens `(batch, T)` padded with "" (after each sentence's real tokens); returns
         `score`'s outputs."""
         tokens = tf.convert_to_tensor(tokens, tf.string)
-        return self.score(tokens_to_char_ids(tokens), self.token_ids(tokens))
+        return self.score(self.char_mapping(tokens), self.token_ids(tokens))
 
     def score(self, char_ids, token_ids):
         """The outputs of `call` on char ids `(batch, T, 50)` and word ids `(batch, T)`, with, for a top k,

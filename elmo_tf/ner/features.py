@@ -111,9 +111,11 @@ class InProcessFeatures:
 
         return _in_batches(fetch, sentences, self.batch_size, progress)
 
-    def graph_activations(self, char_ids):
-        """The activations as a tensor `(batch, L+1, T, 2P)`, in a graph or eagerly: the model called on char ids
-        `(batch, T, 50)`."""
+    def graph_activations(self, tokens):
+        """The activations as a tensor `(batch, L+1, T, 2P)`, in a graph or eagerly: the model called on tf.string
+        tokens `(batch, T)` ("" padding) mapped by its own char mapping (`ELMo.tokens_to_char_ids`: bilm-tf's bytes
+        or a converted model's char vocabulary), as the host side's `Embedder` maps them."""
+        char_ids = self.elmo.tokens_to_char_ids(tokens)
         return tf.stack(self.elmo(char_ids, training=False)["activations"], axis=1)
 
 

@@ -35,7 +35,9 @@ class NERFeaturizer(keras.layers.Layer):
     Args:
         words: the word vocabulary (already lowercased with `lowercase`), ids 2, 3, ... in order; None for a tagger
             without word features. An empty list maps every word to `UNK_WORD`.
-        use_chars: emit `char_ids` (the tagger's own char CNN; ELMo's char mapping).
+        use_chars: emit `char_ids`, the input of the tagger's own char CNN (its own embedding of bilm-tf's 262
+            byte ids): bilm-tf's UTF-8 byte mapping whatever the biLM, since a tagger may have no biLM at all. The
+            biLM never reads them: it maps tokens by its own mapping (`InProcessFeatures.graph_activations`).
     Call arguments:
         inputs: `(tokens, sequence_len)`: tf.string `(batch, T)` padded with "", int32 `(batch,)`.
     Returns:

@@ -11,10 +11,10 @@ zero-padded to the batch's longest sentence (`batch_inputs`).
 """
 
 import numpy as np
+import tensorflow as tf
 
 from elmo_tf.errors import ElmoTFError
-from elmo_tf.ner.featurizer import CHAR_IDS, MASK
-from elmo_tf.preprocessing.chars import tokens_to_char_ids
+from elmo_tf.ner.featurizer import MASK
 
 ACTIVATIONS = "activations"  # the head's input of biLM activations, float32 (batch, L+1, T, dim)
 
@@ -147,7 +147,8 @@ class NERPipeline:
 
     def graph_inputs(self, tokens, sequence_len):
         """The head's inputs as tensors, inside a graph (the tagger export): the featurizer's, and with ELMo the
-        biLM's activations `(batch, L+1, T, dim)` (`source.graph_activations` of the char ids).
+        biLM's activations `(batch, L+1, T, dim)` (`source.graph_activations` of the tokens: the biLM's own char
+        mapping, not the featurizer's `char_ids`, which feed the tagger's own char CNN).
 
         Args:
             tokens: tf.string `(batch, T)` padded with "". sequence_len: int32 `(batch,)`.
@@ -160,6 +161,6 @@ class NERPipeline:
                     "the tagger's graph runs its biLM inside it: give the pipeline a biLM in this process "
                     "(InProcessFeatures)"
                 )
-            char_ids = inputs.get(CHAR_IDS)
-            inputs[ACTIVATIONS] = graph_activations(tokens_to_char_ids(tokens) if char_ids is None else char_ids)
+            # the biLM maps the tokens itself (its own char mapping); the featurizer's `char_ids` are the tagger's
+            inputs[ACTIVATIONS] = graph_activations(tf.where(inputs[MASK], tokens, ""))
         return inputs

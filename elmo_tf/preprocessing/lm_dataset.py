@@ -7,7 +7,8 @@ inference (zero initial state per sentence). Pieces are shuffled in a bounded bu
 length so a batch carries little padding. The corpus is streamed (`TextLineDataset`), never loaded.
 
 Bad lines, deliberately: empty and whitespace-only lines are skipped; bytes that are not UTF-8 are kept
-(the char CNN reads bytes; the vocabulary lookup maps such words to `<UNK>`); a 10,000-token line becomes
+(bilm-tf's byte mapping reads bytes, a char vocabulary maps them to its `<oov>`; the softmax vocabulary lookup
+maps such words to `<UNK>`); a 10,000-token line becomes
 ceil(10,000 / max_tokens) pieces.
 
 Order is deterministic for a given seed, so a resumed run can skip the batches it already trained on.
@@ -17,7 +18,7 @@ import tensorflow as tf
 
 from elmo_tf.bounds import BATCH_SIZE, SHUFFLE_BUFFER, TOKENS
 from elmo_tf.errors import ElmoTFError
-from elmo_tf.preprocessing.chars import tokens_to_char_ids
+from elmo_tf.preprocessing.char_vocabulary import BYTE_MAPPING
 
 
 class LMDataError(ElmoTFError):
@@ -69,8 +70,9 @@ def lm_dataset(
     num_shards=1,
     shard_index=0,
     bucket_width=10,
+    char_mapping=BYTE_MAPPING,
 ):
-    """Batches for `BiLMPretrainer`: dicts with `char_ids` `(batch, T, 50)` and `token_ids` `(batch, T)`.
+    """Batches for `BiLMPretrainer`: dicts with `char_ids` `(batch, T, width)` and `token_ids` `(batch, T)`.
 
     Args:
         files: list of text files.
@@ -87,6 +89,8 @@ def lm_dataset(
             of the positions padding, widths of 2 about 2% (1 gives none, with batches of equal lengths). Measured
             on PTB (bench/README.md, item 10): width 2 made steps about 8% faster, but 6,231 steps reached test
             perplexity 119.1 against 114.9 at width 10 (one run each), so 10 stays the default.
+        char_mapping: tokens -> char ids, the model's own (`BiLMPretrainer.char_mapping`, from its config:
+            `elmo_tf.preprocessing.char_vocabulary.char_mapping`); bilm-tf's UTF-8 bytes (width 50) by default.
     """
     for name, value, bounds in (
         ("batch_size", batch_size, BATCH_SIZE),
@@ -108,7 +112,7 @@ def lm_dataset(
         ds = ds.repeat()
 
     def encode(tokens):
-        return {"char_ids": tokens_to_char_ids(tokens), "token_ids": table.lookup(tokens)}
+        return {"char_ids": char_mapping(tokens), "token_ids": table.lookup(tokens)}
 
     def bucket(x):  # lengths 1..w -> 0, w+1..2w -> 1, ...: bucket_by_sequence_length's buckets with boundaries
         # w+1, 2w+1, ... up to max_tokens, without a list of them (max_tokens may be 2**31 - 1)

@@ -16,15 +16,16 @@ def evaluate_perplexity(
 
     The log-probabilities are `elmo_tf.models.language_model.sentence_log_probs`'s, the code path of
     `LanguageModel` and `elmo-tf score`: a sentence's perplexity here is the exp of minus the mean of its
-    `forward_log_probs` (or `backward_log_probs`) there. Unknown words count as `vocab.unk_id`."""
+    `forward_log_probs` (or `backward_log_probs`) there. Unknown words count as `vocab.unk_id`. Tokens are mapped
+    to char ids by the model's own `char_mapping`."""
     table = vocabulary_table(vocab.words, unk_id=getattr(vocab, "unk_id", 2))
-    ds = lm_dataset(files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False)
-
-    @tf.function(
-        input_signature=[
-            {"char_ids": tf.TensorSpec([None, None, 50], tf.int32), "token_ids": tf.TensorSpec([None, None], tf.int32)}
-        ]
+    mapping = model.char_mapping
+    ds = lm_dataset(
+        files, table, batch_size, max_tokens=max_tokens, shuffle_buffer=0, repeat=False, char_mapping=mapping
     )
+    char_spec = tf.TensorSpec([None, None, mapping.width], tf.int32)
+
+    @tf.function(input_signature=[{"char_ids": char_spec, "token_ids": tf.TensorSpec([None, None], tf.int32)}])
     def step(batch):
         out = sentence_log_probs(model, batch, chunk_size=chunk_size)
         count = tf.reduce_sum(out["sequence_len"] + 1)

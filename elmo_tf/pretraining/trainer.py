@@ -125,6 +125,7 @@ class Trainer:
                 seed=config.seed + ctx.input_pipeline_id,
                 num_shards=ctx.num_input_pipelines,
                 shard_index=ctx.input_pipeline_id,
+                char_mapping=self.model.char_mapping,
             )
             # each step takes one batch per replica of this pipeline: skip what was trained already
             per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
@@ -145,6 +146,7 @@ class Trainer:
             max_tokens=self.config.max_tokens,
             shuffle_buffer=0,
             repeat=False,
+            char_mapping=self.model.char_mapping,
         )
         batch = next(iter(ds), None)
         if batch is None:

@@ -807,3 +807,29 @@ def test_data_that_cannot_be_used_stops_before_training(data, tmp_path, flag, co
     argv += [flag, content] if flag == "--cpu-replicas" else [flag, path] if flag == "--valid" else []
     assert_one_error(run_cli(PRETRAIN, *argv, timeout=120), status, *needles)
     assert not (tmp_path / "run").exists()
+
+
+def test_init_from_a_converted_elmoformanylangs_model_with_its_word_column(data, tmp_path):
+    """pretrain.py --config/--init-from an `elmo-tf convert --from elmoformanylangs` dir (char vocabulary + word
+    embedding): one step and a validation pass on its own char mapping, exit 0; the model dir it writes carries the
+    vocabularies and loads, with the initial weights moved by at most one tiny step."""
+    from convert_testlib import converted_efml
+
+    src = converted_efml(tmp_path / "converted", "word")
+    out = tmp_path / "run"
+    proc = run_pretrain(
+        data,
+        out,
+        *("--init-from", src / "options.json", src / "weights.hdf5", "--steps", 1, "--batch-size", 8),
+        *("--num-sampled", 16, "--optimizer", "sgd", "--learning-rate", 1e-6, "--valid", data["train"]),
+        config=src / "options.json",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"initialized the biLM from \S*weights.hdf5; the softmax starts fresh", proc.stderr)
+    options = json.loads((out / "options.json").read_text())
+    assert options["char_cnn"]["word_embedding"]["vocabulary"] == "word_vocab.tsv"
+    assert load_elmo(out / "options.json", out / "weights.hdf5").char_cnn.input_width == 51
+    initial, written = _datasets(src / "weights.hdf5"), _datasets(out / "weights.hdf5")
+    assert set(written) == set(initial)
+    for name, value in initial.items():
+        np.testing.assert_allclose(written[name], value, rtol=0, atol=1e-5, err_msg=name)

@@ -266,3 +266,62 @@ def test_train_ner_takes_dev_forms_train_lacks_and_tag_py_reloads_them(tmp_path,
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["tags"] for r in rows] == tag_sentences(model, encoder, [r["tokens"] for r in rows])
+
+
+# ------------------------------------------------------------------------------------------------ a converted biLM
+
+
+def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(tmp_path):
+    """`elmo-tf convert --from elmoformanylangs` output (char vocabulary + word column) as `--elmo`: `elmo-tf
+    train-ner` trains on it, `elmo-tf tag` tags with the biLM its config.json records, `elmo-tf export-tagger` exports
+    it (its own
+    reload check passes), and the SavedModel's tags are `tag`'s."""
+    import tensorflow as tf
+    from convert_testlib import converted_efml
+
+    from elmo_tf.ner import Encoder
+
+    elmo_dir = converted_efml(tmp_path / "elmo", "word")
+    paths = write_corpus(tmp_path, sizes=(("train", 16), ("dev", 6), ("test", 6)))
+    output = tmp_path / "ner"
+    result = run_module(
+        "train-ner",
+        *("--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"], "--elmo", elmo_dir),
+        *("--epochs", 1, "--lstm-units", 8, "--batch-size", 8, "--output", output),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    dev = read_conll(paths["dev"])
+    text = "".join(" ".join(s.tokens) + "\n" for s in dev)
+    tagged = run_module("tag", "--model", output, "--format", "json", input=text)
+    assert tagged.returncode == 0, tagged.stderr[-3000:]
+    rows = [json.loads(line) for line in tagged.stdout.splitlines()]
+    assert [row["tokens"] for row in rows] == [s.tokens for s in dev]
+    exported = run_module("export-tagger", "--ner", output, "--output", tmp_path / "tagger")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    (version,) = os.listdir(tmp_path / "tagger")
+    out = tf.saved_model.load(str(tmp_path / "tagger" / version)).signatures["tag"](
+        sentences=tf.constant([" ".join(s.tokens) for s in dev])
+    )
+    crf_tags = [[t.decode() for t in out["tags"][i, : len(s.tokens)].numpy()] for i, s in enumerate(dev)]
+    encoder = Encoder.load(str(output / "encoder.json"))
+    decoded = [encoder.decode_tags([encoder.label_ids[t] for t in tags]) for tags in crf_tags]
+    assert decoded == [row["tags"] for row in rows]
+
+
+def run_module(*args, input=None):
+    """`python -m elmo_tf ARGS` in a subprocess, from this checkout (its PYTHONPATH)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ner_testlib import subprocess_env
+
+    return subprocess.run(
+        [sys.executable, "-m", "elmo_tf", *map(str, args)],
+        cwd=Path(__file__).resolve().parents[2],
+        input=input,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

@@ -204,3 +204,29 @@ def test_cpp_loader_runs_the_lm_signature_like_python(checker, model, tmp_path):
     assert "warmup lm: ok" in proc.stdout.decode()
     for key in ("forward_log_probs", "backward_log_probs", "forward_top_k_log_probs", "backward_top_k_log_probs"):
         np.testing.assert_allclose(got["lm"][key], expected[key].numpy(), atol=ATOL, rtol=0, err_msg=key)
+
+
+@pytest.mark.parametrize("variant", ["word", "noword"])
+def test_cpp_loader_runs_a_converted_elmoformanylangs_model_like_python(checker, variant, tmp_path):
+    """A converted ELMoForManyLangs model (its char vocabulary and word vocabulary are lookup tables in the graph):
+    the C++ loader runs the sentence and token signatures with the Keras model's numbers (1e-5), scripts other than
+    Latin, unknown chars, invalid UTF-8 and a token over 48 code points included."""
+    from convert_testlib import converted_efml
+
+    from elmo_tf.models import load_elmo
+
+    model_dir = converted_efml(tmp_path / "converted", variant)
+    model = load_elmo(model_dir / "options.json", model_dir / "weights.hdf5")
+    export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"))
+    sentences = SENTENCES + ["Мама мыла раму . 日本語 " + "ж" * 60, "<bos> Ёж"]
+    token_lists = ex.reference_tokens(sentences)
+    expected = ex.reference_outputs(model, token_lists)
+    tokens, lengths = ex._pad(token_lists)
+    runs = [
+        ("default", "default", {"sentences": np.array([s.encode() if isinstance(s, str) else s for s in sentences])}),
+        ("tokens", "tokens", {"tokens": tokens, "sequence_len": lengths}),
+    ]
+    proc, got = run_checker(checker, export_dir, tmp_path, runs)
+    assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-3000:] + proc.stderr.decode(errors="replace")
+    worst = max(assert_close(expected, got[label], f"C++ {label} vs Keras") for label in ("default", "tokens"))
+    print(f"C++ loader parity, converted ELMoForManyLangs ({variant}): max |diff| {worst:.3g}")

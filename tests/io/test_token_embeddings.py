@@ -13,6 +13,7 @@ import pytest
 from cli_testlib import assert_one_error, run_command
 
 from elmo_tf.cli.main import main
+from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.io.token_embeddings import (
     DIGEST_ATTR,
     SIZE_ATTR,
@@ -427,3 +428,66 @@ def test_cli_bad_vocabulary_as_a_subprocess(tmp_path):
     assert_one_error(result, 1, f"{PROG}: error: --vocab: {tmp_path / 'vocab.txt'}:2: token 'big cat' holds whitespace")
     assert out.read_bytes() == b"an older file"
     assert temporaries(tmp_path) == []
+
+
+# ---------------------------------------------------------------- converted models (elmo-tf convert)
+
+
+def _converted(kind, tmp_path):
+    from convert_testlib import converted_checkpoint, converted_efml
+
+    if kind == "bilm-tf-checkpoint":
+        return converted_checkpoint(tmp_path / "ckpt")
+    return converted_efml(tmp_path / kind, kind.split(":")[1])
+
+
+@pytest.mark.parametrize("kind", ["elmoformanylangs:word", "elmoformanylangs:noword", "bilm-tf-checkpoint"])
+def test_cli_dump_then_embed_with_the_cache_equals_embed_without_it(capsys, tmp_path, kind):
+    """`dump-token-embeddings` then `embed --token-embeddings` on a converted model: the same numbers as `embed`
+    without the cache (1e-6), with the cache really used; the dumped rows are the model's own token layer for each
+    word (its own char mapping: code points, 48-code-point cut, `<bos>`/`<eos>`, the word column)."""
+    model_dir = _converted(kind, tmp_path)
+    options, weights = model_dir / "options.json", model_dir / "weights.hdf5"
+    words = ["The", "cat", "Café", "naïve", "Мама", "раму", ".", "<bos>", "<S>", "ж" * 60, "日本語"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(words) + "\n", encoding="utf-8")
+    text = tmp_path / "in.txt"
+    text.write_text("The cat Café naïve .\nМама мыла раму " + "ж" * 60 + " !\n日本語 unseen cat\n", encoding="utf-8")
+    cache = tmp_path / "cache.hdf5"
+    code, errors, err = cli(capsys, "--options", options, "--weights", weights, "--vocab", vocab, "--output", cache)
+    assert code == 0 and errors == [], err
+    elmo = load_elmo(options, weights)
+    with h5py.File(cache, "r") as f:
+        dumped = f["embedding"][...]
+    for row, word in enumerate(words):
+        if word in ("<bos>", "<S>"):
+            continue  # a boundary token alone: its row is checked through the model's boundary ids below
+        expected = elmo.embed_tokens(tf_tokens([[word]]))["word_emb"].numpy()[0, 0]
+        np.testing.assert_allclose(dumped[row], expected, atol=1e-6, rtol=0, err_msg=word)
+    boundary = "<bos>" if kind.startswith("elmoformanylangs") else "<S>"
+    bos = elmo.char_cnn.encode_distinct(elmo.char_mapping.bos_row[None]).numpy()[0]
+    np.testing.assert_allclose(dumped[words.index(boundary)], bos, atol=1e-6, rtol=0)
+    outputs = {}
+    for name, extra in (("plain", []), ("cached", ["--token-embeddings", cache, "--vocab", vocab])):
+        out = tmp_path / f"{name}.hdf5"
+        code = main(["embed", "--options", str(options), "--weights", str(weights), "--input", str(text),
+                     "--output", str(out), *map(str, extra)], prog="python -m elmo_tf")  # fmt: skip
+        assert code == 0, capsys.readouterr().err[-2000:]
+        with h5py.File(out, "r") as f:
+            outputs[name] = {key: f[key][...] for key in f if key != "sentence_to_index"}
+    assert outputs["plain"].keys() == outputs["cached"].keys() == {"0", "1", "2"}
+    for key, value in outputs["plain"].items():
+        np.testing.assert_allclose(outputs["cached"][key], value, atol=1e-6, rtol=0, err_msg=key)
+    # the model's in-graph table (`ELMo.use_token_embeddings`): cached words skip the char CNN, same numbers
+    batch = tf_tokens([["The", "cat", "Café", "naïve", "."], ["日本語", "unseen", "cat", "", ""]])
+    plain = [a.numpy() for a in elmo.embed_tokens(batch)["activations"]]
+    elmo.use_token_embeddings(TokenCache.load(cache, vocab, projection_dim=elmo.config.projection_dim))
+    assert elmo.token_ids(batch).numpy()[0].tolist() == [1, 2, 3, 4, 7]
+    for layer, (a, b) in enumerate(zip(plain, elmo.embed_tokens(batch)["activations"])):
+        np.testing.assert_allclose(b.numpy(), a, atol=1e-6, rtol=0, err_msg=f"layer {layer}")
+
+
+def tf_tokens(token_lists):
+    import tensorflow as tf
+
+    return tf.constant([[t.encode("utf-8") for t in tokens] for tokens in token_lists], tf.string)

@@ -76,7 +76,10 @@ def test_in_process_savedmodel_and_elmo_tf_tag_agree(tagger, tmp_path):
     """The same 11 lines (one blank) tagged three ways, each with other batches: in this process (4 sentences a batch),
     by the exported SavedModel reloaded (one batch of all) and by `elmo-tf tag --format json` (3 a batch): the same
     tags, and the SavedModel's spans are the CLI's."""
-    model_dir, elmo_dir, head, encoder = tagger
+    assert_three_ways_agree(*tagger, tmp_path)
+
+
+def assert_three_ways_agree(model_dir, elmo_dir, head, encoder, tmp_path):
     token_lists = [text.split() for text in TEXTS]
     source, _ = open_feature_source(elmo=str(elmo_dir))
     in_process = tag_sentences(head, encoder, token_lists, source, batch_size=4)
@@ -114,6 +117,60 @@ def test_in_process_savedmodel_and_elmo_tf_tag_agree(tagger, tmp_path):
     assert [row["tags"] for row in rows] == in_process == exported
     assert [[(s["type"], s["start"], s["end"]) for s in row["spans"]] for row in rows] == exported_spans
     assert exported_spans == [spans(tags, "iob2") for tags in in_process]
+
+
+def random_head(elmo, seed=4):
+    """A head on `elmo`, words and chars (its own char CNN: the featurizer's `char_ids`) with N(0, 1) weights, and
+    its encoder."""
+    words = sorted({w.lower() for text in TEXTS for w in text.split()})[:16]
+    labels = labels_for({"PER", "LOC", "ORG"}, "bioes")
+    head = NERTagger(
+        labels,
+        "bioes",
+        num_elmo_layers=elmo.num_output_layers,
+        word_vocab_size=len(words) + 2,
+        word_dim=8,
+        char_filters=((2, 8),),
+        lstm_units=8,
+    )
+    head.build_for(2 * elmo.config.projection_dim)
+    rng = np.random.default_rng(seed)
+    for var in head.weights:
+        var.assign(rng.normal(0, 1.0, size=tuple(var.shape)).astype("float32") * (0.1 if "crf" in var.path else 1.0))
+    return head, Encoder(labels, "bioes", words, "iob2")
+
+
+@pytest.mark.parametrize("variant", ["word", "noword"])
+def test_a_converted_elmoformanylangs_biLM_feeds_the_tagger_its_own_char_mapping(variant, tmp_path):
+    """A converted ELMoForManyLangs model (code points looked up in its char vocabulary; `word`: the word id column)
+    under a tagger with its own char CNN: the activations the tagger's graph computes (`graph_inputs`, what the
+    export runs) equal `elmo.embed_tokens`'s and the host side's (`InProcessFeatures`, the embedder: what train-ner and
+    tag use) within 1e-6, and in-process tagging, the exported SavedModel and `elmo-tf tag` agree."""
+    from convert_testlib import converted_efml
+
+    elmo_dir = converted_efml(tmp_path / "elmo", variant)
+    source, _ = open_feature_source(elmo=str(elmo_dir))
+    elmo = source.elmo
+    head, encoder = random_head(elmo)
+    pipeline = NERPipeline(head, encoder, source)
+    token_lists = [text.split() for text in TEXTS] + [["Мама", "мыла", "раму", "ж" * 60, "日本語"]]
+    width = max(len(t) for t in token_lists)
+    tokens = tf.constant([[w.encode() for w in t] + [b""] * (width - len(t)) for t in token_lists])
+    lengths = tf.constant([len(t) for t in token_lists])
+    inputs = pipeline.graph_inputs(tokens, lengths)
+    assert inputs["char_ids"].shape[-1] == 50  # the tagger's own char CNN: bilm-tf's byte ids, whatever the biLM
+    graph = inputs["activations"].numpy()  # (batch, L+1, T, 2P)
+    embedded = np.stack([a.numpy() for a in elmo.embed_tokens(tokens)["activations"]], axis=1)
+    host = source(token_lists)
+    for row, n in enumerate(lengths.numpy()):
+        np.testing.assert_allclose(graph[row, :, :n], embedded[row, :, :n], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(graph[row, :, :n], host[row], atol=1e-6, rtol=0)
+        assert not graph[row, :, n:].any()
+    model_dir = tmp_path / "ner"
+    model_dir.mkdir()
+    head.save(model_dir / "model.keras")
+    encoder.save(model_dir / "encoder.json")
+    assert_three_ways_agree(model_dir, elmo_dir, head, encoder, tmp_path)
 
 
 def test_a_source_that_does_not_fit_the_head_is_refused(tagger, make_elmo):

@@ -303,3 +303,40 @@ def test_stock_server_is_never_given_a_wider_address_than_asked(fake_stock_serve
     assert not record.exists()
     report("item 10: embedded server on 127.0.0.1 only (subprocess)", before, after, served)
     assert served < SERVED_WITHIN and after - before < 50
+
+
+def test_serve_answers_a_converted_elmoformanylangs_model_with_its_in_process_numbers(tmp_path):
+    """serve.py --embedded on the export of a converted ELMoForManyLangs model (char and word vocabulary lookups in
+    the graph): the gRPC answers are the Keras model's in this process (1e-5), for sentences and for tokens."""
+    from convert_testlib import converted_efml
+    from serving_testlib import ex
+
+    from elmo_tf.models import load_elmo
+
+    model_dir = converted_efml(tmp_path / "converted", "word")
+    model = load_elmo(model_dir / "options.json", model_dir / "weights.hdf5")
+    base = tmp_path / "elmo"
+    ex.export_elmo(model, str(base))
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, SERVE, "--embedded", "--model_base_path", str(base), "--model_name", "elmo"]
+        + ["--port", str(port), "--load_retry_interval_micros", "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with ElmoClient(f"127.0.0.1:{port}", "elmo", timeout=30) as client:
+            client.wait_for_model(timeout=120)
+            sentences = ["Мама мыла раму .", "Café naïve " + "ж" * 60, "日本語 <bos> x"]
+            assert_parity(reference_sentences(model, sentences), client.embed(sentences))
+            token_lists = [["Ёж", "!"], ["façade"]]
+            expected = ex.reference_outputs(model, [[t.encode() for t in row] for row in token_lists])
+            assert_parity(expected, client.embed_tokens(token_lists))
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
