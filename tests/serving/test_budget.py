@@ -257,8 +257,9 @@ def test_json_estimate_refuses_what_proto_allows(loaded):
     budget.sizes.inner_dims = dict(loaded.runner("default").sizes.inner_dims)
     inputs = {"sentences": np.array([b"w " * 100] * 10, object)}
     assert budget.prepare(inputs).response_bytes == 10 * 100 * (32 + 3 * 64) * 4 + 10 * (64 * 4 + 4) + 10 * 100
+    # 12 bytes a float32 as JSON: orjson writes the shortest text that reads back as the same float32 (response_size.py)
     details = budget_error(lambda: budget.prepare(inputs, response_encoding="json"))
-    assert details.startswith("the response would be about 4.3 MiB as JSON (10 sentences x 100 tokens, outputs ")
+    assert details.startswith("the response would be about 2.6 MiB as JSON (10 sentences x 100 tokens, outputs ")
     assert "above the server's limit of 1.0 MiB (--max_message_bytes)" in details
     assert budget.prepare(inputs, ["default"], response_encoding="json").response_bytes < 20_000
     with pytest.raises(ValueError, match="response_encoding must be one of"):
