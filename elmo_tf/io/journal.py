@@ -131,15 +131,21 @@ class RunJournal:
     # ---------------------------------------------------------------- entering and leaving
 
     def __enter__(self):
+        if os.path.islink(self.path):  # clearing it would empty the directory it points to
+            raise ElmoTFError(
+                f"{self.path} is a symbolic link; a run's journal is a directory it makes itself (remove the link)",
+                path=self.path,
+            )
         try:
             if not os.path.isdir(self.path):
                 make_public_dir(self.path)
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except FileExistsError:
             raise ElmoTFError(f"{self.path} exists and is not a directory", path=self.path) from None
         except OSError as e:
             raise (write_error(self.path, e) or e) from None
         try:
+            self._check_entries()
             self._lock()
             self._remove_temporaries()
             manifest = self._read_manifest()
@@ -203,6 +209,17 @@ class RunJournal:
 
     def _entries(self):
         return sorted(os.listdir(self.path))
+
+    def _check_entries(self):
+        """Raises `ElmoTFError` when the directory holds an entry no run writes (a manifest, shards, temporaries):
+        it is not a journal, and clearing it would delete someone's files."""
+        for entry in self._entries():
+            if not (entry == MANIFEST or _SHARD.match(entry) or (entry.startswith(".") and ".tmp-" in entry)):
+                raise ElmoTFError(
+                    f"{self.path} holds {entry}, which no elmo_tf run wrote: not a run's journal, left as it is "
+                    "(move it away, or give another --output)",
+                    path=self.path,
+                )
 
     def _remove_temporaries(self):
         """Every temporary in the directory is a dead run's (this process holds the lock): they all go."""

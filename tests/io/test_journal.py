@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.journal import JournalBusy, ResumeRefused, RunJournal, file_digest, state_dir_of
 
 PRINT = {"input": {"sha256": "ab" * 32, "size": 10}, "layers": "all", "batch_size": 64}
@@ -120,3 +121,31 @@ def test_one_run_at_a_time(tmp_path):
         assert os.listdir(state_dir_of(output)) == ["manifest.json"]  # the busy attempts removed nothing
     with RunJournal(output, PRINT):  # the lock went with the first run
         pass
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_journal_path_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, resume):
+    """`.out.hdf5.partial` planted as a link to a directory of someone's files (a shared /tmp, a careless `ln -s`):
+    a run without --resume used to clear the directory it points to, every file of it."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    (precious / "shard-000000.hdf5").write_bytes(b"not ours either")
+    output = tmp_path / "out.hdf5"
+    os.symlink(precious, tmp_path / ".out.hdf5.partial")
+    with pytest.raises(ElmoTFError, match=r"\.out\.hdf5\.partial is a symbolic link"):
+        with RunJournal(output, PRINT, resume=resume):
+            pass
+    assert sorted(os.listdir(precious)) == ["shard-000000.hdf5", "thesis.tex"]
+    assert (precious / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_journal_dir_holding_files_no_run_wrote_is_refused_not_cleared(tmp_path):
+    output = tmp_path / "out.hdf5"
+    state = tmp_path / ".out.hdf5.partial"
+    state.mkdir()
+    (state / "notes.txt").write_text("mine")
+    with pytest.raises(ElmoTFError, match=r"holds notes\.txt, which no elmo_tf run wrote"):
+        with RunJournal(output, PRINT):
+            pass
+    assert (state / "notes.txt").read_text() == "mine"
