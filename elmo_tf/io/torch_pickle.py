@@ -120,6 +120,11 @@ class _Unpickler(pickle.Unpickler):
             return _GLOBALS[(module, name)]
         if module == "torch" and name in _STORAGE_DTYPES:
             return _StorageType(name)
+        if module == "torch" and name.endswith("Storage") and name.isidentifier():
+            raise TorchPickleError(
+                f"{self.path}: tensors of torch.{name} are not supported (only {', '.join(_STORAGE_DTYPES)}); "
+                "convert them to float32 in torch first"
+            )
         raise TorchPickleError(
             f"{self.path}: refused to load the global {module}.{name}: a torch state dict holds only tensors "
             "(OrderedDict, torch._utils._rebuild_tensor_v2, storage types); nothing from this file was run"
@@ -193,7 +198,11 @@ def _load_legacy(f, path):
         raise TorchPickleError(f"{path}: not a torch file: no torch magic number")
     if plain("protocol version") != LEGACY_PROTOCOL:
         raise TorchPickleError(f"{path}: unsupported torch protocol version (expected {LEGACY_PROTOCOL})")
-    plain("sys info")
+    sys_info = plain("sys info")
+    if isinstance(sys_info, dict) and sys_info.get("little_endian", True) is not True:
+        raise TorchPickleError(
+            f"{path}: written on a big-endian machine (its sys info says so); only little-endian reads"
+        )
     unpickler = _Unpickler(f, path, lambda storage: None)
     result = _call(unpickler.load, path)
     keys = plain("storage keys")
@@ -226,6 +235,10 @@ def _load_zip(f, path):
     if len(pickles) != 1:
         raise TorchPickleError(f"{path}: a torch zip file holds one <name>/data.pkl, found {len(pickles)}")
     prefix = pickles[0][: -len("data.pkl")]
+    if f"{prefix}byteorder" in names:  # torch >= 2.1 records it; older zip files are little-endian
+        order = _call(lambda: archive.read(f"{prefix}byteorder")[:16], path)
+        if order != b"little":
+            raise TorchPickleError(f"{path}: {prefix}byteorder is {order!r}; only little-endian storages read")
 
     def load_storage(storage):
         name = f"{prefix}data/{storage.key}"

@@ -251,3 +251,33 @@ def test_a_compressed_or_missized_zip_storage_is_refused_before_decompressing(tm
         z.writestr("a/data/0", bytes(8))
     with pytest.raises(TorchPickleError, match="a/data/0 holds 8 bytes, expected 16"):
         load_state_dict(path)
+
+
+def test_a_big_endian_file_is_refused_not_misread(tmp_path, monkeypatch):
+    """Storages of a file saved on a big-endian machine would read as garbage numbers without an error."""
+    dumps, tensor = _lying_pickles(monkeypatch)
+    main = {"w": tensor(_StorageRef("0", 2), 0, (2,), (1,))}
+    raw = struct.pack(">2f", 1.0, 2.0)
+    zipped = tmp_path / "big.pkl"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("a/data.pkl", dumps(main))
+        z.writestr("a/byteorder", "big")
+        z.writestr("a/data/0", raw)
+    with pytest.raises(TorchPickleError, match="a/byteorder is b'big'"):
+        load_state_dict(zipped)
+    parts = [pickle.dumps(x, protocol=2) for x in (LEGACY_MAGIC, LEGACY_PROTOCOL, {"little_endian": False})]
+    legacy = tmp_path / "big_legacy.pkl"
+    data = b"".join(parts) + dumps(main) + pickle.dumps(["0"], protocol=2) + struct.pack("<q", 2) + raw
+    legacy.write_bytes(data)
+    with pytest.raises(TorchPickleError, match="big-endian"):
+        load_state_dict(legacy)
+
+
+def test_an_unsupported_dtype_is_named_as_such(tmp_path):
+    """A bfloat16 state dict is a dtype we do not read, not an attack: the message says so."""
+    main = b"\x80\x02ctorch\nBFloat16Storage\nq\x00."
+    path = tmp_path / "bf16.pkl"
+    parts = [pickle.dumps(x, protocol=2) for x in (LEGACY_MAGIC, LEGACY_PROTOCOL, {"little_endian": True})]
+    path.write_bytes(b"".join(parts) + main + pickle.dumps([], protocol=2))
+    with pytest.raises(TorchPickleError, match=r"tensors of torch\.BFloat16Storage are not supported"):
+        load_state_dict(path)
