@@ -131,22 +131,9 @@ class RunJournal:
     # ---------------------------------------------------------------- entering and leaving
 
     def __enter__(self):
-        if os.path.islink(self.path):  # clearing it would empty the directory it points to
-            raise ElmoTFError(
-                f"{self.path} is a symbolic link; a run's journal is a directory it makes itself (remove the link)",
-                path=self.path,
-            )
-        try:
-            if not os.path.isdir(self.path):
-                make_public_dir(self.path)
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except FileExistsError:
-            raise ElmoTFError(f"{self.path} exists and is not a directory", path=self.path) from None
-        except OSError as e:
-            raise (write_error(self.path, e) or e) from None
+        self._open_locked()
         try:
             self._check_entries()
-            self._lock()
             self._remove_temporaries()
             manifest = self._read_manifest()
             if self.resume and manifest is not None:
@@ -188,6 +175,41 @@ class RunJournal:
         self.done.pop(number, None)
 
     # ---------------------------------------------------------------- internals
+
+    def _open_locked(self):
+        """Opens and locks the directory at `self.path`, made if missing. A run that ends removes its directory
+        while another may have opened it and waits for nothing (the lock is non-blocking) but may lock it just
+        after: the lock then holds an unlinked directory, and a third run could lock a new one at the same path.
+        So once locked, the path must still be the directory locked; otherwise it is opened again."""
+        for _ in range(10):
+            if os.path.islink(self.path):  # clearing it would empty the directory it points to
+                raise ElmoTFError(
+                    f"{self.path} is a symbolic link; a run's journal is a directory it makes itself (remove the link)",
+                    path=self.path,
+                )
+            try:
+                if not os.path.isdir(self.path):
+                    make_public_dir(self.path)
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except FileExistsError:
+                raise ElmoTFError(f"{self.path} exists and is not a directory", path=self.path) from None
+            except FileNotFoundError:
+                continue  # removed between the two calls by the run that ended
+            except OSError as e:
+                raise (write_error(self.path, e) or e) from None
+            try:
+                self._lock()
+                now = os.stat(self.path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            except BaseException:
+                self._unlock()
+                raise
+            locked = os.fstat(self._fd)
+            if now is not None and (now.st_dev, now.st_ino) == (locked.st_dev, locked.st_ino):
+                return
+            self._unlock()
+        raise ElmoTFError(f"{self.path}: keeps being removed and made again by other runs", path=self.path)
 
     def _lock(self):
         try:

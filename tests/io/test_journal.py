@@ -149,3 +149,33 @@ def test_a_journal_dir_holding_files_no_run_wrote_is_refused_not_cleared(tmp_pat
         with RunJournal(output, PRINT):
             pass
     assert (state / "notes.txt").read_text() == "mine"
+
+
+def test_a_journal_removed_just_before_the_lock_is_made_again_not_locked_unlinked(tmp_path, monkeypatch):
+    """Run A ends (clears and removes its journal) between run B's open and B's lock: B used to lock the unlinked
+    directory and fail on it with a FileNotFoundError traceback (or, with a third run making a new one, two runs
+    would each hold "the" lock of one output)."""
+    import fcntl
+
+    import elmo_tf.io.journal as journal_module
+
+    output = tmp_path / "out.hdf5"
+    state = tmp_path / ".out.hdf5.partial"
+    state.mkdir()  # left by run A, which is ending
+    calls = []
+
+    class RacingFcntl:
+        LOCK_EX, LOCK_NB = fcntl.LOCK_EX, fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd, op):
+            if not calls:
+                os.rmdir(state)  # A's __exit__, just before B's lock
+            calls.append(op)
+            return fcntl.flock(fd, op)
+
+    monkeypatch.setattr(journal_module, "fcntl", RacingFcntl)
+    with RunJournal(output, PRINT) as journal:
+        assert os.listdir(journal.path) == ["manifest.json"] and len(calls) == 2
+        assert os.stat(journal.path).st_ino == os.fstat(journal._fd).st_ino
+    assert os.listdir(tmp_path) == []
