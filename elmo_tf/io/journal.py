@@ -67,8 +67,12 @@ def fault_point(point):
         return
     if _fault["spec"] != spec:
         _fault["spec"], _fault["counts"] = spec, {}
-    name, k, signame = spec.split(":")
+    name, _, rest = spec.partition(":")
+    k, _, signame = rest.partition(":")
     if name != point:
+        return
+    if not (k.isdigit() and signame.startswith("SIG") and isinstance(getattr(signal, signame, None), int)):
+        logger.warning("ignoring %s=%r: expected <point>:<k>:<SIGNAL>", FAULT_ENV, spec)  # a test hook, never a crash
         return
     count = _fault["counts"][point] = _fault["counts"].get(point, 0) + 1
     if count == int(k):

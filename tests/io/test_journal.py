@@ -179,3 +179,11 @@ def test_a_journal_removed_just_before_the_lock_is_made_again_not_locked_unlinke
         assert os.listdir(journal.path) == ["manifest.json"] and len(calls) == 2
         assert os.stat(journal.path).st_ino == os.fstat(journal._fd).st_ino
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("spec", ["shard", "shard:x:SIGKILL", "shard:1:SIGNOPE", "shard:1:getsignal"])
+def test_a_malformed_fault_spec_is_ignored_not_a_traceback(monkeypatch, spec):
+    from elmo_tf.io.journal import FAULT_ENV, fault_point
+
+    monkeypatch.setenv(FAULT_ENV, spec)
+    fault_point("shard")  # used to raise ValueError / AttributeError from the middle of a run
