@@ -48,9 +48,16 @@ VOCABULARY_FILES = {"char_vocabulary": "char_vocab.tsv", "word_vocabulary": "wor
 _REQUIRED = ", ".join(path for path, required, _ in OPTION_KEYS.values() if required)
 
 
-def _read_vocabulary(name, source):
+def _read_vocabulary(name, source, field):
+    """The pairs of the vocabulary file `name`, which must lie in the options file's directory or below it: an
+    options.json from the internet must not make us read any other file (a device, someone's secrets)."""
     from elmo_tf.io.entry_ids import read_entry_ids  # here: elmo_tf.io imports this module
 
+    parts = name.replace("\\", "/").split("/")
+    if not name or os.path.isabs(name) or ".." in parts or "\0" in name:
+        raise ConfigError(
+            f"must name a file beside the options file (or below it), got {_show(name)}", OPTION_KEYS[field][0], source
+        )
     base = os.path.dirname(source) if source else ""
     return read_entry_ids(os.path.join(base, name))
 
@@ -257,7 +264,7 @@ class BiLMConfig:
             kwargs[field] = node
         for field in VOCABULARY_FILES:
             if isinstance(kwargs[field], str):  # a file named relative to the options file
-                kwargs[field] = _read_vocabulary(kwargs[field], source)
+                kwargs[field] = _read_vocabulary(kwargs[field], source, field)
         try:
             return cls(**kwargs)
         except ConfigError as e:

@@ -35,6 +35,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 
 import h5py
 import numpy as np
@@ -589,6 +590,26 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
     return writer.written
 
 
+def _file_state(path):
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_unchanged(path, before):
+    """Raises `TextFileError` when the file at `path` is not as it was when hashed (`_file_state` then): its shards
+    may mix two contents under the fingerprint of one."""
+    try:
+        now = _file_state(path)
+    except OSError:
+        now = None
+    if now != before:
+        raise TextFileError(
+            f"{path}: changed while it was read (size, time or file replaced); the output was not written: run "
+            "again once it is complete",
+            path=str(path),
+        )
+
+
 def embed_file(
     model,
     input_path,
@@ -651,6 +672,7 @@ def embed_file(
         max_batch_tokens = batch_size * 128
     sentences = iter_sentences(input_path, max_sentence_tokens)  # checks max_sentence_tokens now
     try:
+        before = _file_state(input_path)
         digest = file_digest(input_path)
     except OSError as e:
         raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
@@ -684,6 +706,7 @@ def embed_file(
             embedded = _embed_items(embedder, items, dtype, progress)
             write_embedding_file(journal.shard_path(number), embedded, dtype, sentence_index, durable=True)
             fault_point("shard")
+        _check_unchanged(input_path, before)
         merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
     counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")
     counts.update(

@@ -9,9 +9,10 @@ is renamed to the output at the end (`elmo_tf.io.atomic`).
 
 import json
 
+import numpy as np
 import tensorflow as tf
 
-from elmo_tf.errors import check_int
+from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
 from elmo_tf.io.sentences import iter_sentences
 from elmo_tf.models.language_model import DIRECTIONS
@@ -38,11 +39,27 @@ def batches(sentences, batch_size, max_batch_tokens=None):
         yield batch
 
 
-def records(outputs, sentences, top_k):
-    """The JSON records (dicts) of one scored batch."""
+class ScoreError(ElmoTFError):
+    """Scores that cannot be written: the model gives NaN or inf (its weights overflow float32). Names the line."""
+
+
+def _check_finite(outputs, row, end, sentence, path):
+    for key, value in outputs.items():
+        if value.dtype.kind == "f" and not np.isfinite(value[row, :end]).all():
+            raise ScoreError(
+                f"{path}:{sentence.index + 1}: the model's {key} are not finite (NaN or inf): its weights or softmax "
+                "overflow float32 (JSON has no NaN; nothing was written)",
+                path=str(path),
+                line=sentence.index + 1,
+            )
+
+
+def records(outputs, sentences, top_k, path=None):
+    """The JSON records (dicts) of one scored batch (`path`: the input, named by `ScoreError`)."""
     result = []
     for row, sentence in enumerate(sentences):
         end = len(sentence.tokens) + 1
+        _check_finite(outputs, row, end, sentence, path)
         record = {"tokens": [_text(t) for t in sentence.tokens]}
         for direction in DIRECTIONS:
             record[f"{direction}_log_probs"] = outputs[f"{direction}_log_probs"][row, :end].tolist()
@@ -86,7 +103,7 @@ def score_file(
         max_tokens: cut longer lines to their first `max_tokens` tokens (None: never).
     Raises:
         elmo_tf.io.text.TextFileError: an unreadable input line (the message names it); WriteError: a full disk
-            (the temporary is removed, an existing output kept).
+            (the temporary is removed, an existing output kept); ScoreError: NaN or inf scores (naming the line).
     """
     batch_size = check_int("batch_size", batch_size, 1)
     check_int("max_batch_tokens", max_batch_tokens, 1, allow_none=True)
@@ -96,8 +113,8 @@ def score_file(
         with atomic_path(output_path) as tmp, open(tmp, "w", encoding="utf-8") as out:
             for batch in batches(iter_sentences(input_path, max_tokens), batch_size, max_batch_tokens):
                 outputs = run([s.tokens for s in batch])
-                for record in records(outputs, batch, lm.top_k):
-                    out.write(json.dumps(record) + "\n")
+                for record in records(outputs, batch, lm.top_k, input_path):
+                    out.write(json.dumps(record, allow_nan=False) + "\n")
                 stats["sentences"] += len(batch)
                 stats["tokens"] += sum(len(s.tokens) for s in batch)
                 if progress:

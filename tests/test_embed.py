@@ -508,3 +508,22 @@ def test_pieces_of_an_input_embedded_apart_merge_into_the_whole_file(tiny_elmo, 
     for key, array in whole.items():
         assert merged[key].dtype == np.float16
         np.testing.assert_allclose(merged[key].astype(np.float32), array.astype(np.float32), atol=2e-3, rtol=0)
+
+
+def test_an_input_that_changes_while_it_is_read_is_an_error_not_a_mixed_output(tiny_elmo, input_file, tmp_path):
+    """The input is hashed first (the journal's fingerprint) and read again to embed: lines appended in between
+    (a corpus still being written) used to end up in an output whose journal vouched for the old content."""
+    from elmo_tf.io.text import TextFileError
+
+    changed = []
+
+    def append_once(_):
+        if not changed:
+            with open(input_file, "a", encoding="utf-8") as f:
+                f.write("a line written while embed reads\n")
+            changed.append(True)
+
+    out = tmp_path / "out.hdf5"
+    with pytest.raises(TextFileError, match=r"changed while it was read"):
+        embed_file(tiny_elmo, input_file, out, batch_size=1, progress=append_once, shard_tokens=1)
+    assert not out.exists()

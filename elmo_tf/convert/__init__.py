@@ -93,7 +93,8 @@ def convert(source, src_dir, out_dir, **options):
     check_output_dir(src_dir, out_dir)
     from elmo_tf.io.atomic import make_public_dir, remove_stale_temps, temp_name
 
-    target = os.path.abspath(out_dir)
+    # a link to an empty directory is written through: the rename replaces the directory it points to
+    target = os.path.realpath(out_dir) if os.path.islink(out_dir) else os.path.abspath(out_dir)
     parent = os.path.dirname(target)
     made = None  # the outermost parent directory made here, removed again on an error
     ancestor = parent
@@ -116,7 +117,7 @@ def convert(source, src_dir, out_dir, **options):
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-    return [os.path.join(target, os.path.relpath(path, tmp)) for path in written]
+    return [os.path.join(os.path.abspath(out_dir), os.path.relpath(path, tmp)) for path in written]
 
 
 def check_output_dir(src_dir, out_dir):

@@ -5,6 +5,9 @@ character but tab and newline, spaces included), the id a non-negative decimal i
 from ELMoForManyLangs' `char.dic` / `word.dic` after reading them as that package does.
 """
 
+import os
+import stat
+
 from elmo_tf.errors import ElmoTFError
 
 
@@ -16,10 +19,12 @@ def read_entry_ids(path):
     """The `(entry, id)` pairs of an `entry<TAB>id` file, in file order.
 
     Raises:
-        EntryIdsError: a missing or unreadable file, text that is not UTF-8, or a line that is not `entry<TAB>id`
-            with a non-negative int id (naming `path:line`).
+        EntryIdsError: a missing or unreadable file, one that is not a regular file (a FIFO, a device), text
+            that is not UTF-8, or a line that is not `entry<TAB>id` with a non-negative int id (naming `path:line`).
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # checked before opening: a FIFO blocks, /dev/zero never ends
+            raise EntryIdsError(f"{path}: not a regular file (a vocabulary is a text file)", path=str(path))
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:

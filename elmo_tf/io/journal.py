@@ -67,8 +67,12 @@ def fault_point(point):
         return
     if _fault["spec"] != spec:
         _fault["spec"], _fault["counts"] = spec, {}
-    name, k, signame = spec.split(":")
+    name, _, rest = spec.partition(":")
+    k, _, signame = rest.partition(":")
     if name != point:
+        return
+    if not (k.isdigit() and signame.startswith("SIG") and isinstance(getattr(signal, signame, None), int)):
+        logger.warning("ignoring %s=%r: expected <point>:<k>:<SIGNAL>", FAULT_ENV, spec)  # a test hook, never a crash
         return
     count = _fault["counts"][point] = _fault["counts"].get(point, 0) + 1
     if count == int(k):
@@ -131,16 +135,9 @@ class RunJournal:
     # ---------------------------------------------------------------- entering and leaving
 
     def __enter__(self):
+        self._open_locked()
         try:
-            if not os.path.isdir(self.path):
-                make_public_dir(self.path)
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        except FileExistsError:
-            raise ElmoTFError(f"{self.path} exists and is not a directory", path=self.path) from None
-        except OSError as e:
-            raise (write_error(self.path, e) or e) from None
-        try:
-            self._lock()
+            self._check_entries()
             self._remove_temporaries()
             manifest = self._read_manifest()
             if self.resume and manifest is not None:
@@ -183,6 +180,41 @@ class RunJournal:
 
     # ---------------------------------------------------------------- internals
 
+    def _open_locked(self):
+        """Opens and locks the directory at `self.path`, made if missing. A run that ends removes its directory
+        while another may have opened it and waits for nothing (the lock is non-blocking) but may lock it just
+        after: the lock then holds an unlinked directory, and a third run could lock a new one at the same path.
+        So once locked, the path must still be the directory locked; otherwise it is opened again."""
+        for _ in range(10):
+            if os.path.islink(self.path):  # clearing it would empty the directory it points to
+                raise ElmoTFError(
+                    f"{self.path} is a symbolic link; a run's journal is a directory it makes itself (remove the link)",
+                    path=self.path,
+                )
+            try:
+                if not os.path.isdir(self.path):
+                    make_public_dir(self.path)
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except FileExistsError:
+                raise ElmoTFError(f"{self.path} exists and is not a directory", path=self.path) from None
+            except FileNotFoundError:
+                continue  # removed between the two calls by the run that ended
+            except OSError as e:
+                raise (write_error(self.path, e) or e) from None
+            try:
+                self._lock()
+                now = os.stat(self.path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            except BaseException:
+                self._unlock()
+                raise
+            locked = os.fstat(self._fd)
+            if now is not None and (now.st_dev, now.st_ino) == (locked.st_dev, locked.st_ino):
+                return
+            self._unlock()
+        raise ElmoTFError(f"{self.path}: keeps being removed and made again by other runs", path=self.path)
+
     def _lock(self):
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -203,6 +235,17 @@ class RunJournal:
 
     def _entries(self):
         return sorted(os.listdir(self.path))
+
+    def _check_entries(self):
+        """Raises `ElmoTFError` when the directory holds an entry no run writes (a manifest, shards, temporaries):
+        it is not a journal, and clearing it would delete someone's files."""
+        for entry in self._entries():
+            if not (entry == MANIFEST or _SHARD.match(entry) or (entry.startswith(".") and ".tmp-" in entry)):
+                raise ElmoTFError(
+                    f"{self.path} holds {entry}, which no elmo_tf run wrote: not a run's journal, left as it is "
+                    "(move it away, or give another --output)",
+                    path=self.path,
+                )
 
     def _remove_temporaries(self):
         """Every temporary in the directory is a dead run's (this process holds the lock): they all go."""

@@ -15,6 +15,8 @@ executes on load.
 
 import collections
 import io
+import math
+import os
 import pickle
 import struct
 import zipfile
@@ -25,6 +27,7 @@ from elmo_tf.errors import ElmoTFError, one_line
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
+MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a zip file (names and tensor metadata only)
 
 _STORAGE_DTYPES = {
     "FloatStorage": np.float32,
@@ -71,6 +74,9 @@ class _Tensor:
         )
         if ok and 0 not in size:
             ok = self.offset + sum((n - 1) * s for n, s in zip(size, stride)) < data.size
+            # a state dict's tensor never holds more elements than its storage: a lying size with stride 0 (or
+            # overlapping strides) would otherwise allocate without bound from a few bytes of file
+            ok = ok and math.prod(size) <= data.size
         if not ok:
             raise TorchPickleError(
                 f"{path}: a tensor of size {size}, stride {stride}, offset {self.offset} does not fit its storage "
@@ -114,6 +120,11 @@ class _Unpickler(pickle.Unpickler):
             return _GLOBALS[(module, name)]
         if module == "torch" and name in _STORAGE_DTYPES:
             return _StorageType(name)
+        if module == "torch" and name.endswith("Storage") and name.isidentifier():
+            raise TorchPickleError(
+                f"{self.path}: tensors of torch.{name} are not supported (only {', '.join(_STORAGE_DTYPES)}); "
+                "convert them to float32 in torch first"
+            )
         raise TorchPickleError(
             f"{self.path}: refused to load the global {module}.{name}: a torch state dict holds only tensors "
             "(OrderedDict, torch._utils._rebuild_tensor_v2, storage types); nothing from this file was run"
@@ -132,6 +143,10 @@ class _Unpickler(pickle.Unpickler):
         view = pid[5] if len(pid) > 5 else None
         if view is not None:  # (view key, offset, size) of a legacy storage view
             _, start, size = view
+            if not (isinstance(start, int) and isinstance(size, int) and 0 <= start and 0 <= size):
+                raise TorchPickleError(f"{self.path}: a storage view {one_line(repr(view))[:80]} is malformed")
+            if start + size > storage.numel:
+                raise TorchPickleError(f"{self.path}: a storage view {view!r} overruns its {storage.numel} elements")
             return _View(storage, start, size)
         return storage
 
@@ -151,16 +166,16 @@ class _View(_Storage):
 
 
 def _resolve(obj, path):
-    if isinstance(obj, _Tensor):
-        return obj.resolve(path)
-    if isinstance(obj, dict):
-        out = type(obj)() if isinstance(obj, collections.OrderedDict) else {}
-        for key, value in obj.items():
-            out[key] = _resolve(value, path)
-        return out
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_resolve(v, path) for v in obj)
-    return obj
+    """The state dict `obj` with each tensor read from its storage. A state dict is flat (name -> tensor): nothing
+    is walked recursively, so a self-referencing or deeply nested pickle cannot exhaust the stack."""
+    if not isinstance(obj, dict):
+        raise TorchPickleError(f"{path}: holds a {type(obj).__name__}, not a state dict")
+    out = collections.OrderedDict()
+    for key, value in obj.items():
+        if not isinstance(key, str) or not isinstance(value, _Tensor):
+            raise TorchPickleError(f"{path}: entry {one_line(repr(key))[:80]} is not a tensor")
+        out[key] = value.resolve(path)
+    return out
 
 
 def _read_exact(f, n, path, what):
@@ -183,7 +198,11 @@ def _load_legacy(f, path):
         raise TorchPickleError(f"{path}: not a torch file: no torch magic number")
     if plain("protocol version") != LEGACY_PROTOCOL:
         raise TorchPickleError(f"{path}: unsupported torch protocol version (expected {LEGACY_PROTOCOL})")
-    plain("sys info")
+    sys_info = plain("sys info")
+    if isinstance(sys_info, dict) and sys_info.get("little_endian", True) is not True:
+        raise TorchPickleError(
+            f"{path}: written on a big-endian machine (its sys info says so); only little-endian reads"
+        )
     unpickler = _Unpickler(f, path, lambda storage: None)
     result = _call(unpickler.load, path)
     keys = plain("storage keys")
@@ -196,6 +215,11 @@ def _load_legacy(f, path):
         (numel,) = struct.unpack("<q", _read_exact(f, 8, path, f"storage {key}'s size"))
         if numel != storage.numel:
             raise TorchPickleError(f"{path}: storage {key!r} holds {numel} elements, its id says {storage.numel}")
+        left = os.fstat(f.fileno()).st_size - f.tell()
+        if numel * storage.dtype.itemsize > left:  # checked before reading: a lying size allocates nothing
+            raise TorchPickleError(
+                f"{path}: truncated: storage {key} needs {numel * storage.dtype.itemsize} bytes, found {left}"
+            )
         raw = _read_exact(f, numel * storage.dtype.itemsize, path, f"storage {key}")
         storage.data = np.frombuffer(raw, storage.dtype)
     return _resolve(result, path)
@@ -211,20 +235,32 @@ def _load_zip(f, path):
     if len(pickles) != 1:
         raise TorchPickleError(f"{path}: a torch zip file holds one <name>/data.pkl, found {len(pickles)}")
     prefix = pickles[0][: -len("data.pkl")]
+    if f"{prefix}byteorder" in names:  # torch >= 2.1 records it; older zip files are little-endian
+        order = _call(lambda: archive.read(f"{prefix}byteorder")[:16], path)
+        if order != b"little":
+            raise TorchPickleError(f"{path}: {prefix}byteorder is {order!r}; only little-endian storages read")
 
     def load_storage(storage):
         name = f"{prefix}data/{storage.key}"
         try:
-            raw = archive.read(name)
+            info = archive.getinfo(name)
         except KeyError:
             raise TorchPickleError(f"{path}: has no {name} for storage {storage.key!r}") from None
-        if len(raw) != storage.numel * storage.dtype.itemsize:
+        # checked before decompressing: a member's declared size must match the pickle, and torch stores storages
+        # uncompressed, so memory stays bounded by the file's own size (no zip bomb)
+        if info.file_size != storage.numel * storage.dtype.itemsize:
             raise TorchPickleError(
-                f"{path}: {name} holds {len(raw)} bytes, expected {storage.numel * storage.dtype.itemsize}"
+                f"{path}: {name} holds {info.file_size} bytes, expected {storage.numel * storage.dtype.itemsize}"
             )
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise TorchPickleError(f"{path}: {name} is compressed; torch writes storages uncompressed")
+        raw = _call(lambda: archive.read(name), path)
         storage.data = np.frombuffer(raw, storage.dtype)
 
-    unpickler = _Unpickler(io.BytesIO(archive.read(pickles[0])), path, load_storage)
+    info = archive.getinfo(pickles[0])
+    if info.file_size > MAX_PICKLE_BYTES:  # a state dict's pickle is kilobytes; its tensors live in data/
+        raise TorchPickleError(f"{path}: {pickles[0]} declares {info.file_size} bytes (at most {MAX_PICKLE_BYTES})")
+    unpickler = _Unpickler(io.BytesIO(_call(lambda: archive.read(pickles[0]), path)), path, load_storage)
     return _resolve(_call(unpickler.load, path), path)
 
 

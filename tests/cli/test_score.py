@@ -171,3 +171,16 @@ def test_missing_model_files_and_an_output_over_the_input_as_a_command(model_dir
     result = run_command([main, "score", "--model", model_dir, "--input", text, "--output", text])
     assert_one_error(result, 2, "score: error: --output", "same file as --input")
     assert text.read_text() == TEXT
+
+
+def test_a_softmax_that_overflows_is_one_line_not_invalid_json(damaged, text, tmp_path, capsys):
+    """Finite but huge softmax weights (3e38, each under float32's largest) overflow the logits: inf - inf = NaN.
+    `json.dumps` would write the bare tokens NaN / -Infinity, which no strict JSON reader accepts."""
+    with h5py.File(damaged / "softmax.hdf5", "r+") as f:
+        f["softmax/W"][...] = np.where(np.arange(f["softmax/W"].shape[1]) % 2, 3e38, -3e38).astype(np.float32)
+    out = tmp_path / "o.jsonl"
+    code, err = score(capsys, "--model", damaged, "--input", text, "--output", out)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("score:", "INFO"))]
+    assert code == 1 and len(lines) == 1, err
+    assert lines[0].startswith(f"{PROG} {text}:1: the model's") and "not finite" in lines[0], lines[0]
+    assert not out.exists()

@@ -7,6 +7,7 @@ the word embedding (torch's legacy pickle format), `noword` the char CNN alone w
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -304,3 +305,23 @@ def test_the_embed_command_matches_elmoformanylangs(converted, tmp_path):
         got = [f[str(k)][...] for k in range(len(SENTENCES))]
     worst = _worst(got, _expected("word"))
     assert max(worst) <= ATOL, worst
+
+
+@pytest.mark.parametrize("name", ["secret", "../secret", "ABS"])
+def test_a_vocabulary_named_outside_the_options_dir_is_refused_unread(converted, tmp_path, name):
+    """options.json comes from the internet with the weights: its vocabulary names must not reach any file of the
+    machine (the first line of /etc/shadow in an error message, /dev/zero read until memory runs out)."""
+    src, _ = converted["word"]
+    out = tmp_path / "model"
+    shutil.copytree(src, out)
+    secret = tmp_path / "secret"
+    secret.write_text("root:$6$saltsalt$hash\n")
+    if name == "secret":  # a FIFO inside the dir: reading it would block forever
+        os.mkfifo(out / "secret")
+    options = json.loads((out / "options.json").read_text())
+    options["char_cnn"]["char_vocabulary"] = str(secret) if name == "ABS" else name
+    (out / "options.json").write_text(json.dumps(options))
+    expected = r"secret: not a regular file" if name == "secret" else r"char_cnn\.char_vocabulary must name a file"
+    with pytest.raises(ElmoTFError, match=expected) as e:
+        load_elmo(out / "options.json", out / "weights.hdf5")
+    assert "saltsalt" not in str(e.value) and "\n" not in str(e.value)

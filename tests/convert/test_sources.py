@@ -72,3 +72,15 @@ def test_an_error_midway_leaves_nothing(tmp_path, run_dir, monkeypatch):
     with pytest.raises(ConvertError, match="softmax exploded"):  # the parents made for it go too
         convert("bilm-tf-checkpoint", str(run_dir), str(tmp_path / "new" / "out"))
     assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_an_empty_output_dir_given_through_a_symlink_is_written_through_it(tmp_path, run_dir):
+    """`--output link` where link -> an empty dir: the files land in that dir and the link stays a link (the rename
+    onto the link itself failed with a bare "Not a directory")."""
+    (tmp_path / "empty").mkdir()
+    os.symlink(tmp_path / "empty", tmp_path / "link")
+    written = convert("bilm-tf-checkpoint", str(run_dir), str(tmp_path / "link"))
+    assert os.path.islink(tmp_path / "link")
+    assert sorted(os.listdir(tmp_path / "empty")) == ["options.json", "softmax.hdf5", "weights.hdf5"]
+    assert written[0] == str(tmp_path / "link" / "options.json") and os.path.isfile(written[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "link", "run"]  # no temporary left

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.journal import JournalBusy, ResumeRefused, RunJournal, file_digest, state_dir_of
 
 PRINT = {"input": {"sha256": "ab" * 32, "size": 10}, "layers": "all", "batch_size": 64}
@@ -120,3 +121,69 @@ def test_one_run_at_a_time(tmp_path):
         assert os.listdir(state_dir_of(output)) == ["manifest.json"]  # the busy attempts removed nothing
     with RunJournal(output, PRINT):  # the lock went with the first run
         pass
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_journal_path_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, resume):
+    """`.out.hdf5.partial` planted as a link to a directory of someone's files (a shared /tmp, a careless `ln -s`):
+    a run without --resume used to clear the directory it points to, every file of it."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    (precious / "shard-000000.hdf5").write_bytes(b"not ours either")
+    output = tmp_path / "out.hdf5"
+    os.symlink(precious, tmp_path / ".out.hdf5.partial")
+    with pytest.raises(ElmoTFError, match=r"\.out\.hdf5\.partial is a symbolic link"):
+        with RunJournal(output, PRINT, resume=resume):
+            pass
+    assert sorted(os.listdir(precious)) == ["shard-000000.hdf5", "thesis.tex"]
+    assert (precious / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_journal_dir_holding_files_no_run_wrote_is_refused_not_cleared(tmp_path):
+    output = tmp_path / "out.hdf5"
+    state = tmp_path / ".out.hdf5.partial"
+    state.mkdir()
+    (state / "notes.txt").write_text("mine")
+    with pytest.raises(ElmoTFError, match=r"holds notes\.txt, which no elmo_tf run wrote"):
+        with RunJournal(output, PRINT):
+            pass
+    assert (state / "notes.txt").read_text() == "mine"
+
+
+def test_a_journal_removed_just_before_the_lock_is_made_again_not_locked_unlinked(tmp_path, monkeypatch):
+    """Run A ends (clears and removes its journal) between run B's open and B's lock: B used to lock the unlinked
+    directory and fail on it with a FileNotFoundError traceback (or, with a third run making a new one, two runs
+    would each hold "the" lock of one output)."""
+    import fcntl
+
+    import elmo_tf.io.journal as journal_module
+
+    output = tmp_path / "out.hdf5"
+    state = tmp_path / ".out.hdf5.partial"
+    state.mkdir()  # left by run A, which is ending
+    calls = []
+
+    class RacingFcntl:
+        LOCK_EX, LOCK_NB = fcntl.LOCK_EX, fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd, op):
+            if not calls:
+                os.rmdir(state)  # A's __exit__, just before B's lock
+            calls.append(op)
+            return fcntl.flock(fd, op)
+
+    monkeypatch.setattr(journal_module, "fcntl", RacingFcntl)
+    with RunJournal(output, PRINT) as journal:
+        assert os.listdir(journal.path) == ["manifest.json"] and len(calls) == 2
+        assert os.stat(journal.path).st_ino == os.fstat(journal._fd).st_ino
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("spec", ["shard", "shard:x:SIGKILL", "shard:1:SIGNOPE", "shard:1:getsignal"])
+def test_a_malformed_fault_spec_is_ignored_not_a_traceback(monkeypatch, spec):
+    from elmo_tf.io.journal import FAULT_ENV, fault_point
+
+    monkeypatch.setenv(FAULT_ENV, spec)
+    fault_point("shard")  # used to raise ValueError / AttributeError from the middle of a run

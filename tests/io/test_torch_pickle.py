@@ -9,6 +9,7 @@ import os
 import pickle
 import pickletools
 import struct
+import sys
 import zipfile
 from pathlib import Path
 
@@ -131,3 +132,152 @@ def test_truncated_and_foreign_files_are_one_line_errors(tmp_path):
     not_a_dict.write_bytes(_legacy_bytes([1, 2]))
     with pytest.raises(TorchPickleError, match="not a state dict"):
         load_state_dict(not_a_dict)
+
+
+class _StorageRef:
+    def __init__(self, key, numel):
+        self.key, self.numel = key, numel
+
+
+def _lying_pickles(monkeypatch):
+    """`(dumps, tensor)`: `dumps(obj)` pickles `obj` as torch does, where `tensor(storage, offset, size, stride)`
+    stands for a tensor and `_StorageRef(key, numel)` for a storage (stand-in torch modules, only while pickling)."""
+    import collections
+    import io
+    import types
+
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+
+    class FloatStorage:
+        pass
+
+    def _rebuild_tensor_v2(*args):
+        raise AssertionError("never called: only pickled")
+
+    FloatStorage.__module__, FloatStorage.__qualname__, torch.FloatStorage = "torch", "FloatStorage", FloatStorage
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", utils)
+
+    class _Tensor:
+        def __init__(self, *args):
+            self.args = args
+
+        def __reduce__(self):
+            return (_rebuild_tensor_v2, (*self.args, False, collections.OrderedDict()))
+
+    class _Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, _StorageRef):
+                return ("storage", FloatStorage, obj.key, "cpu", obj.numel)
+            return None
+
+    def dumps(obj):
+        out = io.BytesIO()
+        _Pickler(out, protocol=2).dump(obj)
+        return out.getvalue()
+
+    return dumps, _Tensor
+
+
+def _legacy_file(path, dumps, main, storages):
+    """Writes a legacy torch file: `main` pickled by `dumps`, then `storages` [(key, declared numel, raw bytes)]."""
+    parts = [pickle.dumps(x, protocol=2) for x in (LEGACY_MAGIC, LEGACY_PROTOCOL, {"little_endian": True})]
+    data = b"".join(parts) + dumps(main) + pickle.dumps([k for k, _, _ in storages], protocol=2)
+    for _key, numel, raw in storages:
+        data += struct.pack("<q", numel) + raw
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("numel", [10**15, 2**62])
+def test_a_lying_storage_size_is_refused_before_anything_is_allocated(tmp_path, monkeypatch, numel):
+    """A legacy file whose storage declares 4 PB (or more than an index holds) but carries 16 bytes: one error
+    line, not a MemoryError/OverflowError from reading the declared size."""
+    dumps, tensor = _lying_pickles(monkeypatch)
+    path = _legacy_file(
+        tmp_path / "liar.pkl", dumps, {"w": tensor(_StorageRef("0", numel), 0, (4,), (1,))}, [("0", numel, b"\0" * 16)]
+    )
+    with pytest.raises(TorchPickleError, match=r"truncated: storage 0 needs \d+ bytes, found 16"):
+        load_state_dict(path)
+
+
+def test_a_tensor_larger_than_its_storage_is_refused(tmp_path, monkeypatch):
+    """size (100000, 100000) with stride 0 on a 1-element storage would allocate 37 GB when copied."""
+    dumps, tensor = _lying_pickles(monkeypatch)
+    main = {"w": tensor(_StorageRef("0", 1), 0, (100000, 100000), (0, 0))}
+    path = _legacy_file(tmp_path / "broadcast.pkl", dumps, main, [("0", 1, b"\0" * 4)])
+    with pytest.raises(TorchPickleError, match=r"does not fit its storage \(1 elements\)"):
+        load_state_dict(path)
+
+
+def test_a_self_referencing_pickle_is_one_line_not_a_recursion_error(tmp_path, monkeypatch):
+    dumps, _ = _lying_pickles(monkeypatch)
+    loop = []
+    loop.append(loop)
+    path = _legacy_file(tmp_path / "loop.pkl", dumps, {"w": loop}, [])
+    with pytest.raises(TorchPickleError, match="entry 'w' is not a tensor"):
+        load_state_dict(path)
+
+
+def test_shared_storage_overlapping_and_strided_views_read_as_copies(tmp_path, monkeypatch):
+    dumps, tensor = _lying_pickles(monkeypatch)
+    storage = _StorageRef("0", 6)
+    main = {"a": tensor(storage, 0, (2, 3), (3, 1)), "b": tensor(storage, 1, (3, 2), (1, 2))}
+    path = _legacy_file(tmp_path / "views.pkl", dumps, main, [("0", 6, struct.pack("<6f", *range(6)))])
+    state = load_state_dict(path)
+    np.testing.assert_array_equal(state["a"], [[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(state["b"], [[1, 3], [2, 4], [3, 5]])
+    state["a"][0, 1] = 9  # each tensor is its own copy
+    assert state["b"][0, 0] == 1
+
+
+def test_a_compressed_or_missized_zip_storage_is_refused_before_decompressing(tmp_path, monkeypatch):
+    """A zip bomb: 1 GiB of zeros deflated to 1 MB, declared by a consistent pickle. Refused from the member's
+    header (torch writes storages uncompressed), so nothing is inflated."""
+    dumps, tensor = _lying_pickles(monkeypatch)
+    numel = 2**28
+    path = tmp_path / "bomb.pkl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a/data.pkl", dumps({"w": tensor(_StorageRef("0", numel), 0, (numel,), (1,))}))
+        with z.open("a/data/0", "w", force_zip64=True) as member:
+            for _ in range(64):
+                member.write(bytes(1 << 24))
+    with pytest.raises(TorchPickleError, match="a/data/0 is compressed"):
+        load_state_dict(path)
+    with zipfile.ZipFile(path := tmp_path / "short.pkl", "w") as z:
+        z.writestr("a/data.pkl", dumps({"w": tensor(_StorageRef("0", 4), 0, (4,), (1,))}))
+        z.writestr("a/data/0", bytes(8))
+    with pytest.raises(TorchPickleError, match="a/data/0 holds 8 bytes, expected 16"):
+        load_state_dict(path)
+
+
+def test_a_big_endian_file_is_refused_not_misread(tmp_path, monkeypatch):
+    """Storages of a file saved on a big-endian machine would read as garbage numbers without an error."""
+    dumps, tensor = _lying_pickles(monkeypatch)
+    main = {"w": tensor(_StorageRef("0", 2), 0, (2,), (1,))}
+    raw = struct.pack(">2f", 1.0, 2.0)
+    zipped = tmp_path / "big.pkl"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("a/data.pkl", dumps(main))
+        z.writestr("a/byteorder", "big")
+        z.writestr("a/data/0", raw)
+    with pytest.raises(TorchPickleError, match="a/byteorder is b'big'"):
+        load_state_dict(zipped)
+    parts = [pickle.dumps(x, protocol=2) for x in (LEGACY_MAGIC, LEGACY_PROTOCOL, {"little_endian": False})]
+    legacy = tmp_path / "big_legacy.pkl"
+    data = b"".join(parts) + dumps(main) + pickle.dumps(["0"], protocol=2) + struct.pack("<q", 2) + raw
+    legacy.write_bytes(data)
+    with pytest.raises(TorchPickleError, match="big-endian"):
+        load_state_dict(legacy)
+
+
+def test_an_unsupported_dtype_is_named_as_such(tmp_path):
+    """A bfloat16 state dict is a dtype we do not read, not an attack: the message says so."""
+    main = b"\x80\x02ctorch\nBFloat16Storage\nq\x00."
+    path = tmp_path / "bf16.pkl"
+    parts = [pickle.dumps(x, protocol=2) for x in (LEGACY_MAGIC, LEGACY_PROTOCOL, {"little_endian": True})]
+    path.write_bytes(b"".join(parts) + main + pickle.dumps([], protocol=2))
+    with pytest.raises(TorchPickleError, match=r"tensors of torch\.BFloat16Storage are not supported"):
+        load_state_dict(path)
