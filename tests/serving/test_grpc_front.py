@@ -379,3 +379,71 @@ def test_message_above_the_max_receive_size_is_refused(base_path, expected):
     print(f"\n[max receive] {refused:.3f} s per refused message")
     report("max receive size", before, after, served)
     assert after - before < 100  # this process also holds the client's 2 MiB requests
+
+
+def _never_sending_calls(channel, count, release):
+    def nothing():
+        release.wait(120)
+        return
+        yield  # a generator that yields nothing
+
+    hostile = channel.stream_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=predict_pb2.PredictRequest.SerializeToString,
+        response_deserializer=predict_pb2.PredictResponse.FromString,
+    )
+    return [hostile.future(nothing(), timeout=120) for _ in range(count)]
+
+
+def _codes(calls):
+    codes = []
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as info:
+            call.result(timeout=10)
+        codes.append(info.value.code())
+    return codes
+
+
+def test_calls_whose_request_never_arrives_cannot_fill_the_call_cap(base_path, model):
+    """Hostile review (s12): grpc.aio's `maximum_concurrent_rpcs` counts a call from its headers, before its request
+    message; `4 x grpc_max_threads` calls whose request never arrives held every place, and a valid Predict was then
+    refused (RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!") for as long as the client held them. Waiting calls
+    now have places of their own, and each ends (DEADLINE_EXCEEDED) `grpc_request_receive_timeout_s` after it
+    started."""
+    server = start_server(base_path, grpc_max_threads=2, grpc_request_receive_timeout_s=1.0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    release = threading.Event()
+    calls = _never_sending_calls(channel, 4 * 2 + 4, release)
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(_predict_request(), timeout=5)
+        elapsed = time.monotonic() - start
+        assert_parity(reference_sentences(model, ["a"]), {a: tf.make_ndarray(p) for a, p in response.outputs.items()})
+        print(f"\n[never-sending calls past 4 x grpc_max_threads] valid Predict answered in {elapsed:.2f} s")
+        assert _codes(calls) == [grpc.StatusCode.DEADLINE_EXCEEDED] * len(calls)
+    finally:
+        for call in calls:
+            call.cancel()
+        release.set()
+        channel.close()
+        server.stop(grace=1.0)
+
+
+def test_waiting_calls_are_capped(base_path, monkeypatch):
+    """The waiting places are bounded too: past `MAX_WAITING_CALLS` a call is refused at once (RESOURCE_EXHAUSTED)."""
+    from elmo_tf.serving import grpc_front
+
+    monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 3)
+    server = start_server(base_path, grpc_request_receive_timeout_s=2.0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    release = threading.Event()
+    calls = _never_sending_calls(channel, 5, release)
+    try:
+        assert sorted(_codes(calls), key=str) == sorted(
+            [grpc.StatusCode.DEADLINE_EXCEEDED] * 3 + [EXHAUSTED] * 2, key=str
+        )
+    finally:
+        release.set()
+        channel.close()
+        server.stop(grace=1.0)
