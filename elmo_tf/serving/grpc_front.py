@@ -83,22 +83,35 @@ def _outcome(method, work):
 
 
 class _Servicer:
-    def __init__(self, core, pool):
+    def __init__(self, core, pool, places):
         self.core = core
         self._pool = pool
+        self._places = places
 
     async def _call(self, context, method, work, blocking=True):
-        """Runs `work(cancelled)` (on the pool when `blocking`) and answers with its response or its status."""
+        """Runs `work(cancelled)` (on the pool when `blocking`) and answers with its response or its status. A
+        blocking call holds one of the `places.max_working` places until its work has ended, even when its client
+        cancels first: the work (and the request it holds) lives on until then."""
         cancelled = threading.Event()
-        try:
-            if blocking:
-                loop = asyncio.get_running_loop()
-                outcome = await loop.run_in_executor(self._pool, _outcome, method, lambda: work(cancelled.is_set))
-            else:
-                outcome = _outcome(method, lambda: work(cancelled.is_set))
-        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
-            cancelled.set()
-            raise
+        if blocking:
+            places = self._places
+            if places.working >= places.max_working:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
+            places.working += 1
+            loop = asyncio.get_running_loop()
+            try:
+                future = self._pool.submit(_outcome, method, lambda: work(cancelled.is_set))
+            except RuntimeError:  # the pool is shut down: the server is stopping
+                places.release()
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+            future.add_done_callback(lambda _: loop.call_soon_threadsafe(places.release))
+            try:  # shielded: a cancelled call's work is not taken off the pool's queue, it sees `cancelled` and ends
+                outcome = await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+                cancelled.set()
+                raise
+        else:
+            outcome = _outcome(method, lambda: work(cancelled.is_set))
         response, code, details = outcome
         if code is not None:
             await context.abort(code, details)
@@ -188,13 +201,17 @@ MAX_WAITING_CALLS = 1024  # calls waiting for their request message at once (eac
 
 class _CallPlaces:
     """The open calls' places, counted on the event loop's thread: `waiting` calls whose request message has not
-    arrived (at most `max_waiting`, each for at most `timeout` seconds), `working` calls that have it (at most
-    `max_working`). Past either bound a call is refused at once (RESOURCE_EXHAUSTED), so clients that never send fill
-    the waiting places only, never the places of calls that have their request."""
+    arrived (at most `max_waiting`, each for at most `timeout` seconds), `working` calls whose work is on the thread
+    pool (at most `max_working`, until that work has ended: `_Servicer._call`). Past either bound a call is refused
+    at once (RESOURCE_EXHAUSTED), so clients that never send fill the waiting places only, never the places of calls
+    that have their request."""
 
     def __init__(self, max_waiting, max_working, timeout):
         self.max_waiting, self.max_working, self.timeout = max_waiting, max_working, timeout
         self.waiting = self.working = 0
+
+    def release(self):
+        self.working -= 1
 
 
 class _ReceiveBounded(grpc.GenericRpcHandler):
@@ -230,13 +247,7 @@ class _ReceiveBounded(grpc.GenericRpcHandler):
                 )
             if request is False:
                 await context.abort(grpc.StatusCode.INTERNAL, "No request message received")
-            if places.working >= places.max_working:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
-            places.working += 1
-            try:
-                return await unary(request, context)
-            finally:
-                places.working -= 1
+            return await unary(request, context)
 
         return grpc.stream_unary_rpc_method_handler(
             receive_then_run,
@@ -323,9 +334,9 @@ class GrpcServer:
         places = _CallPlaces(MAX_WAITING_CALLS, 4 * options.grpc_max_threads, options.grpc_request_receive_timeout_s)
         registry = _BoundedRegistry(self._server, places)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            _PredictionServicer(core, self._pool), registry
+            _PredictionServicer(core, self._pool, places), registry
         )
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool), registry)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool, places), registry)
         try:
             port = self._server.add_insecure_port(address)
         except RuntimeError as e:

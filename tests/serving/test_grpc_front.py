@@ -447,3 +447,39 @@ def test_waiting_calls_are_capped(base_path, monkeypatch):
         release.set()
         channel.close()
         server.stop(grace=1.0)
+
+
+def test_cancelled_calls_keep_their_place_until_their_work_has_ended(base_path, monkeypatch):
+    """Hostile review (s12): a call's place among the `4 x grpc_max_threads` was freed when its client cancelled,
+    while its work (holding the decoded request) still ran or waited in the thread pool's queue: a client sending
+    Predict and cancelling it at once, again and again, grew that queue without bound behind a busy model. A place is
+    now freed when the call's work has ended (or was taken off the queue before it started)."""
+    from elmo_tf.serving import servable as servable_module
+
+    release = threading.Event()
+    run = servable_module.SignatureRunner.run
+
+    def slow(self, inputs):
+        release.wait(60)
+        return run(self, inputs)
+
+    server = start_server(base_path, grpc_max_threads=1, enable_batching=False)
+    monkeypatch.setattr(servable_module.SignatureRunner, "run", slow)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    pool = server._grpc._pool
+    try:
+        queued = 0
+        for _ in range(5):  # rounds of 8 calls, cancelled once the server has them
+            calls = [stub.Predict.future(_predict_request(), timeout=60) for _ in range(8)]
+            time.sleep(0.5)
+            for call in calls:
+                call.cancel()
+            time.sleep(0.3)
+            queued = max(queued, pool._work_queue.qsize())
+        print(f"\n[cancel storm] at most {queued} calls' work queued behind a busy model (4 places)")
+        assert queued <= 4
+    finally:
+        release.set()
+        channel.close()
+        server.stop(grace=1.0)
