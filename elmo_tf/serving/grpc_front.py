@@ -9,7 +9,8 @@ The work of a call (reading TensorProtos, the model) runs on a pool of `grpc_max
 cancels is seen by the core (`cancelled`). At most `4 x grpc_max_threads` calls that have their request are open at
 once, and at most `MAX_WAITING_CALLS` calls waiting for it, each for at most `grpc_request_receive_timeout_s` (then
 DEADLINE_EXCEEDED); past either bound a call is refused (RESOURCE_EXHAUSTED). Clients that never send fill the
-waiting places only (`_CallPlaces`, `_ReceiveBounded`).
+waiting places only (`_CallPlaces`, `_ReceiveBounded`). A connection must complete its HTTP/2 handshake within
+`grpc_request_receive_timeout_s` and is closed after `MAX_CONNECTION_IDLE_S` without calls.
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
 gRPC's own message), each input's TensorProto is checked (dtype, declared shape, limits:
@@ -196,6 +197,7 @@ def listen_address(host, port):
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+MAX_CONNECTION_IDLE_S = 300.0  # a connection without calls is closed after this (gRPC: max_connection_idle_ms)
 MAX_WAITING_CALLS = 1024  # calls waiting for their request message at once (each costs a coroutine and a few KiB)
 
 
@@ -329,6 +331,9 @@ class GrpcServer:
                 ("grpc.max_send_message_length", size),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.so_reuseport", 0),
+                # idle connections end: a handshake within the receive bound, no calls for MAX_CONNECTION_IDLE_S
+                ("grpc.server_handshake_timeout_ms", int(options.grpc_request_receive_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(MAX_CONNECTION_IDLE_S * 1000)),
             ],
         )  # no maximum_concurrent_rpcs: grpc.aio's counts calls still waiting for their message (_CallPlaces)
         places = _CallPlaces(MAX_WAITING_CALLS, 4 * options.grpc_max_threads, options.grpc_request_receive_timeout_s)

@@ -483,3 +483,35 @@ def test_cancelled_calls_keep_their_place_until_their_work_has_ended(base_path, 
         release.set()
         channel.close()
         server.stop(grace=1.0)
+
+
+def test_connections_that_send_nothing_are_closed(base_path, monkeypatch):
+    """Hostile review (s12): a TCP connection to the gRPC port that never sent HTTP/2's preface stayed open for gRPC's
+    default handshake timeout (120 s), and an HTTP/2 connection without calls stayed open for good: idle connections
+    without bound, each holding a descriptor of the process that serves both fronts and loads the versions. The
+    handshake must complete within `grpc_request_receive_timeout_s`, and a connection without calls is closed after
+    `MAX_CONNECTION_IDLE_S` (a client's channel reconnects on its next call)."""
+    import socket
+
+    from elmo_tf.serving import grpc_front
+
+    monkeypatch.setattr(grpc_front, "MAX_CONNECTION_IDLE_S", 1.0)
+    server = start_server(base_path, grpc_request_receive_timeout_s=1.0)
+    silent = socket.create_connection(("127.0.0.1", server.grpc_port))
+    idle = socket.create_connection(("127.0.0.1", server.grpc_port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    try:
+        idle.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # preface, SETTINGS
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        stub.Predict(_predict_request(), timeout=30)
+        for sock in (silent, idle):
+            sock.settimeout(10)
+            start = time.monotonic()
+            while sock.recv(65536):  # the server's frames (SETTINGS, GOAWAY), then the close
+                assert time.monotonic() - start < 10
+        stub.Predict(_predict_request(), timeout=30)  # the channel, closed when idle, reconnects
+    finally:
+        silent.close()
+        idle.close()
+        channel.close()
+        server.stop(grace=1.0)
