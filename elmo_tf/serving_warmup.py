@@ -13,6 +13,10 @@ load of that version, the version already served stays), and refuses the version
       (1000) at ..."),
     - a record is a session_run_log or predict_streamed_log (UNIMPLEMENTED "Unsupported log_type for warmup"),
     - or a request fails as it would at serving time. A record with no log type is skipped; an empty file is 0 records.
+Beyond TF Serving, before TensorFlow reads it: the file must be a regular file (a FIFO would block the load;
+INVALID_ARGUMENT), and each record's declared length must fit in the file (TensorFlow sizes its buffer from it: a
+header declaring 2**50 bytes crashes the process; DATA_LOSS "truncated record at ..."). The embedded server replays
+the requests under its request limits (`elmo_tf.serving.servable.Servable.warm_up`).
 This module is below both the exports and the server: it imports neither (TensorFlow, and TF Serving's protos from
 the `tensorflow-serving-api` package, only).
 
@@ -22,6 +26,8 @@ sends are 8 sentences too), 7 to 37 whitespace tokens, 21 on average: the corpus
 """
 
 import os
+import stat
+import struct
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +37,7 @@ from elmo_tf.errors import ElmoTFError
 WARMUP_DIR = "assets.extra"  # tensorflow/cc/saved_model/constants.h: kSavedModelAssetsExtraDirectory
 WARMUP_FILE = "tf_serving_warmup_requests"  # WarmupConsts::kRequestsFileName
 MAX_RECORDS = 1000  # WarmupConsts::kMaxNumRecords
+RECORD_HEADER_BYTES, RECORD_FOOTER_BYTES = 12, 4  # a TFRecord: length (8), its CRC (4), data, the data's CRC (4)
 DEFAULT_SIGNATURE = "serving_default"  # an empty signature_name means this one (predict_util.cc)
 
 WARMUP_SENTENCES = (
@@ -100,34 +107,75 @@ def sentence_requests(signature_names, sentences=WARMUP_SENTENCES):
     return [(name, {"sentences": batch}) for name in signature_names]
 
 
+def _open_regular(path):
+    """A read-only descriptor of the warmup file at `path` (a symlink followed, as TF Serving follows it), opened
+    without blocking and checked to be a regular file: a FIFO or a device would block the load, or never end it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WarmupError("INVALID_ARGUMENT", f"the warmup file {path} is not a regular file", path)
+    return fd
+
+
+def _check_record_fits(fd, offset, path):
+    """Offset of the record after the one at `offset`; DATA_LOSS when that record's declared length runs past the end
+    of the file. TensorFlow's record reader sizes its buffer from the declared length before reading: a header
+    declaring 2**50 bytes crashes the process."""
+    size = os.fstat(fd).st_size
+    if offset >= size:
+        return offset
+    header = os.pread(fd, RECORD_HEADER_BYTES, offset)
+    length = struct.unpack("<Q", header[:8])[0] if len(header) == RECORD_HEADER_BYTES else None
+    end = offset + RECORD_HEADER_BYTES + length + RECORD_FOOTER_BYTES if length is not None else None
+    if end is None or end > size:
+        declared = f"it declares {length} bytes" if length is not None else "its header is cut"
+        raise WarmupError(
+            "DATA_LOSS",
+            f"truncated record at {offset}: {declared}, the file holds {size} bytes. "
+            "Please verify your warmup data is in TFRecord format.",
+            path,
+        )
+    return end
+
+
 def iter_warmup_requests(path):
     """The `PredictionLog`s of the warmup file at `path`, one by one, refused as TF Serving refuses them (see the
-    module docstring; `WarmupError`, raised when the bad record is reached)."""
+    module docstring; `WarmupError`, raised when the bad record is reached). The file must be a regular file, and
+    each record's declared length must fit in it before TensorFlow reads the record; TensorFlow reads the file opened
+    here (`/proc/self/fd`), so a file swapped for another after these checks is not read."""
     from google.protobuf.message import DecodeError
     from tensorflow_serving.apis import prediction_log_pb2
 
-    count = 0
-    records = iter(tf.data.TFRecordDataset(path))
-    while True:
-        try:
-            record = next(records)
-        except StopIteration:
-            return
-        except tf.errors.DataLossError as e:
-            raise WarmupError(
-                "DATA_LOSS", f"{e.message}. Please verify your warmup data is in TFRecord format.", path
-            ) from None
-        count += 1
-        if count > MAX_RECORDS:
-            raise WarmupError(
-                "INVALID_ARGUMENT", f"Number of warmup records exceeds the maximum ({MAX_RECORDS}) at {path}", path
-            )
-        log = prediction_log_pb2.PredictionLog()
-        try:
-            log.ParseFromString(record.numpy())
-        except DecodeError:
-            raise WarmupError("INVALID_ARGUMENT", f"Failed to parse warmup record {count} from {path}", path) from None
-        yield log
+    fd = _open_regular(path)
+    try:
+        opened = f"/proc/self/fd/{fd}"
+        records = iter(tf.data.TFRecordDataset(opened if os.path.exists(opened) else path))
+        count, offset = 0, 0
+        while True:
+            offset = _check_record_fits(fd, offset, path)
+            try:
+                record = next(records)
+            except StopIteration:
+                return
+            except tf.errors.DataLossError as e:
+                raise WarmupError(
+                    "DATA_LOSS", f"{e.message}. Please verify your warmup data is in TFRecord format.", path
+                ) from None
+            count += 1
+            if count > MAX_RECORDS:
+                raise WarmupError(
+                    "INVALID_ARGUMENT", f"Number of warmup records exceeds the maximum ({MAX_RECORDS}) at {path}", path
+                )
+            log = prediction_log_pb2.PredictionLog()
+            try:
+                log.ParseFromString(record.numpy())
+            except DecodeError:
+                raise WarmupError(
+                    "INVALID_ARGUMENT", f"Failed to parse warmup record {count} from {path}", path
+                ) from None
+            yield log
+    finally:
+        os.close(fd)
 
 
 def predict_request(log, path=None):

@@ -149,3 +149,73 @@ def test_run_refuses_an_unknown_signature_as_predict_util_does(exported, tmp_pat
     assert run_warmup_requests(loaded, str(tmp_path / "none")) is None  # no file: nothing to run
     with pytest.raises(ValueError, match="a warmup file holds 1 to 1000 requests, got 0"):
         write_warmup_requests(export_dir, [])
+
+
+def _masked_crc32c(data):
+    """TFRecord's masked CRC-32C of `data` (bitwise; for a header of 8 bytes)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_a_record_declaring_more_bytes_than_the_file_holds_is_refused_before_tensorflow_reads_it(tmp_path):
+    """Hostile review (s12): TensorFlow's record reader sizes its buffer from a record's declared length before it
+    reads: a 28-byte file whose one header (with a right CRC) declares 2**50 bytes crashed the process
+    (SIGSEGV), and with it the version being served. A record that does not fit the file is DATA_LOSS, as TF says of
+    a truncated record, before TensorFlow reads it (in a subprocess: without the check the test process dies)."""
+    import struct
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "assets.extra" / "tf_serving_warmup_requests")
+    os.makedirs(os.path.dirname(path))
+    good = predict_log("default", {"sentences": np.array([b"a b"], object)}).SerializeToString()
+    write_records(path, [good])
+    length = struct.pack("<Q", 2**50)
+    with open(path, "ab") as f:
+        f.write(length + struct.pack("<I", _masked_crc32c(length)) + b"x" * 16)
+    script = (
+        "import sys\n"
+        "from elmo_tf.serving_warmup import WarmupError, iter_warmup_requests\n"
+        "reader = iter_warmup_requests(sys.argv[1])\n"
+        "print(next(reader).predict_log.request.model_spec.signature_name)\n"
+        "try:\n"
+        "    next(reader)\n"
+        "except WarmupError as e:\n"
+        "    print(e.code, e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "default"
+    size = len(good) + 16
+    assert lines[1] == (
+        f"DATA_LOSS truncated record at {size}: it declares {2**50} bytes, the file holds {size + 28} bytes. "
+        "Please verify your warmup data is in TFRecord format."
+    )
+
+
+def test_a_warmup_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
+    """Hostile review (s12): a FIFO (or a symlink to one) as the warmup file blocked the load in TFRecordDataset's read
+    for as long as no writer came, and with it every later version of the model (one poller loads them in turn). The
+    file (a symlink is followed, as TF Serving follows it) must be a regular file: INVALID_ARGUMENT otherwise."""
+    import threading
+
+    path = str(tmp_path / "assets.extra" / "tf_serving_warmup_requests")
+    os.makedirs(os.path.dirname(path))
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    os.symlink(fifo, path)
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(refusal(path)), daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # let the blocked read end: a writer opens and closes the FIFO
+        os.close(os.open(fifo, os.O_WRONLY))
+        reader.join(30)
+    assert outcome and outcome[0].code == "INVALID_ARGUMENT"
+    assert str(outcome[0]) == f"the warmup file {path} is not a regular file"

@@ -6,8 +6,11 @@ served: see `inference`) and `tensorflow.serving.ModelService.GetModelStatus`, w
 An asyncio server (`grpc.aio`) on one event loop thread shared by the process's gRPC servers: a call waits for its
 request message as a coroutine, so calls whose request never arrives hold no thread and cannot starve the others.
 The work of a call (reading TensorProtos, the model) runs on a pool of `grpc_max_threads` threads; a client that
-cancels is seen by the core (`cancelled`). At most `4 x grpc_max_threads` calls are open at once; past that gRPC
-refuses a call (RESOURCE_EXHAUSTED).
+cancels is seen by the core (`cancelled`). At most `4 x grpc_max_threads` calls that have their request are open at
+once, and at most `MAX_WAITING_CALLS` calls waiting for it, each for at most `grpc_request_receive_timeout_s` (then
+DEADLINE_EXCEEDED); past either bound a call is refused (RESOURCE_EXHAUSTED). Clients that never send fill the
+waiting places only (`_CallPlaces`, `_ReceiveBounded`). A connection must complete its HTTP/2 handshake within
+`grpc_request_receive_timeout_s` and is closed after `MAX_CONNECTION_IDLE_S` without calls.
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
 gRPC's own message), each input's TensorProto is checked (dtype, declared shape, limits:
@@ -81,22 +84,35 @@ def _outcome(method, work):
 
 
 class _Servicer:
-    def __init__(self, core, pool):
+    def __init__(self, core, pool, places):
         self.core = core
         self._pool = pool
+        self._places = places
 
     async def _call(self, context, method, work, blocking=True):
-        """Runs `work(cancelled)` (on the pool when `blocking`) and answers with its response or its status."""
+        """Runs `work(cancelled)` (on the pool when `blocking`) and answers with its response or its status. A
+        blocking call holds one of the `places.max_working` places until its work has ended, even when its client
+        cancels first: the work (and the request it holds) lives on until then."""
         cancelled = threading.Event()
-        try:
-            if blocking:
-                loop = asyncio.get_running_loop()
-                outcome = await loop.run_in_executor(self._pool, _outcome, method, lambda: work(cancelled.is_set))
-            else:
-                outcome = _outcome(method, lambda: work(cancelled.is_set))
-        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
-            cancelled.set()
-            raise
+        if blocking:
+            places = self._places
+            if places.working >= places.max_working:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
+            places.working += 1
+            loop = asyncio.get_running_loop()
+            try:
+                future = self._pool.submit(_outcome, method, lambda: work(cancelled.is_set))
+            except RuntimeError:  # the pool is shut down: the server is stopping
+                places.release()
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+            future.add_done_callback(lambda _: loop.call_soon_threadsafe(places.release))
+            try:  # shielded: a cancelled call's work is not taken off the pool's queue, it sees `cancelled` and ends
+                outcome = await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+                cancelled.set()
+                raise
+        else:
+            outcome = _outcome(method, lambda: work(cancelled.is_set))
         response, code, details = outcome
         if code is not None:
             await context.abort(code, details)
@@ -181,6 +197,79 @@ def listen_address(host, port):
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+MAX_CONNECTION_IDLE_S = 300.0  # a connection without calls is closed after this (gRPC: max_connection_idle_ms)
+MAX_WAITING_CALLS = 1024  # calls waiting for their request message at once (each costs a coroutine and a few KiB)
+
+
+class _CallPlaces:
+    """The open calls' places, counted on the event loop's thread: `waiting` calls whose request message has not
+    arrived (at most `max_waiting`, each for at most `timeout` seconds), `working` calls whose work is on the thread
+    pool (at most `max_working`, until that work has ended: `_Servicer._call`). Past either bound a call is refused
+    at once (RESOURCE_EXHAUSTED), so clients that never send fill the waiting places only, never the places of calls
+    that have their request."""
+
+    def __init__(self, max_waiting, max_working, timeout):
+        self.max_waiting, self.max_working, self.timeout = max_waiting, max_working, timeout
+        self.waiting = self.working = 0
+
+    def release(self):
+        self.working -= 1
+
+
+class _ReceiveBounded(grpc.GenericRpcHandler):
+    """A generated service's unary-unary handlers, each served as a stream-unary handler that waits at most
+    `places.timeout` seconds for the request message (a unary handler would wait for it without end), then runs the
+    unary handler with it; `_CallPlaces` bounds both stages."""
+
+    def __init__(self, handler, places):
+        self._handler = handler
+        self._places = places
+
+    def service(self, handler_call_details):
+        handler = self._handler.service(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        unary, places = handler.unary_unary, self._places
+
+        async def receive_then_run(request_iterator, context):
+            if places.waiting >= places.max_waiting:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
+            places.waiting += 1
+            try:
+                request = await asyncio.wait_for(request_iterator.__anext__(), places.timeout)
+            except TimeoutError:
+                request = None
+            except StopAsyncIteration:  # half-closed without a message
+                request = False
+            finally:
+                places.waiting -= 1
+            if request is None:
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"request message not received within {places.timeout:g} s"
+                )
+            if request is False:
+                await context.abort(grpc.StatusCode.INTERNAL, "No request message received")
+            return await unary(request, context)
+
+        return grpc.stream_unary_rpc_method_handler(
+            receive_then_run,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+class _BoundedRegistry:
+    """What a generated `add_*Servicer_to_server` is given: it adds the service's handlers to `server` wrapped in
+    `_ReceiveBounded`."""
+
+    def __init__(self, server, places):
+        self._server = server
+        self._places = places
+
+    def add_generic_rpc_handlers(self, handlers):
+        self._server.add_generic_rpc_handlers(tuple(_ReceiveBounded(h, self._places) for h in handlers))
+
+
 class _Loop:
     """The process's asyncio loop for gRPC servers, on a daemon thread started on first use (one loop: grpc.aio
     objects belong to the loop they were made on)."""
@@ -242,13 +331,17 @@ class GrpcServer:
                 ("grpc.max_send_message_length", size),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.so_reuseport", 0),
+                # idle connections end: a handshake within the receive bound, no calls for MAX_CONNECTION_IDLE_S
+                ("grpc.server_handshake_timeout_ms", int(options.grpc_request_receive_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", int(MAX_CONNECTION_IDLE_S * 1000)),
             ],
-            maximum_concurrent_rpcs=4 * options.grpc_max_threads,
-        )
+        )  # no maximum_concurrent_rpcs: grpc.aio's counts calls still waiting for their message (_CallPlaces)
+        places = _CallPlaces(MAX_WAITING_CALLS, 4 * options.grpc_max_threads, options.grpc_request_receive_timeout_s)
+        registry = _BoundedRegistry(self._server, places)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            _PredictionServicer(core, self._pool), self._server
+            _PredictionServicer(core, self._pool, places), registry
         )
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool), self._server)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool, places), registry)
         try:
             port = self._server.add_insecure_port(address)
         except RuntimeError as e:

@@ -25,6 +25,7 @@ Classify/Regress bodies (`FillClassifyRegressRequestFromJson`, ~818-859) are che
 import base64
 import binascii
 import json
+import re
 
 import grpc
 import numpy as np
@@ -32,7 +33,7 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
 from elmo_tf.serving.signature import dtype_name
-from elmo_tf.serving.status import ServingError, invalid_argument
+from elmo_tf.serving.status import ServingError, invalid_argument, resource_exhausted
 
 DEBUG_STRING_BYTES = 256  # kMaxJsonDebugStringBytes
 _JSON_SPACE = " \t\n\r"
@@ -53,6 +54,7 @@ _INT_RANGES = {  # rapidjson's IsInt (int32), IsInt64, IsUint, IsUint64; narrowe
     types_pb2.DT_UINT64: (0, 2**64 - 1),
 }
 _FLOATS = (types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE)
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
 
 # ---------------------------------------------------------------------------------------------------- debug strings
@@ -130,10 +132,33 @@ def format_error(doc, *parts):
 # ---------------------------------------------------------------------------------------------------- the document
 
 
-def parse_json(body):
-    """`ParseJson` (~473-502): the body's JSON object (dict); INVALID_ARGUMENT as stock words it."""
+def json_values(body):
+    """An upper bound of the JSON values in `body` (bytes), counted without parsing: 1 + the commas, brackets and
+    braces outside strings (each value but the first follows a comma or opens its container)."""
+    bare = _JSON_STRING.sub(b"", bytes(body))
+    return 1 + bare.count(b",") + bare.count(b"[") + bare.count(b"{")
+
+
+def max_json_values(limits):
+    """The JSON values a request within `limits` (`budget.Limits`) can need: each of its rows a list of at most
+    `max_tokens_per_sentence` strings, each string possibly a {"b64": ...} object, plus the row, its length and some
+    keys; None without a token limit."""
+    if limits.max_tokens_per_sentence is None:
+        return None
+    return limits.max_request_sentences * (2 * limits.max_tokens_per_sentence + 4) + 64
+
+
+def parse_json(body, max_values=None):
+    """`ParseJson` (~473-502): the body's JSON object (dict); INVALID_ARGUMENT as stock words it. A body of more than
+    `max_values` JSON values (`json_values`; None: no limit) is RESOURCE_EXHAUSTED before it is parsed: Python's
+    objects cost up to ~25x their JSON (8 MiB of `[],` are ~190 MiB of lists)."""
     if not body:
         raise invalid_argument("JSON Parse error: The document is empty")
+    if max_values is not None and (count := json_values(body)) > max_values:
+        raise resource_exhausted(
+            f"the request body holds {count} JSON values, above the {max_values} the server's limits allow "
+            "(--max_request_sentences x --max_tokens_per_sentence): split the request"
+        )
     text = bytes(body).decode("utf-8", "surrogateescape")  # rapidjson keeps invalid UTF-8 in strings as it is
     start = len(text) - len(text.lstrip(_JSON_SPACE))
     if start == len(text):

@@ -29,6 +29,8 @@ class ServerOptions:
         load_retry_interval_micros: time between those retries.
         grpc_max_threads: threads that run gRPC calls (a call waiting for its request holds none); 4 x this many
             calls may be open at once.
+        grpc_request_receive_timeout_s: seconds a gRPC call may take from its start until its request message has
+            arrived; past that it ends (DEADLINE_EXCEEDED) and frees its place among the open calls.
         rest_api_num_threads: REST worker threads.
         rest_api_timeout_in_ms: REST request deadline.
     """
@@ -47,6 +49,7 @@ class ServerOptions:
     max_num_load_retries: int = 5
     load_retry_interval_micros: int = 60 * 1000 * 1000
     grpc_max_threads: int = 64
+    grpc_request_receive_timeout_s: float = 30.0
     rest_api_num_threads: int = 32
     rest_api_timeout_in_ms: int = 30000
     rest_api_max_body_bytes: int = None
@@ -63,6 +66,8 @@ class ServerOptions:
             raise ValueError(
                 f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), got {self.max_message_bytes!r}"
             )
+        if not self.grpc_request_receive_timeout_s > 0:
+            raise ValueError(f"grpc_request_receive_timeout_s must be > 0, got {self.grpc_request_receive_timeout_s!r}")
         if not self.file_system_poll_wait_seconds > 0:
             raise ValueError(f"file_system_poll_wait_seconds must be > 0, got {self.file_system_poll_wait_seconds!r}")
         for name, low in (

@@ -40,7 +40,7 @@ import urllib.parse
 from google.protobuf import json_format
 from tensorflow_serving.apis import get_model_metadata_pb2
 
-from elmo_tf.serving.json_tensor import check_examples, decode_request, parse_json, signature_name
+from elmo_tf.serving.json_tensor import check_examples, decode_request, max_json_values, parse_json, signature_name
 from elmo_tf.serving.rest_json import error_body, outputs_to_json
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, failed_precondition, invalid_argument, not_found
 
@@ -91,6 +91,7 @@ class RestApi:
         self.core = core
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
+        self.max_json_values = max_json_values(core.options.limits)  # a body of more is refused unparsed
 
     def handle(self, method, path, body, deadline=None, cancelled=None, origin=""):
         """Returns (HTTP status, response byte pieces, content type). `path`: the request target as sent (still
@@ -137,7 +138,7 @@ class RestApi:
 
     def predict(self, name, version, body, deadline=None, cancelled=None, label=None):
         """`ProcessPredictRequest`: JSON errors first, then the model spec and signature, then the inputs."""
-        doc = parse_json(body)
+        doc = parse_json(body, self.max_json_values)
         signature = signature_name(doc)
         output_filter = doc.get("output_filter", [])
         if not isinstance(output_filter, list) or not all(isinstance(x, str) for x in output_filter):
@@ -161,7 +162,7 @@ class RestApi:
 
     def infer(self, name, version, label, method, body):
         """`ProcessClassifyRequest` / `ProcessRegressRequest`: the body, then the model and signature (raises)."""
-        doc = parse_json(body)
+        doc = parse_json(body, self.max_json_values)
         signature = signature_name(doc)
         check_examples(doc)
         self.core.infer(name, version, label, method, signature)

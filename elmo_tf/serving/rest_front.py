@@ -9,7 +9,8 @@ Limits (what a client sees; every message names the limit, the value and the fla
     - bytes in flight, `rest_api_max_bytes_in_flight` (64 MiB by default): request bodies being read or parsed
       plus responses not yet sent, over all connections; past it a request is answered 429 at once. (A legal
       request of the ELMo signatures at the default row and token limits is about 2 MB of JSON; parsing costs up
-      to ~25x the body, hence the body limit well under the gRPC message size.)
+      to ~25x the body, hence the body limit well under the gRPC message size, and a body of more JSON values than
+      the request limits allow is refused unparsed: `json_tensor.max_json_values`.)
     - whole-request deadline, `rest_api_timeout_in_ms` (30 s by default): headers must arrive within it of the
       connection opening (or of the previous response: idle keep-alive connections close then too); the body
       within it of the headers (408 and the connection closed); the model call gets what is left (504 after).

@@ -32,14 +32,6 @@ logger = logging.getLogger(__name__)
 SERVING_TAG = "serve"
 DEFAULT_SIGNATURE = "serving_default"
 WARMUP_TOKEN = b"warmup"
-# the warmup file is part of the model: its requests are checked against the signature, not the request limits
-WARMUP_LIMITS = Limits(
-    max_request_sentences=2**31 - 1,
-    max_tokens_per_sentence=None,
-    max_response_bytes=2**62,
-    max_request_tokens=None,
-    max_request_bytes=2**62,
-)
 
 
 def signature_key_not_found(name):
@@ -210,15 +202,28 @@ class Servable:
                 logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
 
     def _replay(self, request):
-        """Runs one `PredictRequest` of the warmup file as Predict would, without the request limits (the file is part
-        of the model, as its graph is); returns the signature's name."""
+        """Runs one `PredictRequest` of the warmup file as Predict would, under the server's request limits; returns
+        the signature's name, or None for a request those limits refuse (logged, not run: a record of a few bytes
+        can declare a shape TensorFlow fills to any size, and the process loading it serves the current version)."""
         runner = self.runner(request.model_spec.signature_name)
-        budget = RequestBudget(runner.signature, WARMUP_LIMITS, runner.sizes, runner.budget.counter)
+        budget = runner.budget  # the server's limits, the signature's tokenizer and softmax cost
         runner.signature.check_input_names(request.inputs.keys())
-        for alias, proto in request.inputs.items():
-            budget.check_tensor_proto(alias, proto)
-        inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
-        checked = budget.prepare(inputs, tuple(request.output_filter))
+        try:
+            for alias, proto in request.inputs.items():
+                budget.check_tensor_proto(alias, proto)
+            inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+            checked = budget.prepare(inputs, tuple(request.output_filter))
+        except ServingError as e:
+            if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            logger.warning(
+                "%s version %d: a warmup request to %s is above the server's limits, not run: %s",
+                self.model_name,
+                self.version,
+                runner.name,
+                e.details,
+            )
+            return None
         runner.sizes.learn_inner_dims(runner.run(checked.inputs))
         return runner.name
 

@@ -379,3 +379,139 @@ def test_message_above_the_max_receive_size_is_refused(base_path, expected):
     print(f"\n[max receive] {refused:.3f} s per refused message")
     report("max receive size", before, after, served)
     assert after - before < 100  # this process also holds the client's 2 MiB requests
+
+
+def _never_sending_calls(channel, count, release):
+    def nothing():
+        release.wait(120)
+        return
+        yield  # a generator that yields nothing
+
+    hostile = channel.stream_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=predict_pb2.PredictRequest.SerializeToString,
+        response_deserializer=predict_pb2.PredictResponse.FromString,
+    )
+    return [hostile.future(nothing(), timeout=120) for _ in range(count)]
+
+
+def _codes(calls):
+    codes = []
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as info:
+            call.result(timeout=10)
+        codes.append(info.value.code())
+    return codes
+
+
+def test_calls_whose_request_never_arrives_cannot_fill_the_call_cap(base_path, model):
+    """Hostile review (s12): grpc.aio's `maximum_concurrent_rpcs` counts a call from its headers, before its request
+    message; `4 x grpc_max_threads` calls whose request never arrives held every place, and a valid Predict was then
+    refused (RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!") for as long as the client held them. Waiting calls
+    now have places of their own, and each ends (DEADLINE_EXCEEDED) `grpc_request_receive_timeout_s` after it
+    started."""
+    server = start_server(base_path, grpc_max_threads=2, grpc_request_receive_timeout_s=1.0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    release = threading.Event()
+    calls = _never_sending_calls(channel, 4 * 2 + 4, release)
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(_predict_request(), timeout=5)
+        elapsed = time.monotonic() - start
+        assert_parity(reference_sentences(model, ["a"]), {a: tf.make_ndarray(p) for a, p in response.outputs.items()})
+        print(f"\n[never-sending calls past 4 x grpc_max_threads] valid Predict answered in {elapsed:.2f} s")
+        assert _codes(calls) == [grpc.StatusCode.DEADLINE_EXCEEDED] * len(calls)
+    finally:
+        for call in calls:
+            call.cancel()
+        release.set()
+        channel.close()
+        server.stop(grace=1.0)
+
+
+def test_waiting_calls_are_capped(base_path, monkeypatch):
+    """The waiting places are bounded too: past `MAX_WAITING_CALLS` a call is refused at once (RESOURCE_EXHAUSTED)."""
+    from elmo_tf.serving import grpc_front
+
+    monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 3)
+    server = start_server(base_path, grpc_request_receive_timeout_s=2.0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    release = threading.Event()
+    calls = _never_sending_calls(channel, 5, release)
+    try:
+        assert sorted(_codes(calls), key=str) == sorted(
+            [grpc.StatusCode.DEADLINE_EXCEEDED] * 3 + [EXHAUSTED] * 2, key=str
+        )
+    finally:
+        release.set()
+        channel.close()
+        server.stop(grace=1.0)
+
+
+def test_cancelled_calls_keep_their_place_until_their_work_has_ended(base_path, monkeypatch):
+    """Hostile review (s12): a call's place among the `4 x grpc_max_threads` was freed when its client cancelled,
+    while its work (holding the decoded request) still ran or waited in the thread pool's queue: a client sending
+    Predict and cancelling it at once, again and again, grew that queue without bound behind a busy model. A place is
+    now freed when the call's work has ended (or was taken off the queue before it started)."""
+    from elmo_tf.serving import servable as servable_module
+
+    release = threading.Event()
+    run = servable_module.SignatureRunner.run
+
+    def slow(self, inputs):
+        release.wait(60)
+        return run(self, inputs)
+
+    server = start_server(base_path, grpc_max_threads=1, enable_batching=False)
+    monkeypatch.setattr(servable_module.SignatureRunner, "run", slow)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    pool = server._grpc._pool
+    try:
+        queued = 0
+        for _ in range(5):  # rounds of 8 calls, cancelled once the server has them
+            calls = [stub.Predict.future(_predict_request(), timeout=60) for _ in range(8)]
+            time.sleep(0.5)
+            for call in calls:
+                call.cancel()
+            time.sleep(0.3)
+            queued = max(queued, pool._work_queue.qsize())
+        print(f"\n[cancel storm] at most {queued} calls' work queued behind a busy model (4 places)")
+        assert queued <= 4
+    finally:
+        release.set()
+        channel.close()
+        server.stop(grace=1.0)
+
+
+def test_connections_that_send_nothing_are_closed(base_path, monkeypatch):
+    """Hostile review (s12): a TCP connection to the gRPC port that never sent HTTP/2's preface stayed open for gRPC's
+    default handshake timeout (120 s), and an HTTP/2 connection without calls stayed open for good: idle connections
+    without bound, each holding a descriptor of the process that serves both fronts and loads the versions. The
+    handshake must complete within `grpc_request_receive_timeout_s`, and a connection without calls is closed after
+    `MAX_CONNECTION_IDLE_S` (a client's channel reconnects on its next call)."""
+    import socket
+
+    from elmo_tf.serving import grpc_front
+
+    monkeypatch.setattr(grpc_front, "MAX_CONNECTION_IDLE_S", 1.0)
+    server = start_server(base_path, grpc_request_receive_timeout_s=1.0)
+    silent = socket.create_connection(("127.0.0.1", server.grpc_port))
+    idle = socket.create_connection(("127.0.0.1", server.grpc_port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    try:
+        idle.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # preface, SETTINGS
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        stub.Predict(_predict_request(), timeout=30)
+        for sock in (silent, idle):
+            sock.settimeout(10)
+            start = time.monotonic()
+            while sock.recv(65536):  # the server's frames (SETTINGS, GOAWAY), then the close
+                assert time.monotonic() - start < 10
+        stub.Predict(_predict_request(), timeout=30)  # the channel, closed when idle, reconnects
+    finally:
+        silent.close()
+        idle.close()
+        channel.close()
+        server.stop(grace=1.0)

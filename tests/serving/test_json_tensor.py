@@ -205,3 +205,37 @@ def test_strings_keep_their_bytes():
     code, details = error(lambda: decode(parse_json(b'{"instances": ["\\ud800"]}')))
     assert code == INVALID and "is not valid Unicode" in details
     details.encode("utf-8", "surrogatepass")
+
+
+def test_a_body_of_more_json_values_than_any_request_holds_is_refused_before_it_is_parsed():
+    """Hostile review (s12): Python's objects cost up to ~25x their JSON: 8 MiB of `[],` (2.8 million empty lists,
+    within the REST body limit) parsed to ~190 MiB before the request budget saw a shape, and up to 8 such bodies
+    fit the 64 MiB of bytes in flight. Values outside strings are counted first (`json_values`); a body above
+    `max_values` (what the request limits allow: rows x (2 x tokens + 4) + 64) is RESOURCE_EXHAUSTED unparsed.
+    Commas and brackets inside strings do not count."""
+    import tracemalloc
+
+    from elmo_tf.serving.json_tensor import json_values, max_json_values
+
+    limits = Limits(max_request_sentences=256, max_tokens_per_sentence=1000)
+    allowed = max_json_values(limits)
+    assert allowed == 256 * 2004 + 64
+    assert json_values(b'{"instances": ["a, [b] {c}", "d\\", ["]}') == 4
+    # the largest legal body of the tokens signature fits: 256 rows of 1000 tokens, each as {"b64": ...}
+    row = "[" + ",".join(['{"b64": "YQ=="}'] * 1000) + "]"
+    legal = (
+        '{"inputs": {"tokens": [' + ",".join([row] * 256) + '], "sequence_len": [' + ",".join(["1000"] * 256) + "]}}"
+    )
+    assert json_values(legal.encode()) <= allowed
+    hostile = b'{"instances": [' + b"[]," * (8 * 2**20 // 3 - 10) + b"[]]}"
+    tracemalloc.start()
+    with pytest.raises(ServingError) as info:
+        parse_json(hostile, max_values=allowed)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert info.value.details == (
+        f"the request body holds {json_values(hostile)} JSON values, above the {allowed} the server's limits allow "
+        "(--max_request_sentences x --max_tokens_per_sentence): split the request"
+    )
+    assert peak < 4 * len(hostile)  # the body's copies, never its objects

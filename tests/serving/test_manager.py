@@ -305,3 +305,33 @@ def test_a_version_whose_warmup_file_fails_is_refused_and_the_old_one_keeps_serv
         assert_serves(server, expected, version=1)
     finally:
         server.stop(grace=1.0)
+
+
+def test_a_version_whose_files_change_while_it_loads_is_not_served_until_it_loads_whole(fresh_base, monkeypatch):
+    """Hostile review (s12): a version directory rewritten while it loaded (its SavedModel read from one copy, its
+    variables or warmup file from the next) was served as loaded. Its files' fingerprint is taken before and after the
+    load: a change fails that load (UNAVAILABLE, "changed while it loaded") and the next poll loads it again."""
+    from elmo_tf.serving import manager as manager_module
+    from elmo_tf.serving.batching import BatchStats
+    from elmo_tf.serving.options import ServerOptions
+
+    load = manager_module.load_servable
+    loads = []
+
+    def load_then_change(name, version, path, limits=None):
+        servable = load(name, version, path, limits)
+        loads.append(version)
+        if len(loads) == 1:  # another copy lands while the first load runs
+            with open(os.path.join(path, "assets.extra", "late_file"), "w") as f:
+                f.write("written during the load")
+        return servable
+
+    monkeypatch.setattr(manager_module, "load_servable", load_then_change)
+    options = ServerOptions(port=0, enable_batching=False, load_retry_interval_micros=0)
+    manager = manager_module.ModelManager("elmo", fresh_base, options, BatchStats())
+    manager.poll()
+    assert manager.served_version is None
+    state, code, message = manager._states[1]
+    assert (state, code) == (State.START, grpc.StatusCode.UNAVAILABLE) and "changed while it loaded" in message
+    manager.poll()
+    assert loads == [1, 1] and manager.served_version == 1

@@ -74,3 +74,31 @@ def test_a_bad_request_in_the_file_fails_the_load(fresh_base):
     with pytest.raises(ServingError, match="input .sentences. of signature .default.: expected dtype DT_STRING") as e:
         load_servable("elmo", 1, version)
     assert e.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_a_warmup_request_above_the_server_limits_is_not_run(fresh_base, calls):
+    """Hostile review (s12): the replay ran the file's requests without the request limits, so a 100-byte record
+    (one string, declared shape [N]: TensorFlow fills it) made an N-row array and an N-sentence run at load, for any
+    N: memory and time without bound, in the process that serves the current version. A request the server's limits
+    refuse is not run (logged); its signature gets the synthetic request as if the file had left it out."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from elmo_tf.serving.budget import Limits
+
+    version = os.path.join(fresh_base, "1")
+    log = prediction_log_pb2.PredictionLog()
+    request = log.predict_log.request
+    request.model_spec.signature_name = "default"
+    proto = tf.make_tensor_proto([b"a"], dtype=tf.string)
+    proto.tensor_shape.dim[0].size = 5000
+    request.inputs["sentences"].CopyFrom(proto)
+    path = warmup_path(version)
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(log.SerializeToString())
+    servable = load_servable("elmo", 1, version, Limits(max_request_sentences=256))
+    assert [(name, len(inputs[next(iter(inputs))])) for name, inputs in calls] == [
+        ("default", 1),
+        ("serving_default", 1),
+        ("tokens", 1),
+    ]
+    assert servable.runners["default"].run({"sentences": np.array([b"a b"], object)})["elmo"].shape[:2] == (1, 2)

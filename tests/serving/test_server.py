@@ -135,3 +135,52 @@ def test_ports_out_of_range_are_refused(field, value):
     with pytest.raises(ValueError, match=f"{field} must be an int in \\[0, 65535\\]"):
         ServerOptions(**{field: value})
     assert ServerOptions(port=65535, rest_api_port=0).port == 65535
+
+
+def test_stop_lets_calls_in_flight_finish(base_path, model, monkeypatch):
+    """Hostile review (s12): what SIGTERM does (`ModelServer.stop(grace)`) with gRPC and REST calls in flight on a busy
+    model: each is answered with its outputs, none is cut, and the stop returns once they are done."""
+    import json
+    import time
+    import urllib.request
+
+    from elmo_tf.serving import servable as servable_module
+
+    run = servable_module.SignatureRunner.run
+
+    def slow(self, inputs):
+        time.sleep(1.5)
+        return run(self, inputs)
+
+    server = start_server(base_path, enable_batching=False)
+    monkeypatch.setattr(servable_module.SignatureRunner, "run", slow)
+    results, errors = [], []
+
+    def grpc_call():
+        try:
+            with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=30, max_retries=0) as client:
+                results.append(client.embed(["a b"]))
+        except Exception as e:
+            errors.append(f"gRPC: {type(e).__name__}: {e}")
+
+    def rest_call():
+        body = json.dumps({"instances": ["a b"]}).encode()
+        url = f"http://127.0.0.1:{server.rest_port}/v1/models/elmo:predict"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, body), timeout=30) as response:
+                results.append(json.loads(response.read()))
+        except Exception as e:
+            errors.append(f"REST: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=f) for f in (grpc_call, grpc_call, rest_call, rest_call)]
+    for t in threads:
+        t.start()
+    time.sleep(0.7)  # every call is in the model
+    start = time.monotonic()
+    server.stop(grace=10.0)
+    took = time.monotonic() - start
+    for t in threads:
+        t.join(30)
+    print(f"\n[stop with 4 calls in flight] stopped in {took:.2f} s; errors {errors}")
+    assert errors == [] and len(results) == 4
+    assert took < 10.0
