@@ -28,23 +28,17 @@ Imports run one way, from the top of this list down (the clients stand apart: st
 Names are imported lazily, so `import elmo_tf.serving` loads neither gRPC nor the server.
 """
 
-_EXPORTS = {
-    "ElmoClient": "elmo_tf.serving.client",
-    "ElmoRestClient": "elmo_tf.serving.client",
-    "Embeddings": "elmo_tf.serving.client",
-    "ServingError": "elmo_tf.serving.status",
-    "ServerCore": "elmo_tf.serving.core",
-    "ModelServer": "elmo_tf.serving.server",
-    "ServerOptions": "elmo_tf.serving.options",
-    "BatchingOptions": "elmo_tf.serving.batching",
-    "Limits": "elmo_tf.serving.budget",
-}
-__all__ = sorted(_EXPORTS)
+from elmo_tf._lazy import lazy_namespace
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'elmo_tf.serving' has no attribute {name!r}")
+__all__, __getattr__, __dir__ = lazy_namespace(
+    __name__,
+    {
+        "elmo_tf.serving.client": ("ElmoClient", "ElmoRestClient", "Embeddings"),
+        "elmo_tf.serving.status": ("ServingError",),
+        "elmo_tf.serving.core": ("ServerCore",),
+        "elmo_tf.serving.server": ("ModelServer",),
+        "elmo_tf.serving.options": ("ServerOptions",),
+        "elmo_tf.serving.batching": ("BatchingOptions",),
+        "elmo_tf.serving.budget": ("Limits",),
+    },
+)

@@ -40,6 +40,7 @@ import urllib.parse
 from google.protobuf import json_format
 from tensorflow_serving.apis import get_model_metadata_pb2
 
+from elmo_tf.bounds import INT64_MAX
 from elmo_tf.serving.json_tensor import check_examples, decode_request, max_json_values, parse_json, signature_name
 from elmo_tf.serving.rest_json import error_body, outputs_to_json
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, failed_precondition, invalid_argument, not_found
@@ -55,7 +56,6 @@ STATUS_PATH = re.compile(
 )
 API_PATH = re.compile(r"(?i)/v1/.*")
 METRICS_PATH = "/monitoring/prometheus/metrics"
-INT64_MAX = 2**63 - 1
 
 
 def _parse_version(text):
