@@ -346,7 +346,7 @@ def main(argv=None, prog=PROG):
     from elmo_tf.embed import embed_file, limit_malloc_arenas
     from elmo_tf.io import WeightFileError
     from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.journal import JournalBusy, ResumeRefused
+    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
     from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
@@ -400,7 +400,7 @@ def main(argv=None, prog=PROG):
         )
     except ResumeRefused as e:
         raise refused_resume(e, args.output) from None
-    except JournalBusy as e:
+    except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
         raise UsageError(f"--output: {e}") from None
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
