@@ -36,8 +36,7 @@ EXAMPLES = """examples:
       --weights elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5 \\
       --softmax elmo_2x4096_512_2048cnn_2xhighway_softmax_weights.hdf5 --vocab vocab-2016-09-10.txt \\
       --input sentences.txt --output scores.jsonl --top-k 5
-  elmo-tf score --model runs/small --input big.txt --output scores.jsonl --resume   # after a crash: the same
-      command, plus --resume
+  elmo-tf score --model runs/small --input big.txt --output scores.jsonl --resume   # after a crash
 
 input: one whitespace-tokenized sentence per line (as embed reads it). output: one JSON line per input line:
   {"tokens": [w_1 .. w_n],
