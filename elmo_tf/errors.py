@@ -7,8 +7,10 @@ imports the command-line code.
 """
 
 import operator
+import os
+import stat
 
-__all__ = ["ElmoTFError", "check_int", "one_line"]
+__all__ = ["ElmoTFError", "check_int", "not_a_regular_file", "one_line"]
 
 
 class ElmoTFError(ValueError):
@@ -33,6 +35,28 @@ class ElmoTFError(ValueError):
 def one_line(text):
     """`text` with every run of whitespace (newlines included) made one space."""
     return " ".join(str(text).split())
+
+
+_KINDS = (
+    (stat.S_ISDIR, "is a directory"),
+    (stat.S_ISFIFO, "is a FIFO (a named or anonymous pipe), not a regular file"),
+    (stat.S_ISCHR, "is a character device, not a regular file"),
+    (stat.S_ISBLK, "is a block device, not a regular file"),
+    (stat.S_ISSOCK, "is a socket, not a regular file"),
+)
+
+
+def not_a_regular_file(path):
+    """None when `path` is (a link to) a regular file; otherwise what it is instead, for a message: "no such file",
+    "is a directory", "is a FIFO (...), not a regular file", ... Reading a FIFO or a device as a file blocks or
+    misreads, so callers refuse them before opening."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return "no such file"
+    if stat.S_ISREG(mode):
+        return None
+    return next((text for test, text in _KINDS if test(mode)), "is not a regular file")
 
 
 def check_int(name, value, minimum, allow_none=False, maximum=None):

@@ -3,21 +3,31 @@
 Each record holds `tokens` (the line split on ASCII whitespace, decoded as UTF-8 with invalid bytes as lone surrogates,
 as `embed`'s keys), `forward_log_probs` and `backward_log_probs` (n + 1 values each, `sentence_log_probs`'s order),
 and with a top k, `forward_top_k` / `backward_top_k`: per position a list of `[word, log_prob]`, most likely first.
-The input is read once, as a stream; batches are written as they are scored, in file order, to a temporary file that
-is renamed to the output at the end (`elmo_tf.io.atomic`).
+The input is read once, as a stream; batches are scored in file order and written, as they are done, in shards of
+about `shard_tokens` tokens to the run's journal beside the output (`elmo_tf.io.journal.RunJournal`:
+`.<output name>.partial/`, each shard complete and fsync'd before it counts); at the end the shards are concatenated
+into the output (under a temporary name, renamed: `elmo_tf.io.atomic`) and the journal removed. An interrupted run
+keeps its finished shards: the same call with `resume=True` skips them and writes the same bytes as an uninterrupted
+run (a batch is scored the same whatever came before it; the batches are the same since the fingerprint holds every
+setting that groups them). A resume whose input, model, softmax, vocabulary, top k or setting differs is refused.
 """
 
+import hashlib
+import itertools
 import json
+import shutil
 
 import numpy as np
 import tensorflow as tf
 
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
+from elmo_tf.io.journal import RunJournal, fault_point, file_digest
 from elmo_tf.io.sentences import iter_sentences
 from elmo_tf.models.language_model import DIRECTIONS
 
 DEFAULT_BATCH_SIZE = 32
+SHARD_TOKENS = 50_000  # positions (tokens + 1 per line) per shard of score_file's journal
 
 
 def _text(token):
@@ -90,35 +100,160 @@ def scorer(lm):
     return call
 
 
+def _hash_arrays(*arrays):
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype}:{array.shape}".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+def _vocab_hash(lm):
+    digest = hashlib.sha256()
+    for word in lm.top_k_words(tf.range(lm.vocab_size)).numpy().tolist():
+        digest.update(len(word).to_bytes(4, "little") + word)
+    return digest.hexdigest()
+
+
+def run_fingerprint(lm, digest, **settings):
+    """What a score run's output depends on, for `RunJournal`: the input's content (`file_digest`), the biLM's config
+    and weights, the softmax, the vocabulary, the top k, every setting, TensorFlow's version and thread counts."""
+    from elmo_tf.embed import model_fingerprint  # the biLM part, hashed as embed's journal hashes it
+
+    return {
+        "input": {"sha256": digest["sha256"], "size": digest["size"]},
+        "model": model_fingerprint(lm),
+        "softmax": _hash_arrays(lm.softmax_kernel.numpy(), lm.softmax_bias.numpy()),
+        "vocab": _vocab_hash(lm),
+        "top_k": lm.top_k,
+        **settings,
+        "chunk_size": lm.chunk_size,
+        "tensorflow": tf.__version__,
+        "threads": [
+            tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads(),
+        ],
+    }
+
+
+def _numbered(batches, shard_tokens):
+    """`(shard number, batch)`: consecutive batches of about `shard_tokens` positions (tokens + 1 per line) a shard."""
+    number = positions = 0
+    for batch in batches:
+        yield number, batch
+        positions += sum(len(s.tokens) + 1 for s in batch)
+        if positions >= shard_tokens:
+            number, positions = number + 1, 0
+
+
+def _finished_lines(journal):
+    """`{number: lines}` of the journal's finished shards (each written whole: a line per record)."""
+    found = {}
+    for number, path in sorted(journal.done.items()):
+        with open(path, "rb") as f:
+            found[number] = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+    return found
+
+
+def _write_shard(path, run, group, top_k, input_path, progress):
+    with atomic_path(path, durable=True) as tmp:
+        with open(tmp, "w", encoding="utf-8") as out:
+            for _, batch in group:
+                outputs = run([s.tokens for s in batch])
+                for record in records(outputs, batch, top_k, input_path):
+                    out.write(json.dumps(record, allow_nan=False) + "\n")
+                if progress:
+                    progress(len(batch))
+                fault_point("batch")
+        fault_point("shard-write")
+
+
+def _concatenate(paths, output_path):
+    with atomic_path(output_path, durable=True) as tmp:
+        with open(tmp, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as f:
+                    shutil.copyfileobj(f, out)
+                fault_point("merge")
+    fault_point("merged")
+
+
 def score_file(
-    lm, input_path, output_path, batch_size=DEFAULT_BATCH_SIZE, max_batch_tokens=None, progress=None, max_tokens=None
+    lm,
+    input_path,
+    output_path,
+    batch_size=DEFAULT_BATCH_SIZE,
+    max_batch_tokens=None,
+    progress=None,
+    max_tokens=None,
+    resume=False,
+    shard_tokens=SHARD_TOKENS,
+    on_start=None,
+    notes=None,
 ):
-    """Writes one JSON line per line of `input_path` to `output_path` (atomically); returns `{"sentences",
-    "tokens"}` counted.
+    """Writes one JSON line per line of `input_path` to `output_path` (atomically, resumably: see the module
+    docstring); returns `{"sentences", "tokens"}` counted (of the whole input), `shards`, `resumed_shards` and
+    `resumed_sentences`.
 
     Args:
         lm: a `LanguageModel` with a vocabulary attached (`load_language_model`).
         batch_size: sentences per model call; max_batch_tokens: cap on rows x the longest sentence (None: none).
-        progress: optional callable(sentences done).
+        progress: optional callable(sentences done), after each batch scored in this run.
         max_tokens: cut longer lines to their first `max_tokens` tokens (None: never).
+        resume: continue the partial run of the same call into `output_path`, if there is one.
+        shard_tokens: positions (tokens + 1 per line) per shard: at most that much work is lost to a kill.
+        on_start: optional callable(total lines, lines a resumed run already has), once before the first batch.
+        notes: `{fingerprint name: text}` shown beside a differing value when a resume is refused (file names).
     Raises:
-        elmo_tf.io.text.TextFileError: an unreadable input line (the message names it); WriteError: a full disk
-            (the temporary is removed, an existing output kept); ScoreError: NaN or inf scores (naming the line).
+        elmo_tf.io.text.TextFileError: an unreadable input line, or an input changed while read (the message names
+            it); WriteError: a full disk (the temporary is removed, an existing output kept, finished shards too);
+            ScoreError: NaN or inf scores (naming the line); ResumeRefused, JournalBusy, NotAJournal
+            (`elmo_tf.io.journal`).
     """
+    from elmo_tf.embed import FINGERPRINT_SHOWN, _check_unchanged, _file_state  # embed's journal, the same way
+    from elmo_tf.io.text import TextFileError
+
     batch_size = check_int("batch_size", batch_size, 1)
     check_int("max_batch_tokens", max_batch_tokens, 1, allow_none=True)
-    run = scorer(lm)
-    stats = {"sentences": 0, "tokens": 0}
+    shard_tokens = check_int("shard_tokens", shard_tokens, 1)
+    sentences = iter_sentences(input_path, max_tokens)  # checks max_tokens now
     try:
-        with atomic_path(output_path) as tmp, open(tmp, "w", encoding="utf-8") as out:
-            for batch in batches(iter_sentences(input_path, max_tokens), batch_size, max_batch_tokens):
-                outputs = run([s.tokens for s in batch])
-                for record in records(outputs, batch, lm.top_k, input_path):
-                    out.write(json.dumps(record, allow_nan=False) + "\n")
-                stats["sentences"] += len(batch)
-                stats["tokens"] += sum(len(s.tokens) for s in batch)
-                if progress:
-                    progress(len(batch))
+        before = _file_state(input_path)
+        digest = file_digest(input_path)
+    except OSError as e:
+        raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
+    settings = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, max_sentence_tokens=max_tokens)
+    fingerprint = run_fingerprint(lm, digest, **settings, shard_tokens=shard_tokens)
+    notes = {"input": str(input_path), **(notes or {})}
+    shown = {**FINGERPRINT_SHOWN, "softmax": FINGERPRINT_SHOWN["model"], "vocab": FINGERPRINT_SHOWN["model"]}
+    run = scorer(lm)
+    stats = {"sentences": 0, "tokens": 0, "shards": 0}
+    try:
+        with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=shown, suffix=".jsonl") as journal:
+            finished = _finished_lines(journal)
+            if on_start:
+                on_start(digest["lines"], sum(finished.values()))
+            counted = _counted(sentences, stats)
+            numbered = _numbered(batches(counted, batch_size, max_batch_tokens), shard_tokens)
+            for number, group in itertools.groupby(numbered, key=lambda item: item[0]):
+                stats["shards"] = number + 1
+                if number in finished:
+                    for _ in group:  # read past it: the batches go on as in the first run
+                        pass
+                    continue
+                _write_shard(journal.shard_path(number), run, group, lm.top_k, input_path, progress)
+                fault_point("shard")
+            _check_unchanged(input_path, before)
+            _concatenate([journal.shard_path(k) for k in range(stats["shards"])], output_path)
     except OSError as e:
         raise (write_error(output_path, e) or e) from None
+    stats.update(resumed_shards=len(finished), resumed_sentences=sum(finished.values()))
     return stats
+
+
+def _counted(sentences, stats):
+    for sentence in sentences:
+        stats["sentences"] += 1
+        stats["tokens"] += len(sentence.tokens)
+        yield sentence

@@ -31,7 +31,7 @@ import signal
 import sys
 
 from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
-from elmo_tf.errors import ElmoTFError, check_int, one_line  # noqa: F401 (check_int: re-exported for the commands)
+from elmo_tf.errors import ElmoTFError, check_int, not_a_regular_file, one_line  # noqa: F401 (check_int: re-exported for the commands)
 
 USAGE_EXIT = 2
 DATA_EXIT = 1
@@ -154,8 +154,8 @@ def existing_file(name):
     """An argparse `type`: a path to an existing regular file."""
 
     def parse(text):
-        if not os.path.isfile(text):
-            what = "is a directory" if os.path.isdir(text) else "no such file"
+        what = not_a_regular_file(text)
+        if what:
             raise argparse.ArgumentTypeError(f"{name}: {what}: {text!r}")
         return text
 

@@ -6,9 +6,7 @@ and the file (and the line or key, for data).
 """
 
 import argparse
-import datetime
 import logging
-import os
 import sys
 import time
 
@@ -16,7 +14,6 @@ from elmo_tf.cli import (
     ArgumentParser,
     DataError,
     UsageError,
-    bounded_number,
     check_output_file,
     check_text_start,
     existing_file,
@@ -24,6 +21,7 @@ from elmo_tf.cli import (
     size_int,
     threads_int,
 )
+from elmo_tf.cli.progress import Progress, add_resume_flags, refused_resume, resume_hint
 
 PROG = "elmo-tf embed"
 DUMP_PROG = "elmo-tf dump-token-embeddings"
@@ -132,25 +130,7 @@ def build_parser(prog=PROG):
         default="float32",
         help="of the written vectors (float32); float16 halves the file (computed in float32, rounded at the end)",
     )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the interrupted run of this command into the same --output: its finished shards are kept, "
-        "the rest computed (refused when the input, model or an option that changes the output differs)",
-    )
-    p.add_argument(
-        "--shard-tokens",
-        type=size_int("--shard-tokens"),
-        default=50_000,
-        help="tokens per resumable shard (50000): a kill loses at most one shard of work",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress and no log lines, only errors")
-    p.add_argument(
-        "--log-interval",
-        type=bounded_number("--log-interval", float, minimum=0, minimum_inclusive=False, maximum=86400),
-        default=30.0,
-        help="seconds between progress lines when stderr is not a terminal (30)",
-    )
+    add_resume_flags(p, 50_000)
     return p
 
 
@@ -227,66 +207,6 @@ def dump_main(argv=None, prog=DUMP_PROG):
     return 0
 
 
-class Progress:
-    """The embed command's progress on stderr: a bar with the total, the rate and the time left on a terminal (tqdm);
-    a log line every `interval` seconds otherwise (a file, a pipe, a scheduler's log); nothing with `quiet`.
-
-    `start(total, done)` is called once (`embed_file`'s `on_start`: the input's lines, those a resumed run already
-    has); `update(n)` after each batch; `close()` at the end. The rate counts this run's sentences only.
-    """
-
-    def __init__(self, quiet=False, interval=30.0, stream=None, log=None):
-        self.quiet = quiet
-        self.interval = interval
-        self.stream = stream if stream is not None else sys.stderr
-        self.log = log or logging.getLogger("elmo_tf")
-        self.bar = None
-        self.total = self.done = self.initial = 0
-        self.started = self.logged = None
-
-    def start(self, total, done):
-        self.total, self.done, self.initial = total, done, done
-        self.started = self.logged = time.monotonic()
-        if self.quiet:
-            return
-        if done:
-            self.log.info("resuming: %d of %d sentences already written", done, total)
-        isatty = getattr(self.stream, "isatty", None)
-        if isatty is not None and isatty():
-            from tqdm import tqdm
-
-            try:  # a terminal that reports no width (a fresh pty) would get an empty bar
-                width = None if os.get_terminal_size(self.stream.fileno()).columns else 100
-            except (OSError, ValueError, AttributeError):
-                width = None
-            self.bar = tqdm(
-                total=total, initial=done, unit="sent", desc="embed", file=self.stream, smoothing=0.1, ncols=width
-            )
-
-    def update(self, n):
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-            return
-        now = time.monotonic()
-        if not self.quiet and self.started is not None and now - self.logged >= self.interval:
-            self.logged = now
-            self.log.info("%s", self.line(now))
-
-    def line(self, now=None):
-        """A line such as "embed: 1200/5000 sentences (24.0%), 85.3 sentences/s, ETA 0:00:44"."""
-        elapsed = (now if now is not None else time.monotonic()) - self.started
-        rate = (self.done - self.initial) / elapsed if elapsed > 0 else 0.0
-        share = 100.0 * self.done / self.total if self.total else 100.0
-        left = f"{datetime.timedelta(seconds=round((self.total - self.done) / rate))}" if rate > 0 else "unknown"
-        return f"embed: {self.done}/{self.total} sentences ({share:.1f}%), {rate:.1f} sentences/s, ETA {left}"
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 # the flag that sets each entry of embed_file's fingerprint (named when a resume is refused)
 FINGERPRINT_FLAGS = {
     "input": "--input",
@@ -303,26 +223,6 @@ FINGERPRINT_FLAGS = {
     "threads": "--threads",
     "tensorflow": "TensorFlow version",
 }
-
-
-def refused_resume(error, output):
-    """`UsageError` naming each difference of a `ResumeRefused` by its flag, with both values."""
-    shown = "; ".join(
-        f"{FINGERPRINT_FLAGS.get(name, name)}: {then} then, {now} now" for name, then, now in error.differences
-    )
-    return UsageError(
-        f"--resume: the partial run of {output!r} differs from this command: {shown} "
-        "(run without --resume to start over)"
-    )
-
-
-def resume_hint(output, log):
-    """Says where the finished shards of an interrupted run are kept and how to go on, when there are some."""
-    from elmo_tf.io.journal import state_dir_of
-
-    state = state_dir_of(output)
-    if os.path.isdir(state) and any(name.startswith("shard-") for name in os.listdir(state)):
-        log.warning("the finished shards are kept in %s: the same command with --resume goes on from them", state)
 
 
 def main(argv=None, prog=PROG):
@@ -346,7 +246,7 @@ def main(argv=None, prog=PROG):
     from elmo_tf.embed import embed_file, limit_malloc_arenas
     from elmo_tf.io import WeightFileError
     from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.journal import JournalBusy, ResumeRefused
+    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
     from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
@@ -378,7 +278,7 @@ def main(argv=None, prog=PROG):
     if args.vocab is not None:
         notes["token_embeddings"] = f"{args.token_embeddings}, {args.vocab}"
     start = time.perf_counter()
-    progress = Progress(quiet=args.quiet, interval=args.log_interval, log=log)
+    progress = Progress("embed", quiet=args.quiet, interval=args.log_interval, log=log)
     try:
         stats = embed_file(
             model,
@@ -399,8 +299,8 @@ def main(argv=None, prog=PROG):
             notes=notes,
         )
     except ResumeRefused as e:
-        raise refused_resume(e, args.output) from None
-    except JournalBusy as e:
+        raise refused_resume(e, args.output, FINGERPRINT_FLAGS) from None
+    except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
         raise UsageError(f"--output: {e}") from None
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None

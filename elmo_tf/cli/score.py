@@ -9,7 +9,6 @@ the flag and the file.
 import argparse
 import logging
 import os
-import sys
 import time
 
 from elmo_tf.cli import (
@@ -25,6 +24,7 @@ from elmo_tf.cli import (
     size_int,
     threads_int,
 )
+from elmo_tf.cli.progress import Progress, add_resume_flags, refused_resume, resume_hint
 
 PROG = "elmo-tf score"
 MAX_TOP_K = 1000  # words per position and direction: a JSON line holds 2 x (n + 1) x k pairs
@@ -36,6 +36,7 @@ EXAMPLES = """examples:
       --weights elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5 \\
       --softmax elmo_2x4096_512_2048cnn_2xhighway_softmax_weights.hdf5 --vocab vocab-2016-09-10.txt \\
       --input sentences.txt --output scores.jsonl --top-k 5
+  elmo-tf score --model runs/small --input big.txt --output scores.jsonl --resume   # after a crash
 
 input: one whitespace-tokenized sentence per line (as embed reads it). output: one JSON line per input line:
   {"tokens": [w_1 .. w_n],
@@ -45,8 +46,16 @@ input: one whitespace-tokenized sentence per line (as embed reads it). output: o
 natural logs; entry i - 1 is about word i in both directions, entry n about the sentence boundary. Words not in the
 vocabulary are scored as <UNK>. A sentence's perplexity is exp(-mean(forward_log_probs)) (as evaluate-lm counts it).
 The full softmax is computed a slice of the vocabulary at a time, so an 800k-word softmax needs no (positions x
-800k) array. The output is written under a hidden temporary name and renamed at the end (an interrupted run leaves
-an existing output as it was).
+800k) array.
+resume: the lines are written as they are scored, in shards of about --shard-tokens tokens, to a hidden directory
+beside the output (.<output name>.partial/); the output is their concatenation, written under a hidden temporary
+name and renamed at the end, and the directory removed. An interrupted run (kill -9, SIGTERM: exit 143, Ctrl-C:
+exit 130, a full disk: exit 1) leaves an existing output as it was and keeps its finished shards: the same command
+with --resume scores only the rest and writes the same bytes as an uninterrupted run. It is refused (exit 2,
+naming each difference) when the input's content, the model, the softmax, the vocabulary, --top-k or an option
+that changes the output differs; without --resume a run starts over.
+progress: on a terminal a bar with the total, the rate and the time left; otherwise a log line every
+--log-interval seconds; nothing with --quiet.
 """
 
 
@@ -94,6 +103,7 @@ def build_parser(prog=PROG):
         default=0,
         help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
     )
+    add_resume_flags(p, 50_000, what="option that changes the output (--top-k, the batching)")
     return p
 
 
@@ -138,6 +148,22 @@ def load(files, top_k):
         raise
 
 
+# the flag that sets each entry of score_file's fingerprint (named when a resume is refused)
+FINGERPRINT_FLAGS = {
+    "input": "--input",
+    "model": "--options/--weights",
+    "softmax": "--softmax",
+    "vocab": "--vocab",
+    "top_k": "--top-k",
+    "batch_size": "--batch-size",
+    "max_batch_tokens": "--max-batch-tokens",
+    "max_sentence_tokens": "--max-sentence-tokens",
+    "shard_tokens": "--shard-tokens",
+    "threads": "--threads",
+    "tensorflow": "TensorFlow version",
+}
+
+
 def main(argv=None, prog=PROG):
     """`score`; returns the exit status (run it with `elmo_tf.cli.run`)."""
     args = build_parser(prog).parse_args(argv)
@@ -145,12 +171,12 @@ def main(argv=None, prog=PROG):
     inputs = [("--input", args.input)] + [(f"--{flag}", path) for flag, path in files.items()]
     check_output_file("--output", args.output, inputs=inputs)
     check_text_start("--input", args.input)
-    setup_logging()
+    setup_logging(quiet=args.quiet)
     log = logging.getLogger("elmo_tf")
     import tensorflow as tf
-    from tqdm import tqdm
 
     from elmo_tf.io.atomic import WriteError
+    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
     from elmo_tf.io.text import TextFileError
     from elmo_tf.score import score_file
 
@@ -158,29 +184,47 @@ def main(argv=None, prog=PROG):
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     lm = load(files, args.top_k)
+    notes = {flag: path for flag, path in files.items() if flag != "options"}
+    notes["model"] = f"{files['options']}, {notes.pop('weights')}"
     start = time.perf_counter()
+    progress = Progress("score", quiet=args.quiet, interval=args.log_interval, log=log)
     try:
-        with tqdm(unit="sent", file=sys.stderr, desc="score") as bar:
-            stats = score_file(
-                lm,
-                args.input,
-                args.output,
-                batch_size=args.batch_size,
-                max_batch_tokens=args.max_batch_tokens,
-                progress=bar.update,
-                max_tokens=args.max_sentence_tokens,
-            )
+        stats = score_file(
+            lm,
+            args.input,
+            args.output,
+            batch_size=args.batch_size,
+            max_batch_tokens=args.max_batch_tokens,
+            progress=progress.update,
+            max_tokens=args.max_sentence_tokens,
+            resume=args.resume,
+            shard_tokens=args.shard_tokens,
+            on_start=progress.start,
+            notes=notes,
+        )
+    except ResumeRefused as e:
+        raise refused_resume(e, args.output, FINGERPRINT_FLAGS) from None
+    except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
+        raise UsageError(f"--output: {e}") from None
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
-    except WriteError as e:
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
+        resume_hint(args.output, log)
         raise DataError(f"--output: {e}") from None
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
+        resume_hint(args.output, log)
+        raise
+    finally:
+        progress.close()
     seconds = time.perf_counter() - start
     log.info(
-        "%d sentences, %d tokens in %.1f s (%.1f sentences/s); wrote %s",
+        "%d sentences, %d tokens in %.1f s (%.1f sentences/s in this run); %d of %d shards resumed; wrote %s",
         stats["sentences"],
         stats["tokens"],
         seconds,
-        stats["sentences"] / max(seconds, 1e-9),
+        (stats["sentences"] - stats["resumed_sentences"]) / max(seconds, 1e-9),
+        stats["resumed_shards"],
+        stats["shards"],
         args.output,
     )
     return 0

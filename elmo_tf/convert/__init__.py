@@ -21,9 +21,9 @@ import importlib
 import os
 import shutil
 
-from elmo_tf.errors import ElmoTFError
+from elmo_tf.errors import ElmoTFError, not_a_regular_file
 
-__all__ = ["SOURCES", "ConvertError", "UnavailableSourceError", "convert", "source_module"]
+__all__ = ["SOURCES", "ConvertError", "UnavailableSourceError", "convert", "is_regular_file", "source_module"]
 
 # --from name -> (module, what the source is, the keyword options its convert takes)
 SOURCES = {
@@ -48,6 +48,18 @@ class ConvertError(ElmoTFError):
 
 class UnavailableSourceError(ConvertError):
     """A source whose converter module is not part of this installation."""
+
+
+def is_regular_file(path, expected, error=ConvertError):
+    """True when `path` is (a link to) a regular file, False when nothing is there; raises `error` naming `path`, what
+    it is and `expected` when it is something else: a FIFO or a device would block the read forever or misread, a
+    directory is no file."""
+    what = not_a_regular_file(path)
+    if what is None:
+        return True
+    if what == "no such file":
+        return False
+    raise error(f"{path}: {what}; expected {expected}", path=str(path))
 
 
 def source_module(name):

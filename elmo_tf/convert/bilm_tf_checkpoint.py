@@ -29,7 +29,7 @@ import logging
 import os
 import re
 
-from elmo_tf.convert import ConvertError
+from elmo_tf.convert import ConvertError, is_regular_file
 from elmo_tf.convert.common import (
     OPTIONS,
     Checkpoint,
@@ -119,7 +119,7 @@ def convert(src_dir, out_dir, options=None):
             path=source,
         )
     options_path = options or os.path.join(src_dir, OPTIONS)
-    if options is None and not os.path.isfile(options_path):
+    if options is None and not is_regular_file(options_path, "bilm-tf's options.json"):
         raise ConvertError(
             f"{options_path}: no such file; expected bilm-tf's options.json beside the checkpoint (or give --options)",
             path=options_path,

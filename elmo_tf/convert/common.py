@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from elmo_tf.convert import ConvertError
+from elmo_tf.convert import ConvertError, is_regular_file
 from elmo_tf.errors import one_line
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ class Checkpoint:
 
     def __init__(self, prefix):
         self.prefix = prefix
+        for path in [f"{prefix}.index", *glob.glob(glob.escape(prefix) + ".data-*")]:
+            is_regular_file(path, "a TF checkpoint file")  # TensorFlow would block on a FIFO
         with self._errors():
             import tensorflow as tf
 
@@ -86,9 +88,13 @@ def latest_checkpoint(directory, stem="model.ckpt"):
 
 
 def _named_in_state_file(directory):
-    """The base name in `model_checkpoint_path: "..."` of `directory/checkpoint`, or None."""
+    """The base name in `model_checkpoint_path: "..."` of `directory/checkpoint`, or None. Raises `ConvertError` when
+    `checkpoint` is not a regular file (a FIFO, a device, a directory)."""
+    path = os.path.join(directory, "checkpoint")
+    if not is_regular_file(path, 'TF\'s checkpoint state file (model_checkpoint_path: "...")'):
+        return None
     try:
-        with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read(1 << 16)
     except (OSError, UnicodeDecodeError):
         return None
@@ -97,8 +103,9 @@ def _named_in_state_file(directory):
 
 
 def read_options(path):
-    """The JSON object in `path`. Raises `ConvertError` naming the file when it is missing, not JSON or not an
-    object."""
+    """The JSON object in `path`. Raises `ConvertError` naming the file when it is missing, not a regular file, not
+    JSON or not an object."""
+    is_regular_file(path, "bilm-tf's options.json")
     try:
         with open(path, encoding="utf-8") as f:
             options = json.load(f)

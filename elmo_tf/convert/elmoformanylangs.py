@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from elmo_tf.config import BiLMConfig, ConfigError
+from elmo_tf.convert import is_regular_file
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
 from elmo_tf.io.torch_pickle import load_state_dict
@@ -56,8 +57,12 @@ def _fail(path, problem):
     raise ModelDirError(f"{path}: {problem}", path=str(path))
 
 
+def _regular(path, expected):
+    return is_regular_file(path, expected, error=ModelDirError)
+
+
 def _read_json(path, what):
-    if not os.path.isfile(path):
+    if not _regular(path, what):
         _fail(path, f"missing: an ELMoForManyLangs model dir holds {what}")
     try:
         with open(path, encoding="utf-8") as f:
@@ -75,7 +80,7 @@ def read_architecture(src_dir):
         _fail(top_path, "expected a JSON object with a string 'config_path' (the architecture JSON)")
     name = top["config_path"]
     for path in (os.path.join(src_dir, name), os.path.join(src_dir, os.path.basename(name))):
-        if os.path.isfile(path):
+        if _regular(path, "the architecture JSON"):
             return _read_json(path, "architecture JSON"), path
     if os.path.basename(name) in _PACKAGE_CONFIGS:
         return json.loads(json.dumps(_PACKAGE_CONFIG)), f"elmoformanylangs/configs/{os.path.basename(name)}"
@@ -90,7 +95,7 @@ def read_dictionary(path, required):
         ModelDirError: a missing file, a line that is not `entry<TAB>id` with an int id >= 0 (naming `path:line`), or
             a missing entry of `required`.
     """
-    if not os.path.isfile(path):
+    if not _regular(path, "a dictionary (entry<TAB>id lines)"):
         _fail(path, "missing: the model needs its dictionary (entry<TAB>id lines)")
     lexicon = {}
     try:
@@ -211,7 +216,7 @@ def _expected_shapes(config):
 
 
 def _read_state(path, expected, config_path):
-    if not os.path.isfile(path):
+    if not _regular(path, "a PyTorch state dict pickle"):
         _fail(path, "missing: an ELMoForManyLangs model dir holds token_embedder.pkl and encoder.pkl")
     state = load_state_dict(path)
     missing = [k for k in expected if k not in state]

@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from elmo_tf.convert import ConvertError
+from elmo_tf.convert import ConvertError, is_regular_file
 from elmo_tf.convert.common import Checkpoint, check_shapes, inference_options, read_options, write_outputs
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def convert(src_dir, out_dir, options=None):
     """
     for required in ("tfhub_module.pb", os.path.join("variables", "variables.index")):
         path = os.path.join(src_dir, required)
-        if not os.path.isfile(path):
+        if not is_regular_file(path, "a TF1 Hub module file"):
             raise ConvertError(
                 f"{path}: no such file; expected a TF1 Hub module dir (tfhub_module.pb, variables/variables.index)",
                 path=path,
@@ -175,6 +175,7 @@ def _scalar_mix(checkpoint, num_layers, source):
 
 def load_scalar_mix(mix, path):
     """Sets the `ScalarMix` layer `mix` (built) to the weights and gamma of a `scalar_mix.json` at `path`."""
+    is_regular_file(path, "a scalar_mix.json")
     with open(path, encoding="utf-8") as f:
         values = json.load(f)
     if values["num_layers"] != mix.num_layers:

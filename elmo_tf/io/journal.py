@@ -59,6 +59,11 @@ class JournalBusy(ElmoTFError):
     """Another live process holds the journal (`path`): two runs into one output would mix their shards."""
 
 
+class NotAJournal(ElmoTFError):
+    """The journal's path (`path`) holds something no run made: a symbolic link, a file, or a directory with files no
+    run wrote. Left as it is (clearing it would delete someone's files); the caller picks another output."""
+
+
 def fault_point(point):
     """Test hook (see the module docstring): signals this process the k-th time `point` is passed, when
     `ELMO_TF_FAULT` asks for it; otherwise nothing."""
@@ -116,8 +121,8 @@ class RunJournal:
         done: `{shard number: path}` of the finished shards found (empty unless resumed).
     Leaving the block normally removes the journal (the job is done); leaving it with an exception keeps it for a
     resume, with the lock released.
-    Raises (on entering): `ResumeRefused`, `JournalBusy`, `elmo_tf.io.atomic.WriteError` (the directory or the
-    manifest cannot be written).
+    Raises (on entering): `ResumeRefused`, `JournalBusy`, `NotAJournal`, `elmo_tf.io.atomic.WriteError` (the
+    directory or the manifest cannot be written).
     """
 
     def __init__(self, output_path, fingerprint, resume=False, notes=None, shown=None, suffix=".hdf5"):
@@ -187,7 +192,7 @@ class RunJournal:
         So once locked, the path must still be the directory locked; otherwise it is opened again."""
         for _ in range(10):
             if os.path.islink(self.path):  # clearing it would empty the directory it points to
-                raise ElmoTFError(
+                raise NotAJournal(
                     f"{self.path} is a symbolic link; a run's journal is a directory it makes itself (remove the link)",
                     path=self.path,
                 )
@@ -196,7 +201,7 @@ class RunJournal:
                     make_public_dir(self.path)
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             except FileExistsError:
-                raise ElmoTFError(f"{self.path} exists and is not a directory", path=self.path) from None
+                raise NotAJournal(f"{self.path} exists and is not a directory", path=self.path) from None
             except FileNotFoundError:
                 continue  # removed between the two calls by the run that ended
             except OSError as e:
@@ -213,7 +218,7 @@ class RunJournal:
             if now is not None and (now.st_dev, now.st_ino) == (locked.st_dev, locked.st_ino):
                 return
             self._unlock()
-        raise ElmoTFError(f"{self.path}: keeps being removed and made again by other runs", path=self.path)
+        raise JournalBusy(f"{self.path}: keeps being removed and made again by other runs", path=self.path)
 
     def _lock(self):
         try:
@@ -237,11 +242,11 @@ class RunJournal:
         return sorted(os.listdir(self.path))
 
     def _check_entries(self):
-        """Raises `ElmoTFError` when the directory holds an entry no run writes (a manifest, shards, temporaries):
+        """Raises `NotAJournal` when the directory holds an entry no run writes (a manifest, shards, temporaries):
         it is not a journal, and clearing it would delete someone's files."""
         for entry in self._entries():
             if not (entry == MANIFEST or _SHARD.match(entry) or (entry.startswith(".") and ".tmp-" in entry)):
-                raise ElmoTFError(
+                raise NotAJournal(
                     f"{self.path} holds {entry}, which no elmo_tf run wrote: not a run's journal, left as it is "
                     "(move it away, or give another --output)",
                     path=self.path,
@@ -330,6 +335,7 @@ def _remove(path):
 __all__ = [
     "FAULT_ENV",
     "JournalBusy",
+    "NotAJournal",
     "ResumeRefused",
     "RunJournal",
     "fault_point",

@@ -45,3 +45,27 @@ def test_text_file_checks(tmp_path):
     path.write_bytes("a\n".encode("utf-16"))
     with pytest.raises(DataError, match=r"^--input: .*in\.txt:1: starts with a UTF-16/UTF-32 byte order mark"):
         check_text_file("--input", path)
+
+
+def test_existing_file_says_what_a_path_that_is_not_a_regular_file_is(tmp_path):
+    """A FIFO (what `<(zcat x)` gives), a directory or a missing path: the message says which (exit 2 in the CLI)."""
+    import argparse
+
+    from elmo_tf.cli import existing_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    parse = existing_file("--input")
+    for path, what in ((fifo, "is a FIFO"), (tmp_path, "is a directory"), (tmp_path / "nope", "no such file")):
+        with pytest.raises(argparse.ArgumentTypeError, match=rf"^--input: {what}\b.*: '{path}'$"):
+            parse(str(path))
+    r, w = os.pipe()  # an anonymous pipe, as bash's process substitution passes it: /dev/fd/N
+    try:
+        with pytest.raises(argparse.ArgumentTypeError, match=r"^--input: is a FIFO .*not a regular file: '/dev/fd/"):
+            parse(f"/dev/fd/{r}")
+    finally:
+        os.close(r)
+        os.close(w)
+    regular = tmp_path / "in.txt"
+    regular.write_text("x\n")
+    assert parse(str(regular)) == str(regular)

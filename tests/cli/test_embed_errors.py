@@ -202,3 +202,23 @@ def test_output_named_like_a_directory(files, tmp_path):
     out = f"{tmp_path / 'results'}{os.sep}"
     assert_one_error(embed(files, output=out), 2, PROG, "--output", "ends with a separator")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_journal_path_no_run_made_is_a_usage_error_naming_output(files, tmp_path):
+    """`.<output>.partial` that is a symbolic link, or a directory holding files no run wrote: left as it is, and the
+    run refused with one line naming --output (exit 2: pick another output), not a generic exit 1."""
+    output = tmp_path / "out.hdf5"
+    state = tmp_path / ".out.hdf5.partial"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine\n")
+    state.symlink_to(elsewhere)
+    result = embed(files, output=output)
+    assert_one_error(result, 2, f"{PROG} --output: ", "is a symbolic link")
+    assert (elsewhere / "keep.txt").read_text() == "mine\n" and not output.exists()
+    state.unlink()
+    state.mkdir()
+    (state / "notes.txt").write_text("mine\n")
+    result = embed(files, output=output)
+    assert_one_error(result, 2, f"{PROG} --output: ", "holds notes.txt, which no elmo_tf run wrote")
+    assert (state / "notes.txt").read_text() == "mine\n" and not output.exists()

@@ -2,8 +2,11 @@
 output dir: new or empty, never the source, written under a hidden temporary name and renamed, so nothing is left
 after an error."""
 
+import contextlib
 import importlib.util
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from convert_testlib import fixture_training_dir
 
 from elmo_tf.convert import SOURCES, ConvertError, UnavailableSourceError, convert, source_module
+from elmo_tf.errors import ElmoTFError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EFML_MISSING = importlib.util.find_spec("elmo_tf.convert.elmoformanylangs") is None
@@ -84,3 +88,68 @@ def test_an_empty_output_dir_given_through_a_symlink_is_written_through_it(tmp_p
     assert sorted(os.listdir(tmp_path / "empty")) == ["options.json", "softmax.hdf5", "weights.hdf5"]
     assert written[0] == str(tmp_path / "link" / "options.json") and os.path.isfile(written[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "link", "run"]  # no temporary left
+
+
+@contextlib.contextmanager
+def no_hang(seconds=60):
+    """Fails the test instead of blocking forever (opening a FIFO for reading waits for a writer)."""
+
+    def fail(signum, frame):
+        raise TimeoutError(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _replace(path, kind):
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+NOT_REGULAR = [
+    ("bilm-tf-checkpoint", "checkpoint", "fifo"),
+    ("bilm-tf-checkpoint", "checkpoint", "dir"),
+    ("bilm-tf-checkpoint", "options.json", "fifo"),
+    ("bilm-tf-checkpoint", "options.json", "dir"),
+    ("bilm-tf-checkpoint", "model.ckpt-1250.index", "fifo"),
+    ("elmoformanylangs", "config.json", "fifo"),
+    ("elmoformanylangs", "arch.json", "fifo"),
+    ("elmoformanylangs", "char.dic", "fifo"),
+    ("elmoformanylangs", "word.dic", "dir"),
+    ("elmoformanylangs", "token_embedder.pkl", "fifo"),
+    ("elmoformanylangs", "encoder.pkl", "fifo"),
+    ("tf-hub", "tfhub_module.pb", "fifo"),
+]
+
+
+@pytest.mark.parametrize("source,name,kind", NOT_REGULAR)
+def test_a_source_file_that_is_not_a_regular_file_is_refused_naming_it(tmp_path, source, name, kind):
+    """A FIFO (which would block the read forever) or a directory where a source holds a file: one line naming it and
+    what it is, nothing written."""
+    if source == "bilm-tf-checkpoint":
+        src = fixture_training_dir(tmp_path / "src")
+    elif source == "elmoformanylangs":
+        if EFML_MISSING:
+            pytest.skip("the elmoformanylangs converter is not installed")
+        src = Path(shutil.copytree(REPO_ROOT / "tests" / "fixtures" / "efml" / "word" / "model", tmp_path / "src"))
+    else:
+        src = tmp_path / "src"
+        src.mkdir()
+    _replace(src / name, kind)
+    what = "is a FIFO" if kind == "fifo" else "is a directory"
+    with no_hang(), pytest.raises(ElmoTFError) as info:
+        convert(source, str(src), str(tmp_path / "out"))
+    message = str(info.value)
+    assert message.startswith(f"{src / name}: {what}") and "\n" not in message, message
+    assert not (tmp_path / "out").exists()
