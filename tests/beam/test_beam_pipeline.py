@@ -1,5 +1,5 @@
 """elmo_tf/beam/pipeline.py (this name: tests/ner/test_pipeline.py holds the other): the Beam
-pipeline pipeline on DirectRunner with 2 worker processes writes shards whose datasets
+pipeline on DirectRunner with 2 worker processes writes shards whose datasets
 are `embed`'s (same names, values within 1e-6), each a valid embed output of its lines; merged, one file equal to
 `embed`'s. The tiny random model of the other tests; an input with blank lines, non-ASCII and repeated lines."""
 
