@@ -35,18 +35,17 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 
 import h5py
 import numpy as np
 import tensorflow as tf
 
 from elmo_tf.errors import ElmoTFError, check_int
-from elmo_tf.io.journal import RunJournal, fault_point, file_digest
+from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
 from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter, iter_sentences, sentence_key
 from elmo_tf.io.text import TextFileError
 from elmo_tf.io.token_cache import TokenCache
-from elmo_tf.models.elmo import elmo_activations
+from elmo_tf.models.elmo import elmo_activations, model_fingerprint
 from elmo_tf.preprocessing.chars import token_bytes
 
 logger = logging.getLogger(__name__)
@@ -480,17 +479,6 @@ def _numbered_shards(items, shard_tokens):
                 number, tokens = number + 1, 0
 
 
-def model_fingerprint(model):
-    """SHA-256 (hex) of an ELMo model's biLM config and of every weight of its char CNN and biLM (name, dtype, shape,
-    values): what the embedder's outputs depend on (not the scalar mixes)."""
-    digest = hashlib.sha256(json.dumps(model.config.to_options(), sort_keys=True, default=str).encode())
-    for weight in model.char_cnn.weights + model.bilm.weights:
-        value = np.ascontiguousarray(weight.numpy())
-        digest.update(f"{weight.path}:{value.dtype}:{value.shape}".encode())
-        digest.update(memoryview(value).cast("B"))
-    return digest.hexdigest()
-
-
 def _cache_fingerprint(cache):
     if cache is None:
         return None
@@ -590,26 +578,6 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
     return writer.written
 
 
-def _file_state(path):
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _check_unchanged(path, before):
-    """Raises `TextFileError` when the file at `path` is not as it was when hashed (`_file_state` then): its shards
-    may mix two contents under the fingerprint of one."""
-    try:
-        now = _file_state(path)
-    except OSError:
-        now = None
-    if now != before:
-        raise TextFileError(
-            f"{path}: changed while it was read (size, time or file replaced); the output was not written: run "
-            "again once it is complete",
-            path=str(path),
-        )
-
-
 def embed_file(
     model,
     input_path,
@@ -672,7 +640,7 @@ def embed_file(
         max_batch_tokens = batch_size * 128
     sentences = iter_sentences(input_path, max_sentence_tokens)  # checks max_sentence_tokens now
     try:
-        before = _file_state(input_path)
+        before = file_state(input_path)
         digest = file_digest(input_path)
     except OSError as e:
         raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
@@ -706,7 +674,7 @@ def embed_file(
             embedded = _embed_items(embedder, items, dtype, progress)
             write_embedding_file(journal.shard_path(number), embedded, dtype, sentence_index, durable=True)
             fault_point("shard")
-        _check_unchanged(input_path, before)
+        check_unchanged(input_path, before)
         merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
     counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")
     counts.update(
@@ -734,7 +702,6 @@ __all__ = [
     "limit_malloc_arenas",
     "merge_shards",
     "merged_sentence_index",
-    "model_fingerprint",
     "pack_rows",
     "plan_batches",
     "run_fingerprint",

@@ -20,10 +20,12 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.embed import FINGERPRINT_SHOWN
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
-from elmo_tf.io.journal import RunJournal, fault_point, file_digest
+from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
 from elmo_tf.io.sentences import iter_sentences
+from elmo_tf.models.elmo import model_fingerprint
 from elmo_tf.models.language_model import DIRECTIONS
 
 DEFAULT_BATCH_SIZE = 32
@@ -119,7 +121,6 @@ def _vocab_hash(lm):
 def run_fingerprint(lm, digest, **settings):
     """What a score run's output depends on, for `RunJournal`: the input's content (`file_digest`), the biLM's config
     and weights, the softmax, the vocabulary, the top k, every setting, TensorFlow's version and thread counts."""
-    from elmo_tf.embed import model_fingerprint  # the biLM part, hashed as embed's journal hashes it
 
     return {
         "input": {"sha256": digest["sha256"], "size": digest["size"]},
@@ -211,7 +212,6 @@ def score_file(
             ScoreError: NaN or inf scores (naming the line); ResumeRefused, JournalBusy, NotAJournal
             (`elmo_tf.io.journal`).
     """
-    from elmo_tf.embed import FINGERPRINT_SHOWN, _check_unchanged, _file_state  # embed's journal, the same way
     from elmo_tf.io.text import TextFileError
 
     batch_size = check_int("batch_size", batch_size, 1)
@@ -219,7 +219,7 @@ def score_file(
     shard_tokens = check_int("shard_tokens", shard_tokens, 1)
     sentences = iter_sentences(input_path, max_tokens)  # checks max_tokens now
     try:
-        before = _file_state(input_path)
+        before = file_state(input_path)
         digest = file_digest(input_path)
     except OSError as e:
         raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
@@ -244,7 +244,7 @@ def score_file(
                     continue
                 _write_shard(journal.shard_path(number), run, group, lm.top_k, input_path, progress)
                 fault_point("shard")
-            _check_unchanged(input_path, before)
+            check_unchanged(input_path, before)
             _concatenate([journal.shard_path(k) for k in range(stats["shards"])], output_path)
     except OSError as e:
         raise (write_error(output_path, e) or e) from None

@@ -34,6 +34,7 @@ import signal
 
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import atomic_path, fsync_dir, make_public_dir, write_error
+from elmo_tf.io.text import TextFileError
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,27 @@ def fault_point(point):
     count = _fault["counts"][point] = _fault["counts"].get(point, 0) + 1
     if count == int(k):
         os.kill(os.getpid(), getattr(signal, signame))
+
+
+def file_state(path):
+    """What tells that the file at `path` was changed or replaced: device, inode, size and mtime (ns)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def check_unchanged(path, before):
+    """Raises `TextFileError` when the file at `path` is not as it was when hashed (`file_state` then): a run's shards
+    may mix two contents under the fingerprint of one."""
+    try:
+        now = file_state(path)
+    except OSError:
+        now = None
+    if now != before:
+        raise TextFileError(
+            f"{path}: changed while it was read (size, time or file replaced); the output was not written: run "
+            "again once it is complete",
+            path=str(path),
+        )
 
 
 def file_digest(path, chunk=1 << 20):
@@ -338,7 +360,9 @@ __all__ = [
     "NotAJournal",
     "ResumeRefused",
     "RunJournal",
+    "check_unchanged",
     "fault_point",
     "file_digest",
+    "file_state",
     "state_dir_of",
 ]

@@ -1,8 +1,11 @@
 """The ELMo encoder: char ids -> every biLM layer's activations, mask, lengths and named mixes."""
 
+import hashlib
+import json
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
@@ -276,3 +279,17 @@ def save_elmo(model, output_dir):
     os.makedirs(output_dir, exist_ok=True)
     model.config.to_json(os.path.join(output_dir, "options.json"))
     save_bilm_weights(model, os.path.join(output_dir, "weights.hdf5"))
+
+
+def model_fingerprint(model):
+    """sha256 (hex) of what a biLM's outputs depend on: its options and the values of its char CNN and biLM weights
+    (name, dtype, shape, bytes; not where they were read from, not the scalar mixes). For an `ELMo`, a
+    `LanguageModel` (its softmax is hashed apart), anything with `config`, `char_cnn` and `bilm`: the NER feature
+    cache, embed's and score's resume journals."""
+    digest = hashlib.sha256(json.dumps(model.config.to_options(), sort_keys=True, default=str).encode())
+    for layer in (model.char_cnn, model.bilm):
+        for variable in layer.weights:
+            value = np.ascontiguousarray(np.asarray(variable.numpy()))
+            digest.update(f"{variable.path}:{value.dtype.str}:{value.shape}".encode())
+            digest.update(memoryview(value).cast("B"))
+    return digest.hexdigest()

@@ -18,8 +18,6 @@ The features are cached by `elmo_tf.ner.feature_cache`.
 
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
 import os
 import re
@@ -31,6 +29,7 @@ import tensorflow as tf
 from elmo_tf.embed import Embedder
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.models import load_elmo
+from elmo_tf.models.elmo import model_fingerprint
 from elmo_tf.serving_contract import activations_from_outputs, layer_keys
 
 logger = logging.getLogger(__name__)
@@ -66,18 +65,6 @@ def _in_batches(fetch, sentences, batch_size, progress=None):
         if progress:
             progress(len(chunk))
     return out
-
-
-def model_fingerprint(elmo):
-    """sha256 (hex) of what an `ELMo`'s activations depend on: its options and the values of its char CNN and biLM
-    weights (not where they were read from)."""
-    digest = hashlib.sha256(json.dumps(elmo.config.to_options(), sort_keys=True).encode())
-    for layer in (elmo.char_cnn, elmo.bilm):
-        for variable in layer.weights:
-            value = np.ascontiguousarray(np.asarray(variable.numpy()))
-            digest.update(f"{variable.path}:{value.dtype.str}:{value.shape}".encode())
-            digest.update(memoryview(value).cast("B"))
-    return digest.hexdigest()
 
 
 class InProcessFeatures:

@@ -18,8 +18,9 @@ import pytest
 from tiny_models import TINY
 
 from elmo_tf.io.conll import Sentence
+from elmo_tf.models.elmo import model_fingerprint
 from elmo_tf.ner.feature_cache import CACHE_MAGIC, FeatureCacheError, cached_features
-from elmo_tf.ner.features import InProcessFeatures, model_fingerprint, open_feature_source
+from elmo_tf.ner.features import InProcessFeatures, open_feature_source
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = [Sentence(["EU", "rejects", "it"], ["B-ORG", "O", "O"], 1), Sentence(["Peter"], ["B-PER"], 5)]
