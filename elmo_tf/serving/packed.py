@@ -23,6 +23,8 @@ import numpy as np
 
 from elmo_tf.preprocessing.chars import token_bytes
 from elmo_tf.preprocessing.tokenizer import split_tokens
+from elmo_tf.serving.budget import RequestBudget
+from elmo_tf.serving.status import resource_exhausted
 from elmo_tf.serving.tokens import WhitespaceCounter
 from elmo_tf.serving_contract import (
     ACTIVATIONS,
@@ -32,6 +34,7 @@ from elmo_tf.serving_contract import (
     MAX_TOKENS,
     PACKED_SIGNATURE,
     SEQUENCE_LEN,
+    TABLE_ROWS,
     WORD_EMB,
     lstm_output_key,
     output_keys,
@@ -58,13 +61,33 @@ def packing_mode(runner):
     return None
 
 
+class PackedBudget(RequestBudget):
+    """The budget of a request sent to `packed` itself (an internal signature, but a SignatureDef the server answers):
+    its work is every position of `table_rows` (rows x steps, whatever the distinct tokens), held to
+    `max_request_tokens` like the rows x width of the other signatures (RESOURCE_EXHAUSTED above it)."""
+
+    def prepare(self, inputs, output_filter=(), response_encoding="proto"):
+        request = super().prepare(inputs, output_filter, response_encoding)
+        positions = int(np.prod(request.inputs[TABLE_ROWS].shape))
+        limit = self.limits.max_request_tokens
+        if limit is not None and positions > limit:
+            raise resource_exhausted(
+                f"the request holds {positions} packed positions ({TABLE_ROWS}), above the server's limit of {limit} "
+                f"tokens of work per request (--max_request_tokens)"
+            )
+        return request
+
+
 def attach_packed(runners):
     """Sets `runner.packed` (the `packed` signature's runner) and `runner.packed_max_tokens` on each runner of
     `runners` (name -> `SignatureRunner`, warmed up) that `packing_mode` accepts, when there is a `packed` runner;
-    reads the export's `max_tokens` with one small call. Returns the names of the runners it set."""
+    reads the export's `max_tokens` with one small call and gives the `packed` runner a `PackedBudget`. Returns the
+    names of the runners it set."""
     packed = runners.get(PACKED_SIGNATURE)
     if packed is None:
         return []
+    budget = packed.budget
+    packed.budget = PackedBudget(packed.signature, budget.limits, packed.sizes, budget.counter)
     ((inputs, _),) = pack_token_lists([[b"a"]])
     max_tokens = int(packed.run(inputs)[MAX_TOKENS][0])
     names = []

@@ -127,6 +127,22 @@ def test_lm_and_other_signatures_are_not_packed(loaded):
     assert attach_packed({"default": loaded.runner("default")}) == []  # no `packed` runner: nothing set
 
 
+def test_a_direct_request_to_packed_is_held_to_the_token_budget(loaded):
+    """`packed` answers requests like any signature, its work counted as every position of `table_rows`: 20,000
+    positions with a single distinct token are above the default 16,384 tokens of work."""
+    budget = loaded.runner("packed").budget
+    small = {
+        "tokens": np.array([[b"a"]], object),
+        "table_rows": np.array([[[1, 3, 2]]], np.int32),
+        "starts": np.array([[[True, False, False]]]),
+    }
+    assert budget.prepare(small).batch == 1
+    big = dict(small, table_rows=np.ones([1, 200, 100], np.int32), starts=np.ones([1, 200, 100], bool))
+    with pytest.raises(ServingError, match="20000 packed positions") as info:
+        budget.prepare(big)
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 @pytest.fixture(scope="module")
 def max_tokens_servable(model, tmp_path_factory):
     from elmo_tf.serving.servable import load_servable
