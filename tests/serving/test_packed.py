@@ -16,7 +16,7 @@ SENTENCE_BATCHES = [
     ["a b c d e f g h i j k l", "x", "", "one two three", "the the the the"],
     ["a b", "the cat sat on the mat .", "w " * 70, "Zürich , naïve café !", "z"],
     ["", "   "],
-    ["dogs bark", "in the fog , aren't they ?"],
+    ["dogs bark", "in the fog , aren't they ?", b"bad \xff\xfe bytes " + b"x" * 60 + b" " + b"x" * 61],
 ]
 
 
@@ -62,7 +62,8 @@ def run_recorded(runner, requests, max_rows):
 
 
 def sentence_requests(runner, batches):
-    return [runner.budget.prepare({"sentences": np.array([s.encode() for s in b], object)}) for b in batches]
+    encoded = [[s if isinstance(s, bytes) else s.encode() for s in b] for b in batches]
+    return [runner.budget.prepare({"sentences": np.array(b, object)}) for b in encoded]
 
 
 def token_requests(runner, rows_and_lengths):
@@ -82,8 +83,9 @@ TOKEN_BATCHES = [
 
 def test_merged_default_requests_run_packed_and_equal_each_alone(loaded):
     """Four requests (empty and whitespace-only sentences, a 70-token one that takes a row alone, repeated and unicode
-    tokens): packed calls of one row each (no call of `default` itself), and each request's outputs equal what
-    it gets alone through `default`, shapes and dtypes included."""
+    tokens, invalid UTF-8, two tokens alike in their first 48 bytes): packed calls of one row each (no call of
+    `default` itself), and each request's outputs equal what it gets alone through `default`, shapes and dtypes
+    included."""
     runner = loaded.runner("default")
     assert runner.packed is loaded.runner("packed") and packing_mode(runner) == SENTENCES_MODE
     requests = sentence_requests(runner, SENTENCE_BATCHES)
