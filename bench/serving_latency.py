@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -89,8 +90,15 @@ def bench_sentences(n, data):
 
 def ensure_export(preset, seed, cache):
     """`<cache>/<preset>-seed<seed>/elmo` with version 1 (exported once; an export cached before the exports wrote TF
-    Serving's warmup file gets it added)."""
+    Serving's warmup file gets it added; one cached before the `packed` signature is exported again)."""
     base = os.path.join(cache, f"{preset}-seed{seed}", "elmo")
+    if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
+        from elmo_tf.serving.servable import read_signature_defs
+        from elmo_tf.serving_contract import PACKED_SIGNATURE
+
+        if PACKED_SIGNATURE not in read_signature_defs(os.path.join(base, "1")):
+            log.info("the cached export %s has no %r signature: exported again", base, PACKED_SIGNATURE)
+            shutil.rmtree(base)
     if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
         from elmo_tf.export import warmup_requests
         from elmo_tf.serving_warmup import warmup_path, write_warmup_requests

@@ -173,6 +173,32 @@ def iter_batches(items, batch_size=64, max_batch_tokens=None, sort=True, window=
         yield from done
 
 
+def packed_layout(row_lengths, token_rows):
+    """The packed-row inputs of `Embedder._run` (also the served `packed` signature's, `elmo_tf.serving_contract`):
+    `row_lengths` is a list of rows, each a list of sentence lengths (tokens, at least 1 each); `token_rows` the
+    vector-table row of every token, sentences in order (table rows 0, 1, 2 are padding, `<S>`, `</S>`). Returns
+    `(table_rows, starts, positions)`: int32 `(rows, steps)` (each sentence as `<S> tokens </S>`, 0 past a row's
+    end), bool `(rows, steps)` (True where a sentence starts), int32 `(tokens, 2)` ((row, step) of every token)."""
+    steps = max((sum(n + BOUNDARIES for n in row) for row in row_lengths), default=0)
+    table_rows = np.zeros([len(row_lengths), steps], np.int32)
+    starts = np.zeros([len(row_lengths), steps], bool)
+    positions = np.empty([len(token_rows), 2], np.int32)
+    bos, eos = 1, 2
+    k = 0
+    for r, row in enumerate(row_lengths):
+        at = 0
+        for n in row:
+            starts[r, at] = True
+            table_rows[r, at] = bos
+            table_rows[r, at + 1 : at + 1 + n] = token_rows[k : k + n]
+            table_rows[r, at + 1 + n] = eos
+            positions[k : k + n, 0] = r
+            positions[k : k + n, 1] = np.arange(at + 1, at + 1 + n)
+            at += n + BOUNDARIES
+            k += n
+    return table_rows, starts, positions
+
+
 class Embedder:
     """Runs an `ELMo` model on lists of tokens in packed rows; any batch and length, compiled once.
 
@@ -308,24 +334,7 @@ class Embedder:
             raise ValueError("embed_rows: every sentence needs at least one token (write empty ones directly)")
         tokens = [token_bytes(t) for s in sentences for t in s]
         table, token_rows = self.token_vectors(tokens)
-        steps = max(sum(len(s) + BOUNDARIES for s in row) for row in rows)
-        table_rows = np.zeros([len(rows), steps], np.int32)
-        starts = np.zeros([len(rows), steps], bool)
-        positions = np.empty([len(tokens), 2], np.int32)
-        bos, eos = 1, 2
-        k = 0
-        for r, row in enumerate(rows):
-            at = 0
-            for s in row:
-                n = len(s)
-                starts[r, at] = True
-                table_rows[r, at] = bos
-                table_rows[r, at + 1 : at + 1 + n] = token_rows[k : k + n]
-                table_rows[r, at + 1 + n] = eos
-                positions[k : k + n, 0] = r
-                positions[k : k + n, 1] = np.arange(at + 1, at + 1 + n)
-                at += n + BOUNDARIES
-                k += n
+        table_rows, starts, positions = packed_layout([[len(s) for s in row] for row in rows], token_rows)
         self.stats["tokens"] += len(tokens)
         self.stats["positions"] += int((table_rows > 0).sum())
         self.stats["padded_positions"] += table_rows.size
@@ -703,6 +712,7 @@ __all__ = [
     "merge_shards",
     "merged_sentence_index",
     "pack_rows",
+    "packed_layout",
     "plan_batches",
     "run_fingerprint",
     "write_embedding_file",

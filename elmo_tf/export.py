@@ -26,7 +26,10 @@ from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.atomic import WRITE_ERRNOS, make_public_dir, remove_stale_temps, temp_name, write_error
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
 from elmo_tf.serving_contract import (
+    ACTIVATIONS,
+    ELMO,
     LM_SIGNATURE,
+    PACKED_SIGNATURE,
     SENTENCES,
     SENTENCES_SIGNATURE,
     SEQUENCE_LEN,
@@ -34,9 +37,12 @@ from elmo_tf.serving_contract import (
     SIGNATURES,
     TOKENS,
     TOKENS_SIGNATURE,
+    activations_from_outputs,
     build_elmo_archive,
     elmo_outputs,
     lm_output_keys,
+    pack_token_lists,
+    packable,
 )
 from elmo_tf.serving_warmup import WARMUP_SENTENCES, run_warmup_requests, sentence_requests, write_warmup_requests
 
@@ -252,11 +258,13 @@ def check_export(
         results[name] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
     out = loaded.signatures[TOKENS_SIGNATURE](**{TOKENS: tf.constant(junk, tf.string), SEQUENCE_LEN: lengths})
     results[TOKENS_SIGNATURE] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
+    if PACKED_SIGNATURE in loaded.signatures:
+        results[PACKED_SIGNATURE] = check_packed(loaded.signatures[PACKED_SIGNATURE], token_lists, expected)
     bad = {
         f"{sig}/{key}": diff
         for sig, diffs in results.items()
         for key, diff in diffs.items()
-        if diff > (atol if np.asarray(expected[key]).dtype.kind == "f" else 0)
+        if diff > (atol if key not in expected or np.asarray(expected[key]).dtype.kind == "f" else 0)
     }
     if bad:
         raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (atol {atol}): {bad}")
@@ -269,19 +277,40 @@ def check_export(
     return results
 
 
+def check_packed(function, token_lists, expected):
+    """`{"activations": max |diff|, "elmo": max |diff|}` of the `packed` signature `function` on `token_lists`
+    (packed as the embedded server packs them, `pack_token_lists`) against `expected` (`reference_outputs`)."""
+    want = activations_from_outputs(expected)  # (batch, L+1, T, 2P)
+    diffs = {ACTIVATIONS: 0.0, ELMO: 0.0}
+    for inputs, placed in pack_token_lists(token_lists):
+        out = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        acts, elmo = out[ACTIVATIONS].numpy()[0], out[ELMO].numpy()[0]
+        for i, first in placed:
+            n = len(token_lists[i])
+            diffs[ACTIVATIONS] = max(
+                diffs[ACTIVATIONS], float(np.abs(acts[:, first : first + n] - want[i, :, :n]).max())
+            )
+            diffs[ELMO] = max(diffs[ELMO], float(np.abs(elmo[first : first + n] - expected[ELMO][i, :n]).max()))
+    return diffs
+
+
 # ---------------------------------------------------------------------------------------------------- warmup
 
 
-def warmup_requests(tokenizer="whitespace", sentences=WARMUP_SENTENCES, lm=False):
+def warmup_requests(tokenizer="whitespace", sentences=WARMUP_SENTENCES, lm=False, packed=False):
     """The warmup file's requests of an ELMo export: `sentences` (8 sentences of news English, 21 tokens on average)
     to `default` and `serving_default`, and the same sentences tokenized (`tokenizer`) and padded to `tokens` (and to
-    `lm` when the export has it)."""
-    tokens, lengths = _pad(reference_tokens(sentences, tokenizer))
+    `lm` when the export has it), and packed into rows for the internal `packed` signature when it has it."""
+    token_lists = reference_tokens(sentences, tokenizer)
+    tokens, lengths = _pad(token_lists)
     token_signatures = (TOKENS_SIGNATURE, LM_SIGNATURE) if lm else (TOKENS_SIGNATURE,)
-    return [
+    requests = [
         *sentence_requests((SENTENCES_SIGNATURE, SERVING_DEFAULT), sentences),
         *((name, {TOKENS: tokens, SEQUENCE_LEN: lengths}) for name in token_signatures),
     ]
+    if packed:
+        requests += [(PACKED_SIGNATURE, inputs) for inputs, _ in pack_token_lists(token_lists)]
+    return requests
 
 
 def check_lm_export(lm, export_dir, max_tokens=None, sentences=CHECK_SENTENCES, atol=PARITY_ATOL):
@@ -346,7 +375,7 @@ def export_elmo(
         archive = build_elmo_archive(model, tokenizer, max_tokens, lm=lm)
         logger.info("writing the SavedModel")
         archive.write_out(tmp, verbose=False)
-        write_warmup_requests(tmp, warmup_requests(tokenizer, lm=lm is not None))
+        write_warmup_requests(tmp, warmup_requests(tokenizer, lm=lm is not None, packed=packable(model)))
         if check:
             logger.info("checking the reloaded SavedModel against the Keras model")
             results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)

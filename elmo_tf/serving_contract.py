@@ -24,6 +24,19 @@ All outputs are 0 (False) at padded positions. Batch and time dimensions are dyn
     with a top k chosen at export, `forward_top_k_words` tf.string and `forward_top_k_log_probs` float32
         `(batch, T + 1, k)`, and `backward_...` ("" and 0 past a row's n + 1).
 
+`packed` (internal: what the embedded server runs merged `default`/`tokens` requests through; clients keep using
+`default`/`tokens`; not exported for a model whose mix normalizes per sentence, `mix_layer_norm`): sentences packed
+into rows as `elmo-tf embed` packs them (`elmo_tf.embed.Embedder.embed_rows`, the same functions); one packed call
+is a batch of one (axis 0 of every input and output is 1, so a batch-major server takes it as one request), inputs
+    `tokens` tf.string `(1, N)`: the distinct tokens (read as `tokens` reads a token inside `sequence_len`),
+    `table_rows` int32 `(1, R, S)`: per position, 0 padding, 1 `<S>`, 2 `</S>`, 3 + i the token `tokens[0, i]`,
+    `starts` bool `(1, R, S)`: True where a sentence (its `<S>`) starts (the biLM restarts from the zero state)
+    (`elmo_tf.embed.packed_layout`); the K token positions (`table_rows` >= 3) are output in row-major order:
+outputs `activations` float32 `(1, L+1, K, 2P)` (`elmo_activations`' layout, `embed --layers all`), `elmo` float32
+`(1, K, 2P)` (the first ScalarMix), and `max_tokens` int32 `(1,)`: the export's `max_tokens` (0: none), which the
+caller applies before packing. Inputs of all ones (a synthetic warm-up) are valid: one `<S>`, no token.
+`pack_token_lists` builds the inputs.
+
 Edge cases (documented results, never a crash):
     - an empty or all-whitespace sentence: `sequence_len` 0, a row of zeros in every output, `default` zeros;
     - an empty batch `(0,)`: every output with batch 0 (and T 0);
@@ -62,8 +75,20 @@ MASK = "mask"
 LSTM_OUTPUTS_PREFIX = "lstm_outputs"
 LM_DIRECTIONS = ("forward", "backward")
 
+PACKED_SIGNATURE = "packed"  # internal, see the module docstring
+TABLE_ROWS = "table_rows"
+STARTS = "starts"
+ACTIVATIONS = "activations"
+MAX_TOKENS = "max_tokens"
+PACKED_RESERVED_ROWS = 3  # table rows 0, 1, 2: padding, <S>, </S>
+
 SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name=SENTENCES)
 TOKENS_SPECS = (tf.TensorSpec([None, None], tf.string, name=TOKENS), tf.TensorSpec([None], tf.int32, name=SEQUENCE_LEN))
+PACKED_SPECS = (
+    tf.TensorSpec([1, None], tf.string, name=TOKENS),
+    tf.TensorSpec([1, None, None], tf.int32, name=TABLE_ROWS),
+    tf.TensorSpec([1, None, None], tf.bool, name=STARTS),
+)
 
 
 def lstm_output_key(layer):
@@ -135,6 +160,74 @@ def tokens_char_ids(tokens, sequence_len, max_tokens=None, mapping=BYTE_MAPPING)
     return tf.where(empty, tf.constant(mapping.empty_row), char_ids)
 
 
+def packable(model):
+    """Whether `model` gets the `packed` signature: its first mix does not normalize per sentence (a packed row holds
+    several sentences, so a per-sentence layer norm cannot be applied to the flat positions)."""
+    return bool(model.mixes) and not model.mix_layer_norm
+
+
+def packed_outputs(model, embedder, tokens, table_rows, starts, max_tokens=None):
+    """The `packed` signature's outputs: the distinct `tokens` through the char CNN once (`embedder`'s
+    `CharCNN.encode_distinct`, with `<S>`/`</S>`, read as the `tokens` signature reads a token: `tokens_char_ids`),
+    then `embedder._run` (`elmo_tf.embed.Embedder` of `model`, layers "all") on the packed rows at every token
+    position (row-major: `packed_layout`'s order), and the first mix. Inputs and outputs have a leading axis of 1."""
+    tokens = tf.convert_to_tensor(tokens, tf.string)[0]
+    table_rows, starts = table_rows[0], starts[0]
+    mapping = model.char_mapping
+    ids = tokens_char_ids(tokens[None], tf.shape(tokens)[:1], None, mapping)[0]
+    bounds = tf.constant(np.stack([mapping.bos_row, mapping.eos_row]).astype(np.int32))
+    vectors = embedder._encode(tf.concat([bounds, tf.cast(ids, tf.int32)], axis=0))
+    table = tf.concat([tf.zeros([1, model.config.projection_dim], vectors.dtype), vectors], axis=0)
+    positions = tf.cast(tf.where(table_rows >= PACKED_RESERVED_ROWS), tf.int32)  # (K, 2), row-major
+    activations = embedder._run(table, table_rows, starts, positions)  # (L+1, K, 2P)
+    layers = [activations[k][None] for k in range(model.num_output_layers)]
+    elmo = model.scalar_mixes[0](layers)[0]
+    return {
+        ACTIVATIONS: activations[None],
+        ELMO: elmo[None],
+        MAX_TOKENS: tf.constant([max_tokens or 0], tf.int32),
+    }
+
+
+def pack_token_lists(token_lists, max_rows=None, row_length=None):
+    """The `packed` signature's inputs for sentences given as token lists (bytes): packed into rows of `row_length`
+    positions (`elmo_tf.embed.ROW_LENGTH`) and rows grouped `max_rows` per call (default: one call) with embed's
+    planning functions (`pack_rows`, `group_rows`, `packed_layout`). Empty sentences are left out. Returns a list of
+    `(inputs, placed)` per call: `inputs` alias -> array, `placed` the `(sentence index, first position)` of each of
+    its sentences (position k of `activations[0]` is token k - first of that sentence)."""
+    from elmo_tf.embed import BOUNDARIES, ROW_LENGTH, group_rows, pack_rows, packed_layout
+
+    real = [i for i, t in enumerate(token_lists) if len(t)]
+    if not real:
+        return []
+    rows = [
+        [real[i] for i in row]
+        for row in pack_rows([len(token_lists[i]) + BOUNDARIES for i in real], row_length or ROW_LENGTH)
+    ]
+    row_sizes = [sum(len(token_lists[i]) + BOUNDARIES for i in row) for row in rows]
+    max_rows = max_rows or len(rows)
+    calls = []
+    for group in group_rows(row_sizes, max_rows, max_rows * 128):
+        call_rows = [rows[r] for r in group]
+        index, distinct, token_rows, placed = {}, [], [], []
+        for i in (i for row in call_rows for i in row):
+            placed.append((i, len(token_rows)))
+            for token in token_lists[i]:
+                row = index.get(token)
+                if row is None:
+                    row = index[token] = PACKED_RESERVED_ROWS + len(distinct)
+                    distinct.append(token)
+                token_rows.append(row)
+        table_rows, starts, _ = packed_layout(
+            [[len(token_lists[i]) for i in row] for row in call_rows], np.asarray(token_rows, np.int32)
+        )
+        tokens = np.empty([1, len(distinct)], dtype=object)
+        tokens[0, :] = distinct
+        inputs = {TOKENS: tokens, TABLE_ROWS: table_rows[None], STARTS: starts[None]}
+        calls.append((inputs, placed))
+    return calls
+
+
 def lm_output_keys(top_k=0):
     """The output keys of the `lm` signature, for a top k chosen at export (0: none)."""
     keys = [f"{d}_log_probs" for d in LM_DIRECTIONS]
@@ -165,8 +258,8 @@ def lm_outputs(lm, tokens, sequence_len, max_tokens=None):
 
 def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None, lm=None):
     """A `keras.export.ExportArchive` of an `elmo_tf.ELMo` with the `default`/`serving_default` and `tokens`
-    endpoints (see the module docstring), and `lm` when `lm` (a `LanguageModel` with its vocabulary, sharing the
-    model's biLM: `load_language_model(..., elmo=model)`) is given.
+    endpoints (see the module docstring), the internal `packed` one (`packable` models), and `lm` when `lm` (a
+    `LanguageModel` with its vocabulary, sharing the model's biLM: `load_language_model(..., elmo=model)`) is given.
 
     Written with `ExportArchive` (track + add_endpoint): `tf.saved_model.save` of a `tf.Module` holding a Keras 3
     model loads in Python but fails in TF Serving's C++ loader (tensorflow/serving#2226).
@@ -189,6 +282,15 @@ def build_elmo_archive(model, tokenizer="whitespace", max_tokens=None, lm=None):
     # the first endpoint is also written as `serving_default` (the same function, traced once)
     archive.add_endpoint(SENTENCES_SIGNATURE, sentences_fn, input_signature=[SENTENCES_SPEC])
     archive.add_endpoint(TOKENS_SIGNATURE, tokens_fn, input_signature=list(TOKENS_SPECS))
+    if packable(model):
+        from elmo_tf.embed import Embedder
+
+        embedder = Embedder(model, "all")
+
+        def packed_fn(tokens, table_rows, starts):
+            return packed_outputs(model, embedder, tokens, table_rows, starts, max_tokens)
+
+        archive.add_endpoint(PACKED_SIGNATURE, packed_fn, input_signature=list(PACKED_SPECS))
     if lm is not None:
         if lm.vocabulary_table is None:
             raise ValueError("the language model has no vocabulary attached (use_vocabulary)")

@@ -12,6 +12,7 @@ from tensorflow_serving.apis import prediction_log_pb2
 from tiny_models import TINY
 
 import elmo_tf.export as ex
+from elmo_tf.serving_contract import pack_token_lists
 from elmo_tf.serving_warmup import (
     MAX_RECORDS,
     WARMUP_SENTENCES,
@@ -59,8 +60,8 @@ def test_the_export_writes_one_realistic_request_per_signature_that_runs_as_kera
     logs = read_with_tf_serving_protos(path)
     loaded = tf.saved_model.load(exported)
     names = [log.predict_log.request.model_spec.signature_name for log in logs]
-    assert sorted(names) == sorted(loaded.signatures) == ["default", "serving_default", "tokens"]
-    assert [log.WhichOneof("log_type") for log in logs] == ["predict_log"] * 3
+    assert sorted(names) == sorted(loaded.signatures) == ["default", "packed", "serving_default", "tokens"]
+    assert [log.WhichOneof("log_type") for log in logs] == ["predict_log"] * 4
     token_lists = ex.reference_tokens(WARMUP_SENTENCES)
     lengths = [len(t) for t in token_lists]
     assert len(lengths) == 8 and (min(lengths), max(lengths), sum(lengths)) == (7, 37, 170)  # 21.25 on average
@@ -69,6 +70,14 @@ def test_the_export_writes_one_realistic_request_per_signature_that_runs_as_kera
         request = log.predict_log.request
         assert not request.output_filter and not request.model_spec.name  # all outputs; the warmup ignores the name
         inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+        if request.model_spec.signature_name == "packed":  # the 8 sentences packed as the embedded server packs them
+            ((want, _),) = pack_token_lists(token_lists)
+            assert sorted(inputs) == sorted(want)
+            for alias, value in want.items():
+                np.testing.assert_array_equal(inputs[alias], value)
+            diffs = ex.check_packed(loaded.signatures["packed"], token_lists, expected)
+            assert max(diffs.values()) <= ATOL, diffs
+            continue
         if request.model_spec.signature_name == "tokens":
             assert inputs["tokens"].shape == (8, 37) and inputs["sequence_len"].tolist() == lengths
             assert inputs["tokens"][0, : lengths[0]].tolist() == token_lists[0]
@@ -78,7 +87,7 @@ def test_the_export_writes_one_realistic_request_per_signature_that_runs_as_kera
         diffs = ex.compare_outputs(expected, {key: value.numpy() for key, value in out.items()})
         for key, diff in diffs.items():
             assert diff <= (ATOL if expected[key].dtype.kind == "f" else 0), (request.model_spec.signature_name, key)
-    assert run_warmup_requests(loaded, exported) == 3
+    assert run_warmup_requests(loaded, exported) == 4
 
 
 def write_records(path, records):

@@ -8,7 +8,9 @@ request runs alone, never split; a merged call runs as many LSTM steps as its wi
 widths spares padded positions), optionally waits up to `batch_timeout` for more, and runs them in one call
 (`elmo_tf.serving.merge.run_batch`, which pads, merges and splits the outputs back). For a signature that takes a
 sentence per row (`merge.regroupable`: ELMo's `default`) a worker takes up to `REGROUP_CALLS` x `max_batch_size`
-rows and runs their sentences sorted by length, `max_batch_size` per call (`merge.run_regrouped`).
+rows and runs their sentences sorted by length, `max_batch_size` per call (`merge.run_regrouped`); so does it for a
+signature the export's `packed` signature answers (`default`, `tokens`: `elmo_tf.serving.packed`, several sentences
+per row, `max_batch_size` rows per call).
 With `batch_timeout` 0 (the default) nothing waits: requests merge when they queue up behind a busy model,
 which is when merging pays, and a lone request pays no delay. A request whose deadline passes, or whose client
 goes away, while it is queued is dropped before it runs (DEADLINE_EXCEEDED, CANCELLED).
@@ -33,6 +35,13 @@ logger = logging.getLogger(__name__)
 # a worker takes up to this many max_batch_size of rows of a `merge.regroupable` signature at once and runs them sorted
 # by length, max_batch_size rows per call: the more rows to sort, the less padding each call runs
 REGROUP_CALLS = 2
+
+
+def _regrouped(runner):
+    """Whether a merged call of `runner` regroups its sentences into calls of at most max_batch_size rows (sentences
+    sorted by length, `merge.regroupable`; or packed into rows of several sentences, `elmo_tf.serving.packed`), so a
+    worker may take `REGROUP_CALLS` x max_batch_size sentences at once."""
+    return regroupable(runner.signature) or getattr(runner, "packed", None) is not None
 
 
 class BatchStats:
@@ -210,7 +219,7 @@ class BatchScheduler:
         if not runner.signature.mergeable:
             return runner, tasks
         largest = self.options.max_batch_size  # a larger request runs alone
-        limit = largest * REGROUP_CALLS if regroupable(runner.signature) and rows <= largest else largest
+        limit = largest * REGROUP_CALLS if _regrouped(runner) and rows <= largest else largest
 
         def fill():
             nonlocal rows
@@ -250,7 +259,7 @@ class BatchScheduler:
                 return
             runner, tasks = taken
             rows = sum(t.request.batch for t in tasks)
-            calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and regroupable(runner.signature) else 1
+            calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and _regrouped(runner) else 1
             try:
                 results = run_batch(runner, [t.request for t in tasks], self.options.max_batch_size)
             except Exception as e:  # run_batch catches per request; this is a bug guard

@@ -19,6 +19,7 @@ import logging
 import numpy as np
 
 from elmo_tf.serving.budget import count_tokens
+from elmo_tf.serving.packed import run_packed
 
 logger = logging.getLogger(__name__)
 
@@ -111,11 +112,18 @@ def run_regrouped(runner, requests, max_rows):
 
 def run_batch(runner, requests, max_rows=None):
     """Runs `requests` (list of `budget.Request`) of `runner` (`servable.SignatureRunner`) in one call when there are
-    several and its signature is mergeable (regrouped by length, `max_rows` sentences per call, when they hold more
-    rows and it is `regroupable`); returns, per request, its outputs (alias -> array, all outputs) or the
+    several and its signature is mergeable (packed into rows through the export's `packed` signature when the
+    runner has one, `elmo_tf.serving.packed`; else regrouped by length, `max_rows` sentences per call, when they hold
+    more rows and it is `regroupable`); returns, per request, its outputs (alias -> array, all outputs) or the
     `ServingError` it failed with."""
     if len(requests) == 1 or not runner.signature.mergeable:
         return [runner.run_one(r) for r in requests]
+    try:
+        packed = run_packed(runner, requests, max_rows)
+        if packed is not None:
+            return packed
+    except Exception as e:  # the merged path below answers them (and isolates a bad request)
+        logger.warning("packed call of %d requests to %s failed (%s); merging them", len(requests), runner.name, e)
     try:
         if max_rows is not None and sum(r.batch for r in requests) > max_rows and regroupable(runner.signature):
             return run_regrouped(runner, requests, max_rows)

@@ -21,6 +21,7 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
 from elmo_tf.serving.budget import Limits, RequestBudget, softmax_position_cost
+from elmo_tf.serving.packed import attach_packed
 from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
 from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
@@ -67,6 +68,8 @@ class SignatureRunner:
         self.sizes = ResponseSizes(self.signature)
         cost = softmax_position_cost(getattr(function, "variables", ()))
         self.budget = RequestBudget(self.signature, limits, self.sizes, counter, position_cost=cost)
+        self.packed = None  # the runner of the export's `packed` signature, when it answers this one's merged calls
+        self.packed_max_tokens = None  # the export's max_tokens, read from `packed` (`elmo_tf.serving.packed`)
 
     def run(self, inputs):
         """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array.
@@ -254,4 +257,7 @@ def load_servable(model_name, version, path, limits=None):
         raise ValueError(f"{path}: the SavedModel has no callable signatures")
     servable = Servable(model_name, version, path, loaded, signature_defs, runners)
     servable.warm_up()
+    packed = attach_packed(runners)
+    if packed:
+        logger.info("%s version %d: merged calls of %s run packed", model_name, version, packed)
     return servable

@@ -17,6 +17,7 @@ from export_testlib import load_test_model
 
 import elmo_tf.export as ex
 from elmo_tf.preprocessing.tokenizer import tf_text_op_library
+from elmo_tf.serving_contract import activations_from_outputs, pack_token_lists
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,6 +63,9 @@ def write_request(path, runs):
                     f.write(f"input {key} string {array.ndim} {dims}\n".encode())
                     for value in array.reshape(-1):
                         f.write(f"{len(value)}:".encode() + bytes(value) + b"\n")
+                elif array.dtype == bool:
+                    f.write(f"input {key} bool {array.ndim} {dims}\n".encode())
+                    f.write((" ".join(str(int(v)) for v in array.reshape(-1)) + "\n").encode())
                 else:
                     f.write(f"input {key} int32 {array.ndim} {dims}\n".encode())
                     f.write((" ".join(str(int(v)) for v in array.reshape(-1)) + "\n").encode())
@@ -110,10 +114,12 @@ def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
         ("empty_batch", "default", {"sentences": np.zeros([0], object)}),
         ("empty_batch_tokens", "tokens", {"tokens": np.zeros([0, 0], object), "sequence_len": np.zeros([0], np.int32)}),
     ]
+    ((packed_inputs, placed),) = pack_token_lists(token_lists)
+    runs.append(("packed", "packed", packed_inputs))
     proc, got = run_checker(checker, export_dir, tmp_path, runs, sentences=["a b c", ""])
     stdout = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, stdout[-3000:] + proc.stderr.decode(errors="replace")[-3000:]
-    for signature in ("default", "serving_default", "tokens"):
+    for signature in ("default", "serving_default", "tokens", "packed"):  # packed: inputs of ones are valid
         assert f"warmup {signature}: ok" in stdout
     assert "run default on 2 sentence(s)" in stdout
     worst = 0.0
@@ -128,6 +134,12 @@ def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
         ).items()
     }
     worst = max(worst, assert_close(python, got["empty_inside"], "C++ vs Python, empty token inside the length"))
+    # the internal `packed` signature (what the embedded server runs merged requests through): embed's activations
+    want = activations_from_outputs(expected)
+    for i, first in placed:
+        n = len(token_lists[i])
+        np.testing.assert_allclose(got["packed"]["activations"][0][:, first : first + n], want[i, :, :n], atol=ATOL)
+        np.testing.assert_allclose(got["packed"]["elmo"][0][first : first + n], expected["elmo"][i, :n], atol=ATOL)
     for label in ("empty_batch", "empty_batch_tokens"):
         assert got[label]["elmo"].shape == (0, 0, 2 * model.config.projection_dim), label
         assert got[label]["sequence_len"].shape == (0,), label

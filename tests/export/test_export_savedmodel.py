@@ -163,6 +163,40 @@ def test_signatures_and_specs(exported, model):
     }
 
 
+def test_packed_signature_computes_embeds_activations(exported, model):
+    """The internal `packed` signature: a batch of one packed call (leading axis 1), and its activations and mix at
+    every sentence's positions are the Keras model's (`check_export` compares them too)."""
+    loaded = tf.saved_model.load(exported)
+    _, specs = loaded.signatures["packed"].structured_input_signature
+    assert specs == {
+        "tokens": tf.TensorSpec([1, None], tf.string, name="tokens"),
+        "table_rows": tf.TensorSpec([1, None, None], tf.int32, name="table_rows"),
+        "starts": tf.TensorSpec([1, None, None], tf.bool, name="starts"),
+    }
+    token_lists = ex.reference_tokens(["the cat sat", "", "the cat", "Zürich , naïve café !", "x " * 80])
+    diffs = ex.check_packed(loaded.signatures["packed"], token_lists, keras_reference(model, token_lists))
+    assert max(diffs.values()) <= ATOL, diffs
+    assert set(ex.check_export(model, exported)) == {"default", "serving_default", "tokens", "packed"}
+    ones = loaded.signatures["packed"](  # a synthetic warm-up's inputs (ones): one <S>, no token
+        tokens=tf.constant([[b"a"]]), table_rows=tf.ones([1, 1, 1], tf.int32), starts=tf.ones([1, 1, 1], tf.bool)
+    )
+    assert ones["activations"].shape == (1, model.num_output_layers, 0, 2 * model.config.projection_dim)
+
+
+def test_no_packed_signature_for_a_per_sentence_layer_norm_mix(tmp_path):
+    """A mix with per-sentence layer norm cannot be applied to packed positions: no `packed` signature (its merged
+    requests keep the padded path) and no packed warmup request."""
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+
+    keras.utils.set_random_seed(0)
+    model = ELMo(BiLMConfig(**TINY), mix_layer_norm=True)
+    assert not contract.packable(model)
+    export_dir = ex.export_elmo(model, str(tmp_path / "elmo"))
+    assert "packed" not in tf.saved_model.load(export_dir).signatures
+
+
 def test_fresh_process_parity(exported, model, tmp_path):
     """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5."""
     token_lists = ex.reference_tokens(SENTENCE_BYTES)

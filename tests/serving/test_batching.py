@@ -124,12 +124,13 @@ def test_10000_token_sentence_served_without_a_token_limit(batching_server, mode
     assert_parity(reference_sentences(model, [sentence]), out, keys=["default", "sequence_len", "elmo"])
 
 
-@pytest.mark.parametrize("regroup", [False, True])
+@pytest.mark.parametrize("regroup", [False, True, "packed"])
 def test_queued_requests_of_similar_widths_share_a_call(monkeypatch, regroup):
     """The oldest request goes first, with the queued requests closest to its width (tokens): [40, 38] then [10, 12],
     not [40, 10] then [38, 12] in arrival order (1,248 padded positions of work instead of 832 for the same rows).
     A signature whose sentences can be regrouped by length (merge.regroupable) takes twice max_batch_size rows at once:
-    all four, for merge.run_batch to sort into calls of max_batch_size rows."""
+    all four, for merge.run_batch to sort into calls of max_batch_size rows; so does a signature the export's `packed`
+    signature answers (`tokens`: not regroupable, but its sentences are packed into rows, elmo_tf.serving.packed)."""
     from types import SimpleNamespace
 
     import elmo_tf.serving.batching as batching
@@ -151,9 +152,10 @@ def test_queued_requests_of_similar_widths_share_a_call(monkeypatch, regroup):
         signature = SimpleNamespace(
             mergeable=True,
             inputs={"x": None},
-            sentence_inputs=("x",) if regroup else (),
-            lengths_output="n" if regroup else None,
+            sentence_inputs=("x",) if regroup is True else (),
+            lengths_output="n" if regroup is True else None,
         )
+        packed = object() if regroup == "packed" else None
 
     runner = Runner()
     scheduler = BatchScheduler(BatchingOptions(max_batch_size=16, num_threads=1), BatchStats(), "fake", 1)

@@ -56,10 +56,12 @@ def test_regrouped_sentences_give_each_request_what_it_gets_alone(loaded):
         return run(inputs)
 
     runner.run = recording
+    runner.packed, packed = None, runner.packed  # the regrouped path (the export's `packed` one: test_packed.py)
     try:
         results = run_batch(runner, requests, max_rows=4)
     finally:
         del runner.run
+        runner.packed = packed
     assert calls == [[0, 1, 1, 2], [2, 3, 4, 7], [7, 12, 30]]  # sorted by tokens, 4 rows a call
     for request, result in zip(requests, results):
         alone = runner.run_one(request)

@@ -38,9 +38,10 @@ def file_requests(path):
 def test_the_warmup_file_is_replayed_instead_of_the_synthetic_request(fresh_base, calls):
     version = os.path.join(fresh_base, "1")
     expected = file_requests(warmup_path(version))
-    assert [name for name, _ in expected] == ["default", "serving_default", "tokens"]
+    assert [name for name, _ in expected] == ["default", "serving_default", "tokens", "packed"]
     servable = load_servable("elmo", 1, version)
-    assert [name for name, _ in calls] == [name for name, _ in expected]
+    # then one small call of `packed` reads the export's max_tokens (elmo_tf.serving.packed.attach_packed)
+    assert [name for name, _ in calls] == [name for name, _ in expected] + ["packed"]
     for (_, inputs), (_, protos) in zip(calls, expected):
         assert sorted(inputs) == sorted(protos)
         for alias, proto in protos.items():
@@ -58,14 +59,15 @@ def test_signatures_the_file_leaves_out_and_exports_without_it_get_the_synthetic
     tokens = np.array([[b"only", b"tokens", b""]], object)
     write_warmup_requests(version, [("tokens", {"tokens": tokens, "sequence_len": np.array([2], np.int32)})])
     load_servable("elmo", 1, version)
-    assert [name for name, _ in calls] == ["tokens", "default", "serving_default"]
+    assert [name for name, _ in calls] == ["tokens", "default", "packed", "serving_default", "packed"]
     np.testing.assert_array_equal(calls[0][1]["tokens"], tokens)
-    assert [inputs["sentences"].tolist() for _, inputs in calls[1:]] == [[WARMUP_TOKEN]] * 2
+    assert [inputs["sentences"].tolist() for _, inputs in (calls[1], calls[3])] == [[WARMUP_TOKEN]] * 2
+    assert calls[2][1]["table_rows"].tolist() == [[[1]]]  # the synthetic request of `packed`: ones are valid
     calls.clear()
     os.remove(warmup_path(version))
     load_servable("elmo", 1, version)
-    assert [name for name, _ in calls] == ["default", "serving_default", "tokens"]
-    assert calls[2][1]["tokens"].tolist() == [[WARMUP_TOKEN]]
+    assert [name for name, _ in calls] == ["default", "packed", "serving_default", "tokens", "packed"]
+    assert calls[3][1]["tokens"].tolist() == [[WARMUP_TOKEN]]
 
 
 def test_a_bad_request_in_the_file_fails_the_load(fresh_base):
