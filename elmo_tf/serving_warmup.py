@@ -149,7 +149,13 @@ def iter_warmup_requests(path):
     fd = _open_regular(path)
     try:
         opened = f"/proc/self/fd/{fd}"
-        records = iter(tf.data.TFRecordDataset(opened if os.path.exists(opened) else path))
+        dataset = tf.data.TFRecordDataset(opened if os.path.exists(opened) else path)
+        # no prefetch thread: tf.data's default optimizations may read the next record ahead of `next`, before
+        # `_check_record_fits` has checked it (a lying length then crashes the process: seen once under load)
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        options.experimental_optimization.inject_prefetch = False
+        records = iter(dataset.with_options(options))
         count, offset = 0, 0
         while True:
             offset = _check_record_fits(fd, offset, path)

@@ -198,6 +198,7 @@ class Servable:
                 request = predict_request(log, path)
                 if request is not None:
                     reached.add(self._replay(request))
+            reached.discard(None)  # requests above the server's limits: their signatures get the synthetic warm-up
             logger.info("%s version %d: replayed its warmup file (%s)", self.model_name, self.version, sorted(reached))
         for name, runner in sorted(self.runners.items()):
             if name not in reached:

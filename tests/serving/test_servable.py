@@ -100,7 +100,19 @@ def test_a_warmup_request_above_the_server_limits_is_not_run(fresh_base, calls):
     servable = load_servable("elmo", 1, version, Limits(max_request_sentences=256))
     assert [(name, len(inputs[next(iter(inputs))])) for name, inputs in calls] == [
         ("default", 1),
+        ("packed", 1),
         ("serving_default", 1),
         ("tokens", 1),
+        ("packed", 1),  # after the warm-up, the packed path's own check (elmo_tf.serving.packed)
     ]
+    assert servable.runners["default"].run({"sentences": np.array([b"a b"], object)})["elmo"].shape[:2] == (1, 2)
+
+
+def test_a_warmup_file_with_requests_above_the_limits_and_others_still_loads(fresh_base):
+    """The export's own warmup file under tight limits (100 tokens per sentence: its `packed` request, all the distinct
+    tokens of its 8 sentences in one row, is wider): the refused request is skipped, the others replayed, and the
+    version loads (it failed with a TypeError sorting the replayed names with None among them)."""
+    from elmo_tf.serving.budget import Limits
+
+    servable = load_servable("elmo", 1, os.path.join(fresh_base, "1"), Limits(max_tokens_per_sentence=100))
     assert servable.runners["default"].run({"sentences": np.array([b"a b"], object)})["elmo"].shape[:2] == (1, 2)
