@@ -21,7 +21,7 @@ from elmo_tf.cli import (
     size_int,
     threads_int,
 )
-from elmo_tf.cli.progress import Progress, add_resume_flags, refused_resume, resume_hint
+from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
 
 PROG = "elmo-tf embed"
 DUMP_PROG = "elmo-tf dump-token-embeddings"
@@ -245,9 +245,6 @@ def main(argv=None, prog=PROG):
     from elmo_tf.config import ConfigError
     from elmo_tf.embed import embed_file, limit_malloc_arenas
     from elmo_tf.io import WeightFileError
-    from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
-    from elmo_tf.io.text import TextFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
 
@@ -279,7 +276,7 @@ def main(argv=None, prog=PROG):
         notes["token_embeddings"] = f"{args.token_embeddings}, {args.vocab}"
     start = time.perf_counter()
     progress = Progress("embed", quiet=args.quiet, interval=args.log_interval, log=log)
-    try:
+    with journaled_run(args.output, log, FINGERPRINT_FLAGS, progress):
         stats = embed_file(
             model,
             args.input,
@@ -298,20 +295,6 @@ def main(argv=None, prog=PROG):
             on_start=progress.start,
             notes=notes,
         )
-    except ResumeRefused as e:
-        raise refused_resume(e, args.output, FINGERPRINT_FLAGS) from None
-    except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
-        raise UsageError(f"--output: {e}") from None
-    except TextFileError as e:
-        raise DataError(f"--input: {e}") from None
-    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
-        resume_hint(args.output, log)
-        raise DataError(f"--output: {e}") from None
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
-        resume_hint(args.output, log)
-        raise
-    finally:
-        progress.close()
     seconds = time.perf_counter() - start
     log.info(
         "%d sentences, %d tokens (%d embedded in this run) in %.1f s (%.0f tokens/s); %d empty, %d cut; "

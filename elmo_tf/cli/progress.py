@@ -1,13 +1,14 @@
 """What the long-running commands (`embed`, `score`) share: their progress on stderr, their resume flags, and the
 lines they print when a resume is refused or a run is interrupted (`elmo_tf.io.journal`)."""
 
+import contextlib
 import datetime
 import logging
 import os
 import sys
 import time
 
-from elmo_tf.cli import UsageError, bounded_number, size_int
+from elmo_tf.cli import DataError, UsageError, bounded_number, size_int
 
 
 class Progress:
@@ -113,3 +114,31 @@ def resume_hint(output, log):
     state = state_dir_of(output)
     if os.path.isdir(state) and any(name.startswith("shard-") for name in os.listdir(state)):
         log.warning("the finished shards are kept in %s: the same command with --resume goes on from them", state)
+
+
+@contextlib.contextmanager
+def journaled_run(output, log, flags, progress):
+    """Runs the body of a journaled command (`embed`, `score`) under the CLI contract: a refused resume names each
+    difference by its flag (`flags`), another run's journal or a foreign one is a usage error naming --output, an
+    input changed or unreadable a data error naming --input, a full disk a data error naming --output; after a full
+    disk, Ctrl-C or SIGTERM the finished shards are kept and `resume_hint` says so. `progress` is closed at the end."""
+    from elmo_tf.io.atomic import WriteError
+    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
+    from elmo_tf.io.text import TextFileError
+
+    try:
+        yield
+    except ResumeRefused as e:
+        raise refused_resume(e, output, flags) from None
+    except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
+        raise UsageError(f"--output: {e}") from None
+    except TextFileError as e:
+        raise DataError(f"--input: {e}") from None
+    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
+        resume_hint(output, log)
+        raise DataError(f"--output: {e}") from None
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
+        resume_hint(output, log)
+        raise
+    finally:
+        progress.close()

@@ -24,7 +24,7 @@ from elmo_tf.cli import (
     size_int,
     threads_int,
 )
-from elmo_tf.cli.progress import Progress, add_resume_flags, refused_resume, resume_hint
+from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
 
 PROG = "elmo-tf score"
 MAX_TOP_K = 1000  # words per position and direction: a JSON line holds 2 x (n + 1) x k pairs
@@ -175,9 +175,6 @@ def main(argv=None, prog=PROG):
     log = logging.getLogger("elmo_tf")
     import tensorflow as tf
 
-    from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
-    from elmo_tf.io.text import TextFileError
     from elmo_tf.score import score_file
 
     if args.threads:
@@ -188,7 +185,7 @@ def main(argv=None, prog=PROG):
     notes["model"] = f"{files['options']}, {notes.pop('weights')}"
     start = time.perf_counter()
     progress = Progress("score", quiet=args.quiet, interval=args.log_interval, log=log)
-    try:
+    with journaled_run(args.output, log, FINGERPRINT_FLAGS, progress):
         stats = score_file(
             lm,
             args.input,
@@ -202,20 +199,6 @@ def main(argv=None, prog=PROG):
             on_start=progress.start,
             notes=notes,
         )
-    except ResumeRefused as e:
-        raise refused_resume(e, args.output, FINGERPRINT_FLAGS) from None
-    except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
-        raise UsageError(f"--output: {e}") from None
-    except TextFileError as e:
-        raise DataError(f"--input: {e}") from None
-    except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
-        resume_hint(args.output, log)
-        raise DataError(f"--output: {e}") from None
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
-        resume_hint(args.output, log)
-        raise
-    finally:
-        progress.close()
     seconds = time.perf_counter() - start
     log.info(
         "%d sentences, %d tokens in %.1f s (%.1f sentences/s in this run); %d of %d shards resumed; wrote %s",
