@@ -223,23 +223,39 @@ WORKERS = {"weights": worker_weights, "matmul": worker_matmul, "ours": worker_ou
 # ------------------------------------------------------------------------------------------ main process
 
 
+# Runs argv[2:] and writes "<wait status> <ru_maxrss KiB> <CPU seconds>" of it to argv[1]. Linux starts a child's
+# ru_maxrss at the high-water RSS of the process that exec'd it (the exec'd-over memory counts: kernel/exit.c,
+# fs/exec.c setmax_mm_hiwater_rss), so a child of this script would report at least this script's own peak (15 GB
+# once the float16 comparison of bench/embed_resume.py had run, for every later run); a fresh launcher keeps that
+# floor at its own ~10 MB.
+_LAUNCHER = """import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{status} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
+"""
+
+
 def run_measured(command, cwd=REPO):
-    """Runs a subprocess; returns (exit code, stdout, stderr, wall seconds, peak RSS MiB, CPU seconds)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    """Runs a subprocess; returns (exit code, stdout, stderr, wall seconds, peak RSS MiB, CPU seconds). The peak RSS
+    and CPU are the command's own, through a small launcher process (see `_LAUNCHER`)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "usage")
+        launcher = [sys.executable, "-S", "-c", _LAUNCHER, report, *map(str, command)]
         start = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        subprocess.run(launcher, cwd=cwd, stdout=out, stderr=err, check=True)
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        with open(report) as f:
+            status, maxrss_kib, cpu = f.read().split()
         out.seek(0)
         err.seek(0)
         return (
-            proc.returncode,
+            os.waitstatus_to_exitcode(int(status)),
             out.read().decode("utf-8", "replace"),
             err.read().decode("utf-8", "replace"),
             wall,
-            usage.ru_maxrss / 1024,
-            usage.ru_utime + usage.ru_stime,
+            int(maxrss_kib) / 1024,
+            float(cpu),
         )
 
 
