@@ -16,7 +16,13 @@ Otherwise the embedded server runs (see elmo_tf/serving/server.py for the API, v
 127.0.0.1 unless --host says otherwise, batches concurrent requests unless --enable_batching=false, polls
 --model_base_path for new versions every --file_system_poll_wait_seconds, and stops gracefully on SIGTERM or
 SIGINT (no new requests, running ones finish, exit status 0). A bad flag or config file: one line naming the
-flag, exit status 2; a port that cannot be bound: exit status 1.
+flag, exit status 2; a gRPC port or socket that cannot be bound: exit status 1.
+
+Ports as stock's (tensorflow_serving/model_servers/server.cc, Server::BuildAndStart): `--port 0` turns gRPC's TCP port
+off, so it needs `--grpc_socket_path` (gRPC on that UNIX socket only), else it is a usage error with stock's text
+(~183-188); `--rest_api_port` equal to `--port` skips the REST API with stock's error logged, and a REST port that
+cannot be bound is logged ("Failed to start HTTP Server at ...") while gRPC serves on (~437-460). (The library's
+`ServerOptions(port=0)` picks a free port instead: an extension for tests, not a flag value.)
 """
 
 import argparse
@@ -40,6 +46,7 @@ STOCK_BINARY = "tensorflow_model_server"
 # flags TF Serving's model server has (passed to it as --name=value)
 TF_SERVING_FLAGS = (
     "port",
+    "grpc_socket_path",
     "rest_api_port",
     "rest_api_num_threads",
     "rest_api_timeout_in_ms",
@@ -135,8 +142,11 @@ def build_parser(prog=PROG):
 
 
 def _add_tf_serving_flags(group):
-    group.add_argument("--port", type=_port("--port"), help="gRPC port (8500; 0: any free port)")
-    group.add_argument("--rest_api_port", type=_port("--rest_api_port"), help="REST port (0: no REST API)")
+    group.add_argument("--port", type=_port("--port"), help="gRPC TCP port (8500; 0: none, needs --grpc_socket_path)")
+    group.add_argument("--grpc_socket_path", help="also serve gRPC on this UNIX socket (unix:PATH)")
+    group.add_argument(
+        "--rest_api_port", type=_port("--rest_api_port"), help="REST port (0: no REST API; equal to --port: skipped)"
+    )
     group.add_argument(
         "--rest_api_num_threads", type=_int("--rest_api_num_threads", 1), help="REST handler threads (32)"
     )
@@ -185,7 +195,8 @@ def _add_tf_serving_flags(group):
         type=_bool,
         nargs="?",
         const=True,
-        help="(the embedded server always runs every signature once after loading)",
+        help="replay the export's warmup file at load, and run signatures it leaves out once (true); false: nothing "
+        "runs at load, the first requests pay the graph's first runs",
     )
 
 
@@ -240,6 +251,7 @@ def _add_embedded_flags(group):
 
 DEFAULTS = dict(
     port=8500,
+    grpc_socket_path=None,
     rest_api_port=0,
     rest_api_num_threads=32,
     rest_api_timeout_in_ms=30000,
@@ -337,7 +349,8 @@ def server_options(args, batching):
     try:
         return ServerOptions(
             host=args.host,
-            port=args.port,
+            port=args.port or None,
+            grpc_socket_path=args.grpc_socket_path or None,
             rest_api_port=args.rest_api_port or None,
             enable_batching=args.enable_batching,
             batching=BatchingOptions(
@@ -358,6 +371,7 @@ def server_options(args, batching):
             rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
             rest_api_max_body_bytes=args.rest_api_max_body_bytes,
             rest_api_max_bytes_in_flight=args.rest_api_max_bytes_in_flight,
+            enable_model_warmup=args.enable_model_warmup,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -390,11 +404,12 @@ def run_embedded(args):
         logger.error("%s", e)
         server.stop(0)
         return 1
+    grpc_addresses = [f"{options.host}:{server.grpc_port}"] if server.grpc_port else []
+    grpc_addresses += [f"unix:{options.grpc_socket_path}"] if options.grpc_socket_path else []
     logger.info(
-        "embedded model server ready: models %s, gRPC %s:%d%s, batching %s",
+        "embedded model server ready: models %s, gRPC %s%s, batching %s",
         sorted(models),
-        options.host,
-        server.grpc_port,
+        " and ".join(grpc_addresses),
         f", REST {options.host}:{server.rest_port}" if server.rest_port else "",
         "on" if options.enable_batching else "off",
     )
@@ -411,6 +426,11 @@ def main(argv=None, prog=PROG):
     given_ns, extra = parser.parse_known_args(argv)
     given = vars(given_ns)
     setup_logging(verbose=given.get("verbose", False), fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if given.get("port", DEFAULTS["port"]) == 0 and not given.get("grpc_socket_path"):  # stock's server.cc ~183-188
+        parser.error(
+            "argument --port: 0 turns gRPC's TCP port off and no --grpc_socket_path is given: At least one of "
+            "server_options.grpc_port or server_options.grpc_socket_path must be set."
+        )
     binary = shutil.which(STOCK_BINARY)
     if binary and not given.get("embedded"):
         return hand_over(parser, binary, given, extra)

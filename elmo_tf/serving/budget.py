@@ -36,14 +36,16 @@ filling the rest with the last value (zeros or "" when there is none), and TF Se
 server, and the budget counts such a tensor at its declared size: one string declared [256, 1000] is 256,000 tokens of
 work (refused by max_request_tokens), one 1 MiB string declared [16, 1000] is 16 GB in (refused by bytes in). More
 values than the shape holds (FromProto ignores the extra, `tf.make_ndarray` fails) or a `tensor_content` other than
-elements x the dtype's size (FromProto's decoder refuses it) is INVALID_ARGUMENT.
+elements x the dtype's size (FromProto's decoder refuses it) is INVALID_ARGUMENT. The values are read as FromProto
+reads them (`read_tensor_proto`: int8/int16/uint8/uint16 values in `int_val` narrowed, not refused).
 """
 
 import dataclasses
 import math
 
 import numpy as np
-from tensorflow.core.framework import types_pb2
+import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from elmo_tf.errors import check_int
 from elmo_tf.serving.response_size import RESPONSE_ENCODINGS, ResponseSizes
@@ -67,6 +69,21 @@ _VALUE_FIELDS = {
     types_pb2.DT_COMPLEX64: "scomplex_val",
     types_pb2.DT_COMPLEX128: "dcomplex_val",
 }
+
+
+_NARROW_INT_VAL = (types_pb2.DT_INT8, types_pb2.DT_INT16, types_pb2.DT_UINT8, types_pb2.DT_UINT16)
+
+
+def read_tensor_proto(proto):
+    """The NumPy array of a checked `TensorProto` (`RequestBudget.check_tensor_proto`), as `Tensor::FromProto` reads
+    it: `tf.make_ndarray`, except that the int32 `int_val` of an int8, int16, uint8 or uint16 tensor is narrowed to
+    the dtype as TensorFlow's FromProtoField copies it (tensor.cc: `PROTO_TRAITS(int8, int32, int)`, `std::copy_n`:
+    a C++ conversion, 300 as int8 is 44, -1 as uint8 is 255), where `tf.make_ndarray` under NumPy 2 raises
+    OverflowError."""
+    if proto.dtype in _NARROW_INT_VAL and not proto.tensor_content and proto.int_val:
+        wide = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, tensor_shape=proto.tensor_shape, int_val=proto.int_val)
+        return tf.make_ndarray(wide).astype(tf.dtypes.as_dtype(proto.dtype).as_numpy_dtype)
+    return tf.make_ndarray(proto)
 
 
 SOFTMAX_KERNEL = "softmax_kernel"  # the name of `elmo_tf.models.LanguageModel`'s softmax weights

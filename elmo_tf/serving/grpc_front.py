@@ -14,8 +14,9 @@ waiting places only (`_CallPlaces`, `_ReceiveBounded`). A connection must comple
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
 gRPC's own message), each input's TensorProto is checked (dtype, declared shape, limits:
-`budget.RequestBudget.check_tensor_proto`) before `tf.make_ndarray` reads its values, and a call whose deadline has
-passed is not run. Model specs are checked as TF Serving's ServerCore checks them (`core.ServerCore.manager`).
+`budget.RequestBudget.check_tensor_proto`) before its values are read (`budget.read_tensor_proto`), and a call whose
+deadline has passed is not run. Model specs are checked as TF Serving's ServerCore checks them
+(`core.ServerCore.manager`).
 """
 
 import asyncio
@@ -34,6 +35,7 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
+from elmo_tf.serving.budget import read_tensor_proto
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, redact_paths
 
 logger = logging.getLogger(__name__)
@@ -59,7 +61,7 @@ def decode_tensor_protos(protos):
         arrays = {}
         for alias, proto in protos.items():
             try:
-                arrays[alias] = tf.make_ndarray(proto)
+                arrays[alias] = read_tensor_proto(proto)
             except Exception as e:
                 logger.debug("input %s: tf.make_ndarray failed: %s: %s", alias, type(e).__name__, e)
                 raise invalid_argument(f"tensor parsing error: {alias}") from None  # saved_model/util.cc
@@ -306,25 +308,29 @@ class _Stopped:
 
 
 class GrpcServer:
-    """The gRPC API of a `ServerCore` on `options.host:options.port` (0: a free port, see `.port`).
+    """The gRPC API of a `ServerCore` on `options.host:options.port` (0: a free port, see `.port`; None: no TCP port)
+    and on the UNIX socket `options.grpc_socket_path` when set ("unix:PATH", as stock's server.cc ~375-389 adds it).
 
     Args:
         core: `core.ServerCore`.
-        options: `ServerOptions` (host, port, grpc_max_threads, max_message_bytes).
+        options: `ServerOptions` (host, port, grpc_socket_path, grpc_max_threads, max_message_bytes).
+    Attributes:
+        port: the TCP port listened on (None without one).
     """
 
     def __init__(self, core, options):
         self._pool = concurrent.futures.ThreadPoolExecutor(options.grpc_max_threads, thread_name_prefix="grpc")
         self._server = None
-        address = listen_address(options.host, options.port)
-        self.port = _Loop.run(self._create(core, options, address))
-        logger.info(
-            "gRPC API on %s (max message %d bytes)",
-            listen_address(options.host, self.port),
-            options.max_message_bytes,
-        )
+        addresses = [listen_address(options.host, options.port)] if options.port is not None else []
+        if options.grpc_socket_path is not None:
+            addresses.append(f"unix:{options.grpc_socket_path}")
+        ports = _Loop.run(self._create(core, options, addresses))
+        self.port = ports[0] if options.port is not None else None
+        listening = [listen_address(options.host, self.port)] if self.port is not None else []
+        listening += addresses[len(listening) :]
+        logger.info("gRPC API on %s (max message %d bytes)", ", ".join(listening), options.max_message_bytes)
 
-    async def _create(self, core, options, address):
+    async def _create(self, core, options, addresses):
         size = options.max_message_bytes
         self._server = grpc.aio.server(
             options=[
@@ -342,13 +348,16 @@ class GrpcServer:
             _PredictionServicer(core, self._pool, places), registry
         )
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool, places), registry)
-        try:
-            port = self._server.add_insecure_port(address)
-        except RuntimeError as e:
-            raise OSError(f"cannot listen on {address} for gRPC: {e}") from None
-        if not port:
-            raise OSError(f"cannot listen on {address} for gRPC (port in use?)")
-        return port
+        ports = []
+        for address in addresses:
+            try:
+                port = self._server.add_insecure_port(address)
+            except RuntimeError as e:
+                raise OSError(f"cannot listen on {address} for gRPC: {e}") from None
+            if not port:
+                raise OSError(f"cannot listen on {address} for gRPC (in use?)")
+            ports.append(port)
+        return ports
 
     def start(self):
         _Loop.run(self._server.start())

@@ -13,10 +13,12 @@ and "inputs" (the columnar format):
       INVALID_ARGUMENT: ...".
     - columnar format (`FillTensorMapFromInputsMap`, ~616-655): one value for a single input, else an object with
       every input (keys the signature does not have are ignored, as stock ignores them).
-Values (`AddValueToTensor`, ~288-342): "JSON Value: <value> Type: <JSON type> is not of expected type: <dtype>" with
-TensorFlow's lowercase type names (`string`, `int32`, `float`); integers must fit the dtype (stock narrows int8,
-int16 and uint8 values silently; the embedded server refuses them with the same message); strings are JSON strings
-or {"b64": "<base64>"}.
+Values (`AddValueToTensor`, ~290-342): "JSON Value: <value> Type: <JSON type> is not of expected type: <dtype>" with
+TensorFlow's lowercase type names (`string`, `int32`, `float`); integers must fit the field stock stores them in:
+int32 for int8, int16, uint8 and int32 (rapidjson's `IsInt`), then narrowed to the dtype as TensorFlow's
+`Tensor::FromProto` narrows its `int_val` (a C++ conversion: 300 as int8 is 44, -1 as uint8 is 255), int64, uint32
+and uint64 their own range; a dtype stock's switch leaves out (uint16, half, ...) is UNIMPLEMENTED "Conversion of JSON
+Value: ... to type: ..." whatever the value; strings are JSON strings or {"b64": "<base64>"}.
 The request budget (`budget.RequestBudget.check_shape`) sees each input's shape, taken from its first items, before
 any array is built; the shape is checked against the signature's rank and static dims once the values are read.
 Classify/Regress bodies (`FillClassifyRegressRequestFromJson`, ~818-859) are checked, not run (`check_examples`).
@@ -44,15 +46,17 @@ _PARSE_ERRORS = {
     "Expecting ':' delimiter": "Missing a colon after a name of object member.",
     "Unterminated string starting at": "Missing a closing quotation mark in string.",
 }
-_INT_RANGES = {  # rapidjson's IsInt (int32), IsInt64, IsUint, IsUint64; narrower dtypes refused past their range
-    types_pb2.DT_INT8: (-(2**7), 2**7 - 1),
-    types_pb2.DT_INT16: (-(2**15), 2**15 - 1),
-    types_pb2.DT_INT32: (-(2**31), 2**31 - 1),
-    types_pb2.DT_UINT8: (0, 2**8 - 1),
+_INT32 = (-(2**31), 2**31 - 1)
+_INT_RANGES = {  # rapidjson's IsInt (int32: the int_val field of int8, int16, uint8), IsInt64, IsUint, IsUint64
+    types_pb2.DT_INT8: _INT32,
+    types_pb2.DT_INT16: _INT32,
+    types_pb2.DT_INT32: _INT32,
+    types_pb2.DT_UINT8: _INT32,
     types_pb2.DT_INT64: (-(2**63), 2**63 - 1),
     types_pb2.DT_UINT32: (0, 2**32 - 1),
     types_pb2.DT_UINT64: (0, 2**64 - 1),
 }
+_NARROWED = (types_pb2.DT_INT8, types_pb2.DT_INT16, types_pb2.DT_UINT8)  # int32 values cast to the dtype
 _FLOATS = (types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE)
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
@@ -229,6 +233,14 @@ def leaf_value(value, dtype):
             )
     if dtype == types_pb2.DT_BOOL:
         return value if isinstance(value, bool) else _type_error(value, dtype)
+    if isinstance(value, dict):  # FillTensorProto (~405-408): an object is a type error for any dtype but string
+        return _type_error(value, dtype)
+    bounds = _INT_RANGES.get(dtype)
+    if bounds is None and dtype not in _FLOATS:  # AddValueToTensor's default case (~336-339), whatever the value
+        return ServingError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"Conversion of JSON Value: {debug_string(value)} to type: {type_name(dtype)}",
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return _type_error(value, dtype)
     if dtype in _FLOATS:
@@ -236,15 +248,9 @@ def leaf_value(value, dtype):
             return float(value)
         except OverflowError:  # an integer beyond a double: rapidjson reads it as +-inf
             return float("inf") if value > 0 else float("-inf")
-    bounds = _INT_RANGES.get(dtype)
-    if bounds is None:
-        return ServingError(
-            grpc.StatusCode.UNIMPLEMENTED,
-            f"Conversion of JSON Value: {debug_string(value)} to type: {type_name(dtype)}",
-        )
     if isinstance(value, float) or not bounds[0] <= value <= bounds[1]:
         return _type_error(value, dtype)
-    return value
+    return value  # int8, int16, uint8: narrowed with the others by `_array`
 
 
 # ---------------------------------------------------------------------------------------------------- tensors
@@ -325,11 +331,16 @@ def fill_values(value, shape, dtype, out):
 
 
 def _array(values, dtype, shape):
+    """The array of `dtype` of the converted `values`; int8, int16 and uint8 values (int32 ones) narrowed as
+    `Tensor::FromProto` narrows `int_val` (NumPy's cast wraps, as the C++ conversion does)."""
     if dtype == types_pb2.DT_STRING:
         array = np.empty(len(values), dtype=object)
         array[:] = values
         return array.reshape(shape)
-    return np.array(values, dtype=tf.dtypes.as_dtype(dtype).as_numpy_dtype).reshape(shape)
+    numpy_dtype = tf.dtypes.as_dtype(dtype).as_numpy_dtype
+    if dtype in _NARROWED:
+        return np.array(values, dtype=np.int32).astype(numpy_dtype).reshape(shape)
+    return np.array(values, dtype=numpy_dtype).reshape(shape)
 
 
 def _precheck(budget, alias, shape):

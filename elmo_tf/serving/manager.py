@@ -5,9 +5,10 @@ loads and retires old versions, as TF Serving's AspiredVersionsManager does with
     - the highest version is served. While the highest version fails to load, the highest lower one that loads is
       served;
     - a load includes the warm-up (`servable.Servable.warm_up`: the export's warmup file replayed as TF Serving
-      replays it): a warmup file TF Serving refuses, or one of its requests that fails, fails the load with that
-      status (DATA_LOSS, INVALID_ARGUMENT, ...) as a broken graph does; a version whose files change while it loads
-      (`source.files_fingerprint` before and after) fails that load (UNAVAILABLE) and is loaded again, whole;
+      replays it) unless `enable_model_warmup` is off: a warmup file TF Serving refuses, or one of its requests that
+      fails, fails the load with that status (DATA_LOSS, INVALID_ARGUMENT, ...) as a broken graph does; a version
+      whose files change while it loads (`source.files_fingerprint` before and after) fails that load (UNAVAILABLE)
+      and is loaded again, whole;
     - a load that fails is retried `max_num_load_retries` times, `load_retry_interval_micros` apart (TF Serving's
       flags and defaults: 5 retries, one minute), on later polls; meanwhile and afterwards the version already
       served stays served: a failed load never unloads it. After the last retry the version is END with its error;
@@ -133,7 +134,9 @@ class ModelManager:
         self._set_state(version, State.LOADING)
         try:
             before = files_fingerprint(path)
-            servable = load_servable(self.name, version, path, self.options.limits)
+            servable = load_servable(
+                self.name, version, path, self.options.limits, warmup=self.options.enable_model_warmup
+            )
             if files_fingerprint(path) != before:  # parts of it may come from one copy and parts from the next
                 servable = None
                 raise ServingError(grpc.StatusCode.UNAVAILABLE, f"the files of {path} changed while it loaded")

@@ -13,8 +13,13 @@ class ServerOptions:
 
     Args:
         host: interface to bind, "127.0.0.1" (local only) by default; "0.0.0.0" for all.
-        port: gRPC port; 0 picks a free one (see `server.ModelServer.grpc_port`).
-        rest_api_port: REST port; None for no REST server, 0 picks a free one.
+        port: gRPC TCP port; None for none (gRPC on `grpc_socket_path` only, which must then be set). 0 picks a free
+            one (`server.ModelServer.grpc_port`): an extension of this library API for tests and benchmarks; on the
+            command line `--port 0` means no TCP port, as stock's (`elmo_tf.cli.serve`).
+        grpc_socket_path: a UNIX socket path gRPC also listens on ("unix:PATH"), as stock's --grpc_socket_path; None
+            for none.
+        rest_api_port: REST port; None for no REST server, 0 picks a free one (a library extension too). Equal to a
+            non-zero `port`, the REST API is skipped with an error logged, as stock skips it.
         enable_batching: merge concurrent requests (`elmo_tf.serving.batching`).
         batching: `BatchingOptions` (max_batch_size, batch_timeout, num_threads).
         max_request_sentences, max_tokens_per_sentence, max_request_tokens: the request budget
@@ -33,10 +38,14 @@ class ServerOptions:
             arrived; past that it ends (DEADLINE_EXCEEDED) and frees its place among the open calls.
         rest_api_num_threads: REST worker threads.
         rest_api_timeout_in_ms: REST request deadline.
+        enable_model_warmup: warm a version up when it loads (`servable.Servable.warm_up`: its warmup file, then a
+            small request to each signature the file leaves out), as stock's --enable_model_warmup (on by default);
+            off, nothing runs at load and the first requests pay the graph's first runs.
     """
 
     host: str = "127.0.0.1"
     port: int = 8500
+    grpc_socket_path: str = None
     rest_api_port: int = None
     enable_batching: bool = True
     batching: BatchingOptions = dataclasses.field(default_factory=BatchingOptions)
@@ -54,14 +63,23 @@ class ServerOptions:
     rest_api_timeout_in_ms: int = 30000
     rest_api_max_body_bytes: int = None
     rest_api_max_bytes_in_flight: int = None
+    enable_model_warmup: bool = True
 
     def __post_init__(self):
-        for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535
+        for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535, or None (none)
             value = getattr(self, name)
-            if not (value is None and name == "rest_api_port") and (
+            if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PORT
             ):
                 raise ValueError(f"{name} must be an int in [0, {MAX_PORT}], got {value!r}")
+        path = self.grpc_socket_path
+        if path is not None and (not isinstance(path, str) or not path):
+            raise ValueError(f"grpc_socket_path must be None or a non-empty path, got {path!r}")
+        if self.port is None and self.grpc_socket_path is None:  # stock's server.cc ~183-188
+            raise ValueError(
+                "port is None and grpc_socket_path is None: At least one of server_options.grpc_port or "
+                "server_options.grpc_socket_path must be set."
+            )
         if not isinstance(self.max_message_bytes, int) or not 1 <= self.max_message_bytes < 2**31:
             raise ValueError(
                 f"max_message_bytes must be in [1, 2**31 - 1] (a gRPC limit), got {self.max_message_bytes!r}"

@@ -78,25 +78,33 @@ class PackedBudget(RequestBudget):
         return request
 
 
-def attach_packed(runners):
-    """Sets `runner.packed` (the `packed` signature's runner) and `runner.packed_max_tokens` on each runner of
-    `runners` (name -> `SignatureRunner`, warmed up) that `packing_mode` accepts, when there is a `packed` runner;
-    reads the export's `max_tokens` with one small call and gives the `packed` runner a `PackedBudget`. Returns the
-    names of the runners it set."""
+def attach_packed(runners, probe=True):
+    """Sets `runner.packed` (the `packed` signature's runner) on each runner of `runners` (name -> `SignatureRunner`)
+    that `packing_mode` accepts, when there is a `packed` runner, and gives the `packed` runner a `PackedBudget`; with
+    `probe`, reads the export's `max_tokens` now with one small call (`read_max_tokens`), else at the first packed
+    call (a load without warm-up runs nothing). Returns the names of the runners it set."""
     packed = runners.get(PACKED_SIGNATURE)
     if packed is None:
         return []
     budget = packed.budget
     packed.budget = PackedBudget(packed.signature, budget.limits, packed.sizes, budget.counter)
-    ((inputs, _),) = pack_token_lists([[b"a"]])
-    max_tokens = int(packed.run(inputs)[MAX_TOKENS][0])
+    if probe:
+        read_max_tokens(packed)
     names = []
     for name, runner in sorted(runners.items()):
         if name != PACKED_SIGNATURE and packing_mode(runner) is not None:
             runner.packed = packed
-            runner.packed_max_tokens = max_tokens or None
             names.append(name)
     return names
+
+
+def read_max_tokens(packed):
+    """The export's `max_tokens` (None: no cut), read with one small call of the `packed` runner the first time and
+    kept in its `max_tokens` (0 there: read, no cut)."""
+    if packed.max_tokens is None:
+        ((inputs, _),) = pack_token_lists([[b"a"]])
+        packed.max_tokens = int(packed.run(inputs)[MAX_TOKENS][0])
+    return packed.max_tokens or None
 
 
 def _token_lists(runner, request, max_tokens):
@@ -132,7 +140,8 @@ def run_packed(runner, requests, max_rows):
     packed = getattr(runner, "packed", None)
     if packed is None:
         return None
-    read = [_token_lists(runner, r, runner.packed_max_tokens) for r in requests]
+    max_tokens = read_max_tokens(packed)
+    read = [_token_lists(runner, r, max_tokens) for r in requests]
     if any(x is None for x in read):
         return None
     flat = [t for lists, _ in read for t in lists]

@@ -8,7 +8,10 @@ Loading reads the SignatureDefs from `saved_model.pb` (or `.pbtxt`), loads the S
 TF Serving replays it: `elmo_tf.serving_warmup`), then a small synthetic request to each signature the file did not
 reach (every signature of an export without the file). A missing op, a broken graph or a bad warmup file fails the
 load, not the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves
-unknown.
+unknown. With warm-up off (`warmup=False`, stock's --enable_model_warmup=false: saved_model_bundle_source_adapter.cc
+~78-82 runs RunSavedModelWarmup only when it is on) nothing runs at load: a bad warmup file is not read, and each
+signature's first call teaches the response size model instead (until then its estimate counts the SignatureDef's
+dims, unknown ones as 1; the size check after the call, `budget.check_response_size`, still bounds the response).
 """
 
 import logging
@@ -20,7 +23,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
-from elmo_tf.serving.budget import Limits, RequestBudget, softmax_position_cost
+from elmo_tf.serving.budget import Limits, RequestBudget, read_tensor_proto, softmax_position_cost
 from elmo_tf.serving.packed import attach_packed
 from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
@@ -57,7 +60,7 @@ class SignatureRunner:
             runs when None).
     Attributes:
         signature: `signature.Signature` (inputs, outputs, roles).
-        sizes: `response_size.ResponseSizes` (learns the outputs' dims at warm-up).
+        sizes: `response_size.ResponseSizes` (learns the outputs' dims at warm-up, or from the first call without).
         budget: `budget.RequestBudget`: checks requests (`budget.prepare(...)` -> `budget.Request`).
     """
 
@@ -69,10 +72,11 @@ class SignatureRunner:
         cost = softmax_position_cost(getattr(function, "variables", ()))
         self.budget = RequestBudget(self.signature, limits, self.sizes, counter, position_cost=cost)
         self.packed = None  # the runner of the export's `packed` signature, when it answers this one's merged calls
-        self.packed_max_tokens = None  # the export's max_tokens, read from `packed` (`elmo_tf.serving.packed`)
+        self.max_tokens = None  # for the `packed` signature: the export's max_tokens once read (0: none; `packed`)
 
     def run(self, inputs):
-        """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array.
+        """One call of the signature function on NumPy `inputs`; returns alias -> NumPy array. The first call (the
+        warm-up's, or the first request's without one) teaches `sizes` the outputs' dims.
 
         Raises:
             ServingError: the function failed (TensorFlow's error code and first message line).
@@ -83,7 +87,10 @@ class SignatureRunner:
             outputs = self.function(**tensors)
         except tf.errors.OpError as e:
             raise ServingError(status_code(e.error_code), _clean_tf_message(e.message)) from None
-        return {alias: value.numpy() for alias, value in outputs.items()}
+        outputs = {alias: value.numpy() for alias, value in outputs.items()}
+        if not self.sizes.inner_dims:  # no warm-up taught them (--enable_model_warmup=false): the first call does
+            self.sizes.learn_inner_dims(outputs)
+        return outputs
 
     def run_one(self, request):
         """Runs one `budget.Request`; returns its outputs (alias -> array, all outputs) or the `ServingError` it
@@ -202,7 +209,7 @@ class Servable:
             logger.info("%s version %d: replayed its warmup file (%s)", self.model_name, self.version, sorted(reached))
         for name, runner in sorted(self.runners.items()):
             if name not in reached:
-                runner.sizes.learn_inner_dims(runner.run(runner.warmup_inputs()))
+                runner.run(runner.warmup_inputs())  # its first call teaches `runner.sizes` the outputs' dims
                 logger.debug("warmed up %s version %d signature %s", self.model_name, self.version, name)
 
     def _replay(self, request):
@@ -215,7 +222,7 @@ class Servable:
         try:
             for alias, proto in request.inputs.items():
                 budget.check_tensor_proto(alias, proto)
-            inputs = {alias: tf.make_ndarray(proto) for alias, proto in request.inputs.items()}
+            inputs = {alias: read_tensor_proto(proto) for alias, proto in request.inputs.items()}
             checked = budget.prepare(inputs, tuple(request.output_filter))
         except ServingError as e:
             if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -228,12 +235,13 @@ class Servable:
                 e.details,
             )
             return None
-        runner.sizes.learn_inner_dims(runner.run(checked.inputs))
+        runner.run(checked.inputs)
         return runner.name
 
 
-def load_servable(model_name, version, path, limits=None):
-    """Loads `path` (a SavedModel version directory) with `tf.saved_model.load`, and warms up every signature.
+def load_servable(model_name, version, path, limits=None, warmup=True):
+    """Loads `path` (a SavedModel version directory) with `tf.saved_model.load`, and warms up every signature unless
+    `warmup` is False (`ServerOptions.enable_model_warmup`: then no signature runs at load).
 
     Raises:
         Exception: whatever loading or warming up raised (the caller logs it and keeps the previous version).
@@ -257,8 +265,11 @@ def load_servable(model_name, version, path, limits=None):
     if not runners:
         raise ValueError(f"{path}: the SavedModel has no callable signatures")
     servable = Servable(model_name, version, path, loaded, signature_defs, runners)
-    servable.warm_up()
-    packed = attach_packed(runners)
+    if warmup:
+        servable.warm_up()
+    else:
+        logger.info("%s version %d: model warm-up is off (--enable_model_warmup=false)", model_name, version)
+    packed = attach_packed(runners, probe=warmup)
     if packed:
         logger.info("%s version %d: merged calls of %s run packed", model_name, version, packed)
     return servable

@@ -22,7 +22,9 @@ Messages never show the server's filesystem paths (the log does).
 Concurrency: gRPC calls wait for their requests on an asyncio loop (`grpc.aio`) and run on a pool of
 `grpc_max_threads` threads, REST requests are read on the REST front's event loop;
 with batching (on by default, see `batching`) `num_batch_threads` workers make the model calls, merging concurrent
-requests. Binds 127.0.0.1 unless `host` says otherwise.
+requests. Binds 127.0.0.1 unless `host` says otherwise; gRPC also (or only: `port=None`) on a UNIX socket
+(`grpc_socket_path`). Port 0 picks a free port (`ServerOptions`: a library extension for tests and benchmarks; the
+command line's `--port 0` turns gRPC's TCP port off, as stock's).
 
 Example:
     server = ModelServer({"elmo": "models/elmo"}, ServerOptions(port=0, rest_api_port=0)).start()
@@ -34,7 +36,7 @@ Example:
 import logging
 
 from elmo_tf.serving.core import ServerCore
-from elmo_tf.serving.grpc_front import GrpcServer
+from elmo_tf.serving.grpc_front import GrpcServer, listen_address
 from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.rest_front import RestServer
 
@@ -42,14 +44,16 @@ logger = logging.getLogger(__name__)
 
 
 class ModelServer:
-    """The `ServerCore` of `models`, served over gRPC, and over REST when `options.rest_api_port` is not None.
+    """The `ServerCore` of `models`, served over gRPC (on `options.port` and/or `options.grpc_socket_path`), and over
+    REST when `options.rest_api_port` is not None.
 
     Args:
         models: `{model_name: base_path}`.
         options: `ServerOptions`.
     Attributes:
         core: the `ServerCore` (models, versions, predict, status, metadata, stats).
-        grpc_port, rest_port: the ports listened on once started (None before, and for REST when it is off).
+        grpc_port, rest_port: the TCP ports listened on once started (None before; None for gRPC on a UNIX socket
+            only, and for REST when it is off, skipped or could not start).
     """
 
     def __init__(self, models, options=None):
@@ -61,18 +65,40 @@ class ModelServer:
         self.rest_port = None
 
     def start(self):
-        """Loads each model's highest version, then listens (gRPC, and REST when `rest_api_port` is set)."""
+        """Loads each model's highest version, then listens: gRPC (its TCP port and/or its UNIX socket; OSError if
+        it cannot), then REST when `rest_api_port` is set. As stock's Server::BuildAndStart (server.cc ~437-460),
+        REST is skipped with an error logged when its port is gRPC's, and a REST server that cannot start is logged
+        ("Failed to start HTTP Server at ...") while gRPC keeps serving (`rest_port` stays None)."""
         self.core.poll()
         self._grpc = GrpcServer(self.core, self.options)
         self._grpc.start()
         self.grpc_port = self._grpc.port
-        if self.options.rest_api_port is not None:
-            self._rest = RestServer(self.core, self.options)
-            self._rest.start()
-            self.rest_port = self._rest.port
-            logger.info("REST API listening on %s:%d", self.options.host, self.rest_port)
+        self._start_rest()
         self.core.start_polling()
         return self
+
+    def _start_rest(self):
+        options = self.options
+        if options.rest_api_port is None:
+            return
+        if options.rest_api_port != 0 and options.rest_api_port == options.port:
+            logger.error(
+                "server_options.http_port cannot be same as grpc_port. Please use a different port for HTTP/REST "
+                "API. Skipped exporting HTTP/REST API."
+            )
+            return
+        address = listen_address(options.host, options.rest_api_port)
+        try:
+            self._rest = RestServer(self.core, self.options)
+            self._rest.start()
+        except OSError as e:
+            logger.error("Failed to start HTTP Server at %s (%s)", address, e)
+            if self._rest is not None:
+                self._rest.stop(0)
+                self._rest = None
+            return
+        self.rest_port = self._rest.port
+        logger.info("REST API listening on %s", listen_address(options.host, self.rest_port))
 
     def stop(self, grace=5.0):
         """Stops accepting requests, lets running ones finish (up to `grace` seconds), stops the model threads."""

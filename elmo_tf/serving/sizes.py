@@ -12,4 +12,4 @@ def size_text(num_bytes):
     return f"{num_bytes / MiB:.1f} MiB" if num_bytes >= MiB else f"{num_bytes / KiB:.1f} KiB"
 
 
-MAX_PORT = 65535  # a TCP port: --port and --rest_api_port are 0 (a free port) to this
+MAX_PORT = 65535  # a TCP port: --port and --rest_api_port are 0 (none; `ServerOptions`: a free port) to this

@@ -35,7 +35,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 import elmo_tf.serving.tokens as tokens_module
 from elmo_tf.preprocessing.tokenizer import split_tokens
-from elmo_tf.serving.budget import Limits, RequestBudget, check_response_size, count_tokens
+from elmo_tf.serving.budget import Limits, RequestBudget, check_response_size, count_tokens, read_tensor_proto
 from elmo_tf.serving.signature import Signature
 from elmo_tf.serving.status import ServingError
 
@@ -197,6 +197,28 @@ def test_value_counts_that_do_not_fit_the_shape_are_invalid_argument():
     assert "DT_STRING values must be in string_val" in details
     details = budget_error(lambda: budget.check_tensor_proto("tokens", int32s([1], [1, 1])), INVALID)
     assert "expected dtype DT_STRING, got DT_INT32" in details
+
+
+def test_narrow_int_values_are_read_as_tensorflow_reads_them():
+    """Tensor::FromProto (TensorFlow's tensor.cc: PROTO_TRAITS(int8, int32, int) and the same for int16, uint8,
+    uint16; FromProtoField copies int_val with std::copy_n, a C++ conversion, and fills a short field with its last
+    value) wraps int32 values into the dtype; `tf.make_ndarray` raises OverflowError for them under NumPy 2."""
+    cases = [
+        (types_pb2.DT_INT8, [300, -129, 2**31 - 1], [44, 127, -1, -1]),
+        (types_pb2.DT_UINT8, [-1, 256, 300], [255, 0, 44, 44]),
+        (types_pb2.DT_INT16, [40000, -1, 7], [-25536, -1, 7, 7]),
+        (types_pb2.DT_UINT16, [-1, 70000, 1], [65535, 4464, 1, 1]),
+    ]
+    for dtype, values, expected in cases:
+        proto = declared(dtype, "int_val", values, [4])
+        array = read_tensor_proto(proto)
+        assert array.dtype == tf.dtypes.as_dtype(dtype).as_numpy_dtype and array.tolist() == expected, dtype
+    empty = declared(types_pb2.DT_INT8, "int_val", [], [2, 2])
+    assert read_tensor_proto(empty).tolist() == [[0, 0], [0, 0]] and read_tensor_proto(empty).dtype == np.int8
+    raw = tf.make_tensor_proto(np.array([-3, 4], np.int8))  # tensor_content: bytes of the dtype, nothing to narrow
+    assert raw.tensor_content and read_tensor_proto(raw).tolist() == [-3, 4]
+    budget = signature_budget({"x": (types_pb2.DT_INT8, [-1])})
+    budget.check_tensor_proto("x", declared(types_pb2.DT_INT8, "int_val", [300], [3]))  # within the budget
 
 
 def test_work_budget_is_rows_x_tokens():

@@ -5,7 +5,7 @@ it follows. No server: the request budgets of serving_fake's signatures."""
 import grpc
 import numpy as np
 import pytest
-from serving_fake import sentences_budget, tokens_budget
+from serving_fake import sentences_budget, signature_budget, tokens_budget
 from tensorflow.core.framework import types_pb2
 
 from elmo_tf.serving.budget import Limits
@@ -239,3 +239,48 @@ def test_a_body_of_more_json_values_than_any_request_holds_is_refused_before_it_
         "(--max_request_sentences x --max_tokens_per_sentence): split the request"
     )
     assert peak < 4 * len(hostile)  # the body's copies, never its objects
+
+
+@pytest.mark.parametrize(
+    "dtype, values, expected",
+    [
+        (types_pb2.DT_INT8, [300, -1, 127, -129, 2**31 - 1, -(2**31)], [44, -1, 127, 127, -1, 0]),
+        (types_pb2.DT_UINT8, [-1, 256, 300, 255], [255, 0, 44, 255]),
+        (types_pb2.DT_INT16, [40000, -32769, 7], [-25536, 32767, 7]),
+    ],
+)
+def test_int8_int16_uint8_take_any_int32_narrowed_as_stock(dtype, values, expected):
+    """AddValueToTensor (~290-342): DT_INT8, DT_INT16 and DT_UINT8 share DT_INT32's case (~303-309): any value that
+    is an int32 (`val.IsInt()`) goes to int_val, and TensorFlow's Tensor::FromProto narrows it to the dtype
+    (tensor.cc: PROTO_TRAITS(int8, int32, int), FromProtoField's std::copy_n: 300 as int8 is 44); a value beyond int32
+    is the type error. The embedded server refused out-of-range values. Both formats, the fast path (plain ints) and
+    `leaf_value` (the slow path) alike."""
+    budget = signature_budget({"x": (dtype, [-1])})
+    numpy_dtype = {types_pb2.DT_INT8: np.int8, types_pb2.DT_UINT8: np.uint8, types_pb2.DT_INT16: np.int16}[dtype]
+    for doc in ({"inputs": {"x": values}}, {"instances": values}, {"instances": [{"x": v} for v in values]}):
+        array = decode_request(doc, budget)["x"]
+        assert array.dtype == numpy_dtype and array.tolist() == expected, (doc, array)
+    assert [leaf_value(v, dtype) for v in values] == values  # int32 values: narrowed with the others by the array
+    name = type_name(dtype)
+    for value, json_type in ((2**31, "Number"), (-(2**31) - 1, "Number"), (1.0, "Number"), ("1", "String")):
+        assert error(lambda value=value: decode_request({"inputs": {"x": [value]}}, budget)) == (
+            INVALID,
+            f"JSON Value: {debug_string(value)} Type: {json_type} is not of expected type: {name}",
+        )
+
+
+def test_dtypes_stock_does_not_convert_are_unimplemented_whatever_the_value():
+    """AddValueToTensor's default case (~336-339): DT_UINT16 (and half, ...) is UNIMPLEMENTED "Conversion of JSON
+    Value: <value> to type: <dtype>" for a number and for a string alike; an object is FillTensorProto's type error
+    (~405-408) before it."""
+    for dtype, name in ((types_pb2.DT_UINT16, "uint16"), (types_pb2.DT_HALF, "half")):
+        budget = signature_budget({"x": (dtype, [-1])})
+        for value, text in ((1, "1"), ("a", '"a"'), (None, "null")):
+            assert error(lambda value=value, budget=budget: decode_request({"inputs": {"x": [value]}}, budget)) == (
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"Conversion of JSON Value: {text} to type: {name}",
+            )
+        assert error(lambda budget=budget: decode_request({"inputs": {"x": [{"a": 1}]}}, budget)) == (
+            INVALID,
+            f'JSON Value: {{\n    "a": 1\n}} Type: Object is not of expected type: {name}',
+        )

@@ -307,6 +307,28 @@ def test_a_version_whose_warmup_file_fails_is_refused_and_the_old_one_keeps_serv
         server.stop(grace=1.0)
 
 
+def test_with_model_warmup_off_a_version_whose_warmup_request_fails_loads_and_serves(fresh_base, expected):
+    """Issue 27: --enable_model_warmup=false was ignored. Stock sets session_bundle_config.enable_model_warmup from the
+    flag (server.cc ~286-287) and replays the warmup file only when it is on (saved_model_bundle_source_adapter.cc
+    ~78-82): off, a version whose warmup file holds a failing request loads, and its first Predict is answered
+    correctly; on (the default), the same version fails to load."""
+    write_warmup_requests(os.path.join(fresh_base, "1"), [("nosuch", {"sentences": np.array([b"a b"], object)})])
+    server = start_server(fresh_base, rest_api_port=None, enable_model_warmup=False)
+    try:
+        assert server.core.managers["elmo"].served_version == 1
+        assert_serves(server, expected)
+    finally:
+        server.stop(grace=1.0)
+    server = start_server(fresh_base, rest_api_port=None, max_num_load_retries=0)
+    try:
+        with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=10) as c:
+            (status,) = c.model_status()
+        assert (status["version"], status["state"]) == (1, "END"), status
+        assert 'Serving signature key "nosuch" not found.' in status["error_message"]
+    finally:
+        server.stop(grace=1.0)
+
+
 def test_a_version_whose_files_change_while_it_loads_is_not_served_until_it_loads_whole(fresh_base, monkeypatch):
     """Hostile review (s12): a version directory rewritten while it loaded (its SavedModel read from one copy, its
     variables or warmup file from the next) was served as loaded. Its files' fingerprint is taken before and after the
@@ -318,8 +340,8 @@ def test_a_version_whose_files_change_while_it_loads_is_not_served_until_it_load
     load = manager_module.load_servable
     loads = []
 
-    def load_then_change(name, version, path, limits=None):
-        servable = load(name, version, path, limits)
+    def load_then_change(name, version, path, limits=None, **kwargs):
+        servable = load(name, version, path, limits, **kwargs)
         loads.append(version)
         if len(loads) == 1:  # another copy lands while the first load runs
             with open(os.path.join(path, "assets.extra", "late_file"), "w") as f:

@@ -9,7 +9,7 @@ import pytest
 from serving_testlib import ATOL, ex
 
 from elmo_tf.serving.merge import run_batch
-from elmo_tf.serving.packed import SENTENCES_MODE, TOKENS_MODE, attach_packed, packing_mode
+from elmo_tf.serving.packed import SENTENCES_MODE, TOKENS_MODE, attach_packed, packing_mode, read_max_tokens
 from elmo_tf.serving.status import ServingError
 
 SENTENCE_BATCHES = [
@@ -160,12 +160,27 @@ def test_max_tokens_export_cuts_packed_sentences_as_alone(max_tokens_servable):
         ("tokens", token_requests(max_tokens_servable.runner("tokens"), TOKEN_BATCHES)),
     ):
         runner = max_tokens_servable.runner(name)
-        assert runner.packed_max_tokens == 3
+        assert read_max_tokens(runner.packed) == 3
         results, packed_calls, own_calls = run_recorded(runner, requests, max_rows=4)
         assert packed_calls and own_calls == []
         for request, result in zip(requests, results):
             assert_same(runner.run_one(request), result)
             assert result["word_emb"].shape[1] <= 3
+
+
+def test_without_warm_up_max_tokens_is_read_at_the_first_packed_call(model, tmp_path):
+    """A load with warm-up off (--enable_model_warmup=false) runs nothing, not even the small call that reads the
+    export's `max_tokens`: the first packed call makes it, then packs as with warm-up (cut at 3, each as alone)."""
+    from elmo_tf.serving.servable import load_servable
+
+    servable = load_servable("cut", 1, ex.export_elmo(model, str(tmp_path / "cut"), max_tokens=3), warmup=False)
+    runner = servable.runner("default")
+    assert runner.packed is servable.runner("packed") and runner.packed.max_tokens is None
+    requests = sentence_requests(runner, SENTENCE_BATCHES)
+    results, packed_calls, own_calls = run_recorded(runner, requests, max_rows=4)
+    assert runner.packed.max_tokens == 3 and packed_calls and own_calls == []
+    for request, result in zip(requests, results):
+        assert_same(runner.run_one(request), result)
 
 
 def test_unicode_script_export_packs_tokens_but_not_sentences(model, tmp_path):

@@ -1,6 +1,7 @@
 """elmo_tf/serving/servable.py's warm-up: a version's warmup file (assets.extra/tf_serving_warmup_requests) is replayed
 at load as TF Serving replays it (saved_model_warmup.cc: each PredictionLog's request run once), instead of the
-server's own small request; signatures the file does not reach, and exports without the file, get that one."""
+server's own small request; signatures the file does not reach, and exports without the file, get that one. With
+warm-up off (stock's --enable_model_warmup=false) nothing runs at load."""
 
 import os
 
@@ -116,3 +117,25 @@ def test_a_warmup_file_with_requests_above_the_limits_and_others_still_loads(fre
 
     servable = load_servable("elmo", 1, os.path.join(fresh_base, "1"), Limits(max_tokens_per_sentence=100))
     assert servable.runners["default"].run({"sentences": np.array([b"a b"], object)})["elmo"].shape[:2] == (1, 2)
+
+
+def test_with_warmup_off_nothing_runs_at_load_and_a_failing_warmup_file_is_not_read(fresh_base, calls, model):
+    """Stock runs RunSavedModelWarmup only when enable_model_warmup is on (server.cc ~286-287 sets it from the flag;
+    saved_model_bundle_source_adapter.cc ~78-82 checks it): with it off, a version whose warmup file holds a request
+    that fails loads, nothing runs at load, and the first call teaches the response size model the outputs' dims
+    (before it, the estimate counts the SignatureDef's). On (the default) the same version fails to load."""
+    from serving_testlib import assert_parity, reference_sentences
+
+    version = os.path.join(fresh_base, "1")
+    write_warmup_requests(version, [("nosuch", {"sentences": np.array([b"a b"], object)})])
+    with pytest.raises(ServingError, match='Serving signature key "nosuch" not found.'):
+        load_servable("elmo", 1, version)
+    calls.clear()
+    servable = load_servable("elmo", 1, version, warmup=False)
+    assert calls == []
+    runner = servable.runners["default"]
+    assert runner.sizes.inner_dims == {}
+    out = runner.run({"sentences": np.array([b"the first request"], object)})
+    assert [name for name, _ in calls] == ["default"]
+    assert_parity(reference_sentences(model, ["the first request"]), out)
+    assert runner.sizes.inner_dims["elmo"] == (2 * 32,) and runner.sizes.inner_dims["default"] == (2 * 32,)

@@ -23,6 +23,7 @@ from serving_testlib import (
     reference_sentences,
     report,
     rss_mib,
+    wait_for,
 )
 
 from elmo_tf.serving.client import ElmoClient
@@ -105,6 +106,12 @@ def test_the_launcher_does_not_load_tensorflow(fake_stock_server):
     assert result.stdout.strip() == "no tf", result.stderr
 
 
+PORT_0_ERROR = (
+    "serve.py: error: argument --port: 0 turns gRPC's TCP port off and no --grpc_socket_path is given: At least one "
+    "of server_options.grpc_port or server_options.grpc_socket_path must be set.\n"
+)
+
+
 def test_flag_errors_exit_2():
     for argv, match in [
         ([], "--model_base_path: required"),
@@ -117,11 +124,48 @@ def test_flag_errors_exit_2():
         (["--model_base_path", "/tmp", "--port", "\u0668\u0665\u0660\u0660"], "--port must be an integer"),
         (["--model_base_path", "/tmp", "--enable_batching=maybe"], "expected true or false"),
         (["--model_base_path", "/tmp", "--unknown_flag=1"], "unrecognized arguments: --unknown_flag"),
+        # stock's Server::BuildAndStart (server.cc ~183-188) refuses --port 0 without --grpc_socket_path
+        (["--model_base_path", "/tmp", "--port", "0"], PORT_0_ERROR),
+        (["--model_base_path", "/tmp", "--port=0", "--grpc_socket_path="], PORT_0_ERROR),
     ]:
         result = subprocess.run(
             [sys.executable, SERVE, "--embedded", *argv], capture_output=True, text=True, timeout=60
         )
         assert result.returncode == 2 and match in result.stderr, (argv, result.stderr)
+        assert match != PORT_0_ERROR or result.stderr == PORT_0_ERROR, result.stderr  # the one line, whole
+
+
+def test_port_0_and_the_grpc_socket_path_with_the_stock_server(fake_stock_server):
+    """--port 0 alone is refused before the hand-over too (exit 2, the stock server never runs: it would refuse it,
+    server.cc ~183-188); with --grpc_socket_path both are passed on (main.cc ~88-94 declares both flags)."""
+    _, record, env = fake_stock_server
+    argv = [sys.executable, SERVE, "--model_base_path", "/models/elmo", "--host", "0.0.0.0", "--port", "0"]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (2, PORT_0_ERROR) and not record.exists()
+    result = subprocess.run(
+        argv + ["--grpc_socket_path", "/run/tfs.sock"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 3, result.stderr
+    assert record.read_text().splitlines()[1:] == [
+        "--port=0",
+        "--grpc_socket_path=/run/tfs.sock",
+        "--model_base_path=/models/elmo",
+    ]
+
+
+def test_flags_reach_the_server_options():
+    """--port 0 with --grpc_socket_path is gRPC on the socket only (`port=None`: the library's port 0 picks a free
+    port); --enable_model_warmup=false reaches the loader (stock: server.cc ~286-287)."""
+    import argparse
+
+    from elmo_tf.cli.serve import DEFAULTS, server_options
+
+    given = {"port": 0, "grpc_socket_path": "/tmp/s.sock", "enable_model_warmup": False}
+    args = argparse.Namespace(**{**DEFAULTS, **given})
+    options = server_options(args, {})
+    assert (options.port, options.grpc_socket_path, options.enable_model_warmup) == (None, "/tmp/s.sock", False)
+    options = server_options(argparse.Namespace(**DEFAULTS), {})
+    assert (options.port, options.grpc_socket_path, options.enable_model_warmup) == (8500, None, True)
 
 
 def test_config_files(tmp_path):
@@ -303,6 +347,43 @@ def test_stock_server_is_never_given_a_wider_address_than_asked(fake_stock_serve
     assert not record.exists()
     report("item 10: embedded server on 127.0.0.1 only (subprocess)", before, after, served)
     assert served < SERVED_WITHIN and after - before < 50
+
+
+def test_port_0_with_a_grpc_socket_path_serves_grpc_on_the_socket_only(base_path, model):
+    """`serve.py --embedded --port 0 --grpc_socket_path S`: gRPC listens on "unix:S" and on no TCP port, as stock's
+    (server.cc ~376-389: the TCP port only when it is not 0); a real client over the socket is answered with the
+    Keras model's numbers, and REST listens on its own port."""
+    import os
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="elmo-sock-", dir="/tmp")  # sun_path holds 108 bytes
+    path = os.path.join(directory, "grpc.sock")
+    rest_port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, SERVE, "--embedded", "--model_base_path", base_path, "--model_name", "elmo"]
+        + ["--port", "0", "--grpc_socket_path", path, "--rest_api_port", str(rest_port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with ElmoClient(f"unix:{path}", "elmo", timeout=30) as client:
+            client.wait_for_model(timeout=120)
+            sentences = ["served over a unix socket"]
+            assert_parity(reference_sentences(model, sentences), client.embed(sentences))
+        # REST starts after gRPC (server.cc's order): wait for it, then gRPC must have no TCP port of its own
+        wait_for(lambda: rest_port in {p for _, p in listening_addresses(process.pid)}, 30, "the REST port")
+        assert {port for _, port in listening_addresses(process.pid)} == {rest_port}
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert f"gRPC unix:{path}, REST 127.0.0.1:{rest_port}" in output, output[-3000:]
 
 
 def test_serve_answers_a_converted_elmoformanylangs_model_with_its_in_process_numbers(tmp_path):

@@ -1,12 +1,31 @@
 """elmo_tf/serving/server.py (a core with both fronts) through the gRPC client on 127.0.0.1: empty and odd inputs are
 served, the default token limit holds, 8 concurrent clients get correct answers, and a server with small limits and
-batching off answers RESOURCE_EXHAUSTED above them and serves what fits."""
+batching off answers RESOURCE_EXHAUSTED above them and serves what fits. Listening as stock's Server::BuildAndStart
+(tensorflow_serving/model_servers/server.cc): gRPC on a UNIX socket, REST skipped on gRPC's port or when it cannot
+start; int8/uint8 inputs narrowed as stock narrows them, over both transports."""
 
+import json
+import logging
+import os
+import shutil
+import socket
+import stat
+import tempfile
 import threading
+import urllib.request
 
 import grpc
 import pytest
-from serving_testlib import assert_parity, reference_sentences, reference_tokens, start_server
+from serving_testlib import (
+    VALID,
+    assert_parity,
+    assert_serves,
+    free_port,
+    messages,
+    reference_sentences,
+    reference_tokens,
+    start_server,
+)
 
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.status import ServingError
@@ -184,3 +203,115 @@ def test_stop_lets_calls_in_flight_finish(base_path, model, monkeypatch):
     print(f"\n[stop with 4 calls in flight] stopped in {took:.2f} s; errors {errors}")
     assert errors == [] and len(results) == 4
     assert took < 10.0
+
+
+@pytest.fixture
+def socket_path():
+    """A UNIX socket path short enough for sun_path (108 bytes; pytest's tmp_path can be longer)."""
+    directory = tempfile.mkdtemp(prefix="elmo-sock-", dir="/tmp")
+    yield os.path.join(directory, "grpc.sock")
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_grpc_on_a_unix_socket_only_or_beside_the_port(base_path, expected, socket_path):
+    """Stock listens on "unix:" + --grpc_socket_path (server.cc ~383-389), beside the TCP port or alone when the port
+    is 0 (~376-381); a real client over the socket is answered. In this API no TCP port is `port=None` (0 picks a free
+    one); neither is stock's error (~183-188)."""
+    from elmo_tf.serving.options import ServerOptions
+
+    with pytest.raises(ValueError, match="At least one of server_options.grpc_port or server_options.grpc_socket_path"):
+        ServerOptions(port=None)
+    for port in (None, 0):
+        server = start_server(base_path, port=port, grpc_socket_path=socket_path, rest_api_port=None)
+        try:
+            assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
+            assert (server.grpc_port is None) == (port is None)
+            with ElmoClient(f"unix:{socket_path}", "elmo", timeout=30, max_retries=0) as c:
+                out = c.embed(VALID)
+            assert out.model_version == 1
+            assert_parity(expected, out)
+            if port is not None:
+                assert_serves(server, expected)
+        finally:
+            server.stop(grace=1.0)
+
+
+def test_rest_on_the_grpc_port_is_skipped_and_grpc_serves(base_path, expected, caplog):
+    """Stock: an http_port equal to grpc_port logs "server_options.http_port cannot be same as grpc_port. ..." and
+    exports no REST API (server.cc ~437-460); gRPC serves. Ours failed to start with a bind error."""
+    port = free_port()
+    with caplog.at_level(logging.ERROR, logger="elmo_tf.serving.server"):
+        server = start_server(base_path, port=port, rest_api_port=port)
+    try:
+        assert server.grpc_port == port and server.rest_port is None
+        assert messages(caplog, "http_port cannot be same as grpc_port") == [
+            "server_options.http_port cannot be same as grpc_port. Please use a different port for HTTP/REST API. "
+            "Skipped exporting HTTP/REST API."
+        ]
+        assert_serves(server, expected)
+    finally:
+        server.stop(grace=1.0)
+
+
+def test_a_rest_port_that_cannot_be_bound_is_logged_and_grpc_serves(base_path, expected, caplog):
+    """Stock: when the HTTP server cannot start it logs "Failed to start HTTP Server at ..." and BuildAndStart still
+    returns OK (server.cc ~446-454): gRPC serves on. Ours raised OSError (the CLI exited 1)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    rest_port = taken.getsockname()[1]
+    try:
+        with caplog.at_level(logging.ERROR, logger="elmo_tf.serving.server"):
+            server = start_server(base_path, rest_api_port=rest_port)
+        try:
+            assert server.rest_port is None and server.grpc_port
+            (message,) = messages(caplog, "Failed to start HTTP Server at")
+            assert message.startswith(f"Failed to start HTTP Server at 127.0.0.1:{rest_port} ("), message
+            assert_serves(server, expected)
+        finally:
+            server.stop(grace=1.0)
+    finally:
+        taken.close()
+
+
+@pytest.fixture(scope="module")
+def narrow_base(tmp_path_factory):
+    """A SavedModel whose signature takes int8 `x` [-1] and returns y = float(x)."""
+    import tensorflow as tf
+
+    class Narrow(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int8, name="x")])
+        def serve(self, x):
+            return {"y": tf.cast(x, tf.float32)}
+
+    base = tmp_path_factory.mktemp("narrow") / "elmo"
+    module = Narrow()
+    tf.saved_model.save(module, str(base / "1"), signatures={"serving_default": module.serve})
+    return str(base)
+
+
+def test_int8_values_beyond_the_dtype_are_narrowed_over_rest_and_grpc(narrow_base):
+    """Stock reads a JSON int8 value as any int32 (json_tensor.cc ~303-309, `val.IsInt()`) and a TensorProto's int_val
+    into the int8 buffer with a C++ conversion (TensorFlow's tensor.cc, FromProtoField): 300 is 44, -129 is 127.
+    Ours refused them over REST, and over gRPC `tf.make_ndarray` raised OverflowError (NumPy 2): INVALID_ARGUMENT
+    "tensor parsing error: x"."""
+    import tensorflow as tf
+    from tensorflow.core.framework import tensor_pb2, types_pb2
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    server = start_server(narrow_base, enable_batching=False)
+    try:
+        body = json.dumps({"instances": [300, -1, -129, 127]}).encode()
+        url = f"http://127.0.0.1:{server.rest_port}/v1/models/elmo:predict"
+        with urllib.request.urlopen(urllib.request.Request(url, body), timeout=30) as response:
+            assert json.load(response) == {"predictions": [44.0, -1.0, 127.0, 127.0]}
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "elmo"
+        proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT8, int_val=[300, -1, 2**31 - 1])
+        proto.tensor_shape.dim.add(size=4)  # one value fewer than the shape: the last fills it, as FromProtoField
+        request.inputs["x"].CopyFrom(proto)
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=30)
+        assert tf.make_ndarray(response.outputs["y"]).tolist() == [44.0, -1.0, -1.0, -1.0]
+    finally:
+        server.stop(grace=1.0)
