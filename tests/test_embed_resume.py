@@ -1,50 +1,51 @@
 """`python -m elmo_tf embed --resume` after kill -9, SIGTERM and Ctrl-C at chosen points, in real subprocesses.
 
-The points are reached deterministically: `ELMO_TF_FAULT="<point>:<k>:<SIGNAL>"` (elmo_tf/io/journal.py) makes the
-run send itself SIGNAL the k-th time it passes a point: "batch" (a batch written into the shard being built),
-"shard-write" (a shard's datasets all in its temporary, not yet closed, fsync'd nor renamed: the journal being
-written), "shard" (a shard just committed), "manifest" (the manifest's temporary written, not renamed), "merge" (the
-output's temporary holding k shards), "merged" (the output renamed, the journal not yet removed). One more run is
-killed from outside at whatever moment a shard appears. After each interruption the older output is unchanged and
-no temporary is left but the killed one's own; then `--resume` must write exactly the uninterrupted run's file:
-the same dataset names, every dataset bitwise equal with the same dtype, the same `sentence_to_index` string. A
-resume whose settings or input differ is refused with one line naming each difference and both values; a run
-without `--resume` starts over and removes the partial state. Progress: log lines when stderr is not a terminal, a
-bar with total and ETA on a terminal (a pty), nothing with `--quiet`.
+The points are reached deterministically (tests/resume_testlib.py: `ELMO_TF_FAULT="<point>:<k>:<SIGNAL>"` makes the
+run send itself SIGNAL the k-th time it passes a point of `elmo_tf.embed.embed_file`; "shard-write" is embed's
+journal being written). One more run is killed from outside at whatever moment a shard appears. After each
+interruption the older output is unchanged and no temporary is left but the killed one's own; then `--resume` must
+write exactly the uninterrupted run's file: the same dataset names, every dataset bitwise equal with the same dtype,
+the same `sentence_to_index` string. A resume whose settings or input differ is refused with one line naming each
+difference and both values; a run without `--resume` starts over and removes the partial state. Progress: log lines
+when stderr is not a terminal, a bar with total and ETA on a terminal (a pty), nothing with `--quiet`.
 """
 
 import fcntl
+import functools
 import os
 import pty
 import random
 import re
 import select
-import signal
 import struct
-import subprocess
-import sys
 import termios
 import time
 
 import h5py
 import numpy as np
 import pytest
-from cli_testlib import REPO_ROOT, assert_one_error, own_lines
+from resume_testlib import (
+    ALL,
+    SIGNALLED,
+    WAIT,
+    assert_progress_lines,
+    assert_quiet,
+    kill_and_resume,
+    refused_then_resumed,
+    resumed,
+    run_elmo_tf,
+    shards,
+    start_elmo_tf,
+    temporaries,
+    uninterrupted,
+)
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
-from elmo_tf.io.journal import FAULT_ENV, state_dir_of
+from elmo_tf.io.journal import state_dir_of
 from elmo_tf.models import ELMo, save_elmo
 
-WAIT = 120  # seconds, the bound on every subprocess
-PREVIOUS = b"an older output that must survive\n" * 64
 FLAGS = ("--batch-size", "8", "--shard-tokens", "1500")
-# SIGINT at its default (a runner started with SIGINT ignored passes that on), then `python -m elmo_tf embed`
-EXEC_EMBED = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'elmo_tf', 'embed', *sys.argv[1:]])"
-)
-RESUMED = re.compile(r"(\d+) of (\d+) shards resumed")
 
 
 @pytest.fixture(scope="module")
@@ -78,21 +79,8 @@ def embed_argv(files, output, *extra, input=None):
     return [str(a) for a in args]
 
 
-def run_embed(files, output, *extra, fault=None, input=None, stderr=subprocess.PIPE):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop(FAULT_ENV, None)
-    if fault:
-        env[FAULT_ENV] = fault
-    return subprocess.run(
-        [sys.executable, "-c", EXEC_EMBED, *embed_argv(files, output, *extra, input=input)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-        text=True,
-        timeout=WAIT,
-    )
+def run_embed(files, output, *extra, fault=None, input=None):
+    return run_elmo_tf("embed", embed_argv(files, output, *extra, input=input), fault=fault)
 
 
 def read_all(path):
@@ -113,38 +101,20 @@ def assert_identical(path, reference):
         assert np.array_equal(arrays[name], array), name  # bitwise: -0.0 == 0.0 aside, no NaN in these
 
 
-def temporaries(directory):
-    return sorted(p.name for p in directory.rglob("*") if ".tmp-" in p.name)
-
-
-def shards(output):
-    state = state_dir_of(output)
-    return sorted(name for name in os.listdir(state) if name.startswith("shard-")) if os.path.isdir(state) else []
-
-
-def resumed(result):
-    """(resumed shards, shards) from the run's last log line."""
-    found = RESUMED.findall(result.stderr)
-    assert found, result.stderr[-3000:]
-    return tuple(int(n) for n in found[-1])
-
-
 @pytest.fixture(scope="module")
 def reference(files, tmp_path_factory):
-    """The uninterrupted run's output (and its stderr: progress lines, since stderr is a pipe here)."""
+    """The uninterrupted run's output, its result (progress lines: stderr is a pipe) and its shard count."""
     out = tmp_path_factory.mktemp("reference") / "out.hdf5"
-    result = run_embed(files, out, "--log-interval", "0.001")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert not os.path.exists(state_dir_of(out))
-    done, total = resumed(result)
-    assert done == 0 and total >= 6
+    result, total = uninterrupted(functools.partial(run_embed, files), out)
     return read_all(out), result, total
+
+
+def same_as(reference):
+    return functools.partial(assert_identical, reference=reference[0])
 
 
 # ---------------------------------------------------------------- kills at chosen points, then --resume
 
-SIGNALLED = {"SIGKILL": -signal.SIGKILL, "SIGTERM": 143, "SIGINT": 130}
-ALL = None  # every shard
 # (fault, shards on disk right after it: at least); each run but the first with --resume
 CHAIN = [
     ("batch:6:SIGKILL", 1),  # a shard and a half done: the half is lost
@@ -158,29 +128,7 @@ CHAIN = [
 
 
 def test_kills_at_chosen_points_then_resume_give_the_uninterrupted_output(files, reference, tmp_path):
-    output = tmp_path / "out.hdf5"
-    output.write_bytes(PREVIOUS)
-    for k, (fault, at_least) in enumerate(CHAIN):
-        result = run_embed(files, output, *(["--resume"] if k else []), fault=fault)
-        assert result.returncode == SIGNALLED[fault.rsplit(":", 1)[1]], (fault, result.stderr[-3000:])
-        assert "Traceback" not in result.stderr, result.stderr[-3000:]
-        if "SIGKILL" not in fault:  # SIGTERM, Ctrl-C: the run says where its work is and how to go on
-            assert f"finished shards are kept in {state_dir_of(output)}: the same command with --resume" in (
-                result.stderr
-            ), result.stderr[-3000:]
-        if not fault.startswith("merged"):
-            assert output.read_bytes() == PREVIOUS, fault  # an older output survives every interruption
-        assert len(shards(output)) >= (reference[2] if at_least is ALL else at_least), (fault, shards(output))
-        left = temporaries(tmp_path)
-        if "SIGKILL" in fault and fault.split(":")[0] in ("batch", "shard-write", "merge"):
-            assert len(left) == 1, (fault, left)  # the killed run's own temporary, nothing else
-        else:
-            assert left == [], (fault, left)
-    result = run_embed(files, output, "--resume")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert resumed(result) == (reference[2], reference[2])  # the last kill came after the output was written
-    assert_identical(output, reference[0])
-    assert temporaries(tmp_path) == [] and not os.path.exists(state_dir_of(output))
+    kill_and_resume(functools.partial(run_embed, files), tmp_path / "out.hdf5", CHAIN, reference[2], same_as(reference))
 
 
 @pytest.mark.parametrize(
@@ -214,16 +162,7 @@ def test_one_kill_then_resume(files, reference, tmp_path, fault):
 def test_a_kill_from_outside_at_any_moment(files, reference, tmp_path):
     """kill -9 from another process as soon as three shards exist (wherever the run then is), then --resume."""
     output = tmp_path / "out.hdf5"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop(FAULT_ENV, None)
-    process = subprocess.Popen(
-        [sys.executable, "-c", EXEC_EMBED, *embed_argv(files, output)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = start_elmo_tf("embed", embed_argv(files, output))
     try:
         deadline = time.monotonic() + WAIT
         while len(shards(output)) < 3 and process.poll() is None and time.monotonic() < deadline:
@@ -242,28 +181,24 @@ def test_a_kill_from_outside_at_any_moment(files, reference, tmp_path):
 
 def test_a_resume_that_differs_is_refused_naming_each_difference(files, reference, tmp_path):
     output = tmp_path / "out.hdf5"
-    killed = run_embed(files, output, fault="shard:2:SIGKILL")
-    assert killed.returncode == -signal.SIGKILL
-    before = shards(output)
     other = tmp_path / "other.txt"
     other.write_bytes((files / "in.txt").read_bytes().replace(b"cat", b"dog", 1))
     extra = ("--resume", "--layers", "top", "--dtype", "float16", "--shard-tokens", "1000")
-    result = run_embed(files, output, *extra, input=other)
-    line = assert_one_error(result, 2, "--resume", str(output), "run without --resume")
-    for needle in (
+    needles = (
         '--layers: "all" then, "top" now',
         '--dtype: "float32" then, "float16" now',
         "--shard-tokens: 1500 then, 1000 now",
         "--input: sha256",
-    ):
-        assert needle in line, (needle, line)
+    )
+    line = refused_then_resumed(
+        functools.partial(run_embed, files),
+        output,
+        lambda: run_embed(files, output, *extra, input=other),
+        needles,
+        same_as(reference),
+    )
     assert str(files / "in.txt") in line and str(other) in line  # the input named by its path, both times
     assert "--batch-size" not in line and "--options/--weights" not in line  # what is the same is not named
-    assert shards(output) == before and not output.exists()  # the refused run changed nothing
-    result = run_embed(files, output, "--resume")  # the partial run is still good
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert resumed(result)[0] == len(before) == 2
-    assert_identical(output, reference[0])
 
 
 def test_a_run_without_resume_starts_over_and_removes_the_partial_state(files, reference, tmp_path):
@@ -280,38 +215,19 @@ def test_a_run_without_resume_starts_over_and_removes_the_partial_state(files, r
 # ---------------------------------------------------------------- progress
 
 
-def test_progress_lines_when_stderr_is_not_a_terminal(files, reference):
-    result = reference[1]
-    lines = [line for line in own_lines(result.stderr) if "embed: " in line and "sentences/s" in line]
-    assert len(lines) >= 3, result.stderr[-3000:]
-    numbers = [int(re.search(r"embed: (\d+)/1000 sentences", line).group(1)) for line in lines]
-    assert numbers == sorted(numbers) and 0 < numbers[0] < 1000
-    assert all(re.search(r"\(\d+\.\d%\), \d+\.\d sentences/s, ETA \d+:\d\d:\d\d", line) for line in lines), lines
-    assert "\r" not in result.stderr  # no bar redrawn into a log file
+def test_progress_lines_when_stderr_is_not_a_terminal(reference):
+    assert_progress_lines(reference[1], "embed", 1000)
 
 
 def test_quiet_prints_nothing(files, reference, tmp_path):
-    output = tmp_path / "out.hdf5"
-    result = run_embed(files, output, "--quiet", "--log-interval", "0.001")
-    assert result.returncode == 0, result.stderr
-    assert own_lines(result.stderr) == []
-    assert_identical(output, reference[0])
+    assert_quiet(functools.partial(run_embed, files), tmp_path / "out.hdf5", same_as(reference))
 
 
 def test_progress_bar_with_total_and_eta_on_a_terminal(files, tmp_path):
     output = tmp_path / "out.hdf5"
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 24 x 120, as a terminal window
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop(FAULT_ENV, None)
-    process = subprocess.Popen(
-        [sys.executable, "-c", EXEC_EMBED, *embed_argv(files, output)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=slave,
-    )
+    process = start_elmo_tf("embed", embed_argv(files, output), stderr=slave)
     os.close(slave)
     chunks = []
     try:

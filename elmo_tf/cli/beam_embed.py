@@ -2,6 +2,7 @@
 
 Flags are parsed and checked before Beam or TensorFlow is imported; the flags that are not ours go to Beam's
 `PipelineOptions` (as Beam's wordcount example does with `parse_known_args`), which checks them before the run.
+The flags shared with `embed` (model, input, packing, written datasets) are `elmo_tf.cli.embed.add_embed_flags`'s.
 """
 
 import argparse
@@ -20,9 +21,8 @@ from elmo_tf.cli import (
     check_output_file,
     check_text_file,
     positive_int,
-    size_int,
-    threads_int,
 )
+from elmo_tf.cli.embed import add_embed_flags, check_embed_flags, embed_settings
 
 PROG = "elmo-tf beam-embed"
 MAX_SHARDS = 99999  # the 5 digits of PREFIX-SSSSS-of-NNNNN
@@ -49,50 +49,12 @@ def build_parser(prog=PROG):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # a prefix of ours must not swallow a Beam flag
     )
-    p.add_argument("--options", required=True, help="bilm-tf/AllenNLP options.json (local or a Beam filesystem)")
-    p.add_argument("--weights", required=True, help="bilm-tf/AllenNLP weights.hdf5 (local or a Beam filesystem)")
-    p.add_argument("--input", required=True, help="text file, one whitespace-tokenized sentence per line")
-    p.add_argument("--output", required=True, help="shard prefix: writes PREFIX-SSSSS-of-NNNNN.hdf5")
+    add_embed_flags(p, "shard prefix: writes PREFIX-SSSSS-of-NNNNN.hdf5", remote_paths=True)
     p.add_argument(
         "--num-shards",
         type=positive_int("--num-shards", maximum=MAX_SHARDS),
         default=2,
         help="shards to write, the pipeline's parallelism (2)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=size_int("--batch-size"),
-        default=64,
-        help="packed rows per batch, the width of the LSTM's matmuls (64); a row holds several short sentences",
-    )
-    p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
-    p.add_argument(
-        "--max-batch-tokens",
-        type=size_int("--max-batch-tokens"),
-        default=None,
-        help="cap on rows x steps per batch (default 128 x batch size)",
-    )
-    p.add_argument(
-        "--max-sentence-tokens",
-        type=size_int("--max-sentence-tokens"),
-        default=None,
-        help="cut longer sentences to this many tokens (default: never cut)",
-    )
-    p.add_argument("--no-sort", action="store_true", help="batch in file order instead of by length within windows")
-    p.add_argument(
-        "--dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="of the written vectors (float32); float16 halves the shards (computed in float32, rounded at the end)",
-    )
-    p.add_argument("--token-embeddings", default=None, help="cached token vectors; needs --vocab")
-    p.add_argument("--vocab", default=None, help="the vocabulary of --token-embeddings, one token per line")
-    p.add_argument("--no-sentence-index", action="store_true", help="do not write sentence_to_index")
-    p.add_argument(
-        "--threads",
-        type=threads_int("--threads"),
-        default=0,
-        help="TensorFlow intra- and inter-op threads per worker process (0: TensorFlow's default)",
     )
     return p
 
@@ -223,9 +185,7 @@ def main(argv=None, prog=PROG):
     """`beam-embed`; returns the exit status (run it with `elmo_tf.cli.run`)."""
     parser = build_parser(prog)
     args, beam_args = parser.parse_known_args(argv)
-    if (args.token_embeddings is None) != (args.vocab is None):
-        given, missing = ("--token-embeddings", "--vocab") if args.vocab is None else ("--vocab", "--token-embeddings")
-        raise UsageError(f"{given} needs {missing} (the cache's rows follow the vocabulary's lines)")
+    check_embed_flags(args)
     check_paths(args)
     from elmo_tf.cli import setup_logging
 
@@ -244,16 +204,10 @@ def main(argv=None, prog=PROG):
         input=args.input,
         output=args.output,
         num_shards=args.num_shards,
-        layers=args.layers,
-        batch_size=args.batch_size,
-        max_batch_tokens=args.max_batch_tokens,
-        max_sentence_tokens=args.max_sentence_tokens,
-        sort=not args.no_sort,
         token_embeddings=args.token_embeddings,
         vocab=args.vocab,
-        sentence_index=not args.no_sentence_index,
         threads=args.threads,
-        dtype=args.dtype,
+        **embed_settings(args),
     )
     start = time.perf_counter()
     beam_logger = logging.getLogger("apache_beam")

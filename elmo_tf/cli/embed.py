@@ -2,7 +2,8 @@
 
 Errors follow `elmo_tf.cli`: a bad flag, a missing input or an output that cannot be written exits 2 before
 anything is loaded; a bad options.json, weight file or input file exits 1; each with one line naming the flag
-and the file (and the line or key, for data).
+and the file (and the line or key, for data). The flags `beam-embed` shares with embed are written once here
+(`add_embed_flags`, `check_embed_flags`, `embed_settings`).
 """
 
 import argparse
@@ -60,6 +61,111 @@ progress: on a terminal a bar with the total, the rate and the time left; otherw
 """
 
 
+def add_embed_flags(parser, output_help, remote_paths=False):
+    """Adds the flags that `embed` and `beam-embed` share to `parser`: the model (--options, --weights), --input,
+    --output (its help `output_help`: a file or a shard prefix), the token cache, and every option of the packing, the
+    model run and the written datasets. `embed_settings` turns them into the library's arguments and
+    `check_embed_flags` checks what argparse cannot.
+
+    With `remote_paths` (beam-embed), the input paths may be of any Beam filesystem: argparse takes them as they are
+    (the command checks them, through Beam for a remote one) and their help says so; otherwise each must be an
+    existing file.
+    """
+    where = " (local or a Beam filesystem)" if remote_paths else ""
+
+    def path(flag):
+        return None if remote_paths else existing_file(flag)
+
+    parser.add_argument(
+        "--options", required=True, type=path("--options"), help=f"bilm-tf/AllenNLP options.json{where}"
+    )
+    parser.add_argument(
+        "--weights", required=True, type=path("--weights"), help=f"bilm-tf/AllenNLP weights.hdf5{where}"
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        type=path("--input"),
+        help=f"text file, one whitespace-tokenized sentence per line{where}",
+    )
+    parser.add_argument("--output", required=True, help=output_help)
+    parser.add_argument(
+        "--batch-size",
+        type=size_int("--batch-size"),
+        default=64,
+        help="packed rows per batch, the width of the LSTM's matmuls (64); a row holds several short sentences",
+    )
+    parser.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=size_int("--max-batch-tokens"),
+        default=None,
+        help="cap on rows x steps per batch (default 128 x batch size)",
+    )
+    parser.add_argument(
+        "--max-sentence-tokens",
+        type=size_int("--max-sentence-tokens"),
+        default=None,
+        help="cut longer sentences to this many tokens (default: never cut)",
+    )
+    parser.add_argument(
+        "--no-sort",
+        action="store_true",
+        help="batch in file order (one batch of look-ahead) instead of by length within windows of 50 x batch size",
+    )
+    parser.add_argument(
+        "--token-embeddings",
+        type=path("--token-embeddings"),
+        default=None,
+        help=f"cached token vectors (bilm-tf/AllenNLP layout, from dump-token-embeddings); needs --vocab{where}",
+    )
+    parser.add_argument(
+        "--vocab",
+        type=path("--vocab"),
+        default=None,
+        help=f"the vocabulary of --token-embeddings, one token per line{where}",
+    )
+    parser.add_argument(
+        "--no-sentence-index",
+        action="store_true",
+        help="do not write sentence_to_index (AllenNLP's --forget-sentences): memory then holds no keys",
+    )
+    parser.add_argument(
+        "--threads",
+        type=threads_int("--threads"),
+        default=0,
+        help="TensorFlow intra- and inter-op threads per process (0: TensorFlow's default)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="of the written vectors (float32); float16 halves the output (computed in float32, rounded at the end)",
+    )
+
+
+def check_embed_flags(args):
+    """Raises `UsageError` for what the flags of `add_embed_flags` cannot say alone: --token-embeddings without
+    --vocab, or the reverse."""
+    if (args.token_embeddings is None) != (args.vocab is None):
+        given, missing = ("--token-embeddings", "--vocab") if args.vocab is None else ("--vocab", "--token-embeddings")
+        raise UsageError(f"{given} needs {missing} (the cache's rows follow the vocabulary's lines)")
+
+
+def embed_settings(args):
+    """The keyword arguments that the flags of `add_embed_flags` give `elmo_tf.embed.embed_file` (and the Beam
+    pipeline's `ShardedEmbedConfig`): how sentences are packed and what is written."""
+    return {
+        "batch_size": args.batch_size,
+        "layers": args.layers,
+        "max_batch_tokens": args.max_batch_tokens,
+        "max_sentence_tokens": args.max_sentence_tokens,
+        "sort": not args.no_sort,
+        "sentence_index": not args.no_sentence_index,
+        "dtype": args.dtype,
+    }
+
+
 def build_parser(prog=PROG):
     p = ArgumentParser(
         prog=prog,
@@ -68,68 +174,7 @@ def build_parser(prog=PROG):
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--options", required=True, type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
-    p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
-    p.add_argument(
-        "--input",
-        required=True,
-        type=existing_file("--input"),
-        help="text file, one whitespace-tokenized sentence per line",
-    )
-    p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
-    p.add_argument(
-        "--batch-size",
-        type=size_int("--batch-size"),
-        default=64,
-        help="packed rows per batch, the width of the LSTM's matmuls (64); a row holds several short sentences",
-    )
-    p.add_argument("--layers", choices=("all", "top", "average"), default="all", help="what to write (all)")
-    p.add_argument(
-        "--max-batch-tokens",
-        type=size_int("--max-batch-tokens"),
-        default=None,
-        help="cap on rows x steps per batch (default 128 x batch size)",
-    )
-    p.add_argument(
-        "--max-sentence-tokens",
-        type=size_int("--max-sentence-tokens"),
-        default=None,
-        help="cut longer sentences to this many tokens (default: never cut)",
-    )
-    p.add_argument(
-        "--no-sort",
-        action="store_true",
-        help="batch in file order (one batch of look-ahead) instead of by length within windows of 50 x batch size",
-    )
-    p.add_argument(
-        "--token-embeddings",
-        type=existing_file("--token-embeddings"),
-        default=None,
-        help="cached token vectors (bilm-tf/AllenNLP layout, from dump-token-embeddings); needs --vocab",
-    )
-    p.add_argument(
-        "--vocab",
-        type=existing_file("--vocab"),
-        default=None,
-        help="the vocabulary of --token-embeddings, one token per line",
-    )
-    p.add_argument(
-        "--no-sentence-index",
-        action="store_true",
-        help="do not write sentence_to_index (AllenNLP's --forget-sentences): memory then holds no keys",
-    )
-    p.add_argument(
-        "--threads",
-        type=threads_int("--threads"),
-        default=0,
-        help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="of the written vectors (float32); float16 halves the file (computed in float32, rounded at the end)",
-    )
+    add_embed_flags(p, "hdf5 file to write (replaced whole at the end)")
     add_resume_flags(p, 50_000)
     return p
 
@@ -230,9 +275,7 @@ def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
     # everything that can be checked is checked before TensorFlow and the model are loaded; the input itself is
     # read once, while embedding (a bad line further down exits 1 naming it, and no output is left)
-    if (args.token_embeddings is None) != (args.vocab is None):
-        given, missing = ("--token-embeddings", "--vocab") if args.vocab is None else ("--vocab", "--token-embeddings")
-        raise UsageError(f"{given} needs {missing} (the cache's rows follow the vocabulary's lines)")
+    check_embed_flags(args)
     inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
     if args.vocab is not None:
         inputs += (("--token-embeddings", args.token_embeddings), ("--vocab", args.vocab))
@@ -281,15 +324,9 @@ def main(argv=None, prog=PROG):
             model,
             args.input,
             args.output,
-            batch_size=args.batch_size,
-            layers=args.layers,
-            max_batch_tokens=args.max_batch_tokens,
-            sort=not args.no_sort,
-            max_sentence_tokens=args.max_sentence_tokens,
+            **embed_settings(args),
             progress=progress.update,
             token_embeddings=token_embeddings,
-            sentence_index=not args.no_sentence_index,
-            dtype=args.dtype,
             resume=args.resume,
             shard_tokens=args.shard_tokens,
             on_start=progress.start,
