@@ -84,21 +84,23 @@ def test_importing_the_package_and_its_command_lines_loads_neither_tensorflow_no
 TF_FREE_MODULES = (
     *("elmo_tf.bounds", "elmo_tf.io.atomic", "elmo_tf.io.conll", "elmo_tf.io.text", "elmo_tf.io.vocabulary"),
     *("elmo_tf.preprocessing.tokenizer", "elmo_tf.pretraining.config"),
+    *("elmo_tf.embed.packing", "elmo_tf.embed.output"),  # embed's plan and output file: plain Python, NumPy, h5py
 )
 
 
 def test_the_subpackages_are_lazy_so_their_tensorflow_free_modules_load_alone():
-    """`elmo_tf.io`, `elmo_tf.preprocessing` and `elmo_tf.pretraining` import their names on first access: importing
-    one of their TensorFlow-free modules (or a name of one) loads no TensorFlow; every name of `__all__` is in `dir()`
-    and `import *` resolves them all."""
+    """`elmo_tf.io`, `elmo_tf.preprocessing`, `elmo_tf.pretraining` and `elmo_tf.embed` import their names on first
+    access: importing one of their TensorFlow-free modules (or a name of one) loads no TensorFlow; every name of
+    `__all__` is in `dir()` and `import *` resolves them all."""
     code = (
         "import importlib, sys\n"
         f"for name in {TF_FREE_MODULES!r}:\n"
         "    importlib.import_module(name)\n"
         "from elmo_tf.io import expand_glob\n"
+        "from elmo_tf.embed import DTYPES, pack_rows\n"
         "from elmo_tf.pretraining import TrainConfig\n" + loaded_modules(HEAVY) + "\n"
-        "import elmo_tf.io, elmo_tf.preprocessing, elmo_tf.pretraining\n"
-        "for package in (elmo_tf.io, elmo_tf.preprocessing, elmo_tf.pretraining):\n"
+        "import elmo_tf.embed, elmo_tf.io, elmo_tf.preprocessing, elmo_tf.pretraining\n"
+        "for package in (elmo_tf.io, elmo_tf.preprocessing, elmo_tf.pretraining, elmo_tf.embed):\n"
         "    listed = set(package.__all__) <= set(dir(package))\n"
         "    namespace = {}\n"
         "    exec(f'from {package.__name__} import *', namespace)\n"
@@ -111,6 +113,7 @@ def test_the_subpackages_are_lazy_so_their_tensorflow_free_modules_load_alone():
         "elmo_tf.io True []",
         "elmo_tf.preprocessing True []",
         "elmo_tf.pretraining True []",
+        "elmo_tf.embed True []",
     ]
 
 

@@ -3,14 +3,14 @@
 - an output that IS the input under another name (hard link, a symlinked directory): exit 2, one line, input kept
   (the same path, a symlink to the file and a relative spelling are in tests/cli/test_embed_errors.py);
 - SIGTERM, SIGINT (Ctrl-C) and SIGKILL while the work is being written (a shard of the journal
-  `.<output>.partial/`, see tests/test_embed_resume.py), to a real subprocess: the shard's temporary is removed
+  `.<output>.partial/`, see tests/embed/test_run_resume.py), to a real subprocess: the shard's temporary is removed
   (143, 130) or left for the next run to remove (SIGKILL), the finished shards are kept for `--resume`, an older
   output at the same path stays byte for byte, a live process's temporary is kept;
 - a disk that refuses the output (a file-size limit: EFBIG, as a full disk gives ENOSPC), for embed and
   dump-token-embeddings: exit 1 with one error line naming the output and "File too large", no "Exception ignored"
   storm from h5py, no crash, no temporary, the older output byte for byte;
-- what the output says about odd input lines (a UTF-8 byte order mark, invalid UTF-8): xfail on the current
-  elmo_tf/embed.py, which reads lines itself instead of through elmo_tf.io.sentences.
+- what the output says about odd input lines (a UTF-8 byte order mark, invalid UTF-8): the lines are read through
+  elmo_tf.io.sentences (a BOM is not part of the first token, lines differing in invalid bytes keep their keys).
 
 Every wait is bounded (60 s); a run is signalled once its temporary holds some datasets, not before.
 """
@@ -231,7 +231,7 @@ def test_a_full_disk_ends_embed_with_one_line_and_keeps_the_old_output(files, tm
     output.write_bytes(PREVIOUS)
     args = ["-m", "elmo_tf", "embed", *embed_args(files, files / "long.txt", output, "--batch-size", "8")]
     result = run_limited(args, FILE_LIMIT, timeout=WAIT)
-    shard = state_dir(output) / "shard-000000.hdf5"  # the work goes to the journal first (tests/test_embed_resume.py)
+    shard = state_dir(output) / "shard-000000.hdf5"  # the work goes to the journal first (test_run_resume.py)
     assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(shard)!r}", "File too large")
     assert output.read_bytes() == PREVIOUS
     assert all_temporaries(tmp_path) == [] and (state_dir(output) / "manifest.json").is_file()  # kept for --resume

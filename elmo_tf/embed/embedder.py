@@ -1,0 +1,208 @@
+"""`Embedder`: an `ELMo` model run on packed rows of sentences, its token vectors computed once per batch.
+
+- Packed rows (`elmo_tf.embed.packing`): the biLM restarts both directions from the zero state at every sentence
+  (`BiLM(segment_starts=...)`), so a sentence gets exactly the vectors it gets alone.
+- Token vectors: the char CNN runs once per distinct token of a batch (in chunks of `cnn_chunk` tokens, which
+  bounds its memory), not once per occurrence, and not again for a token still in the LRU memo of recent tokens
+  (`memo_size`); `<S>`/`</S>` once per model; with a token-embedding cache (`elmo_tf.io.token_cache.TokenCache`,
+  the same object `ELMo.use_token_embeddings` takes), not at all for its words. A token's vector does not depend
+  on its batch, so none of this changes an output beyond float rounding (tested to 1e-6).
+- The input gates of each LSTM layer are computed `gate_chunk` steps at a time (bounded memory).
+"""
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.embed.packing import BOUNDARIES, ROW_LENGTH, pack_rows, packed_layout
+from elmo_tf.errors import check_int
+from elmo_tf.io.token_cache import TokenCache
+from elmo_tf.models.elmo import elmo_activations
+from elmo_tf.preprocessing.chars import token_bytes
+
+LAYER_CHOICES = ("all", "top", "average")
+
+
+class Embedder:
+    """Runs an `ELMo` model on lists of tokens in packed rows; any batch and length, compiled once.
+
+    Args:
+        model: an `ELMo` model.
+        layers: "all" -> `(L+1, n, 2P)`, "top" -> `(n, 2P)`, "average" -> `(n, 2P)` (mean of the L+1 layers).
+        token_embeddings: optional `elmo_tf.io.token_cache.TokenCache`, or `(vocabulary, array)`: tokens (bytes or
+            str) and their precomputed token vectors `(len(vocabulary), P)` (`elmo_tf.io.token_embeddings`); other
+            tokens go through the char CNN.
+        row_length: positions per packed row (`embed_batch` packs its sentences into rows of this size).
+        gate_chunk: LSTM steps whose input gates are computed at once.
+        cnn_chunk: tokens per char-CNN call.
+        memo_size: token vectors of the most recently seen distinct tokens kept from batch to batch (an LRU memo: a
+            frequent word goes through the char CNN once per run, not once per batch; 0 turns it off). Memory:
+            `memo_size * P` floats (16 MiB for 8192 tokens of the original P = 512).
+    """
+
+    def __init__(
+        self,
+        model,
+        layers="all",
+        token_embeddings=None,
+        row_length=ROW_LENGTH,
+        gate_chunk=8,
+        cnn_chunk=256,
+        memo_size=8192,
+    ):
+        if layers not in LAYER_CHOICES:
+            raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}")
+        self.model = model
+        self.layers = layers
+        self.row_length = check_int("row_length", row_length, 1)
+        self.gate_chunk = check_int("gate_chunk", gate_chunk, 1)
+        self.cnn_chunk = check_int("cnn_chunk", cnn_chunk, 1)
+        self.memo_size = check_int("memo_size", memo_size, 0)
+        self._memo = collections.OrderedDict()  # token bytes -> vector, least recently used first
+        width = model.config.projection_dim
+        mapping = model.char_mapping
+        self._char_ids = mapping.numpy  # token list -> char ids (bilm-tf's bytes, or a char vocabulary)
+        self._encode = tf.function(
+            lambda ids: model.char_cnn.encode_distinct(ids),
+            input_signature=[tf.TensorSpec([None, mapping.width], tf.int32)],
+        )
+        # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
+        self._fixed = np.concatenate(
+            [
+                np.zeros([1, width], np.float32),
+                self._encode(np.stack([mapping.bos_row, mapping.eos_row]).astype(np.int32)),
+            ]
+        )
+        self.token_cache = None if token_embeddings is None else TokenCache.of(token_embeddings, width)
+        self.stats = {"tokens": 0, "distinct": 0, "cached": 0, "memo": 0, "positions": 0, "padded_positions": 0}
+
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, width], tf.float32),  # vector table of the batch
+                tf.TensorSpec([None, None], tf.int32),  # (rows, steps): table row of each position, 0 = padding
+                tf.TensorSpec([None, None], tf.bool),  # (rows, steps): a sentence starts here
+                tf.TensorSpec([None, 2], tf.int32),  # (n, 2): (row, step) of every real token, in output order
+            ]
+        )
+        def run(table, table_rows, starts, positions):
+            x = tf.gather(table, table_rows)
+            lstm = model.bilm(x, mask=table_rows > 0, segment_starts=starts, gate_chunk=self.gate_chunk)
+            acts = elmo_activations(tf.gather_nd(x, positions), [tf.gather_nd(layer, positions) for layer in lstm])
+            if layers == "all":
+                return tf.stack(acts)  # (L+1, n, 2P)
+            if layers == "top":
+                return acts[-1]
+            return tf.add_n(acts) / len(acts)
+
+        self._run = run
+
+    def reset_memo(self):
+        """Empties the LRU memo of token vectors (`embed_file` does at every shard, so that a shard is computed the
+        same whatever ran before it in this process)."""
+        self._memo.clear()
+
+    @property
+    def empty_shape(self):
+        width = 2 * self.model.config.projection_dim
+        return (self.model.num_output_layers, 0, width) if self.layers == "all" else (0, width)
+
+    def token_vectors(self, tokens):
+        """`(table, rows)`: the vector table of `tokens` (padding, `<S>`, `</S>`, then each distinct token once) and
+        the table row of each token. Tokens of the token cache and of the memo are looked up, the others go through
+        the char CNN (`CharCNN.encode_distinct`), `cnn_chunk` at a time."""
+        rows_of, distinct = {}, []
+        rows = np.empty(len(tokens), np.int32)
+        for k, token in enumerate(tokens):
+            row = rows_of.get(token)
+            if row is None:
+                row = rows_of[token] = len(self._fixed) + len(distinct)
+                distinct.append(token)
+            rows[k] = row
+        vectors = np.empty([len(distinct), self._fixed.shape[1]], np.float32)
+        fresh, cached, memo = [], 0, 0
+        cache = self.token_cache
+        cache_row = cache.row if cache is not None else (lambda token: None)
+        for k, token in enumerate(distinct):
+            row = cache_row(token)
+            if row is not None:
+                vectors[k] = cache.embedding[row]
+                cached += 1
+                continue
+            vector = self._memo.get(token)
+            if vector is not None:
+                self._memo.move_to_end(token)
+                vectors[k] = vector
+                memo += 1
+                continue
+            fresh.append(k)
+        for start in range(0, len(fresh), self.cnn_chunk):
+            part = fresh[start : start + self.cnn_chunk]
+            vectors[part] = self._encode(self._char_ids([distinct[k] for k in part])).numpy()
+        if self.memo_size:
+            for k in fresh[-self.memo_size :]:
+                self._memo[distinct[k]] = vectors[k].copy()
+            while len(self._memo) > self.memo_size:
+                self._memo.popitem(last=False)
+        self.stats["distinct"] += len(distinct)
+        self.stats["cached"] += cached
+        self.stats["memo"] += memo
+        return np.concatenate([self._fixed, vectors]), rows
+
+    def embed_rows(self, rows):
+        """Embeds packed rows: `rows` is a list of rows, each a list of sentences (token lists, bytes or str, at
+        least one token each). Returns one float32 array per sentence, rows first, in order."""
+        sentences = [s for row in rows for s in row]
+        if not sentences:
+            return []
+        if any(len(s) == 0 for s in sentences):
+            raise ValueError("embed_rows: every sentence needs at least one token (write empty ones directly)")
+        tokens = [token_bytes(t) for s in sentences for t in s]
+        table, token_rows = self.token_vectors(tokens)
+        table_rows, starts, positions = packed_layout([[len(s) for s in row] for row in rows], token_rows)
+        self.stats["tokens"] += len(tokens)
+        self.stats["positions"] += int((table_rows > 0).sum())
+        self.stats["padded_positions"] += table_rows.size
+        out = self._run(table, table_rows, starts, positions).numpy()
+        results, k = [], 0
+        for s in sentences:
+            n = len(s)
+            results.append(out[:, k : k + n] if self.layers == "all" else out[k : k + n])
+            k += n
+        return results
+
+    def embed_batch(self, sentences):
+        """`sentences`: list of token lists (bytes or str). Returns one float32 array per sentence (empty ones
+        included), packing them into rows of `row_length` positions."""
+        results = [np.zeros(self.empty_shape, np.float32) for _ in sentences]
+        real = [i for i, s in enumerate(sentences) if len(s) > 0]
+        if not real:
+            return results
+        rows = [
+            [real[i] for i in row] for row in pack_rows([len(sentences[i]) + BOUNDARIES for i in real], self.row_length)
+        ]
+        embedded = self.embed_rows([[sentences[i] for i in row] for row in rows])
+        for i, array in zip((i for row in rows for i in row), embedded):
+            results[i] = array
+        return results
+
+
+def limit_malloc_arenas(arenas=2):
+    """Caps glibc's malloc arenas for this process (`mallopt(M_ARENA_MAX, arenas)`); returns True when set.
+
+    Each thread that allocates under contention gets an arena of its own, and freed memory stays in it: with
+    TensorFlow's thread pools that is about 100 MB of peak RSS on the original model (measured with
+    bench/embed_throughput.py, batch 32: 1,697 -> 1,599 MiB, speed within noise). Called by `python -m elmo_tf
+    embed` before the model loads; a no-op where glibc is not the C library.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        return bool(libc.mallopt(-8, int(arenas)))  # M_ARENA_MAX = -8 in glibc's malloc.h
+    except (OSError, AttributeError):
+        return False

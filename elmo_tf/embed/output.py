@@ -1,0 +1,90 @@
+"""Embed's output file: the dtype of its arrays, one file written from `(Sentence, array)` pairs, shards merged.
+
+An embed output (hdf5) holds one dataset per input line, named by the line's index ("0", "1", ...), and, unless turned
+off, `sentence_to_index` (AllenNLP's map from a line's key to its dataset name); `elmo_tf.io.sentences.EmbeddingWriter`
+writes it atomically. The arrays are computed in float32 and written as float32 or float16 (`check_dtype`,
+`cast_embedding`). `write_embedding_file` writes any set of lines as a valid output of their own (a shard of
+`embed_file`'s journal, a worker's share of a larger input), `merge_shards` joins such files into one.
+"""
+
+import json
+
+import h5py
+import numpy as np
+
+from elmo_tf.errors import ElmoTFError
+from elmo_tf.io.journal import fault_point
+from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter
+
+DTYPES = ("float32", "float16")  # of the written arrays; computed in float32 either way
+
+
+def check_dtype(dtype):
+    """`dtype` ("float32" or "float16", or their numpy dtypes) as its name; ElmoTFError naming it otherwise."""
+    name = np.dtype(dtype).name if isinstance(dtype, (type, np.dtype)) else dtype
+    if name not in DTYPES:
+        raise ElmoTFError(f"dtype must be one of {DTYPES}, got {dtype!r}", key="dtype")
+    return name
+
+
+def cast_embedding(array, dtype, index=None):
+    """`array` (float32) as `dtype`, rounded to the nearest; ElmoTFError when a finite value does not fit (float16's
+    largest is 65504: ELMo's outputs stay far below it, but a model with huge weights may not)."""
+    with np.errstate(over="ignore"):  # checked below, with a message naming the line
+        out = np.asarray(array, dtype=dtype)
+    if out.dtype != np.float32 and not np.isfinite(out).all() and np.isfinite(array).all():
+        where = f" (line index {index})" if index is not None else ""
+        largest = float(np.abs(array).max())
+        raise ElmoTFError(f"a value of magnitude {largest:.6g}{where} does not fit {dtype}: use float32", key="dtype")
+    return out
+
+
+def write_embedding_file(path, embedded, dtype="float32", sentence_index=True, durable=False):
+    """Writes `embedded`, `(Sentence, array)` pairs (`embed_sentences`), as a valid embed output for those sentences:
+    a dataset per sentence named by its index, and `sentence_to_index` for them (keys in line order, so the last of
+    equal lines wins, as in a whole file). Atomic (`EmbeddingWriter`); `durable`: fsync'd before and after the
+    rename. Returns the number of datasets written."""
+    lines = []
+    with EmbeddingWriter(path, index=sentence_index, dtype=check_dtype(dtype), durable=durable) as writer:
+        for sentence, array in embedded:
+            writer.write(sentence.index, array)
+            if sentence_index:
+                lines.append((sentence.index, sentence.line))
+        lines.sort(key=lambda pair: pair[0])
+        for index, line in lines:
+            writer.add_key(index, line)
+        fault_point("shard-write")
+    return writer.written
+
+
+def merged_sentence_index(paths):
+    """The `sentence_to_index` of one file holding the lines of the embed outputs `paths`, from their own maps: the
+    same mapping as one run over all the lines (a key maps to its last line), but a key found in several files is
+    placed by the first file's line rather than its first line, so the JSON text may list keys in another order."""
+    pairs = []
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            if INDEX_DATASET in f:
+                pairs.extend((int(index), key) for key, index in json.loads(f[INDEX_DATASET][0]).items())
+    pairs.sort()
+    return {key: str(index) for index, key in pairs}
+
+
+def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=True):
+    """Writes the datasets of the embed outputs `paths` (shards of one input, each line in one of them) into one
+    file `output_path` (atomic and durable), with `keys` as its `sentence_to_index` (`{key: "index"}` in line order,
+    as `embed_file` collects it; None: `merged_sentence_index(paths)`). Memory holds one dataset at a time (and the
+    keys). Returns the datasets written."""
+    if keys is None and sentence_index:
+        keys = merged_sentence_index(paths)
+    with EmbeddingWriter(output_path, index=sentence_index, dtype=check_dtype(dtype), durable=True) as writer:
+        for path in paths:
+            with h5py.File(path, "r") as f:
+                for name in f:
+                    if name != INDEX_DATASET:
+                        writer.write(int(name), f[name][...])
+            fault_point("merge")
+        if keys:
+            writer.add_keys(keys)
+    fault_point("merged")
+    return writer.written

@@ -1,0 +1,256 @@
+"""Embedding a stream of sentences (`embed_sentences`) and a whole file, journaled and resumable (`embed_file`).
+
+How a file is run (`embed_file`), resumable:
+  - One plan: the input is read once and planned into batches (`elmo_tf.embed.packing.iter_plan`), the same batches
+    for the same input and settings; consecutive batches form shards of about `shard_tokens` tokens.
+  - A journal: each shard is written, once done, as an embed output of its own lines (`write_embedding_file`) into
+    `.<output name>.partial/` beside the output, fsync'd before it counts (`elmo_tf.io.journal.RunJournal`); at the
+    end the shards are copied into the output (`merge_shards`) and the journal removed.
+  - Resume: the same call with `resume=True` replays the plan, skips the shards on the disk and computes the others;
+    the token memo restarts with every shard, so each shard is computed exactly as in an uninterrupted run and the
+    file is the same, value for value. The journal's fingerprint (input content, model weights, token cache, every
+    setting) must match, or the resume is refused.
+  - `embed_sentences` + `write_embedding_file` embed any set of lines (a worker's share of a larger input, keeping
+    their global line indices) into a valid embed output: the pieces a distributed job is made of.
+"""
+
+import collections
+import hashlib
+import itertools
+import logging
+
+import h5py
+import numpy as np
+import tensorflow as tf
+
+from elmo_tf.embed.embedder import Embedder
+from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, write_embedding_file
+from elmo_tf.embed.packing import ROW_LENGTH, iter_plan
+from elmo_tf.errors import check_int
+from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
+from elmo_tf.io.sentences import INDEX_DATASET, iter_sentences, sentence_key
+from elmo_tf.io.text import TextFileError
+from elmo_tf.models.elmo import model_fingerprint
+
+logger = logging.getLogger(__name__)
+
+SHARD_TOKENS = 50_000  # tokens per shard of embed_file's journal: about a minute of the original model on 2 cores
+
+
+def _embed_items(embedder, items, dtype, progress=None):
+    """(Sentence, array as `dtype`) for every sentence of the `(empties, batch)` items, in their order."""
+    for empties, batch in items:
+        for sentence in empties:
+            yield sentence, np.zeros(embedder.empty_shape, dtype)
+        done = len(empties)
+        if batch:
+            flat = [s for row in batch for s in row]
+            arrays = embedder.embed_rows([[s.tokens for s in row] for row in batch])
+            for sentence, array in zip(flat, arrays):
+                yield sentence, cast_embedding(array, dtype, sentence.index)
+            done += len(flat)
+            fault_point("batch")
+        if progress and done:
+            progress(done)
+
+
+def embed_sentences(
+    embedder, sentences, batch_size=64, max_batch_tokens=None, sort=True, row_length=ROW_LENGTH, dtype="float32"
+):
+    """Yields `(sentence, array)` for each `Sentence` of `sentences` (any iterable: a file's `iter_sentences`, a set of
+    lines of a larger input keeping their global `index`), packed and batched as `embed_file` does (`iter_plan`), as
+    soon as each batch is done; empty sentences get `(L+1, 0, 2P)` zeros. `array` has `dtype` ("float32" or
+    "float16"). What a worker of a distributed job calls on its lines before `write_embedding_file`."""
+    dtype = check_dtype(dtype)
+    if max_batch_tokens is None:
+        max_batch_tokens = batch_size * 128
+    yield from _embed_items(embedder, iter_plan(sentences, batch_size, max_batch_tokens, sort, row_length), dtype)
+
+
+def _numbered_shards(items, shard_tokens):
+    """`(shard number, empties, batch)` for the `iter_plan` items: a shard ends with the batch that brings its tokens
+    to `shard_tokens` or more (a function of the plan alone, never of time). A last item without sentences is
+    dropped."""
+    number = tokens = 0
+    for empties, batch in items:
+        if batch is None and not empties:
+            return
+        yield number, empties, batch
+        if batch is not None:
+            tokens += sum(len(s.tokens) for row in batch for s in row)
+            if tokens >= shard_tokens:
+                number, tokens = number + 1, 0
+
+
+def _cache_fingerprint(cache):
+    if cache is None:
+        return None
+    digest = hashlib.sha256()
+    for token in cache.tokens:
+        digest.update(len(token).to_bytes(4, "little") + token)
+    digest.update(np.ascontiguousarray(cache.embedding, np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def _short_hash(value):
+    return f"sha256 {value[:12]}"
+
+
+FINGERPRINT_SHOWN = {
+    "input": lambda v: f"sha256 {v['sha256'][:12]}, {v['size']} bytes",
+    "model": _short_hash,
+    "token_embeddings": _short_hash,
+}
+
+
+def run_fingerprint(embedder, digest, **settings):
+    """What an embed run's output depends on, for `RunJournal`: the input's content (`file_digest`), the model's
+    config and weights, the token cache, every setting, TensorFlow's version and thread counts."""
+    return {
+        "input": {"sha256": digest["sha256"], "size": digest["size"]},
+        "model": model_fingerprint(embedder.model),
+        "token_embeddings": _cache_fingerprint(embedder.token_cache),
+        "layers": embedder.layers,
+        **settings,
+        "row_length": embedder.row_length,
+        "gate_chunk": embedder.gate_chunk,
+        "cnn_chunk": embedder.cnn_chunk,
+        "memo_size": embedder.memo_size,
+        "tensorflow": tf.__version__,
+        "threads": [
+            tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads(),
+        ],
+    }
+
+
+def _count_sentences(sentences, counts, keys):
+    for sentence in sentences:
+        counts["sentences"] += 1
+        counts["tokens"] += len(sentence.tokens)
+        counts["truncated"] += sentence.truncated
+        counts["empty"] += not sentence.tokens
+        if keys is not None:
+            keys[sentence_key(sentence.line)] = str(sentence.index)
+        yield sentence
+
+
+def _finished_shards(journal):
+    """`{number: sentences}` of the journal's finished shards; one that cannot be read is removed (written again)."""
+    found = {}
+    for number, path in sorted(journal.done.items()):
+        try:
+            with h5py.File(path, "r") as f:
+                found[number] = sum(1 for name in f if name != INDEX_DATASET)
+        except (OSError, ValueError) as e:
+            logger.warning("shard %s cannot be read (%s): it is computed again", path, e)
+            journal.discard(number)
+    return found
+
+
+def embed_file(
+    model,
+    input_path,
+    output_path,
+    batch_size=64,
+    layers="all",
+    max_batch_tokens=None,
+    sort=True,
+    max_sentence_tokens=None,
+    progress=None,
+    token_embeddings=None,
+    sentence_index=True,
+    row_length=ROW_LENGTH,
+    dtype="float32",
+    resume=False,
+    shard_tokens=SHARD_TOKENS,
+    on_start=None,
+    notes=None,
+):
+    """Writes one dataset per input line ("0", "1", ...) plus `sentence_to_index` to `output_path` (hdf5); resumable.
+
+    The input is read once, line by line (`elmo_tf.io.sentences.iter_sentences`), and packed into batches
+    (`iter_plan`); consecutive batches form shards of about `shard_tokens` tokens, each written, as soon as it is
+    done, to the run's journal beside the output (`elmo_tf.io.journal.RunJournal`: `.<output name>.partial/`, every
+    shard complete and fsync'd before it counts). At the end the shards are copied into the output (written under a
+    temporary name and renamed) and the journal is removed. An interrupted run (SIGKILL, SIGTERM, Ctrl-C, a full
+    disk) leaves an existing output as it was and keeps its finished shards: the same call with `resume=True` reads
+    the input again, skips the shards already written, computes the others and writes the same file as an
+    uninterrupted run, value for value (the token memo restarts with every shard, so a shard is computed the same
+    whether or not the run before it was interrupted). A resume whose input content, model, token cache or setting
+    differs raises `ResumeRefused` naming each; without `resume`, a partial state is removed and the run starts over.
+    Memory holds one window of sentences, one batch and one dataset being copied, whatever the file's size (plus,
+    unless `sentence_index` is False, the keys of `sentence_to_index`). Disk: the output twice, briefly.
+
+    Args:
+        batch_size: packed rows per batch (a row holds several short sentences).
+        sort: pack sentences of similar length together within windows of `50 * batch_size` sentences; without
+            it, batches follow the file with one batch of look-ahead.
+        max_batch_tokens: cap on rows x steps of a batch (default `128 * batch_size`).
+        progress: optional callable `progress(n_sentences_done)` called after each batch computed in this run.
+        token_embeddings: optional `(vocabulary, array)` or `TokenCache` (see `Embedder`).
+        sentence_index: write `sentence_to_index` (AllenNLP's map from sentence to dataset name).
+        dtype: "float32", or "float16" (half the file, each value rounded to the nearest float16).
+        resume: continue the partial run of the same call into `output_path`, if there is one.
+        shard_tokens: tokens per shard (at most that much work is lost to a kill; changes the run's fingerprint).
+        on_start: optional callable `on_start(total_sentences, done_sentences)`, called once before the first batch
+            (the input's line count, and how many lines a resumed run already has).
+        notes: `{fingerprint name: text}` shown beside a differing value when a resume is refused (file names).
+    Returns:
+        dict of counts: sentences, tokens, empty, truncated (of the whole input); shards, resumed_shards,
+        resumed_sentences; computed_tokens and the embedder's other stats (of the batches computed in this run).
+    Raises:
+        ResumeRefused, JournalBusy (`elmo_tf.io.journal`); `elmo_tf.io.atomic.WriteError`;
+        `elmo_tf.io.text.TextFileError`.
+    """
+    dtype = check_dtype(dtype)
+    shard_tokens = check_int("shard_tokens", shard_tokens, 1)
+    embedder = Embedder(model, layers, token_embeddings=token_embeddings, row_length=row_length)
+    if max_batch_tokens is None:
+        max_batch_tokens = batch_size * 128
+    sentences = iter_sentences(input_path, max_sentence_tokens)  # checks max_sentence_tokens now
+    try:
+        before = file_state(input_path)
+        digest = file_digest(input_path)
+    except OSError as e:
+        raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
+    fingerprint = run_fingerprint(
+        embedder,
+        digest,
+        dtype=dtype,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        sort=bool(sort),
+        max_sentence_tokens=max_sentence_tokens,
+        sentence_index=bool(sentence_index),
+        shard_tokens=shard_tokens,
+    )
+    notes = {"input": str(input_path), **(notes or {})}
+    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
+    keys = {} if sentence_index else None
+    with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=FINGERPRINT_SHOWN) as journal:
+        finished = _finished_shards(journal)
+        if on_start:
+            on_start(digest["lines"], sum(finished.values()))
+        plan = iter_plan(_count_sentences(sentences, counts, keys), batch_size, max_batch_tokens, sort, row_length)
+        shards = 0
+        for number, group in itertools.groupby(_numbered_shards(plan, shard_tokens), key=lambda item: item[0]):
+            shards = number + 1
+            items = ((empties, batch) for _, empties, batch in group)
+            if number in finished:
+                collections.deque(items, maxlen=0)  # read past it: the plan goes on as in the first run
+                continue
+            embedder.reset_memo()
+            embedded = _embed_items(embedder, items, dtype, progress)
+            write_embedding_file(journal.shard_path(number), embedded, dtype, sentence_index, durable=True)
+            fault_point("shard")
+        check_unchanged(input_path, before)
+        merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
+    counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")
+    counts.update(
+        computed_tokens=embedder.stats["tokens"],
+        shards=shards,
+        resumed_shards=len(finished),
+        resumed_sentences=sum(finished.values()),
+    )
+    return counts

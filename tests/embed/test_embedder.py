@@ -1,0 +1,26 @@
+"""elmo_tf/embed/embedder.py: packed rows, token vectors shared within a batch and across batches, the same outputs."""
+
+import numpy as np
+import pytest
+
+from elmo_tf.embed import Embedder
+
+
+def test_packing_memo_and_dedup_change_no_output(tiny_elmo, to_char_ids):
+    """Rows packed with other sentences, token vectors shared within a batch (dedup) and across batches (memo):
+    every sentence still gets the vectors it gets alone, and the memo really serves later batches."""
+    rng = np.random.default_rng(0)
+    words = [w.encode() for w in "the a of cat dog <S> </S> İSTANBUL x y z , . big small red".split()] + [b"caf\xe9"]
+    sentences = [[words[k] for k in rng.integers(0, len(words), rng.integers(1, 25))] for _ in range(30)]
+    plain = Embedder(tiny_elmo, "all", memo_size=0, row_length=16)
+    memo = Embedder(tiny_elmo, "all", memo_size=8, row_length=40)
+    first = plain.embed_batch(sentences)
+    second = memo.embed_batch(sentences[:15]) + memo.embed_batch(sentences[15:])
+    assert plain.stats["memo"] == 0 and memo.stats["memo"] > 0
+    assert plain.stats["distinct"] < plain.stats["tokens"]
+    for s, a, b in zip(sentences, first, second):
+        alone = np.stack([np.asarray(x)[0] for x in tiny_elmo(to_char_ids([s]))["activations"]])
+        np.testing.assert_allclose(a, alone, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(b, alone, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="memo_size"):
+        Embedder(tiny_elmo, memo_size=-1)
