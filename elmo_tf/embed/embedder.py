@@ -21,6 +21,11 @@ from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.models.elmo import elmo_activations
 from elmo_tf.preprocessing.chars import token_bytes
 
+# A char-CNN call's tokens are padded with all-zero rows (no token; sliced off) to a multiple of this. TensorFlow's
+# oneDNN convolutions keep a compiled primitive per input shape they meet (a cache per op, up to 1,024 each): a chunk
+# of any size from 1 to `cnn_chunk`, times the cut width (`CharCNN.encode_tokens`), made a long embed run meet
+# thousands of shapes, and its RSS grew by about 300 MiB over 100,000 lines (bench/README.md, "Corpus scale").
+CNN_TOKENS_MULTIPLE = 32
 LAYER_CHOICES = ("all", "top", "average")
 
 
@@ -63,8 +68,10 @@ class Embedder:
         width = model.config.projection_dim
         mapping = model.char_mapping
         self._char_ids = mapping.numpy  # token list -> char ids (bilm-tf's bytes, or a char vocabulary)
+        # the tokens reaching it are distinct already (`token_vectors`), so `encode_tokens`, not `encode_distinct`
+        # (whose unique op would also fold the all-zero rows a chunk is padded with: see CNN_TOKENS_MULTIPLE)
         self._encode = tf.function(
-            lambda ids: model.char_cnn.encode_distinct(ids),
+            lambda ids: model.char_cnn.encode_tokens(ids),
             input_signature=[tf.TensorSpec([None, mapping.width], tf.int32)],
         )
         # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
@@ -138,7 +145,9 @@ class Embedder:
             fresh.append(k)
         for start in range(0, len(fresh), self.cnn_chunk):
             part = fresh[start : start + self.cnn_chunk]
-            vectors[part] = self._encode(self._char_ids([distinct[k] for k in part])).numpy()
+            ids = self._char_ids([distinct[k] for k in part])
+            ids = np.pad(ids, ((0, -(-len(part) // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE - len(part)), (0, 0)))
+            vectors[part] = self._encode(ids).numpy()[: len(part)]
         if self.memo_size:
             for k in fresh[-self.memo_size :]:
                 self._memo[distinct[k]] = vectors[k].copy()

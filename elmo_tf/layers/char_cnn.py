@@ -18,6 +18,11 @@ def _padding_row_zero(initializer):
     return init
 
 
+# `encode_tokens` cuts the char positions to a width rounded up to a multiple of this (the extra positions are padding
+# windows, whose value the max takes anyway): TensorFlow's oneDNN convolutions compile and keep a primitive per input
+# shape, and the exact width (longest token + widest filter - 1: about 40 values) multiplied the shapes a long run
+# meets (with it, 600 chunks of random words grew the RSS by 100 MiB before leveling off; 23 MiB at one width).
+CUT_WIDTH_MULTIPLE = 4
 ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
@@ -144,7 +149,8 @@ class CharCNN(keras.layers.Layer):
         The convolutions run over the batch's longest token only, not all `max_chars` positions: past it, every
         real token has nothing but padding chars, so each of its windows there has the value of an all-padding
         window. When every real token is short enough to have at least one such window for every width (length
-        <= max_chars - widest filter), the ids are cut to the longest token plus `widest - 1` positions, one
+        <= max_chars - widest filter), the ids are cut to the longest token plus `widest - 1` positions (rounded up
+        to a multiple of `CUT_WIDTH_MULTIPLE`: more all-padding windows, the same maxes), one
         all-padding token is encoded beside them, and each real token's max also takes that token's value: the
         same max as over all positions, and the same gradients (a tie's gradient goes to one of the equal
         windows instead of being shared). Words are far shorter than 50 bytes, so this halves the convolutions'
@@ -160,7 +166,10 @@ class CharCNN(keras.layers.Layer):
         used = tf.reduce_any(tf.logical_and(tf.not_equal(char_ids, pad), real[:, None]), axis=0)  # (max_chars,)
         longest = tf.reduce_max(tf.where(used, tf.range(1, self.max_chars + 1), 0))
         cut = longest <= self.max_chars - widest
-        kept = tf.where(cut, tf.maximum(longest, 1) + widest - 1, self.max_chars)
+        exact = tf.maximum(longest, 1) + widest - 1
+        step = CUT_WIDTH_MULTIPLE
+        rounded = tf.minimum((exact + step - 1) // step * step, self.max_chars)
+        kept = tf.where(cut, rounded, self.max_chars)
         # the last row is one all-padding token: its max is the value of an all-padding window
         ids = tf.concat([char_ids[:, :kept], tf.fill([1, kept], tf.constant(pad, char_ids.dtype))], axis=0)
         add_padding_window = tf.logical_and(cut, real)[:, None]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from elmo_tf.embed import Embedder
+from elmo_tf.embed.embedder import CNN_TOKENS_MULTIPLE
 
 
 def test_packing_memo_and_dedup_change_no_output(tiny_elmo, to_char_ids):
@@ -24,3 +25,23 @@ def test_packing_memo_and_dedup_change_no_output(tiny_elmo, to_char_ids):
         np.testing.assert_allclose(b, alone, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="memo_size"):
         Embedder(tiny_elmo, memo_size=-1)
+
+
+def test_char_cnn_calls_are_padded_to_a_few_sizes_and_give_the_same_vectors(tiny_elmo):
+    """Each char-CNN call of the Embedder holds a multiple of CNN_TOKENS_MULTIPLE tokens (all-zero rows added, their
+    vectors dropped), so a long run meets few shapes; every token's vector is the one `encode_distinct` gives it."""
+    embedder = Embedder(tiny_elmo, "top", memo_size=0, cnn_chunk=100)
+    sizes, encode = [], embedder._encode
+
+    def spy(ids):
+        sizes.append(len(ids))
+        return encode(ids)
+
+    embedder._encode = spy
+    tokens = [f"w{k}".encode() for k in range(137)]  # 137 distinct: chunks of 100 and 37
+    table, rows = embedder.token_vectors(tokens + tokens[:5])
+    assert sizes == [128, 64], sizes  # 100 -> 128, 37 -> 64
+    assert all(size % CNN_TOKENS_MULTIPLE == 0 for size in sizes)
+    expected = tiny_elmo.char_cnn.encode_distinct(tiny_elmo.char_mapping.numpy(tokens)).numpy()
+    np.testing.assert_allclose(table[rows[:137]], expected, atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(rows[137:], rows[:5])

@@ -151,6 +151,7 @@ def test_gradients_reach_every_weight(randomize, to_char_ids):
 
 # --- the convolutions run over the batch's longest token only (CharCNN.encode_tokens) ---
 
+from elmo_tf.layers.char_cnn import CUT_WIDTH_MULTIPLE  # noqa: E402
 from elmo_tf.preprocessing.chars import PAD  # noqa: E402
 
 WIDEST = max(width for width, _ in FILTERS)
@@ -195,7 +196,8 @@ def test_cut_to_the_longest_token_gives_the_values_of_all_positions(randomize, t
     ids = to_char_ids(sentences)
     out = np.asarray(layer(ids))
     longest = len("longest") + 2  # with begin / end of word
-    assert set(conv_widths) == {longest + WIDEST - 1}, conv_widths
+    rounded = -(-(longest + WIDEST - 1) // CUT_WIDTH_MULTIPLE) * CUT_WIDTH_MULTIPLE
+    assert set(conv_widths) == {rounded}, conv_widths
     np.testing.assert_allclose(out, numpy_char_cnn(ids, layer), atol=1e-5, rtol=0)
     # the case is a real one: over the cut positions alone, the longest token's filters differ
     flat = ids.reshape(-1, 50)[ids.reshape(-1, 50).any(axis=1)]
@@ -203,6 +205,20 @@ def test_cut_to_the_longest_token_gives_the_values_of_all_positions(randomize, t
     full = np.asarray(full_width_tokens(layer, flat))
     assert np.abs(cut - full).max() > 1e-3
     np.testing.assert_allclose(np.asarray(layer.encode_tokens(flat)), full, atol=1e-5, rtol=0)
+
+
+def test_cut_widths_are_few_whatever_the_longest_token(randomize, to_char_ids, conv_widths):
+    """The cut width is rounded up to a multiple of CUT_WIDTH_MULTIPLE (capped at 50): tokens of 1 to 40 bytes meet
+    at most 11 conv input widths, not 40 (TensorFlow's oneDNN convolutions keep a compiled primitive per shape, and
+    a long embed run's RSS grew with the widths met), and every value is still that of all 50 positions."""
+    layer = make_cnn(randomize)
+    padding_window_dominant(layer)
+    for n in range(1, 41):
+        ids = to_char_ids([["a", "q" * n]])
+        np.testing.assert_allclose(np.asarray(layer(ids)), numpy_char_cnn(ids, layer), atol=1e-5, rtol=0)
+    widths = set(conv_widths)
+    assert all(w % CUT_WIDTH_MULTIPLE == 0 or w == 50 for w in widths), widths
+    assert len(widths) <= 11, widths
 
 
 @pytest.mark.parametrize(
