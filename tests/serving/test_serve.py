@@ -248,6 +248,13 @@ def test_the_shipped_batching_parameters_parse_as_tf_serving_and_the_embedded_se
     }
 
 
+def assert_serves_the_model(target, model, sentences):
+    """A gRPC client at `target` waits for the "elmo" model, then gets the Keras `model`'s numbers for `sentences`."""
+    with ElmoClient(target, "elmo", timeout=30) as client:
+        client.wait_for_model(timeout=120)
+        assert_parity(reference_sentences(model, sentences), client.embed(sentences))
+
+
 def test_embedded_server_end_to_end(base_path, model, fake_stock_server):
     """--embedded wins over a stock binary on PATH; gRPC and REST answer, with the batching parameters shipped for
     stock TF Serving (export/batching.config); SIGTERM stops it with status 0."""
@@ -282,10 +289,7 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server):
         text=True,
     )
     try:
-        with ElmoClient(f"127.0.0.1:{port}", "elmo", timeout=30) as client:
-            client.wait_for_model(timeout=120)
-            sentences = ["served by a subprocess"]
-            assert_parity(reference_sentences(model, sentences), client.embed(sentences))
+        assert_serves_the_model(f"127.0.0.1:{port}", model, ["served by a subprocess"])
         with urllib.request.urlopen(f"http://127.0.0.1:{rest_port}/v1/models/elmo", timeout=30) as response:
             assert json.load(response)["model_version_status"][0]["state"] == "AVAILABLE"
         process.send_signal(signal.SIGTERM)
@@ -368,10 +372,7 @@ def test_port_0_with_a_grpc_socket_path_serves_grpc_on_the_socket_only(base_path
         text=True,
     )
     try:
-        with ElmoClient(f"unix:{path}", "elmo", timeout=30) as client:
-            client.wait_for_model(timeout=120)
-            sentences = ["served over a unix socket"]
-            assert_parity(reference_sentences(model, sentences), client.embed(sentences))
+        assert_serves_the_model(f"unix:{path}", model, ["served over a unix socket"])
         # REST starts after gRPC (server.cc's order): wait for it, then gRPC must have no TCP port of its own
         wait_for(lambda: rest_port in {p for _, p in listening_addresses(process.pid)}, 30, "the REST port")
         assert {port for _, port in listening_addresses(process.pid)} == {rest_port}
