@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.embed import FINGERPRINT_SHOWN
+from elmo_tf.embed.embedder import runtime_fingerprint
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
 from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
@@ -130,11 +131,7 @@ def run_fingerprint(lm, digest, **settings):
         "top_k": lm.top_k,
         **settings,
         "chunk_size": lm.chunk_size,
-        "tensorflow": tf.__version__,
-        "threads": [
-            tf.config.threading.get_intra_op_parallelism_threads(),
-            tf.config.threading.get_inter_op_parallelism_threads(),
-        ],
+        **runtime_fingerprint(),
     }
 
 

@@ -101,19 +101,13 @@ def local_copy(path, directory):
 
 def load_model(config):
     """The model and token cache of `config`, as `elmo-tf embed` loads them."""
-    import tensorflow as tf
 
-    from elmo_tf.embed import limit_malloc_arenas
+    from elmo_tf.embed.embedder import limit_malloc_arenas, use_threads
     from elmo_tf.io.token_embeddings import load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
 
     limit_malloc_arenas()
-    if config.threads:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(config.threads)
-            tf.config.threading.set_inter_op_parallelism_threads(config.threads)
-        except RuntimeError:  # TensorFlow already running in this process: its pools stay as they are
-            pass
+    use_threads(config.threads)
     with tempfile.TemporaryDirectory(prefix="elmo_tf_beam_") as tmp:
         model = load_elmo(local_copy(config.options, tmp), local_copy(config.weights, tmp))
         token_embeddings = None

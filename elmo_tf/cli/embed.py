@@ -283,18 +283,16 @@ def main(argv=None, prog=PROG):
     check_text_start("--input", args.input)
     setup_logging(quiet=args.quiet)
     log = logging.getLogger("elmo_tf")
-    import tensorflow as tf
 
     from elmo_tf.config import ConfigError
     from elmo_tf.embed import embed_file, limit_malloc_arenas
+    from elmo_tf.embed.embedder import use_threads
     from elmo_tf.io import WeightFileError
     from elmo_tf.io.token_embeddings import TokenEmbeddingError, load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
 
     limit_malloc_arenas()  # before TensorFlow's threads allocate: about 100 MB less peak RSS
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    use_threads(args.threads)
     try:
         model = load_elmo(args.options, args.weights)
     except ConfigError as e:

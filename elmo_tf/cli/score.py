@@ -173,13 +173,11 @@ def main(argv=None, prog=PROG):
     check_text_start("--input", args.input)
     setup_logging(quiet=args.quiet)
     log = logging.getLogger("elmo_tf")
-    import tensorflow as tf
 
+    from elmo_tf.embed.embedder import use_threads
     from elmo_tf.score import score_file
 
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    use_threads(args.threads)
     lm = load(files, args.top_k)
     notes = {flag: path for flag, path in files.items() if flag != "options"}
     notes["model"] = f"{files['options']}, {notes.pop('weights')}"

@@ -196,6 +196,31 @@ class Embedder:
         return results
 
 
+def use_threads(threads):
+    """Gives TensorFlow's intra-op and inter-op pools `threads` threads each (0 or None: TensorFlow's own choice),
+    as `embed`, `score` and a Beam worker do before their model loads. A process whose TensorFlow already runs keeps
+    its pools (TensorFlow's RuntimeError is ignored: a Beam worker may run several DoFns)."""
+    if not threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        pass
+
+
+def runtime_fingerprint():
+    """What of the process a resumable run's journal records beside its settings (`embed_file`, `score_file`): the
+    TensorFlow version and its thread pools (either can change the last bits of the arrays)."""
+    return {
+        "tensorflow": tf.__version__,
+        "threads": [
+            tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads(),
+        ],
+    }
+
+
 def limit_malloc_arenas(arenas=2):
     """Caps glibc's malloc arenas for this process (`mallopt(M_ARENA_MAX, arenas)`); returns True when set.
 

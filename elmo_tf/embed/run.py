@@ -21,9 +21,8 @@ import logging
 
 import h5py
 import numpy as np
-import tensorflow as tf
 
-from elmo_tf.embed.embedder import Embedder
+from elmo_tf.embed.embedder import Embedder, runtime_fingerprint
 from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, write_embedding_file
 from elmo_tf.embed.packing import ROW_LENGTH, iter_plan
 from elmo_tf.errors import check_int
@@ -116,11 +115,7 @@ def run_fingerprint(embedder, digest, **settings):
         "gate_chunk": embedder.gate_chunk,
         "cnn_chunk": embedder.cnn_chunk,
         "memo_size": embedder.memo_size,
-        "tensorflow": tf.__version__,
-        "threads": [
-            tf.config.threading.get_intra_op_parallelism_threads(),
-            tf.config.threading.get_inter_op_parallelism_threads(),
-        ],
+        **runtime_fingerprint(),
     }
 
 
