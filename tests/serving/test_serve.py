@@ -248,6 +248,20 @@ def test_the_shipped_batching_parameters_parse_as_tf_serving_and_the_embedded_se
     }
 
 
+def stop_with_sigterm(process):
+    """Sends SIGTERM to a served subprocess and returns its whole output once it has exited (60 s at most)."""
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    return output
+
+
+def kill_if_running(process):
+    """The `finally` of a test that started a server: kills it if it still runs, and reaps it."""
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
 def assert_serves_the_model(target, model, sentences):
     """A gRPC client at `target` waits for the "elmo" model, then gets the Keras `model`'s numbers for `sentences`."""
     with ElmoClient(target, "elmo", timeout=30) as client:
@@ -292,15 +306,12 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server):
         assert_serves_the_model(f"127.0.0.1:{port}", model, ["served by a subprocess"])
         with urllib.request.urlopen(f"http://127.0.0.1:{rest_port}/v1/models/elmo", timeout=30) as response:
             assert json.load(response)["model_version_status"][0]["state"] == "AVAILABLE"
-        process.send_signal(signal.SIGTERM)
         start = time.monotonic()
-        output, _ = process.communicate(timeout=60)
+        output = stop_with_sigterm(process)
         assert process.returncode == 0, output
         assert time.monotonic() - start < 30
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        kill_if_running(process)
     assert not record.exists()  # the fake stock server never ran
     assert "embedded model server ready" in output and f"gRPC 127.0.0.1:{port}" in output
     assert "batching parameter max_enqueued_batches is not used by the embedded server" in output
@@ -376,13 +387,10 @@ def test_port_0_with_a_grpc_socket_path_serves_grpc_on_the_socket_only(base_path
         # REST starts after gRPC (server.cc's order): wait for it, then gRPC must have no TCP port of its own
         wait_for(lambda: rest_port in {p for _, p in listening_addresses(process.pid)}, 30, "the REST port")
         assert {port for _, port in listening_addresses(process.pid)} == {rest_port}
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
+        output = stop_with_sigterm(process)
         assert process.returncode == 0, output[-3000:]
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        kill_if_running(process)
         shutil.rmtree(directory, ignore_errors=True)
     assert f"gRPC unix:{path}, REST 127.0.0.1:{rest_port}" in output, output[-3000:]
 
@@ -415,10 +423,7 @@ def test_serve_answers_a_converted_elmoformanylangs_model_with_its_in_process_nu
             token_lists = [["Ёж", "!"], ["façade"]]
             expected = ex.reference_outputs(model, [[t.encode() for t in row] for row in token_lists])
             assert_parity(expected, client.embed_tokens(token_lists))
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
+        output = stop_with_sigterm(process)
         assert process.returncode == 0, output[-3000:]
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        kill_if_running(process)
