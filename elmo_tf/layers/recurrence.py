@@ -204,7 +204,13 @@ def _over_chunks(run, gates_for, steps, chunk, c, h, out):
         c, h, out = run(gates_for(start, size), start, size, c, h, out)
         return start + size, c, h, out
 
-    _, c, h, out = tf.while_loop(lambda start, *_: start < steps, one_chunk, (tf.constant(0), c, h, out))
+    # one chunk at a time: a chunk's gates depend on `start` alone, so with while_loop's default of 10 parallel
+    # iterations TensorFlow computed the gates of up to 10 chunks ahead of the recurrence, and the gates' memory grew
+    # with the steps of a batch, up to 10 chunks' worth (the original model at batch 64: 2,017 -> 1,593 MiB peak RSS
+    # in bench/embed_throughput.py, speed unchanged; bench/README.md, "Corpus scale")
+    _, c, h, out = tf.while_loop(
+        lambda start, *_: start < steps, one_chunk, (tf.constant(0), c, h, out), parallel_iterations=1
+    )
     return c, h, out
 
 

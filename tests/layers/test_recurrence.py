@@ -1,6 +1,10 @@
 """The training scan's hand-written backward pass (`fast_gradient_scan`) against TensorFlow's automatic
 gradient of the plain scan (`projected_lstm_scan`)."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -102,3 +106,43 @@ def test_matmul_dtype_float32_named_is_exact():
     named = _value_and_grads(fast_gradient_scan, args, mask, None, weights, (3.0, 3.0), matmul_dtype="float32")
     for a, b in zip(plain[0] + plain[1], named[0] + named[1]):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(a).max())))
+
+
+GATES_MEMORY_SCRIPT = """
+import numpy as np
+import tensorflow as tf
+from elmo_tf.layers.recurrence import projected_lstm_scan
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return [int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS")][0]
+
+units, proj, rows = 4096, 16, 16  # a chunk of 8 steps has 8 * 16 * 16384 floats of gates: 8 MiB
+rng = np.random.default_rng(0)
+w = lambda *shape: tf.constant(rng.standard_normal(shape).astype(np.float32) * 0.1)
+kx, b, kh, kp = w(4 * units, proj), w(4 * units), w(4 * units, proj), w(proj, units)
+
+@tf.function(input_signature=[tf.TensorSpec([None, rows, proj])])
+def run(x):
+    mask = tf.ones(tf.shape(x)[:2], tf.bool)
+    c0, h0 = tf.zeros([rows, units]), tf.zeros([rows, proj])
+    return projected_lstm_scan([x], mask, [kx], [b], [kh], [kp], [c0], [h0], chunk=8)[0][0]
+
+found = []
+for steps in (16, 16, 320, 320):
+    run(tf.constant(rng.standard_normal((steps, rows, proj)).astype(np.float32)))
+    found.append(rss_mib())
+print(found[1], found[3])
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+def test_chunked_gates_memory_does_not_grow_with_the_steps():
+    """With `chunk`, the gates of one chunk at a time exist, whatever the number of steps: 320 steps need no more
+    memory than 16 (the loop over chunks computed up to 10 chunks' gates ahead, +66 MiB here, before it ran one chunk
+    at a time)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, "-c", GATES_MEMORY_SCRIPT], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    short, long = map(int, done.stdout.split()[-2:])
+    assert long - short < 20, (short, long)
