@@ -14,7 +14,7 @@ import numpy as np
 
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.journal import fault_point
-from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter
+from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter, LineKeys
 
 DTYPES = ("float32", "float16")  # of the written arrays; computed in float32 either way
 
@@ -72,9 +72,9 @@ def merged_sentence_index(paths):
 
 def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=True):
     """Writes the datasets of the embed outputs `paths` (shards of one input, each line in one of them) into one
-    file `output_path` (atomic and durable), with `keys` as its `sentence_to_index` (`{key: "index"}` in line order,
-    as `embed_file` collects it; None: `merged_sentence_index(paths)`). Memory holds one dataset at a time (and the
-    keys). Returns the datasets written."""
+    file `output_path` (atomic and durable), with `keys` as its `sentence_to_index`: the input's `LineKeys`, as
+    `embed_file` collects them, or a dict `{key: "index"}` in line order, or None: `merged_sentence_index(paths)`.
+    Memory holds one dataset at a time (and the keys). Returns the datasets written."""
     if keys is None and sentence_index:
         keys = merged_sentence_index(paths)
     with EmbeddingWriter(output_path, index=sentence_index, dtype=check_dtype(dtype), durable=True) as writer:
@@ -84,7 +84,9 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
                     if name != INDEX_DATASET:
                         writer.write(int(name), f[name][...])
             fault_point("merge")
-        if keys:
+        if isinstance(keys, LineKeys):
+            writer.set_index_text(keys.json_text())
+        elif keys:
             writer.add_keys(keys)
     fault_point("merged")
     return writer.written

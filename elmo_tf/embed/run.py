@@ -27,7 +27,7 @@ from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, writ
 from elmo_tf.embed.packing import ROW_LENGTH, iter_plan
 from elmo_tf.errors import check_int
 from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
-from elmo_tf.io.sentences import INDEX_DATASET, iter_sentences, sentence_key
+from elmo_tf.io.sentences import INDEX_DATASET, LineKeys, iter_sentences
 from elmo_tf.io.text import TextFileError
 from elmo_tf.models.elmo import model_fingerprint
 
@@ -126,7 +126,7 @@ def _count_sentences(sentences, counts, keys):
         counts["truncated"] += sentence.truncated
         counts["empty"] += not sentence.tokens
         if keys is not None:
-            keys[sentence_key(sentence.line)] = str(sentence.index)
+            keys.add(sentence.line)
         yield sentence
 
 
@@ -174,8 +174,10 @@ def embed_file(
     uninterrupted run, value for value (the token memo restarts with every shard, so a shard is computed the same
     whether or not the run before it was interrupted). A resume whose input content, model, token cache or setting
     differs raises `ResumeRefused` naming each; without `resume`, a partial state is removed and the run starts over.
-    Memory holds one window of sentences, one batch and one dataset being copied, whatever the file's size (plus,
-    unless `sentence_index` is False, the keys of `sentence_to_index`). Disk: the output twice, briefly.
+    Memory holds one window of sentences, one batch and one dataset being copied, whatever the file's size, plus,
+    unless `sentence_index` is False, 16 bytes a line for `sentence_to_index` (`elmo_tf.io.sentences.LineKeys`: the
+    input is read once more at the end for the keys' text) and, at the end, that JSON text. Disk: the output twice,
+    briefly.
 
     Args:
         batch_size: packed rows per batch (a row holds several short sentences).
@@ -222,7 +224,7 @@ def embed_file(
     )
     notes = {"input": str(input_path), **(notes or {})}
     counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
-    keys = {} if sentence_index else None
+    keys = LineKeys(input_path) if sentence_index else None
     with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=FINGERPRINT_SHOWN) as journal:
         finished = _finished_shards(journal)
         if on_start:

@@ -14,6 +14,7 @@ import pytest
 from elmo_tf.io.sentences import (
     ASCII_WHITESPACE,
     EmbeddingWriter,
+    LineKeys,
     Sentence,
     iter_sentences,
     key_to_line,
@@ -305,3 +306,96 @@ def test_writer_misuse(tmp_path):
     assert writer.written == 1
     with pytest.raises(RuntimeError, match="not open"):
         writer.add_key(1, b"x")
+
+
+def keys_of(lines):
+    """`sentence_to_index` as `EmbeddingWriter.add_key` builds it for `lines`, in order."""
+    keys = {}
+    for i, line in enumerate(lines):
+        keys[sentence_key(line)] = str(i)
+    return keys
+
+
+def line_keys(path, lines):
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    keys = LineKeys(path)
+    for line in lines:
+        keys.add(line)
+    return keys
+
+
+def test_line_keys_give_the_json_text_of_the_writers_dict(tmp_path):
+    """The text `json.dumps` writes for the dict of `add_key` (each key once, at its first line, mapping to its last
+    line), byte for byte: repeats near and far, keys equal once their ASCII whitespace ends go, invalid UTF-8, JSON's
+    escapes, an empty line; and random lines with many repeats."""
+    lines = [
+        b"the cat",
+        b"caf\xe9",
+        b" the cat\t",
+        b"",
+        b'say "hi" \\ \x01',
+        b"caf\xe9",
+        "na\u00efve \u65e5".encode(),
+        b"x",
+    ]
+    lines += [b"\x0bthe cat", b"", b"x\xa0"]
+    assert line_keys(tmp_path / "a.txt", lines).json_text() == json.dumps(keys_of(lines)).encode()
+    rng = random.Random(7)
+    words = [b"a", b"b", b"c\xff", "\u00e9".encode(), b"d"]
+    lines = [
+        b" ".join(rng.choice(words) for _ in range(rng.randint(0, 3))) + rng.choice([b"", b" "]) for _ in range(3000)
+    ]
+    assert len(set(lines)) < 500  # many repeats
+    keys = line_keys(tmp_path / "b.txt", lines)
+    assert len(keys) == 3000
+    assert keys.json_text() == json.dumps(keys_of(lines)).encode()
+    assert line_keys(tmp_path / "empty.txt", []).json_text() == b"{}"
+
+
+def test_line_keys_refuse_a_file_that_changed(tmp_path):
+    lines = [b"one", b"two", b"three"]
+    keys = line_keys(tmp_path / "a.txt", lines)
+    (tmp_path / "a.txt").write_bytes(b"one\ntwo!\nthree\n")
+    with pytest.raises(TextFileError, match=r"a\.txt:2: the file changed"):
+        keys.json_text()
+    (tmp_path / "a.txt").write_bytes(b"one\ntwo\n")
+    with pytest.raises(TextFileError, match=r"a\.txt: the file changed.*now 2 lines, was 3"):
+        keys.json_text()
+    (tmp_path / "a.txt").write_bytes(b"one\ntwo\nthree\nfour\n")
+    with pytest.raises(TextFileError, match=r"a\.txt:4: the file changed"):
+        keys.json_text()
+
+
+def test_line_keys_hold_16_bytes_a_line(tmp_path):
+    """Memory that grows with the file is 16 bytes a line (the writer's dict of the same keys: about 200)."""
+    lines = [f"line number {i} of a corpus , with some words in it".encode() for i in range(50_000)]
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    keys = LineKeys(path)
+    tracemalloc.start()
+    try:
+        for line in lines:
+            keys.add(line)
+        grown, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert grown < 50_000 * 16 * 1.2, grown
+    assert json.loads(keys.json_text()) == keys_of(lines)
+
+
+def test_writer_writes_index_text_as_it_writes_its_dict(tmp_path):
+    """`set_index_text(LineKeys.json_text())` gives the same file, byte for byte, as `add_key` for every line."""
+    lines = [b"the cat", b"", b"caf\xe9", b"the cat "]
+    keys = line_keys(tmp_path / "in.txt", lines)
+    for name, text in (("dict.hdf5", None), ("text.hdf5", keys.json_text())):
+        with EmbeddingWriter(tmp_path / name) as writer:
+            for i, line in enumerate(lines):
+                writer.write(i, np.full((len(split_tokens(line)), 4), i, np.float32))
+                if text is None:
+                    writer.add_key(i, line)
+            if text is not None:
+                writer.set_index_text(text)
+    assert (tmp_path / "dict.hdf5").read_bytes() == (tmp_path / "text.hdf5").read_bytes()
+    with EmbeddingWriter(tmp_path / "c.hdf5") as writer:
+        with pytest.raises(TypeError, match="text must be bytes, got str"):
+            writer.set_index_text("{}")
