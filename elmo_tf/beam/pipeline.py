@@ -102,7 +102,8 @@ def local_copy(path, directory):
 def load_model(config):
     """The model and token cache of `config`, as `elmo-tf embed` loads them."""
 
-    from elmo_tf.embed.embedder import limit_malloc_arenas, use_threads
+    from elmo_tf.embed.embedder import use_threads
+    from elmo_tf.embed.malloc import limit_malloc_arenas
     from elmo_tf.io.token_embeddings import load_token_embeddings, read_vocabulary
     from elmo_tf.models import load_elmo
 

@@ -4,14 +4,15 @@ The library side of `python -m elmo_tf embed`; nothing here prints. Modules, fro
     `packing`   rows and batches: pack_rows (best fit), group_rows, iter_batches / plan_batches, iter_plan (the one
                 order a run follows), packed_layout (a batch as the arrays the model runs); no TensorFlow
     `embedder`  Embedder: the model on packed rows, each distinct token through the char CNN once per batch (memo,
-                token cache); limit_malloc_arenas
+                token cache)
+    `malloc`    glibc's malloc for long runs: limit_malloc_arenas, release_free_memory; no TensorFlow
     `output`    the output file: check_dtype, cast_embedding (float32 or float16), write_embedding_file,
                 merge_shards, merged_sentence_index; no TensorFlow
     `run`       embed_sentences (a stream of sentences, as a run batches them), embed_file (a whole file, journaled in
                 shards and resumable), run_fingerprint
 
 Names are imported on first access (`elmo_tf._lazy`), so `import elmo_tf.embed` loads no TensorFlow, nor do its
-`packing` and `output` modules.
+`packing`, `malloc` and `output` modules.
 """
 
 from elmo_tf import _lazy
@@ -28,8 +29,10 @@ _names, __getattr__, __dir__ = _lazy.lazy_namespace(
             "pack_rows",
             "packed_layout",
             "plan_batches",
+            "release_free_memory",
         ),
-        "elmo_tf.embed.embedder": ("Embedder", "LAYER_CHOICES", "limit_malloc_arenas"),
+        "elmo_tf.embed.embedder": ("Embedder", "LAYER_CHOICES"),
+        "elmo_tf.embed.malloc": ("limit_malloc_arenas", "release_free_memory"),
         "elmo_tf.embed.output": (
             "DTYPES",
             "cast_embedding",
@@ -61,6 +64,7 @@ __all__ = [
     "pack_rows",
     "packed_layout",
     "plan_batches",
+    "release_free_memory",
     "run_fingerprint",
     "write_embedding_file",
 ]

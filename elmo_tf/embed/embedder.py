@@ -26,6 +26,12 @@ from elmo_tf.preprocessing.chars import token_bytes
 # of any size from 1 to `cnn_chunk`, times the cut width (`CharCNN.encode_tokens`), made a long embed run meet
 # thousands of shapes, and its RSS grew by about 300 MiB over 100,000 lines (bench/README.md, "Corpus scale").
 CNN_TOKENS_MULTIPLE = 32
+# A char-CNN call's convolution outputs are about (tokens x cut width x 2,048 channels) floats: up to 110 MB for 256
+# tokens at the full width of 50 (a token of 45 bytes or more among them). Fresh tokens go through the CNN shortest
+# first, and a call holds at most `cnn_chunk` tokens and `cnn_chunk * CNN_WIDTH_PER_TOKEN` char positions (tokens x
+# its longest token's cut width), so a batch with a long token needs no more memory than a typical one: the peak RSS
+# of a long run no longer waits for the rare batch that has one (bench/README.md, "Corpus scale").
+CNN_WIDTH_PER_TOKEN = 24
 LAYER_CHOICES = ("all", "top", "average")
 
 
@@ -68,6 +74,9 @@ class Embedder:
         width = model.config.projection_dim
         mapping = model.char_mapping
         self._char_ids = mapping.numpy  # token list -> char ids (bilm-tf's bytes, or a char vocabulary)
+        cnn = model.char_cnn
+        self._max_chars, self._pad_id = cnn.max_chars, cnn.pad_id
+        self._widest = max(width for width, _ in cnn.filters)
         # the tokens reaching it are distinct already (`token_vectors`), so `encode_tokens`, not `encode_distinct`
         # (whose unique op would also fold the all-zero rows a chunk is padded with: see CNN_TOKENS_MULTIPLE)
         self._encode = tf.function(
@@ -117,7 +126,8 @@ class Embedder:
     def token_vectors(self, tokens):
         """`(table, rows)`: the vector table of `tokens` (padding, `<S>`, `</S>`, then each distinct token once) and
         the table row of each token. Tokens of the token cache and of the memo are looked up, the others go through
-        the char CNN (`CharCNN.encode_distinct`), `cnn_chunk` at a time."""
+        the char CNN (`CharCNN.encode_tokens`), shortest first, in calls of at most `cnn_chunk` tokens and a bounded
+        number of char positions (`_cnn_calls`)."""
         rows_of, distinct = {}, []
         rows = np.empty(len(tokens), np.int32)
         for k, token in enumerate(tokens):
@@ -143,11 +153,17 @@ class Embedder:
                 memo += 1
                 continue
             fresh.append(k)
-        for start in range(0, len(fresh), self.cnn_chunk):
-            part = fresh[start : start + self.cnn_chunk]
-            ids = self._char_ids([distinct[k] for k in part])
-            ids = np.pad(ids, ((0, -(-len(part) // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE - len(part)), (0, 0)))
-            vectors[part] = self._encode(ids).numpy()[: len(part)]
+        if fresh:
+            ids = self._char_ids([distinct[k] for k in fresh])
+            lengths = self._char_lengths(ids)
+            order = np.argsort(lengths, kind="stable")  # shortest first: calls of similar cut widths
+            fresh_rows, ids = np.asarray(fresh)[order], ids[order]
+            for start, stop in self._cnn_calls(lengths[order]):
+                count = stop - start
+                padded = np.pad(
+                    ids[start:stop], ((0, -(-count // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE - count), (0, 0))
+                )
+                vectors[fresh_rows[start:stop]] = self._encode(padded).numpy()[:count]
         if self.memo_size:
             for k in fresh[-self.memo_size :]:
                 self._memo[distinct[k]] = vectors[k].copy()
@@ -157,6 +173,27 @@ class Embedder:
         self.stats["cached"] += cached
         self.stats["memo"] += memo
         return np.concatenate([self._fixed, vectors]), rows
+
+    def _char_lengths(self, ids):
+        """Char positions each token uses (up to its last non-padding id), from its char ids `(n, width)`."""
+        used = ids[:, : self._max_chars] != self._pad_id
+        return np.where(used.any(axis=1), self._max_chars - np.argmax(used[:, ::-1], axis=1), 0)
+
+    def _cnn_calls(self, lengths):
+        """`(start, stop)` of each char-CNN call over tokens sorted by `lengths` (ascending): at most `cnn_chunk`
+        tokens, and (tokens rounded up to CNN_TOKENS_MULTIPLE) x (the last one's length + widest filter - 1) at most
+        `cnn_chunk * CNN_WIDTH_PER_TOKEN` char positions, but never fewer than CNN_TOKENS_MULTIPLE tokens."""
+        budget = self.cnn_chunk * CNN_WIDTH_PER_TOKEN
+        start, n = 0, len(lengths)
+        while start < n:
+            stop = min(n, start + self.cnn_chunk)
+            while stop - start > CNN_TOKENS_MULTIPLE:
+                padded = -(-(stop - start) // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE
+                if padded * min(int(lengths[stop - 1]) + self._widest - 1, self._max_chars) <= budget:
+                    break
+                stop = start + padded - CNN_TOKENS_MULTIPLE
+            yield start, stop
+            start = stop
 
     def embed_rows(self, rows):
         """Embeds packed rows: `rows` is a list of rows, each a list of sentences (token lists, bytes or str, at
@@ -219,24 +256,3 @@ def runtime_fingerprint():
             tf.config.threading.get_inter_op_parallelism_threads(),
         ],
     }
-
-
-def limit_malloc_arenas(arenas=2):
-    """Caps glibc's malloc arenas for this process (`mallopt(M_ARENA_MAX, arenas)`); returns True when set.
-
-    Each thread that allocates under contention gets an arena of its own, and freed memory stays in it: with
-    TensorFlow's thread pools that is about 100 MB of peak RSS on the original model (measured with
-    bench/embed_throughput.py, batch 32: 1,697 -> 1,599 MiB, speed within noise). Called by `python -m elmo_tf
-    embed` before the model loads; a no-op where glibc is not the C library.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(-8, int(arenas)))  # M_ARENA_MAX = -8 in glibc's malloc.h
-    except (OSError, AttributeError):
-        return False

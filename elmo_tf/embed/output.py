@@ -12,6 +12,7 @@ import json
 import h5py
 import numpy as np
 
+from elmo_tf.embed.malloc import release_free_memory
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.journal import fault_point
 from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter, LineKeys
@@ -85,6 +86,7 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
                         writer.write(int(name), f[name][...])
             fault_point("merge")
         if isinstance(keys, LineKeys):
+            release_free_memory()  # what the copies freed, before the keys' text is made
             writer.set_index_text(keys.json_text())
         elif keys:
             writer.add_keys(keys)

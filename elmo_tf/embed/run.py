@@ -22,7 +22,8 @@ import logging
 import h5py
 import numpy as np
 
-from elmo_tf.embed.embedder import Embedder, runtime_fingerprint
+from elmo_tf.embed.embedder import CNN_WIDTH_PER_TOKEN, Embedder, runtime_fingerprint
+from elmo_tf.embed.malloc import release_free_memory
 from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, write_embedding_file
 from elmo_tf.embed.packing import ROW_LENGTH, iter_plan
 from elmo_tf.errors import check_int
@@ -114,6 +115,7 @@ def run_fingerprint(embedder, digest, **settings):
         "row_length": embedder.row_length,
         "gate_chunk": embedder.gate_chunk,
         "cnn_chunk": embedder.cnn_chunk,
+        "cnn_width_per_token": CNN_WIDTH_PER_TOKEN,
         "memo_size": embedder.memo_size,
         **runtime_fingerprint(),
     }
@@ -240,6 +242,7 @@ def embed_file(
             embedder.reset_memo()
             embedded = _embed_items(embedder, items, dtype, progress)
             write_embedding_file(journal.shard_path(number), embedded, dtype, sentence_index, durable=True)
+            release_free_memory()
             fault_point("shard")
         check_unchanged(input_path, before)
         merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)

@@ -113,6 +113,20 @@ def _sentences(path, limit):
         yield to_sentence(number - 1, line, limit)
 
 
+# HDF5 lets the metadata cache of an open file grow to 32 MiB (its default max_size): the object headers of the
+# datasets written, tens of thousands in an embed output. 2 MiB is HDF5's initial size; the rest is written out as
+# it goes (bench/README.md, "Corpus scale").
+METADATA_CACHE_BYTES = 2 << 20
+
+
+def _cap_metadata_cache(f):
+    config = f.id.get_mdc_config()
+    config.max_size = METADATA_CACHE_BYTES
+    config.min_size = min(config.min_size, METADATA_CACHE_BYTES)
+    config.initial_size = min(config.initial_size, METADATA_CACHE_BYTES)
+    f.id.set_mdc_config(config)
+
+
 class EmbeddingWriter:
     """Writes the embed output hdf5 as embeddings come, under a temporary name renamed into place at the end.
 
@@ -156,6 +170,7 @@ class EmbeddingWriter:
             tmp = stack.enter_context(atomic_path(self.output_path, durable=self.durable))
             self._sink = stack.enter_context(HDF5Sink(tmp, self.output_path))  # closed after the file, on any exit
             self._file = stack.enter_context(h5py.File(self._sink, "w"))
+            _cap_metadata_cache(self._file)
             self._stack = stack.pop_all()
         self.written = 0
         self._keys = {}
@@ -309,6 +324,7 @@ class LineKeys:
 __all__ = [
     "ASCII_WHITESPACE",
     "EmbeddingWriter",
+    "METADATA_CACHE_BYTES",
     "LineKeys",
     "Sentence",
     "iter_sentences",

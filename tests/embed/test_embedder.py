@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from elmo_tf.embed import Embedder
-from elmo_tf.embed.embedder import CNN_TOKENS_MULTIPLE
+from elmo_tf.embed.embedder import CNN_TOKENS_MULTIPLE, CNN_WIDTH_PER_TOKEN
 
 
 def test_packing_memo_and_dedup_change_no_output(tiny_elmo, to_char_ids):
@@ -25,6 +25,34 @@ def test_packing_memo_and_dedup_change_no_output(tiny_elmo, to_char_ids):
         np.testing.assert_allclose(b, alone, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="memo_size"):
         Embedder(tiny_elmo, memo_size=-1)
+
+
+def test_char_cnn_calls_are_bounded_in_char_positions_shortest_first(tiny_elmo):
+    """Fresh tokens go through the char CNN shortest first, and a call with long tokens holds fewer of them: tokens x
+    cut width stays within `cnn_chunk * CNN_WIDTH_PER_TOKEN`, so a batch with long tokens needs no more memory than
+    a typical one. Vectors as `encode_distinct` gives them."""
+    cnn = tiny_elmo.char_cnn
+    widest = max(width for width, _ in cnn.filters)
+    embedder = Embedder(tiny_elmo, "top", memo_size=0)
+    calls, encode = [], embedder._encode
+
+    def spy(ids):
+        calls.append((len(ids), int(embedder._char_lengths(ids).max())))
+        return encode(ids)
+
+    embedder._encode = spy
+    rng = np.random.default_rng(3)
+    long = [bytes(rng.integers(97, 123, cnn.max_chars - 4)) for _ in range(300)]  # the full width, uncut
+    short = [f"s{k}".encode() for k in range(200)]
+    tokens = [t for pair in zip(long, short) for t in pair] + long[200:]
+    table, rows = embedder.token_vectors(tokens)
+    budget = embedder.cnn_chunk * CNN_WIDTH_PER_TOKEN
+    used = [size * min(length + widest - 1, cnn.max_chars) for size, length in calls]
+    assert max(used) <= budget, calls
+    # shortest first: 256 tokens would take 56 long ones, too wide: 192 short ones, then 96 at a time at the full width
+    assert calls == [(192, len(short[-1]) + 2)] + [(96, cnn.max_chars)] * 3 + [(32, cnn.max_chars)], calls
+    expected = cnn.encode_distinct(tiny_elmo.char_mapping.numpy(tokens)).numpy()
+    np.testing.assert_allclose(table[rows], expected, atol=1e-6, rtol=0)
 
 
 def test_char_cnn_calls_are_padded_to_a_few_sizes_and_give_the_same_vectors(tiny_elmo):

@@ -13,6 +13,7 @@ import pytest
 
 from elmo_tf.io.sentences import (
     ASCII_WHITESPACE,
+    METADATA_CACHE_BYTES,
     EmbeddingWriter,
     LineKeys,
     Sentence,
@@ -399,3 +400,16 @@ def test_writer_writes_index_text_as_it_writes_its_dict(tmp_path):
     with EmbeddingWriter(tmp_path / "c.hdf5") as writer:
         with pytest.raises(TypeError, match="text must be bytes, got str"):
             writer.set_index_text("{}")
+
+
+def test_writer_keeps_hdf5s_metadata_cache_small(tmp_path):
+    """Over thousands of datasets, the open file's metadata cache stays at `METADATA_CACHE_BYTES` (HDF5 lets it grow
+    to 32 MiB by default), and the file reads back whole."""
+    with EmbeddingWriter(tmp_path / "out.hdf5") as writer:
+        for i in range(20_000):
+            writer.write(i, np.full((1, 2), i, np.float32))
+            writer.add_key(i, str(i).encode())
+        max_size, _, size, _ = writer._file.id.get_mdc_size()
+    assert max_size == METADATA_CACHE_BYTES and size <= METADATA_CACHE_BYTES, (max_size, size)
+    arrays, index = read(tmp_path / "out.hdf5")
+    assert len(arrays) == len(index) == 20_000 and arrays["19999"][0, 1] == 19_999
