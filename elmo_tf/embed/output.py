@@ -79,16 +79,16 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
     if keys is None and sentence_index:
         keys = merged_sentence_index(paths)
     with EmbeddingWriter(output_path, index=sentence_index, dtype=check_dtype(dtype), durable=True) as writer:
+        if isinstance(keys, LineKeys) and sentence_index:
+            writer.set_index_text(keys.json_text())  # first: the text's copies are gone before the datasets come
+            release_free_memory()
         for path in paths:
             with h5py.File(path, "r") as f:
                 for name in f:
                     if name != INDEX_DATASET:
                         writer.write(int(name), f[name][...])
             fault_point("merge")
-        if isinstance(keys, LineKeys):
-            release_free_memory()  # what the copies freed, before the keys' text is made
-            writer.set_index_text(keys.json_text())
-        elif keys:
+        if keys and not isinstance(keys, LineKeys):
             writer.add_keys(keys)
     fault_point("merged")
     return writer.written

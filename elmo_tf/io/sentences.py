@@ -158,7 +158,7 @@ class EmbeddingWriter:
         self.durable = bool(durable)
         self.written = 0
         self._keys = {}
-        self._index_text = None
+        self._index_written = False
         self._file = None
         self._sink = None
         self._stack = None
@@ -174,7 +174,7 @@ class EmbeddingWriter:
             self._stack = stack.pop_all()
         self.written = 0
         self._keys = {}
-        self._index_text = None
+        self._index_written = False
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -183,14 +183,8 @@ class EmbeddingWriter:
             if exc_type is not None:
                 return stack.__exit__(exc_type, exc, tb)  # closes the file, removes the temporary
             with stack:  # an error here (or while closing) removes the temporary too
-                if self.index:
-                    self._file.create_dataset(
-                        INDEX_DATASET,
-                        data=np.array(
-                            [json.dumps(self._keys) if self._index_text is None else self._index_text], dtype=object
-                        ),
-                        dtype=h5py.string_dtype(),
-                    )
+                if self.index and not self._index_written:
+                    self._write_index(json.dumps(self._keys))
                 self._sink.check()
                 self._file.close()  # its last metadata goes through the sink, checked once it is closed
                 self._sink.close()
@@ -235,13 +229,21 @@ class EmbeddingWriter:
             self._keys.update(keys)
 
     def set_index_text(self, text):
-        """Writes `text` (bytes: UTF-8 JSON, `LineKeys.json_text`) as `sentence_to_index` instead of the keys
-        recorded with `add_key` / `add_keys`; for maps too large to hold as a dict. Ignored when `index` is False."""
+        """Writes `text` (bytes: UTF-8 JSON, `LineKeys.json_text`) as `sentence_to_index` now, instead of the keys
+        recorded with `add_key` / `add_keys` at the end; for maps too large to hold as a dict (written first, its
+        copies are freed before the datasets' metadata builds up). Ignored when `index` is False."""
         self._check_open()
         if not isinstance(text, bytes):
             raise TypeError(f"text must be bytes, got {type(text).__name__}")
+        if self._index_written:
+            raise ValueError(f"{INDEX_DATASET} is already written to {self.output_path}")
         if self.index:
-            self._index_text = text
+            self._write_index(text)
+
+    def _write_index(self, text):
+        self._file.create_dataset(INDEX_DATASET, data=np.array([text], dtype=object), dtype=h5py.string_dtype())
+        self._index_written = True
+        self._sink.check()
 
 
 class LineKeys:

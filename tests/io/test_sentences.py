@@ -400,6 +400,9 @@ def test_writer_writes_index_text_as_it_writes_its_dict(tmp_path):
     with EmbeddingWriter(tmp_path / "c.hdf5") as writer:
         with pytest.raises(TypeError, match="text must be bytes, got str"):
             writer.set_index_text("{}")
+        writer.set_index_text(b"{}")
+        with pytest.raises(ValueError, match="sentence_to_index is already written"):
+            writer.set_index_text(b"{}")
 
 
 def test_writer_keeps_hdf5s_metadata_cache_small(tmp_path):
