@@ -22,7 +22,7 @@ from elmo_tf.cli import (
     check_text_file,
     positive_int,
 )
-from elmo_tf.cli.embed import add_embed_flags, check_embed_flags, embed_settings
+from elmo_tf.cli.embed import add_embed_flags, check_embed_flags, embed_settings, input_files
 
 PROG = "elmo-tf beam-embed"
 MAX_SHARDS = 99999  # the 5 digits of PREFIX-SSSSS-of-NNNNN
@@ -82,8 +82,8 @@ def check_output_and_data(args):
         parent = os.path.dirname(os.path.abspath(args.output))
         check_output_dir("--output", parent)  # created when missing, as Beam's file sinks do
         os.makedirs(parent, exist_ok=True)
-        inputs = [(f, getattr(args, f[2:])) for f in ("--input", "--options", "--weights")]
-        check_output_file("--output", f"{args.output}-00000-of-{args.num_shards:05d}.hdf5", inputs=inputs)
+        shard = f"{args.output}-00000-of-{args.num_shards:05d}.hdf5"
+        check_output_file("--output", shard, inputs=input_files(args))
     if not has_scheme(args.options):
         from elmo_tf.config import BiLMConfig, ConfigError
 

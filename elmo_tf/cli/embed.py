@@ -270,16 +270,19 @@ FINGERPRINT_FLAGS = {
 }
 
 
+def input_files(args):
+    """`(flag, path)` of every file `embed` and `beam-embed` read, which their output must not be."""
+    flags = ("--input", "--options", "--weights", "--token-embeddings", "--vocab")
+    return tuple((flag, getattr(args, flag[2:].replace("-", "_"))) for flag in flags)
+
+
 def main(argv=None, prog=PROG):
     """`embed`; returns the exit status (run it with `elmo_tf.cli.run`)."""
     args = build_parser(prog).parse_args(argv)
     # everything that can be checked is checked before TensorFlow and the model are loaded; the input itself is
     # read once, while embedding (a bad line further down exits 1 naming it, and no output is left)
     check_embed_flags(args)
-    inputs = (("--input", args.input), ("--options", args.options), ("--weights", args.weights))
-    if args.vocab is not None:
-        inputs += (("--token-embeddings", args.token_embeddings), ("--vocab", args.vocab))
-    check_output_file("--output", args.output, inputs=inputs)
+    check_output_file("--output", args.output, inputs=input_files(args))
     check_text_start("--input", args.input)
     setup_logging(quiet=args.quiet)
     log = logging.getLogger("elmo_tf")

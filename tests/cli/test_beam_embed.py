@@ -77,6 +77,30 @@ def test_output_under_a_file(files):
     assert_one_error(result, 2, "--output", "in.txt")
 
 
+@pytest.mark.parametrize("flag", ["--input", "--weights", "--token-embeddings", "--vocab"])
+def test_an_output_shard_that_is_one_of_the_inputs(files, flag):
+    """The first shard's name is any file the pipeline reads (as embed refuses for its --output): exit 2, nothing
+    written, the file untouched."""
+    shard = files / "emb-00000-of-00001.hdf5"
+    h5py.File(files / "tokens.hdf5", "w").close()
+    (files / "vocab.txt").write_text("a\nb\n")
+    paths = {
+        "--input": "in.txt",
+        "--weights": "weights.hdf5",
+        "--token-embeddings": "tokens.hdf5",
+        "--vocab": "vocab.txt",
+    }
+    (files / paths[flag]).rename(shard)
+    paths[flag] = shard.name
+    before = shard.read_bytes()
+    result = run_command(
+        ["-m", "elmo_tf.beam", "--options", files / "options.json", "--num-shards", "1", "--output", files / "emb"]
+        + [arg for name, path in paths.items() for arg in (name, files / path)]
+    )
+    assert_one_error(result, 2, "--output", "is the same file as " + flag, "would be destroyed")
+    assert shard.read_bytes() == before
+
+
 def test_the_flags_it_shares_with_embed_are_embeds():
     """Every flag of embed but its resume and progress flags is a flag of beam-embed with the same default, choices,
     bounds and help (a path's help adding that it may be of a Beam filesystem; --output is a file there, a shard
