@@ -86,7 +86,7 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
             with h5py.File(path, "r") as f:
                 for name in f:
                     if name != INDEX_DATASET:
-                        writer.write(int(name), f[name][...])
+                        writer.copy(f, name)
             fault_point("merge")
         if keys and not isinstance(keys, LineKeys):
             writer.add_keys(keys)

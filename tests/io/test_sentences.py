@@ -416,3 +416,20 @@ def test_writer_keeps_hdf5s_metadata_cache_small(tmp_path):
     assert max_size == METADATA_CACHE_BYTES and size <= METADATA_CACHE_BYTES, (max_size, size)
     arrays, index = read(tmp_path / "out.hdf5")
     assert len(arrays) == len(index) == 20_000 and arrays["19999"][0, 1] == 19_999
+
+
+def test_writer_copies_datasets_as_stored_or_cast(tmp_path):
+    """`copy` takes a dataset of another embed output: as stored when it has the writer's dtype, read and cast when
+    not; the values are the source's either way, and an index is written once."""
+    values = np.random.default_rng(0).standard_normal((3, 5, 4)).astype(np.float32)
+    with EmbeddingWriter(tmp_path / "a.hdf5") as writer:
+        writer.write(7, values)
+    for dtype in ("float32", "float16"):
+        with EmbeddingWriter(tmp_path / f"b-{dtype}.hdf5", dtype=dtype) as writer, h5py.File(tmp_path / "a.hdf5") as f:
+            writer.copy(f, "7")
+            with pytest.raises(ValueError, match="index 7 is already written"):
+                writer.copy(f, "7")
+            assert writer.written == 1
+        arrays, _ = read(tmp_path / f"b-{dtype}.hdf5")
+        assert list(arrays) == ["7"] and arrays["7"].dtype == dtype
+        np.testing.assert_array_equal(arrays["7"], values.astype(dtype))
