@@ -201,13 +201,18 @@ class EmbeddingWriter:
     def _name(index):
         return str(check_int("index", index, 0))
 
-    def write(self, index, array):
-        """Creates the dataset `str(index)` holding `array` as `dtype` (any shape: `(L+1, tokens, 2P)` for all
-        layers, `(tokens, 2P)` for one). Each index is written once."""
+    def _new_name(self, index):
+        """The dataset name of `index`, which must not be written yet."""
         self._check_open()
         name = self._name(index)
         if name in self._file:
             raise ValueError(f"index {name} is already written to {self.output_path}")
+        return name
+
+    def write(self, index, array):
+        """Creates the dataset `str(index)` holding `array` as `dtype` (any shape: `(L+1, tokens, 2P)` for all
+        layers, `(tokens, 2P)` for one). Each index is written once."""
+        name = self._new_name(index)
         self._file.create_dataset(name, data=np.asarray(array, dtype=self.dtype))
         self._sink.check()
         self.written += 1
@@ -217,13 +222,11 @@ class EmbeddingWriter:
         embed output, a shard), into this file. Stored in the writer's dtype already, it is copied as stored, in one
         HDF5 call (H5Ocopy: no array goes through Python; about 2.7x as fast on 20,000 datasets); else it is read
         and written cast, as `write` does."""
-        self._check_open()
-        target = self._name(int(name))
+        index = int(name)
         if h5py.h5d.open(source.id, name.encode()).dtype != self.dtype:
-            self.write(int(name), source[name][...])
+            self.write(index, source[name][...])
             return
-        if target in self._file:
-            raise ValueError(f"index {target} is already written to {self.output_path}")
+        target = self._new_name(index)
         h5py.h5o.copy(source.id, name.encode(), self._file.id, target.encode())
         self._sink.check()
         self.written += 1
