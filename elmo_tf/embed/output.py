@@ -71,16 +71,22 @@ def merged_sentence_index(paths):
     return {key: str(index) for index, key in pairs}
 
 
+def _index_text(keys, paths):
+    """`sentence_to_index`'s JSON text (bytes) for `merge_shards`: from the input's `LineKeys`, a dict, or the
+    shards' own maps."""
+    if isinstance(keys, LineKeys):
+        return keys.json_text()
+    return json.dumps(merged_sentence_index(paths) if keys is None else keys).encode()
+
+
 def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=True):
     """Writes the datasets of the embed outputs `paths` (shards of one input, each line in one of them) into one
     file `output_path` (atomic and durable), with `keys` as its `sentence_to_index`: the input's `LineKeys`, as
     `embed_file` collects them, or a dict `{key: "index"}` in line order, or None: `merged_sentence_index(paths)`.
     Memory holds one dataset at a time (and the keys). Returns the datasets written."""
-    if keys is None and sentence_index:
-        keys = merged_sentence_index(paths)
     with EmbeddingWriter(output_path, index=sentence_index, dtype=check_dtype(dtype), durable=True) as writer:
-        if isinstance(keys, LineKeys) and sentence_index:
-            writer.set_index_text(keys.json_text())  # first: the text's copies are gone before the datasets come
+        if sentence_index:  # first: the text and its copies are gone before the datasets' metadata builds up
+            writer.set_index_text(_index_text(keys, paths))
             release_free_memory()
         for path in paths:
             with h5py.File(path, "r") as f:
@@ -88,7 +94,5 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
                     if name != INDEX_DATASET:
                         writer.copy(f, name)
             fault_point("merge")
-        if keys and not isinstance(keys, LineKeys):
-            writer.add_keys(keys)
     fault_point("merged")
     return writer.written

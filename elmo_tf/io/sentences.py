@@ -240,16 +240,9 @@ class EmbeddingWriter:
         if self.index:
             self._keys[key] = name
 
-    def add_keys(self, keys):
-        """Records the `{sentence key: "line index"}` pairs of `keys` (another run's map, in its order) as `add_key`
-        would have, one by one. Nothing is recorded when `index` is False."""
-        self._check_open()
-        if self.index:
-            self._keys.update(keys)
-
     def set_index_text(self, text):
         """Writes `text` (bytes: UTF-8 JSON, `LineKeys.json_text`) as `sentence_to_index` now, instead of the keys
-        recorded with `add_key` / `add_keys` at the end; for maps too large to hold as a dict (written first, its
+        recorded with `add_key` at the end; for maps too large to hold as a dict (written first, its
         copies are freed before the datasets' metadata builds up). Ignored when `index` is False."""
         self._check_open()
         if not isinstance(text, bytes):
