@@ -35,6 +35,11 @@ CNN_WIDTH_PER_TOKEN = 24
 LAYER_CHOICES = ("all", "top", "average")
 
 
+def _padded_count(count):
+    """`count` tokens rounded up to a multiple of CNN_TOKENS_MULTIPLE, as a char-CNN call holds them."""
+    return -(-count // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE
+
+
 class Embedder:
     """Runs an `ELMo` model on lists of tokens in packed rows; any batch and length, compiled once.
 
@@ -74,9 +79,6 @@ class Embedder:
         width = model.config.projection_dim
         mapping = model.char_mapping
         self._char_ids = mapping.numpy  # token list -> char ids (bilm-tf's bytes, or a char vocabulary)
-        cnn = model.char_cnn
-        self._max_chars, self._pad_id = cnn.max_chars, cnn.pad_id
-        self._widest = max(width for width, _ in cnn.filters)
         # the tokens reaching it are distinct already (`token_vectors`), so `encode_tokens`, not `encode_distinct`
         # (whose unique op would also fold the all-zero rows a chunk is padded with: see CNN_TOKENS_MULTIPLE)
         self._encode = tf.function(
@@ -155,14 +157,12 @@ class Embedder:
             fresh.append(k)
         if fresh:
             ids = self._char_ids([distinct[k] for k in fresh])
-            lengths = self._char_lengths(ids)
+            lengths = self.model.char_cnn.token_lengths(ids)
             order = np.argsort(lengths, kind="stable")  # shortest first: calls of similar cut widths
             fresh_rows, ids = np.asarray(fresh)[order], ids[order]
             for start, stop in self._cnn_calls(lengths[order]):
                 count = stop - start
-                padded = np.pad(
-                    ids[start:stop], ((0, -(-count // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE - count), (0, 0))
-                )
+                padded = np.pad(ids[start:stop], ((0, _padded_count(count) - count), (0, 0)))
                 vectors[fresh_rows[start:stop]] = self._encode(padded).numpy()[:count]
         if self.memo_size:
             for k in fresh[-self.memo_size :]:
@@ -174,22 +174,18 @@ class Embedder:
         self.stats["memo"] += memo
         return np.concatenate([self._fixed, vectors]), rows
 
-    def _char_lengths(self, ids):
-        """Char positions each token uses (up to its last non-padding id), from its char ids `(n, width)`."""
-        used = ids[:, : self._max_chars] != self._pad_id
-        return np.where(used.any(axis=1), self._max_chars - np.argmax(used[:, ::-1], axis=1), 0)
-
     def _cnn_calls(self, lengths):
         """`(start, stop)` of each char-CNN call over tokens sorted by `lengths` (ascending): at most `cnn_chunk`
-        tokens, and (tokens rounded up to CNN_TOKENS_MULTIPLE) x (the last one's length + widest filter - 1) at most
+        tokens, and (tokens rounded up to CNN_TOKENS_MULTIPLE) x (`CharCNN.window_span` of the last one) at most
         `cnn_chunk * CNN_WIDTH_PER_TOKEN` char positions, but never fewer than CNN_TOKENS_MULTIPLE tokens."""
         budget = self.cnn_chunk * CNN_WIDTH_PER_TOKEN
+        span = self.model.char_cnn.window_span
         start, n = 0, len(lengths)
         while start < n:
             stop = min(n, start + self.cnn_chunk)
             while stop - start > CNN_TOKENS_MULTIPLE:
-                padded = -(-(stop - start) // CNN_TOKENS_MULTIPLE) * CNN_TOKENS_MULTIPLE
-                if padded * min(int(lengths[stop - 1]) + self._widest - 1, self._max_chars) <= budget:
+                padded = _padded_count(stop - start)
+                if padded * span(lengths[stop - 1]) <= budget:
                     break
                 stop = start + padded - CNN_TOKENS_MULTIPLE
             yield start, stop

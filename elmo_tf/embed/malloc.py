@@ -39,7 +39,7 @@ def release_free_memory():
 
     Freed memory stays in the process until a later allocation reuses it; many small allocations (HDF5's metadata
     for thousands of datasets, a shard's keys) leave it in holes that the larger blocks of the next batch cannot
-    use, and RSS grows. `embed_file` calls this after each shard it writes and before the final merge writes
+    use, and RSS grows. `embed_file` calls this after each shard it writes, and `merge_shards` once it has written
     `sentence_to_index`.
     """
     libc = _libc()

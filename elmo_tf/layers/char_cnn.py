@@ -1,6 +1,7 @@
 """The ELMo token encoder: characters -> context-free token vectors."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
@@ -143,6 +144,23 @@ class CharCNN(keras.layers.Layer):
             self.projection = keras.layers.Dense(self.projection_dim, name="projection")
             self.projection.build((None, self.token_dim))
 
+    @property
+    def widest(self):
+        """The widest filter's width."""
+        return max(width for width, _ in self.filters)
+
+    def token_lengths(self, char_ids):
+        """Char positions each token uses, up to its last id that is not `pad_id` (0 for an all-zero row), from
+        NumPy char ids `(n, input_width)`: the lengths `encode_tokens` cuts by, for callers that plan its calls."""
+        chars = char_ids[:, : self.max_chars]
+        used = (chars != self.pad_id) & (chars > 0).any(axis=1)[:, None]
+        return np.where(used.any(axis=1), self.max_chars - np.argmax(used[:, ::-1], axis=1), 0)
+
+    def window_span(self, longest):
+        """Char positions the convolutions need over tokens of at most `longest` positions: `longest + widest - 1`,
+        at most `max_chars` (`encode_tokens` runs at this, rounded up to `CUT_WIDTH_MULTIPLE`)."""
+        return min(int(longest) + self.widest - 1, self.max_chars)
+
     def encode_tokens(self, char_ids):
         """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`.
 
@@ -161,7 +179,7 @@ class CharCNN(keras.layers.Layer):
         word_ids = char_ids[:, self.max_chars] if self.word_vocab_size else None
         char_ids = char_ids[:, : self.max_chars]
         pad = self.pad_id
-        widest = max(width for width, _ in self.filters)
+        widest = self.widest
         real = tf.reduce_any(char_ids > 0, axis=1)  # (n,)
         used = tf.reduce_any(tf.logical_and(tf.not_equal(char_ids, pad), real[:, None]), axis=0)  # (max_chars,)
         longest = tf.reduce_max(tf.where(used, tf.range(1, self.max_chars + 1), 0))

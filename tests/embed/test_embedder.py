@@ -37,7 +37,7 @@ def test_char_cnn_calls_are_bounded_in_char_positions_shortest_first(tiny_elmo):
     calls, encode = [], embedder._encode
 
     def spy(ids):
-        calls.append((len(ids), int(embedder._char_lengths(ids).max())))
+        calls.append((len(ids), int(cnn.token_lengths(ids).max())))
         return encode(ids)
 
     embedder._encode = spy
