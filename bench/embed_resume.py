@@ -100,11 +100,22 @@ def embed(args, model, input_path, output, *extra, fault=None):
     return {"wall_s": wall, "peak_rss_mib": rss, "cpu_s": cpu, "rc": rc}
 
 
-def read_datasets(path):
+def paired_datasets(path, reference):
+    """`(name, array, reference array)` for every dataset of `reference` but sentence_to_index, one pair at a time:
+    memory holds two datasets, whatever the files' sizes. A name missing from `path` raises KeyError."""
+    import h5py
+
+    with h5py.File(path, "r") as f, h5py.File(reference, "r") as g:
+        for name in g:
+            if name != "sentence_to_index":
+                yield name, f[name][...], g[name][...]
+
+
+def dataset_names(path):
     import h5py
 
     with h5py.File(path, "r") as f:
-        return {name: f[name][...] for name in f if name != "sentence_to_index"}, f["sentence_to_index"][0]
+        return set(f), f["sentence_to_index"][0] if "sentence_to_index" in f else None
 
 
 def to_bfloat16(x):
@@ -114,35 +125,53 @@ def to_bfloat16(x):
     return bits.astype(np.uint32).view(np.float32)
 
 
-def rounding_errors(path16, path32):
-    """Errors of the float16 file against the float32 one, and of bfloat16 rounding of the float32 values."""
-    half, _ = read_datasets(path16)
-    single, _ = read_datasets(path32)
-    exact = np.concatenate([single[k].ravel() for k in sorted(single)])
-    result = {"values": int(exact.size), "max_abs_value": float(np.abs(exact).max())}
-    for name, rounded in (
-        ("float16", np.concatenate([half[k].astype(np.float32).ravel() for k in sorted(single)])),
-        ("bfloat16", to_bfloat16(exact)),
-    ):
-        error = np.abs(rounded - exact)
+class ErrorStats:
+    """Max abs, mean abs, max and mean relative error (over |exact| >= 1e-3) of rounded values, fed dataset by
+    dataset."""
+
+    def __init__(self):
+        self.max_abs = self.max_rel = self.sum_abs = self.sum_rel = 0.0
+        self.count = self.big = 0
+
+    def add(self, rounded, exact):
+        error = np.abs(rounded.astype(np.float64) - exact)
         big = np.abs(exact) >= 1e-3
-        result[name] = {
-            "max_abs": float(error.max()),
-            "mean_abs": float(error.mean()),
-            "max_rel": float((error[big] / np.abs(exact[big])).max()),
-            "mean_rel": float((error[big] / np.abs(exact[big])).mean()),
+        relative = error[big] / np.abs(exact[big])
+        self.max_abs = max(self.max_abs, float(error.max(initial=0.0)))
+        self.sum_abs += float(error.sum())
+        self.count += error.size
+        self.max_rel = max(self.max_rel, float(relative.max(initial=0.0)))
+        self.sum_rel += float(relative.sum())
+        self.big += relative.size
+
+    def result(self):
+        return {
+            "max_abs": self.max_abs,
+            "mean_abs": self.sum_abs / max(self.count, 1),
+            "max_rel": self.max_rel,
+            "mean_rel": self.sum_rel / max(self.big, 1),
         }
-    return result
+
+
+def rounding_errors(path16, path32):
+    """Errors of the float16 file against the float32 one, and of bfloat16 rounding of the float32 values; read one
+    dataset at a time (a 40,000-line file is ~3 GB of float32)."""
+    stats = {"float16": ErrorStats(), "bfloat16": ErrorStats()}
+    values, max_abs_value = 0, 0.0
+    for _, half, single in paired_datasets(path16, path32):
+        exact = single.astype(np.float64)
+        values += exact.size
+        max_abs_value = max(max_abs_value, float(np.abs(exact).max(initial=0.0)))
+        stats["float16"].add(half.astype(np.float32), exact)
+        stats["bfloat16"].add(to_bfloat16(single), exact)
+    return {"values": values, "max_abs_value": max_abs_value, **{k: v.result() for k, v in stats.items()}}
 
 
 def identical(path, reference):
-    arrays, index = read_datasets(path)
-    expected, expected_index = read_datasets(reference)
-    return (
-        index == expected_index
-        and set(arrays) == set(expected)
-        and all(arrays[k].dtype == expected[k].dtype and np.array_equal(arrays[k], expected[k]) for k in expected)
-    )
+    """Same dataset names, the same sentence_to_index, and every dataset equal in dtype and values."""
+    if dataset_names(path) != dataset_names(reference):
+        return False
+    return all(a.dtype == b.dtype and np.array_equal(a, b) for _, a, b in paired_datasets(path, reference))
 
 
 def bench_resume(args, model_dir, work):
