@@ -9,13 +9,13 @@ writes it atomically. The arrays are computed in float32 and written as float32 
 
 import json
 
-import h5py
 import numpy as np
 
 from elmo_tf.embed.malloc import release_free_memory
 from elmo_tf.errors import ElmoTFError
+from elmo_tf.io.embeddings_shards import merged_index_text, write_shards
 from elmo_tf.io.journal import fault_point
-from elmo_tf.io.sentences import INDEX_DATASET, EmbeddingWriter, LineKeys
+from elmo_tf.io.sentences import EmbeddingWriter, LineKeys
 
 DTYPES = ("float32", "float16")  # of the written arrays; computed in float32 either way
 
@@ -59,16 +59,11 @@ def write_embedding_file(path, embedded, dtype="float32", sentence_index=True, d
 
 
 def merged_sentence_index(paths):
-    """The `sentence_to_index` of one file holding the lines of the embed outputs `paths`, from their own maps: the
-    same mapping as one run over all the lines (a key maps to its last line), but a key found in several files is
-    placed by the first file's line rather than its first line, so the JSON text may list keys in another order."""
-    pairs = []
-    for path in paths:
-        with h5py.File(path, "r") as f:
-            if INDEX_DATASET in f:
-                pairs.extend((int(index), key) for key, index in json.loads(f[INDEX_DATASET][0]).items())
-    pairs.sort()
-    return {key: str(index) for index, key in pairs}
+    """The `sentence_to_index` of one file holding the lines of the embed outputs `paths`, from their own maps
+    (`elmo_tf.io.embeddings_shards.merged_index_text`): the same mapping as one run over all the lines (a key maps
+    to its last line); a key is placed by the first file that has it, which is its first line's place when the files
+    hold consecutive line ranges in order."""
+    return json.loads(merged_index_text(paths))
 
 
 def _index_text(keys, paths):
@@ -76,23 +71,23 @@ def _index_text(keys, paths):
     shards' own maps."""
     if isinstance(keys, LineKeys):
         return keys.json_text()
-    return json.dumps(merged_sentence_index(paths) if keys is None else keys).encode()
+    return merged_index_text(paths) if keys is None else json.dumps(keys).encode()
 
 
 def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=True):
     """Writes the datasets of the embed outputs `paths` (shards of one input, each line in one of them) into one
-    file `output_path` (atomic and durable), with `keys` as its `sentence_to_index`: the input's `LineKeys`, as
-    `embed_file` collects them, or a dict `{key: "index"}` in line order, or None: `merged_sentence_index(paths)`.
-    Memory holds one dataset at a time (and the keys). Returns the datasets written."""
-    with EmbeddingWriter(output_path, index=sentence_index, dtype=check_dtype(dtype), durable=True) as writer:
-        if sentence_index:  # first: the text and its copies are gone before the datasets' metadata builds up
-            writer.set_index_text(_index_text(keys, paths))
-            release_free_memory()
-        for path in paths:
-            with h5py.File(path, "r") as f:
-                for name in f:
-                    if name != INDEX_DATASET:
-                        writer.copy(f, name)
-            fault_point("merge")
+    file `output_path` (`elmo_tf.io.embeddings_shards.write_shards`: atomic and durable, one shard open at a time),
+    with `keys` as its `sentence_to_index`: the input's `LineKeys`, as `embed_file` collects them, or a dict
+    `{key: "index"}` in line order, or None: `merged_index_text(paths)`. Returns the datasets written."""
+    dtype = check_dtype(dtype)
+    text = _index_text(keys, paths) if sentence_index else None
+    written = write_shards(
+        paths,
+        output_path,
+        text,
+        dtype,
+        after_index=release_free_memory,
+        after_file=lambda path, count: fault_point("merge"),
+    )
     fault_point("merged")
-    return writer.written
+    return written

@@ -13,8 +13,11 @@ Example:
     merge_shards("out/emb", "all.hdf5")              # one file, as `embed` writes it
 """
 
+import array
 import collections.abc
+import contextlib
 import glob
+import io
 import json
 import os
 import re
@@ -23,8 +26,14 @@ import h5py
 import numpy as np
 
 from elmo_tf.errors import ElmoTFError
-from elmo_tf.io.atomic import atomic_hdf5
-from elmo_tf.io.sentences import INDEX_DATASET
+from elmo_tf.io.sentences import (
+    INDEX_DATASET,
+    EmbeddingWriter,
+    cap_metadata_cache,
+    first_and_last,
+    json_member,
+    key_digest,
+)
 
 SHARD_PATTERN = re.compile(r"^(?P<prefix>.*)-(?P<shard>\d{5})-of-(?P<count>\d{5})\.hdf5$")
 
@@ -84,71 +93,81 @@ class EmbeddingShards(collections.abc.Mapping):
             raise
 
     def _open(self):
-        where = {}  # line index -> file number
-        for number, path in enumerate(self.paths):
+        found = []  # per file: its line indices (int64)
+        for path in self.paths:
             try:
                 f = h5py.File(path, "r")
             except OSError as e:
                 raise ShardError(f"{path}: not an hdf5 file ({e})") from None
             self._files.append(f)
-            for name in f:
-                if name == INDEX_DATASET:
-                    continue
-                if not name.isdigit() or not isinstance(f[name], h5py.Dataset):
-                    raise ShardError(f"{path}: {name!r} is not an embed output dataset (a line index)")
-                index = int(name)
-                if index in where:
-                    raise ShardError(f"{path}: line index {index} is also in {self.paths[where[index]]} (overlap)")
-                where[index] = number
-        missing = sorted(set(range(len(where))) - set(where))
-        if missing:
-            raise ShardError(
-                f"line index {missing[0]} is in no shard of {len(self.paths)} ({self.paths[0]} ...): "
-                f"{len(missing)} missing below {max(where)}"
-            )
+            cap_metadata_cache(f)  # each file stays open: its cache would grow with the datasets read from it
+            found.append(_line_indices(f, path))
+        self._shard_of = self._check_lines(found)
         with_index = [INDEX_DATASET in f for f in self._files]
         if any(with_index) and not all(with_index):
             path = self.paths[with_index.index(False)]
             raise ShardError(f"{path}: has no {INDEX_DATASET}, other shards have one")
         self.has_sentence_index = all(with_index)
-        self._where = where
         # shards in line order: the first index of each (an empty shard keeps its place after those before it)
-        first = {}
-        for index, number in where.items():
-            first[number] = min(first.get(number, index), index)
-        self._order = sorted(range(len(self.paths)), key=lambda k: (first.get(k, float("inf")), k))
+        first = [int(indices.min()) if indices.size else float("inf") for indices in found]
+        self._order = sorted(range(len(self.paths)), key=lambda k: (first[k], k))
+
+    def _check_lines(self, found):
+        """The shard number of each line index 0 .. n-1 (int32 `(n,)`: 4 bytes a line) from each file's indices;
+        ShardError when an index is in two files or one below the largest is in none."""
+        numbers = np.repeat(np.arange(len(found), dtype=np.int32), [indices.size for indices in found])
+        indices = np.concatenate(found) if found else np.zeros(0, np.int64)
+        order = np.argsort(indices, kind="stable")  # equal indices stay in file order
+        ordered = indices[order]
+        twice = np.flatnonzero(ordered[1:] == ordered[:-1])
+        if twice.size:
+            k = twice[0]
+            earlier, later = (self.paths[numbers[order[j]]] for j in (k, k + 1))
+            raise ShardError(f"{later}: line index {ordered[k]} is also in {earlier} (overlap)")
+        n = ordered.size
+        if n and ordered[-1] != n - 1:
+            gap = int(np.flatnonzero(ordered != np.arange(n))[0])
+            raise ShardError(
+                f"line index {gap} is in no shard of {len(self.paths)} ({self.paths[0]} ...): "
+                f"{int(ordered[-1]) + 1 - n} missing below {ordered[-1]}"
+            )
+        shard_of = np.empty(n, np.int32)
+        shard_of[ordered] = numbers[order]
+        return shard_of
 
     def __getitem__(self, name):
-        index = int(name) if isinstance(name, (int, np.integer)) or str(name).isdigit() else None
-        if index is None or index not in self._where or str(name) != str(index):
-            raise KeyError(name)
-        return self._files[self._where[index]][str(index)][...]
+        if isinstance(name, (int, np.integer)) and not isinstance(name, bool):
+            name = str(int(name))
+        dataset = self.file_of(name)[name]
+        if not isinstance(dataset, h5py.Dataset):
+            raise _not_a_dataset(dataset.file.filename, name)
+        return dataset[...]
 
     def __iter__(self):
-        return (str(i) for i in range(len(self._where)))
+        return (str(i) for i in range(len(self)))
 
     def __len__(self):
-        return len(self._where)
+        return len(self._shard_of)
 
     def __contains__(self, name):
-        return isinstance(name, str) and name.isdigit() and str(int(name)) == name and int(name) in self._where
+        return isinstance(name, str) and name.isdigit() and str(int(name)) == name and int(name) < len(self)
 
     def file_of(self, name):
         """The open `h5py.File` holding dataset `name`."""
         if name not in self:
             raise KeyError(name)
-        return self._files[self._where[int(name)]]
+        return self._files[self._shard_of[int(name)]]
 
     @property
     def sentence_to_index(self):
         """`{sentence key: "line index"}` over all shards, as `embed` writes it for the whole input: keys in the
         order of their first line, a key shared by several lines mapped to the last (AllenNLP's rule)."""
-        if not self.has_sentence_index:
-            return None
-        merged = {}
-        for k in self._order:
-            merged.update(json.loads(self._files[k][INDEX_DATASET][0]))
-        return merged
+        return json.loads(self.index_text()) if self.has_sentence_index else None
+
+    def index_text(self):
+        """`sentence_to_index`'s JSON text (bytes) over all shards: `merged_index_text` of the shards in line
+        order; None without one."""
+        return merged_index_text(self._files[k] for k in self._order) if self.has_sentence_index else None
 
     @property
     def attrs(self):
@@ -174,32 +193,112 @@ def open_shards(shards):
     return EmbeddingShards(paths)
 
 
+def _line_indices(f, path):
+    """The line indices of the embed output `f` (open h5py file at `path`), int64, from its dataset names alone (no
+    object is opened: a dataset read or copied is checked then); ShardError for a name that is not one."""
+    indices = array.array("q")
+    for name in f:
+        if name != INDEX_DATASET:
+            if not (name.isdigit() and str(int(name)) == name):
+                raise _not_a_dataset(path, name)
+            indices.append(int(name))
+    return np.frombuffer(indices, np.int64)
+
+
+def _not_a_dataset(path, name):
+    return ShardError(f"{path}: {name!r} is not an embed output dataset (a line index)")
+
+
+def _map_of(source):
+    """The `sentence_to_index` dict of `source` (an embed output: a path or an open h5py.File); {} without one."""
+    with contextlib.ExitStack() as stack:
+        f = source if isinstance(source, h5py.File) else stack.enter_context(h5py.File(source, "r"))
+        return json.loads(f[INDEX_DATASET][0]) if INDEX_DATASET in f else {}
+
+
+def merged_index_text(sources):
+    """The `sentence_to_index` JSON text (bytes) of one file holding the lines of the embed outputs `sources`
+    (paths or open h5py files), from their own maps: each key once, placed by the first source whose map has it,
+    mapping to its largest line index (its last line). For shards that hold consecutive line ranges, given in line
+    order (Beam's), these are the bytes `embed` writes for the whole input; for sources whose lines interleave, the
+    same mapping with keys possibly in another order.
+
+    Memory: 24 bytes a key of each source, one source's map at a time (each is parsed twice), and the text."""
+    sources = list(sources)
+    digests, values = bytearray(), array.array("q")
+    for source in sources:
+        for key, value in _map_of(source).items():
+            digests += key_digest(key)
+            values.append(int(value))
+    first, last = first_and_last(digests, values) if values else (None, None)
+    del digests, values
+    out = io.BytesIO()
+    out.write(b"{")
+    entry = 0
+    for source in sources:
+        for key in _map_of(source):
+            if first[entry]:
+                out.write((b", " if out.tell() > 1 else b"") + json_member(key, last[entry]))
+            entry += 1
+    out.write(b"}")
+    return out.getvalue()
+
+
+def write_shards(paths, output_path, index_text=None, dtype="float32", after_index=None, after_file=None):
+    """Writes the datasets of the embed outputs `paths` (each line in one of them) into one file at `output_path`
+    (`EmbeddingWriter`: atomic and durable): `index_text` (bytes, `merged_index_text` or `LineKeys.json_text`) as
+    `sentence_to_index` first, unless None, then each file's datasets in line order, one file open at a time,
+    copied as stored or cast to `dtype` (`EmbeddingWriter.copy`). Memory holds one file's dataset names and one
+    dataset, whatever the number of files and lines (HDF5's metadata caches capped).
+
+    `after_index()` runs once `sentence_to_index` is written, `after_file(path, count)` after each file. Returns the
+    number of datasets written. Raises ShardError for a file that is not an embed output (a name that is not a line
+    index, an object that is not a dataset); ValueError for an index in two files."""
+    with EmbeddingWriter(output_path, index=index_text is not None, dtype=dtype, durable=True) as writer:
+        if index_text is not None:  # first: the text and its copies are gone before the datasets' metadata builds up
+            writer.set_index_text(index_text)
+            if after_index:
+                after_index()
+        for path in paths:
+            with h5py.File(path, "r") as f:
+                cap_metadata_cache(f)
+                indices = np.sort(_line_indices(f, path))
+                for index in indices:
+                    name = str(index)
+                    try:
+                        writer.copy(f, name)
+                    except KeyError:
+                        if not isinstance(f.get(name, getclass=True), h5py.Dataset):
+                            raise _not_a_dataset(path, name) from None
+                        raise
+            if after_file:
+                after_file(path, len(indices))
+    return writer.written
+
+
 def merge_shards(shards, output_path, progress=None):
-    """Writes the shards (a prefix or a list of files, see `open_shards`) as one embed output file at `output_path`:
-    the same datasets (copied as stored: dtype, shape and attributes), the root attributes of the first shard, and
-    `sentence_to_index` over all lines (`EmbeddingShards.sentence_to_index`). Written under a temporary name and
-    renamed at the end (`elmo_tf.io.atomic.atomic_hdf5`). Returns the number of datasets written.
+    """Writes the shards (a prefix or a list of files, see `open_shards`) as one embed output file at `output_path`,
+    equal to `embed`'s for the whole input: `sentence_to_index` over all lines (`EmbeddingShards.index_text`), then
+    every dataset, copied as stored (`write_shards`; in the dtype of the first, which all shards of one run share).
+    Memory: about 30 bytes a line while checking the shards, then the keys' text. `progress(n)`: optional, called
+    with each shard's count of datasets once it is copied. Returns the number of datasets written.
 
     Raises:
-        ShardError: see `EmbeddingShards`; WriteError: a full disk (the temporary is removed).
+        ShardError: see `EmbeddingShards`, and shards whose arrays are not float32 or float16; WriteError: a full
+        disk (the temporary is removed).
     """
     with open_shards(shards) as source:
         resolved = {os.path.realpath(p) for p in source.paths}
         if os.path.realpath(output_path) in resolved:
             raise ShardError(f"{output_path}: is one of the shards; it would be destroyed")
-        with atomic_hdf5(output_path) as out:
-            for key, value in source.attrs.items():
-                out.attrs[key] = value
-            for n, name in enumerate(source):
-                source.file_of(name).copy(name, out, name=name)
-                if progress and (n + 1) % 1000 == 0:
-                    progress(1000)
-            index = source.sentence_to_index
-            if index is not None:
-                out.create_dataset(
-                    INDEX_DATASET, data=np.array([json.dumps(index)], dtype=object), dtype=h5py.string_dtype()
-                )
-        return len(source)
+        dtype = source["0"].dtype if len(source) else np.dtype("float32")
+        if dtype not in (np.float32, np.float16):
+            raise ShardError(f"{source.file_of('0').filename}: arrays of {dtype}, not float32 or float16")
+        paths = [source.paths[k] for k in source._order]
+        text = source.index_text()
+    return write_shards(
+        paths, output_path, text, dtype, after_file=(lambda path, count: progress(count)) if progress else None
+    )
 
 
 __all__ = [
@@ -208,6 +307,8 @@ __all__ = [
     "ShardError",
     "find_shards",
     "merge_shards",
+    "merged_index_text",
     "open_shards",
     "shard_path",
+    "write_shards",
 ]

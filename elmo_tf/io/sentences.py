@@ -113,13 +113,18 @@ def _sentences(path, limit):
         yield to_sentence(number - 1, line, limit)
 
 
+# HDF5 1.8's file format (2008; every h5py reads it): its groups index names in a fractal heap and a B-tree by
+# hash, where the oldest format keeps every name in one local heap that outgrows a capped metadata cache and is read
+# back from the file on each new dataset (merging 200,000 small datasets: 32.5 -> 19.0 s)
+LIBVER = ("v108", "v108")
 # HDF5 lets the metadata cache of an open file grow to 32 MiB (its default max_size): the object headers of the
 # datasets written, tens of thousands in an embed output. 2 MiB is HDF5's initial size; the rest is written out as
 # it goes (bench/README.md, "Corpus scale").
 METADATA_CACHE_BYTES = 2 << 20
 
 
-def _cap_metadata_cache(f):
+def cap_metadata_cache(f):
+    """Caps the metadata cache of `f`, an open h5py file (written or read), at `METADATA_CACHE_BYTES`."""
     config = f.id.get_mdc_config()
     config.max_size = METADATA_CACHE_BYTES
     config.min_size = min(config.min_size, METADATA_CACHE_BYTES)
@@ -169,8 +174,8 @@ class EmbeddingWriter:
         with contextlib.ExitStack() as stack:
             tmp = stack.enter_context(atomic_path(self.output_path, durable=self.durable))
             self._sink = stack.enter_context(HDF5Sink(tmp, self.output_path))  # closed after the file, on any exit
-            self._file = stack.enter_context(h5py.File(self._sink, "w"))
-            _cap_metadata_cache(self._file)
+            self._file = stack.enter_context(h5py.File(self._sink, "w", libver=LIBVER))
+            cap_metadata_cache(self._file)
             self._stack = stack.pop_all()
         self.written = 0
         self._keys = {}
@@ -260,6 +265,36 @@ class EmbeddingWriter:
         self._sink.check()
 
 
+def key_digest(key):
+    """The 16-byte BLAKE2b digest that stands for `key` (a `sentence_key`, str) in `LineKeys` and
+    `elmo_tf.io.embeddings_shards.merged_index_text`: equal keys, equal digests."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=LineKeys.DIGEST_SIZE).digest()
+
+
+def first_and_last(digests, values):
+    """For n entries, each a 16-byte digest (`digests`: their concatenation, in order) and an int (`values`):
+    `(first, last)`: bool `(n,)`, True at the first entry of each digest, and int64 `(n,)`, at those entries, the
+    largest value among the digest's entries (its last line, when the values are line indices)."""
+    n = len(values)
+    words = np.frombuffer(digests, dtype="<u8").reshape(n, 2)
+    order = np.lexsort((words[:, 1], words[:, 0]))  # stable: equal digests stay in entry order
+    ordered = words[order]
+    starts = np.ones(n, bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    del ordered
+    begin = np.flatnonzero(starts)
+    first = np.zeros(n, bool)
+    first[order[begin]] = True
+    last = np.empty(n, np.int64)
+    last[order[begin]] = np.maximum.reduceat(np.asarray(values, np.int64)[order], begin)
+    return first, last
+
+
+def json_member(key, index):
+    """`"key": "index"` as `json.dumps` writes it in a dict (UTF-8 bytes, ASCII: non-ASCII is escaped)."""
+    return json.dumps(key).encode("ascii") + b': "' + str(int(index)).encode() + b'"'
+
+
 class LineKeys:
     """The `sentence_to_index` of a text file's lines, kept in 16 bytes a line rather than as a dict of the keys.
 
@@ -294,28 +329,10 @@ class LineKeys:
         """Records the key of the next line (bytes, without its line end)."""
         self._digests += self._digest(line)
 
-    def _first_and_last(self):
-        """`(first, last)`: bool `(n,)`, True at each key's first line, and int64 `(n,)`, at those lines, the
-        index of the key's last line."""
-        n = len(self)
-        words = np.frombuffer(self._digests, dtype="<u8").reshape(n, 2)
-        order = np.lexsort((words[:, 1], words[:, 0]))  # stable: equal keys stay in line order
-        ordered = words[order]
-        starts = np.ones(n, bool)
-        starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-        del ordered
-        begin = np.flatnonzero(starts)
-        end = np.append(begin[1:], n) - 1
-        first = np.zeros(n, bool)
-        first[order[begin]] = True
-        last = np.empty(n, np.int64)
-        last[order[begin]] = order[end]
-        return first, last
-
     def json_text(self):
         """The JSON text of the map (see the class), as UTF-8 bytes (ASCII: `json.dumps` escapes the rest)."""
         n, size = len(self), self.DIGEST_SIZE
-        first, last = self._first_and_last() if n else (None, None)
+        first, last = first_and_last(self._digests, np.arange(n)) if n else (None, None)
         out = io.BytesIO()
         out.write(b"{")
         separator = b""
@@ -325,8 +342,7 @@ class LineKeys:
             if index >= n or self._digests[index * size : (index + 1) * size] != self._digest(line):
                 raise TextFileError(f"{self.path}:{number}: the file changed while it was read; run again")
             if first[index]:
-                value = str(int(last[index]))
-                out.write(separator + json.dumps(sentence_key(line)).encode("ascii") + b': "' + value.encode() + b'"')
+                out.write(separator + json_member(sentence_key(line), last[index]))
                 separator = b", "
             count = number
         if count != n:
@@ -343,7 +359,11 @@ __all__ = [
     "METADATA_CACHE_BYTES",
     "LineKeys",
     "Sentence",
+    "cap_metadata_cache",
+    "first_and_last",
     "iter_sentences",
+    "json_member",
+    "key_digest",
     "key_to_line",
     "sentence_key",
     "to_sentence",

@@ -7,7 +7,14 @@ import h5py
 import numpy as np
 import pytest
 
-from elmo_tf.io.embeddings_shards import ShardError, find_shards, merge_shards, open_shards, shard_path
+from elmo_tf.io.embeddings_shards import (
+    ShardError,
+    find_shards,
+    merge_shards,
+    merged_index_text,
+    open_shards,
+    shard_path,
+)
 from elmo_tf.io.sentences import EmbeddingWriter
 
 LINES = [b"a b", b"", "na\xefve \u65e5\u672c".encode(), b"a b", b"c", b"  a b\t", b"d e f"]
@@ -87,3 +94,82 @@ def test_shards_with_and_without_sentence_index_are_refused(tmp_path):
         writer.write(1, array_of(1))
     with pytest.raises(ShardError, match="b.hdf5: has no sentence_to_index"):
         open_shards([tmp_path / "a.hdf5", tmp_path / "b.hdf5"])
+
+
+def test_merged_index_text_is_the_whole_files_text_for_consecutive_shards(tmp_path):
+    """3,000 lines with many repeats (whitespace ends, invalid UTF-8, escapes) cut into consecutive shards at
+    random places, some empty: the merged text is byte for byte the one the whole file gets; shards that interleave
+    give the same mapping."""
+    rng = np.random.default_rng(7)
+    pool = [b"a b", b" a b\t", b"\xff\xfe x", "na\xefve \u65e5".encode(), b'q "u" \\ e', b"c"] + [
+        f"w{k}".encode() for k in range(400)
+    ]
+    lines = [pool[k] for k in rng.integers(0, len(pool), 3000)]
+
+    def keys_only(path, indices):
+        with EmbeddingWriter(path) as writer:
+            for i in indices:
+                writer.add_key(i, lines[i])
+                writer.write(i, np.zeros([1, 1, 1], np.float32))
+
+    keys_only(tmp_path / "whole.hdf5", range(len(lines)))
+    with h5py.File(tmp_path / "whole.hdf5", "r") as f:
+        whole = f["sentence_to_index"][0]
+    cuts = sorted(rng.integers(0, len(lines), 7).tolist() + [0, 0, len(lines)])
+    paths = []
+    for k, (start, stop) in enumerate(zip([0, *cuts], [*cuts, len(lines)])):
+        paths.append(tmp_path / f"s{k}.hdf5")
+        keys_only(paths[-1], range(start, stop))
+    assert merged_index_text(paths) == whole
+    with open_shards(paths) as view:
+        assert view.index_text() == whole
+    interleaved = [tmp_path / "even.hdf5", tmp_path / "odd.hdf5"]
+    keys_only(interleaved[0], range(0, len(lines), 2))
+    keys_only(interleaved[1], range(1, len(lines), 2))
+    assert json.loads(merged_index_text(interleaved)) == json.loads(whole)
+    assert merged_index_text([]) == b"{}"
+
+
+def test_gaps_are_counted_below_the_largest_index(tmp_path):
+    write(tmp_path / "a.hdf5", [0])
+    with EmbeddingWriter(tmp_path / "b.hdf5") as writer:
+        writer.add_key(6, b"x")
+        writer.write(6, array_of(6))
+    with pytest.raises(ShardError, match=r"line index 1 is in no shard of 2 .*: 5 missing below 6"):
+        open_shards([tmp_path / "a.hdf5", tmp_path / "b.hdf5"])
+
+
+def test_merge_copies_float16_as_stored_and_refuses_other_arrays(tmp_path):
+    prefix = str(tmp_path / "h")
+    for k, indices in enumerate([range(0, 2), range(2, 4)]):
+        with EmbeddingWriter(shard_path(prefix, k, 2), dtype="float16") as writer:
+            for i in indices:
+                writer.add_key(i, LINES[i])
+                writer.write(i, array_of(i))
+    assert merge_shards(prefix, tmp_path / "m.hdf5") == 4
+    with h5py.File(tmp_path / "m.hdf5", "r") as f:
+        assert {f[str(i)].dtype for i in range(4)} == {np.dtype(np.float16)}
+        np.testing.assert_array_equal(f["3"][...], array_of(3).astype(np.float16))
+        assert json.loads(f["sentence_to_index"][0]) == {"a b": "3", "": "1", LINES[2].decode(): "2"}
+    with h5py.File(tmp_path / "ints.hdf5", "w") as f:
+        f["0"] = np.zeros([1, 1, 1], np.int32)
+    with pytest.raises(ShardError, match=r"ints.hdf5: arrays of int32, not float32 or float16"):
+        merge_shards([tmp_path / "ints.hdf5"], tmp_path / "m2.hdf5")
+    assert not (tmp_path / "m2.hdf5").exists()
+
+
+def test_an_object_that_is_not_a_dataset_is_refused_when_read_or_merged(tmp_path):
+    """Opening reads names only (no object: memory stays flat over many datasets); a group named like a line is
+    refused, naming the file and the name, when it is read or merged, and nothing is written."""
+    write(tmp_path / "a.hdf5", [0, 1])
+    with h5py.File(tmp_path / "b.hdf5", "w") as f:
+        f.create_group("2")
+        f["sentence_to_index"] = np.array(['{"z": "2"}'], dtype=object).astype(h5py.string_dtype())
+    paths = [tmp_path / "a.hdf5", tmp_path / "b.hdf5"]
+    with open_shards(paths) as view:
+        np.testing.assert_array_equal(view[1], array_of(1))
+        with pytest.raises(ShardError, match=r"b.hdf5: '2' is not an embed output dataset"):
+            view["2"]
+    with pytest.raises(ShardError, match=r"b.hdf5: '2' is not an embed output dataset"):
+        merge_shards(paths, tmp_path / "m.hdf5")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.hdf5", "b.hdf5"]
