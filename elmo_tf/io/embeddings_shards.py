@@ -71,14 +71,16 @@ class EmbeddingShards(collections.abc.Mapping):
     """Shard files read as one mapping `{line index (str): float array}`, like an `h5py.File` of `embed`'s output
     without `sentence_to_index` (the `sentence_to_index` attribute holds it).
 
-    Only the dataset names are read when opened; an array is read from its shard when asked for. The files stay
-    open until `close()` (or the end of a `with` block).
+    Only the dataset names are read when opened (no object is opened: HDF5 keeps memory for each object opened in a
+    file while it is open); an array is read from its shard when asked for. The files stay open until `close()` (or
+    the end of a `with` block), each with its metadata cache capped. Memory: 4 bytes a line (its shard's number).
 
     Args:
         paths: the shard files (any order: they are ordered by their first line index).
     Raises:
         ShardError: a line index in two shards, an index missing between 0 and the largest, shards with and without
-            `sentence_to_index`, a file that is not an embed output.
+            `sentence_to_index`, a file that is not hdf5 or holds a name that is not a line index; when an array is
+            read, an object of that name that is not a dataset.
     """
 
     def __init__(self, paths):
@@ -168,6 +170,11 @@ class EmbeddingShards(collections.abc.Mapping):
         """`sentence_to_index`'s JSON text (bytes) over all shards: `merged_index_text` of the shards in line
         order; None without one."""
         return merged_index_text(self._files[k] for k in self._order) if self.has_sentence_index else None
+
+    @property
+    def ordered_paths(self):
+        """The shard files in line order (by their first line index; an empty one after those before it)."""
+        return [self.paths[k] for k in self._order]
 
     @property
     def attrs(self):
@@ -294,8 +301,7 @@ def merge_shards(shards, output_path, progress=None):
         dtype = source["0"].dtype if len(source) else np.dtype("float32")
         if dtype not in (np.float32, np.float16):
             raise ShardError(f"{source.file_of('0').filename}: arrays of {dtype}, not float32 or float16")
-        paths = [source.paths[k] for k in source._order]
-        text = source.index_text()
+        paths, text = source.ordered_paths, source.index_text()
     return write_shards(
         paths, output_path, text, dtype, after_file=(lambda path, count: progress(count)) if progress else None
     )
