@@ -81,13 +81,6 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
     `{key: "index"}` in line order, or None: `merged_index_text(paths)`. Returns the datasets written."""
     dtype = check_dtype(dtype)
     text = _index_text(keys, paths) if sentence_index else None
-    written = write_shards(
-        paths,
-        output_path,
-        text,
-        dtype,
-        after_index=release_free_memory,
-        after_file=lambda path, count: fault_point("merge"),
-    )
+    written = write_shards(paths, output_path, text, dtype, after_index=release_free_memory)
     fault_point("merged")
     return written

@@ -26,6 +26,7 @@ import h5py
 import numpy as np
 
 from elmo_tf.errors import ElmoTFError
+from elmo_tf.io.journal import fault_point
 from elmo_tf.io.sentences import (
     INDEX_DATASET,
     EmbeddingWriter,
@@ -258,7 +259,8 @@ def write_shards(paths, output_path, index_text=None, dtype="float32", after_ind
     copied as stored or cast to `dtype` (`EmbeddingWriter.copy`). Memory holds one file's dataset names and one
     dataset, whatever the number of files and lines (HDF5's metadata caches capped).
 
-    `after_index()` runs once `sentence_to_index` is written, `after_file(path, count)` after each file. Returns the
+    `after_index()` runs once `sentence_to_index` is written, `after_file(path, count)` after each file (and the
+    test hook `fault_point("merge")`, `elmo_tf.io.journal`: the output's temporary holds k files). Returns the
     number of datasets written. Raises ShardError for a file that is not an embed output (a name that is not a line
     index, an object that is not a dataset); ValueError for an index in two files."""
     with EmbeddingWriter(output_path, index=index_text is not None, dtype=dtype, durable=True) as writer:
@@ -278,6 +280,7 @@ def write_shards(paths, output_path, index_text=None, dtype="float32", after_ind
                         if not isinstance(f.get(name, getclass=True), h5py.Dataset):
                             raise _not_a_dataset(path, name) from None
                         raise
+            fault_point("merge")
             if after_file:
                 after_file(path, len(indices))
     return writer.written

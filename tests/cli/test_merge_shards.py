@@ -1,9 +1,12 @@
 """elmo_tf/cli/merge_shards.py: `elmo-tf merge-shards` writes one file; a set of shards that overlap or leave a gap is
-refused with one line naming the file and the index (exit 1), and nothing is written."""
+refused with one line naming the file and the index (exit 1), and nothing is written; a merge interrupted half-way
+leaves the previous output as it was."""
 
 import h5py
 import numpy as np
+import pytest
 from cli_testlib import assert_one_error, run_command
+from resume_testlib import PREVIOUS, SIGNALLED, run_elmo_tf
 
 from elmo_tf.io.embeddings_shards import shard_path
 from elmo_tf.io.sentences import EmbeddingWriter
@@ -48,3 +51,26 @@ def test_missing_index_and_missing_shard_are_one_error_line(tmp_path):
     write(shard_path(prefix, 1, 3), [])
     assert_one_error(merge("--input", prefix, "--output", tmp_path / "m.hdf5"), 1, "line index 1 is in no shard")
     assert not (tmp_path / "m.hdf5").exists()
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_a_merge_interrupted_half_way_leaves_the_previous_output(tmp_path, signal_name):
+    """Stopped once the output's temporary holds 2 of 3 shards (ELMO_TF_FAULT, elmo_tf/io/journal.py): the previous
+    output is as it was; SIGTERM removes the temporary, SIGKILL cannot, and the next merge removes it."""
+    prefix = str(tmp_path / "e")
+    for k, indices in enumerate([[0, 1], [2], [3, 4]]):
+        write(shard_path(prefix, k, 3), indices)
+    out = tmp_path / "m.hdf5"
+    out.write_bytes(PREVIOUS)
+    args = ["--input", prefix, "--output", out]
+    result = run_elmo_tf("merge-shards", args, fault=f"merge:2:{signal_name}")
+    assert result.returncode == SIGNALLED[signal_name], result.stderr
+    assert out.read_bytes() == PREVIOUS
+    temporaries = [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.hdf5.tmp-")]
+    assert len(temporaries) == (signal_name == "SIGKILL"), temporaries
+    result = run_elmo_tf("merge-shards", args)
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out, "r") as f:
+        assert sorted(f) == ["0", "1", "2", "3", "4", "sentence_to_index"]
+        np.testing.assert_array_equal(f["4"][...], np.full([2, 2, 4], 4, np.float32))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
