@@ -35,6 +35,9 @@ from elmo_tf.models.elmo import model_fingerprint
 logger = logging.getLogger(__name__)
 
 SHARD_TOKENS = 50_000  # tokens per shard of embed_file's journal: about a minute of the original model on 2 cores
+# An input of this size or more gets a warning at the start: sentence_to_index (AllenNLP's format: one JSON string of
+# every line's key) is about the input's size, held at the end and three times over while HDF5 writes it.
+INDEX_WARNING_BYTES = 256 << 20
 
 
 def _embed_items(embedder, items, dtype, progress=None):
@@ -224,6 +227,14 @@ def embed_file(
         sentence_index=bool(sentence_index),
         shard_tokens=shard_tokens,
     )
+    if sentence_index and digest["size"] >= INDEX_WARNING_BYTES:
+        logger.warning(
+            "%s is %.2f GB: its sentence_to_index (every line's key in one JSON string) takes about as much memory at "
+            "the end, three times as much while it is written; without it (--no-sentence-index, sentence_index=False) "
+            "memory stays flat",
+            input_path,
+            digest["size"] / 1e9,
+        )
     notes = {"input": str(input_path), **(notes or {})}
     counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
     keys = LineKeys(input_path) if sentence_index else None

@@ -97,6 +97,24 @@ def test_max_sentence_tokens_cuts_before_embedding(tiny_elmo, input_file, tmp_pa
     np.testing.assert_allclose(arrays["3"], np.stack([np.asarray(a)[0] for a in alone]), atol=1e-5, rtol=0)
 
 
+def test_a_large_input_is_warned_of_its_sentence_index(tiny_elmo, input_file, tmp_path, monkeypatch, caplog):
+    """From `INDEX_WARNING_BYTES` of input on, one warning names the input, its size and --no-sentence-index; none
+    without the index or below the size."""
+    import elmo_tf.embed.run as run
+
+    size = os.path.getsize(input_file)
+    for threshold, index, warned in ((size, True, True), (size + 1, True, False), (size, False, False)):
+        monkeypatch.setattr(run, "INDEX_WARNING_BYTES", threshold)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="elmo_tf.embed.run"):
+            embed_file(tiny_elmo, input_file, tmp_path / "out.hdf5", batch_size=3, sentence_index=index)
+        messages = [r.getMessage() for r in caplog.records if r.name == "elmo_tf.embed.run"]
+        assert len(messages) == warned, messages
+        if warned:
+            assert str(input_file) in messages[0] and "--no-sentence-index" in messages[0], messages[0]
+            assert f"{size / 1e9:.2f} GB" in messages[0]
+
+
 def test_embed_file_rejects_unknown_layers(tiny_elmo, input_file, tmp_path):
     with pytest.raises(ValueError, match="layers"):
         embed_file(tiny_elmo, input_file, tmp_path / "x.hdf5", layers="middle")
