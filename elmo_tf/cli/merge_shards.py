@@ -10,6 +10,7 @@ import logging
 import os
 
 from elmo_tf.cli import ArgumentParser, UsageError, check_output_file
+from elmo_tf.cli.progress import Progress, add_progress_flags
 
 PROG = "elmo-tf merge-shards"
 
@@ -33,6 +34,7 @@ def build_parser(prog=PROG):
         "--input", required=True, nargs="+", help="the shard prefix (PREFIX-SSSSS-of-NNNNN.hdf5), or the shard files"
     )
     p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
+    add_progress_flags(p)
     return p
 
 
@@ -49,8 +51,15 @@ def main(argv=None, prog=PROG):
     from elmo_tf.cli import setup_logging
     from elmo_tf.io.embeddings_shards import merge_shards
 
-    setup_logging()
+    setup_logging(quiet=args.quiet)
+    log = logging.getLogger("elmo_tf")
     shards = args.input[0] if len(args.input) == 1 and not os.path.isfile(args.input[0]) else args.input
-    count = merge_shards(shards, args.output)
-    logging.getLogger("elmo_tf").info("wrote %s (%d sentences)", args.output, count)
+    progress = Progress("merge-shards", quiet=args.quiet, interval=args.log_interval, log=log)
+    try:
+        count = merge_shards(
+            shards, args.output, progress=progress.update, on_start=lambda total: progress.start(total, 0)
+        )
+    finally:
+        progress.close()
+    log.info("wrote %s (%d sentences)", args.output, count)
     return 0

@@ -1,5 +1,5 @@
-"""What the long-running commands (`embed`, `score`) share: their progress on stderr, their resume flags, and the
-lines they print when a resume is refused or a run is interrupted (`elmo_tf.io.journal`)."""
+"""What the long-running commands (`embed`, `score`, `merge-shards`) share: their progress on stderr, their resume
+flags, and the lines they print when a resume is refused or a run is interrupted (`elmo_tf.io.journal`)."""
 
 import contextlib
 import datetime
@@ -88,6 +88,11 @@ def add_resume_flags(parser, shard_tokens, what="option that changes the output"
         default=shard_tokens,
         help=f"tokens per resumable shard ({shard_tokens}): a kill loses at most one shard of work",
     )
+    add_progress_flags(parser)
+
+
+def add_progress_flags(parser):
+    """Adds --quiet and --log-interval (a `Progress`'s) to `parser`."""
     parser.add_argument("--quiet", action="store_true", help="no progress and no log lines, only errors")
     parser.add_argument(
         "--log-interval",

@@ -36,6 +36,7 @@ from elmo_tf.io.sentences import (
     key_digest,
 )
 
+PROGRESS_EVERY = 1000  # datasets copied between two calls of write_shards' progress
 SHARD_PATTERN = re.compile(r"^(?P<prefix>.*)-(?P<shard>\d{5})-of-(?P<count>\d{5})\.hdf5$")
 
 
@@ -252,15 +253,16 @@ def merged_index_text(sources):
     return out.getvalue()
 
 
-def write_shards(paths, output_path, index_text=None, dtype="float32", after_index=None, after_file=None):
+def write_shards(paths, output_path, index_text=None, dtype="float32", after_index=None, progress=None):
     """Writes the datasets of the embed outputs `paths` (each line in one of them) into one file at `output_path`
     (`EmbeddingWriter`: atomic and durable): `index_text` (bytes, `merged_index_text` or `LineKeys.json_text`) as
     `sentence_to_index` first, unless None, then each file's datasets in line order, one file open at a time,
     copied as stored or cast to `dtype` (`EmbeddingWriter.copy`). Memory holds one file's dataset names and one
     dataset, whatever the number of files and lines (HDF5's metadata caches capped).
 
-    `after_index()` runs once `sentence_to_index` is written, `after_file(path, count)` after each file (and the
-    test hook `fault_point("merge")`, `elmo_tf.io.journal`: the output's temporary holds k files). Returns the
+    `after_index()` runs once `sentence_to_index` is written; `progress(n)` after every `PROGRESS_EVERY` datasets
+    and at the end of each file, with the datasets copied since its last call. After each file the test hook
+    `fault_point("merge")` (`elmo_tf.io.journal`: the output's temporary holds k files). Returns the
     number of datasets written. Raises ShardError for a file that is not an embed output (a name that is not a line
     index, an object that is not a dataset); ValueError for an index in two files."""
     with EmbeddingWriter(output_path, index=index_text is not None, dtype=dtype, durable=True) as writer:
@@ -272,7 +274,7 @@ def write_shards(paths, output_path, index_text=None, dtype="float32", after_ind
             with h5py.File(path, "r") as f:
                 cap_metadata_cache(f)
                 indices = np.sort(_line_indices(f, path))
-                for index in indices:
+                for k, index in enumerate(indices, 1):
                     name = str(index)
                     try:
                         writer.copy(f, name)
@@ -280,18 +282,21 @@ def write_shards(paths, output_path, index_text=None, dtype="float32", after_ind
                         if not isinstance(f.get(name, getclass=True), h5py.Dataset):
                             raise _not_a_dataset(path, name) from None
                         raise
+                    if progress and k % PROGRESS_EVERY == 0:
+                        progress(PROGRESS_EVERY)
             fault_point("merge")
-            if after_file:
-                after_file(path, len(indices))
+            if progress and len(indices) % PROGRESS_EVERY:
+                progress(len(indices) % PROGRESS_EVERY)
     return writer.written
 
 
-def merge_shards(shards, output_path, progress=None):
+def merge_shards(shards, output_path, progress=None, on_start=None):
     """Writes the shards (a prefix or a list of files, see `open_shards`) as one embed output file at `output_path`,
     equal to `embed`'s for the whole input: `sentence_to_index` over all lines (`EmbeddingShards.index_text`), then
     every dataset, copied as stored (`write_shards`; in the dtype of the first, which all shards of one run share).
-    Memory: about 30 bytes a line while checking the shards, then the keys' text. `progress(n)`: optional, called
-    with each shard's count of datasets once it is copied. Returns the number of datasets written.
+    Memory: about 30 bytes a line while checking the shards, then the keys' text. Optional: `on_start(total)` once
+    the shards are checked (the number of lines), `progress(n)` as datasets are copied (see `write_shards`).
+    Returns the number of datasets written.
 
     Raises:
         ShardError: see `EmbeddingShards`, and shards whose arrays are not float32 or float16; WriteError: a full
@@ -305,9 +310,9 @@ def merge_shards(shards, output_path, progress=None):
         if dtype not in (np.float32, np.float16):
             raise ShardError(f"{source.file_of('0').filename}: arrays of {dtype}, not float32 or float16")
         paths, text = source.ordered_paths, source.index_text()
-    return write_shards(
-        paths, output_path, text, dtype, after_file=(lambda path, count: progress(count)) if progress else None
-    )
+        if on_start:
+            on_start(len(source))
+    return write_shards(paths, output_path, text, dtype, progress=progress)
 
 
 __all__ = [

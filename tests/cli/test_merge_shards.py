@@ -2,6 +2,8 @@
 refused with one line naming the file and the index (exit 1), and nothing is written; a merge interrupted half-way
 leaves the previous output as it was."""
 
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -74,3 +76,19 @@ def test_a_merge_interrupted_half_way_leaves_the_previous_output(tmp_path, signa
         assert sorted(f) == ["0", "1", "2", "3", "4", "sentence_to_index"]
         np.testing.assert_array_equal(f["4"][...], np.full([2, 2, 4], 4, np.float32))
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_progress_is_logged_when_stderr_is_not_a_terminal_and_quiet_silences_it(tmp_path):
+    """A line per --log-interval with the total and the rate, as embed's; nothing but errors with --quiet."""
+    prefix = str(tmp_path / "e")
+    for k, indices in enumerate([[0, 1], [2], [3, 4]]):
+        write(shard_path(prefix, k, 3), indices)
+    args = ["--input", prefix, "--output", tmp_path / "m.hdf5"]
+    result = merge(*args, "--log-interval", "0.000001")
+    assert result.returncode == 0, result.stderr
+    lines = re.findall(r"merge-shards: (\d+)/5 sentences \(\d+\.\d%\), [\d.]+ sentences/s, ETA", result.stderr)
+    assert lines and [int(n) for n in lines] == sorted(int(n) for n in lines) and int(lines[-1]) == 5, result.stderr
+    quiet = merge(*args, "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr.strip() == "", quiet.stderr
+    bad = merge(*args, "--log-interval", "0")
+    assert_one_error(bad, 2, "--log-interval")
