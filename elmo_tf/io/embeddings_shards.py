@@ -36,6 +36,7 @@ from elmo_tf.io.sentences import (
     key_digest,
 )
 
+OPEN_FILES = 32  # shard files an EmbeddingShards keeps open at once
 PROGRESS_EVERY = 1000  # datasets copied between two calls of write_shards' progress
 SHARD_PATTERN = re.compile(r"^(?P<prefix>.*)-(?P<shard>\d{5})-of-(?P<count>\d{5})\.hdf5$")
 
@@ -73,9 +74,11 @@ class EmbeddingShards(collections.abc.Mapping):
     """Shard files read as one mapping `{line index (str): float array}`, like an `h5py.File` of `embed`'s output
     without `sentence_to_index` (the `sentence_to_index` attribute holds it).
 
-    Only the dataset names are read when opened (no object is opened: HDF5 keeps memory for each object opened in a
-    file while it is open); an array is read from its shard when asked for. The files stay open until `close()` (or
-    the end of a `with` block), each with its metadata cache capped. Memory: 4 bytes a line (its shard's number).
+    Only the dataset names are read when opened, one file at a time (no object is opened: HDF5 keeps memory for each
+    object opened in a file while it is open); an array is read from its shard when asked for. At most `OPEN_FILES`
+    shards are open at once (the least recently read is closed first), each with its metadata cache capped, so a
+    set of thousands of shards stays within the usual limit of 1,024 open files; `close()` (or the end of a `with`
+    block) closes them. Memory: 4 bytes a line (its shard's number).
 
     Args:
         paths: the shard files (any order: they are ordered by their first line index).
@@ -89,7 +92,7 @@ class EmbeddingShards(collections.abc.Mapping):
         self.paths = [os.fspath(p) for p in paths]
         if not self.paths:
             raise ShardError("no shard files given")
-        self._files = []
+        self._open_files = collections.OrderedDict()  # shard number -> h5py.File, least recently used first
         try:
             self._open()
         except BaseException:
@@ -97,17 +100,12 @@ class EmbeddingShards(collections.abc.Mapping):
             raise
 
     def _open(self):
-        found = []  # per file: its line indices (int64)
+        found, with_index = [], []  # per file: its line indices (int64), whether it has sentence_to_index
         for path in self.paths:
-            try:
-                f = h5py.File(path, "r")
-            except OSError as e:
-                raise ShardError(f"{path}: not an hdf5 file ({e})") from None
-            self._files.append(f)
-            cap_metadata_cache(f)  # each file stays open: its cache would grow with the datasets read from it
-            found.append(_line_indices(f, path))
+            with _open_shard(path) as f:
+                found.append(_line_indices(f, path))
+                with_index.append(INDEX_DATASET in f)
         self._shard_of = self._check_lines(found)
-        with_index = [INDEX_DATASET in f for f in self._files]
         if any(with_index) and not all(with_index):
             path = self.paths[with_index.index(False)]
             raise ShardError(f"{path}: has no {INDEX_DATASET}, other shards have one")
@@ -157,10 +155,20 @@ class EmbeddingShards(collections.abc.Mapping):
         return isinstance(name, str) and name.isdigit() and str(int(name)) == name and int(name) < len(self)
 
     def file_of(self, name):
-        """The open `h5py.File` holding dataset `name`."""
+        """The open `h5py.File` holding dataset `name` (closed again once `OPEN_FILES` other shards are read)."""
         if name not in self:
             raise KeyError(name)
-        return self._files[self._shard_of[int(name)]]
+        return self._file(int(self._shard_of[int(name)]))
+
+    def _file(self, number):
+        """Shard `number`, open (opened again if it was closed to keep `OPEN_FILES`)."""
+        f = self._open_files.pop(number, None)
+        if f is None:
+            if len(self._open_files) >= OPEN_FILES:
+                self._open_files.popitem(last=False)[1].close()
+            f = _open_shard(self.paths[number])
+        self._open_files[number] = f
+        return f
 
     @property
     def sentence_to_index(self):
@@ -171,7 +179,7 @@ class EmbeddingShards(collections.abc.Mapping):
     def index_text(self):
         """`sentence_to_index`'s JSON text (bytes) over all shards: `merged_index_text` of the shards in line
         order; None without one."""
-        return merged_index_text(self._files[k] for k in self._order) if self.has_sentence_index else None
+        return merged_index_text(self.ordered_paths) if self.has_sentence_index else None
 
     @property
     def ordered_paths(self):
@@ -181,12 +189,11 @@ class EmbeddingShards(collections.abc.Mapping):
     @property
     def attrs(self):
         """The root attributes of the first shard (embed's, the same in every shard)."""
-        return dict(self._files[self._order[0]].attrs)
+        return dict(self._file(self._order[0]).attrs)
 
     def close(self):
-        for f in self._files:
-            f.close()
-        self._files = []
+        while self._open_files:
+            self._open_files.popitem()[1].close()
 
     def __enter__(self):
         return self
@@ -200,6 +207,17 @@ def open_shards(shards):
     """An `EmbeddingShards` over `shards`: a prefix (`find_shards`) or a list of shard files."""
     paths = find_shards(os.fspath(shards)) if isinstance(shards, (str, os.PathLike)) else list(shards)
     return EmbeddingShards(paths)
+
+
+def _open_shard(path):
+    """`path` open for reading, its metadata cache capped; ShardError when it is not an hdf5 file."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:  # an OS error (no such file, too many open files) has an errno; not hdf5 has none
+        what = f"cannot be opened: {os.strerror(e.errno)}" if e.errno else "not an hdf5 file"
+        raise ShardError(f"{path}: {what} ({e})") from None
+    cap_metadata_cache(f)
+    return f
 
 
 def _line_indices(f, path):
@@ -221,7 +239,7 @@ def _not_a_dataset(path, name):
 def _map_of(source):
     """The `sentence_to_index` dict of `source` (an embed output: a path or an open h5py.File); {} without one."""
     with contextlib.ExitStack() as stack:
-        f = source if isinstance(source, h5py.File) else stack.enter_context(h5py.File(source, "r"))
+        f = source if isinstance(source, h5py.File) else stack.enter_context(_open_shard(source))
         return json.loads(f[INDEX_DATASET][0]) if INDEX_DATASET in f else {}
 
 
@@ -271,8 +289,7 @@ def write_shards(paths, output_path, index_text=None, dtype="float32", after_ind
             if after_index:
                 after_index()
         for path in paths:
-            with h5py.File(path, "r") as f:
-                cap_metadata_cache(f)
+            with _open_shard(path) as f:
                 indices = np.sort(_line_indices(f, path))
                 for k, index in enumerate(indices, 1):
                     name = str(index)

@@ -173,3 +173,36 @@ def test_an_object_that_is_not_a_dataset_is_refused_when_read_or_merged(tmp_path
     with pytest.raises(ShardError, match=r"b.hdf5: '2' is not an embed output dataset"):
         merge_shards(paths, tmp_path / "m.hdf5")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.hdf5", "b.hdf5"]
+
+
+def test_thousands_of_shards_stay_within_the_open_files_limit(tmp_path, monkeypatch):
+    """At most OPEN_FILES shards are open at once, whatever the order of the reads; a process limited to 40 open files
+    merges 60 shards (each shard open at once, as before, exceeds it)."""
+    import subprocess
+    import sys
+
+    import elmo_tf.io.embeddings_shards as shards_module
+
+    prefix = str(tmp_path / "many")
+    for k in range(60):
+        write(shard_path(prefix, k, 60), [k] if k < len(LINES) else [])
+    monkeypatch.setattr(shards_module, "OPEN_FILES", 2)
+    few = [tmp_path / f"few{k}.hdf5" for k in range(5)]
+    for k, path in enumerate(few):
+        write(path, [k])
+    with open_shards(few) as view:
+        for i in np.random.default_rng(0).permutation(5).tolist() * 2:
+            np.testing.assert_array_equal(view[str(i)], array_of(i))
+            assert len(view._open_files) <= 2
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit("
+        "resource.RLIMIT_NOFILE)[1])); from elmo_tf.io.embeddings_shards import merge_shards; "
+        "print(merge_shards(sys.argv[1], sys.argv[2]))"
+    )
+    out = tmp_path / "merged.hdf5"
+    result = subprocess.run(
+        [sys.executable, "-c", code, prefix, str(out)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0 and result.stdout.strip() == str(len(LINES)), result.stderr[-2000:]
+    with h5py.File(out, "r") as f:
+        np.testing.assert_array_equal(f["6"][...], array_of(6))
