@@ -15,7 +15,6 @@ Example:
 
 import array
 import collections.abc
-import contextlib
 import glob
 import io
 import json
@@ -236,25 +235,24 @@ def _not_a_dataset(path, name):
     return ShardError(f"{path}: {name!r} is not an embed output dataset (a line index)")
 
 
-def _map_of(source):
-    """The `sentence_to_index` dict of `source` (an embed output: a path or an open h5py.File); {} without one."""
-    with contextlib.ExitStack() as stack:
-        f = source if isinstance(source, h5py.File) else stack.enter_context(_open_shard(source))
+def _map_of(path):
+    """The `sentence_to_index` dict of the embed output at `path`; {} without one."""
+    with _open_shard(path) as f:
         return json.loads(f[INDEX_DATASET][0]) if INDEX_DATASET in f else {}
 
 
-def merged_index_text(sources):
-    """The `sentence_to_index` JSON text (bytes) of one file holding the lines of the embed outputs `sources`
-    (paths or open h5py files), from their own maps: each key once, placed by the first source whose map has it,
-    mapping to its largest line index (its last line). For shards that hold consecutive line ranges, given in line
-    order (Beam's), these are the bytes `embed` writes for the whole input; for sources whose lines interleave, the
-    same mapping with keys possibly in another order.
+def merged_index_text(paths):
+    """The `sentence_to_index` JSON text (bytes) of one file holding the lines of the embed outputs `paths`, from
+    their own maps: each key once, placed by the first file whose map has it, mapping to its largest line index
+    (its last line). For shards that hold consecutive line ranges, given in line order (Beam's), these are the bytes
+    `embed` writes for the whole input; for files whose lines interleave, the same mapping with keys possibly in
+    another order.
 
-    Memory: 24 bytes a key of each source, one source's map at a time (each is parsed twice), and the text."""
-    sources = list(sources)
+    Memory: 24 bytes a key of each file, one file's map at a time (each is parsed twice), and the text."""
+    paths = list(paths)
     digests, values = bytearray(), array.array("q")
-    for source in sources:
-        for key, value in _map_of(source).items():
+    for path in paths:
+        for key, value in _map_of(path).items():
             digests += key_digest(key)
             values.append(int(value))
     first, last = first_and_last(digests, values) if values else (None, None)
@@ -262,8 +260,8 @@ def merged_index_text(sources):
     out = io.BytesIO()
     out.write(b"{")
     entry = 0
-    for source in sources:
-        for key in _map_of(source):
+    for path in paths:
+        for key in _map_of(path):
             if first[entry]:
                 out.write((b", " if out.tell() > 1 else b"") + json_member(key, last[entry]))
             entry += 1
