@@ -111,7 +111,8 @@ def paired_datasets(path, reference):
                 yield name, f[name][...], g[name][...]
 
 
-def dataset_names(path):
+def names_and_index(path):
+    """The file's names (a set) and its sentence_to_index text (None without one)."""
     import h5py
 
     with h5py.File(path, "r") as f:
@@ -169,7 +170,7 @@ def rounding_errors(path16, path32):
 
 def identical(path, reference):
     """Same dataset names, the same sentence_to_index, and every dataset equal in dtype and values."""
-    if dataset_names(path) != dataset_names(reference):
+    if names_and_index(path) != names_and_index(reference):
         return False
     return all(a.dtype == b.dtype and np.array_equal(a, b) for _, a, b in paired_datasets(path, reference))
 
