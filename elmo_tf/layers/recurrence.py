@@ -20,6 +20,8 @@ then gets exactly the outputs it gets alone in a row.
 
 import tensorflow as tf
 
+from elmo_tf.layers.matmul_precision import round_to, rounds_to_nearest
+
 # Below this many elements per recurrent kernel (4 * units * projection_dim) the directions advance as one stacked
 # tensor (one batched matmul and one set of element-wise ops per step: per-op overhead dominates small models,
 # the tiny test models run about 1.3x faster so); above it, one matmul per direction (TF's batched matmul runs at
@@ -287,8 +289,11 @@ def fast_gradient_scan(
     back in the inputs' dtype; the cell state, the gates' element-wise math and the clipping stay in it (the
     projected state `h`, a product, is float32 holding bfloat16's precision). On CPUs with
     AVX512_BF16 (and GPUs) a bfloat16 matmul runs at about twice the float32 rate; a layer at the original shapes
-    trained 1.7x as fast here. Products are rounded to bfloat16's 8 significant bits (relative 2^-9), so values
-    and gradients differ from float32 by about 0.5% of their scale (tests/layers/test_recurrence.py).
+    trained 1.7x as fast here. Products are rounded to the nearest bfloat16 (8 significant bits, relative 2^-9), so
+    values and gradients differ from float32 by about 0.5% of their scale (tests/layers/test_recurrence.py). Where
+    TF's bfloat16 matmul truncates instead (CPUs without AVX-512, where Eigen runs it, or `TF_ENABLE_ONEDNN_OPTS=0`),
+    the same roundings are made in float32 (`matmul_precision.rounds_to_nearest`): the same numbers on every CPU, at
+    float32's speed there.
 
     Same arguments as `projected_lstm_scan` (no `chunk`). Returns D outputs `(time, batch, projection_dim)`,
     D final c `(batch, units)`, D final h `(batch, projection_dim)`.
@@ -327,7 +332,11 @@ class _TrainingScan:
         self.steps, self.batch = steps, batch = tf.shape(mask)[0], tf.shape(mask)[1]
         self.units, self.proj = units, proj = tf.shape(w_ps[0])[1], tf.shape(w_ps[0])[0]
         self.dtype = xs[0].dtype
-        self.mm = tf.dtypes.as_dtype(matmul_dtype) if matmul_dtype else self.dtype
+        low = tf.dtypes.as_dtype(matmul_dtype) if matmul_dtype else self.dtype
+        # where this device's `low` matmul does not round to nearest (x86 without oneDNN's bfloat16: it truncates),
+        # the same numbers in float32: operands and products rounded to `low` (elmo_tf/layers/matmul_precision.py)
+        self.rounding = None if rounds_to_nearest(low) else low
+        self.mm = self.dtype if self.rounding else low
         self.cell_clip, self.proj_clip = clips
         self.x_shapes = [tf.shape(x) for x in xs]
         self.w_xs = [_gates_last(self.lo(w)) for w in w_xs]  # (4 * units, in), rows (i, f, o, j)
@@ -352,12 +361,12 @@ class _TrainingScan:
             self.fresh_h = tf.broadcast_to(fresh, [steps, num, proj, batch])
 
     def lo(self, t):
-        """A matmul's operand, in the matmul dtype (tf.cast to the same dtype is no op)."""
-        return tf.cast(t, self.mm)
+        """A matmul's operand, in the matmul dtype (tf.cast to the same dtype is no op), or rounded to it."""
+        return round_to(t, self.rounding) if self.rounding else tf.cast(t, self.mm)
 
     def hi(self, t):
-        """A matmul's product, back in the state's dtype."""
-        return tf.cast(t, self.dtype)
+        """A matmul's product, back in the state's dtype (rounded to the matmul dtype where that is emulated)."""
+        return round_to(t, self.rounding) if self.rounding else tf.cast(t, self.dtype)
 
     def array(self, like):
         return tf.TensorArray(like.dtype, size=self.steps, element_shape=like.shape)

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
+from elmo_tf.layers.matmul_precision import low_precision_matmul
 from elmo_tf.models.elmo import build_bilm_layers
 from elmo_tf.preprocessing.char_vocabulary import char_mapping
 from elmo_tf.preprocessing.chars import add_sentence_boundaries
@@ -30,7 +31,7 @@ def sampled_softmax_loss(
         sampled_values: optional `(sampled, true_expected_count, sampled_expected_count)` as
             `tf.random.log_uniform_candidate_sampler` returns them; default: one draw of it (`unique=True`).
         matmul_dtype: optional dtype of the `(targets, K)` logits' matmul and its gradients (e.g. "bfloat16");
-            the logits come back in the inputs' dtype.
+            the logits come back in the inputs' dtype, rounded to nearest on every CPU (`low_precision_matmul`).
     Returns:
         float `(targets,)`.
     """
@@ -46,9 +47,8 @@ def sampled_softmax_loss(
         - tf.math.log(tf.reshape(true_expected, [-1]))
     )
     sampled_bias = tf.gather(biases, sampled) - tf.math.log(sampled_expected)
-    mm = matmul_dtype or inputs.dtype  # tf.cast to the same dtype is no op
-    products = tf.matmul(tf.cast(inputs, mm), tf.cast(tf.gather(weights, sampled), mm), transpose_b=True)
-    sampled_logits = tf.cast(products, inputs.dtype) + sampled_bias
+    products = low_precision_matmul(inputs, tf.gather(weights, sampled), matmul_dtype, transpose_b=True)
+    sampled_logits = products + sampled_bias
     rows, columns, hit_weights = tf.nn.compute_accidental_hits(labels, sampled, num_true=1)
     hits = tf.stack([rows, tf.cast(columns, tf.int32)], axis=1)
     sampled_logits = tf.tensor_scatter_nd_add(sampled_logits, hits, tf.cast(hit_weights, sampled_logits.dtype))

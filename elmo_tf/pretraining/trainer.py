@@ -101,8 +101,9 @@ class Trainer:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         if self.model.matmul_dtype and not tf.config.list_logical_devices("GPU") and not _cpu_has_bfloat16():
             log.warning(
-                "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls are emulated and "
-                "may run slower than float32"
+                "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls are emulated "
+                "(float32 matmuls, operands and products rounded to bfloat16): the same numbers, no faster than "
+                "float32"
             )
         self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_seconds")
         self.train_step = compile_train_step(strategy, self.model, self.optimizer, self.step, train_config.clip_norm)

@@ -77,10 +77,13 @@ def test_one_direction_in_a_compiled_function():
 
 @pytest.mark.parametrize("clips, with_resets", [((None, None), False), ((0.5, 0.3), True), ((3.0, 3.0), True)])
 def test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32(clips, with_resets):
-    """`matmul_dtype="bfloat16"` runs every product in bfloat16 (8 significant bits) and the rest in float32: values
-    and gradients within a few bfloat16 roundings of the float32 ones (relative to their scale), and not equal to
-    them (the products really ran in bfloat16). Kernels of initialization scale: with unit-normal ones the gates
-    saturate and the unclipped recurrence amplifies any rounding over the steps, float32's too."""
+    """`matmul_dtype="bfloat16"` rounds every product's operands and result to the nearest bfloat16 (8 significant
+    bits) and runs the rest in float32: values and gradients within a few bfloat16 roundings of the float32 ones
+    (relative to their scale), and not equal to them (the products really were rounded). Kernels of initialization
+    scale: with unit-normal ones the gates saturate and the unclipped recurrence amplifies any rounding over the
+    steps, float32's too. TF's own bfloat16 matmul truncates where oneDNN does not run it (AVX2-only CPUs): its
+    one-signed errors put (0.5, 0.3) with resets 0.29 away (issue 37), which is why the scan rounds by itself there;
+    `test_bfloat16_scan_where_tf_truncates` runs this test on that path on any CPU."""
     args, mask, resets, weights = _problem(
         seed=4, steps=9, batch=6, dim=16, units=24, proj=12, lengths=(9, 3, 5, 1, 0, 8), kernel_scale=0.25
     )
@@ -96,6 +99,20 @@ def test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32(clips, with_r
         np.testing.assert_allclose(low, exact, atol=3e-2 * scale)
         differences.append(float(np.abs(low - exact).max()) / scale)
     assert max(differences) > 1e-4
+
+
+def test_bfloat16_scan_where_tf_truncates():
+    """With oneDNN off, TF's bfloat16 matmul is Eigen's, which truncates its products, as on CPUs without AVX-512:
+    the bfloat16 test above holds there too, in a process of its own (the variable is read when TF loads)."""
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3")
+    test = f"{__file__}::test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32"
+    probe = "from elmo_tf.layers.matmul_precision import rounds_to_nearest; print(rounds_to_nearest('bfloat16'))"
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", test]
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "3 passed" in done.stdout, done.stdout[-1000:]
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert found.stdout.split()[-1:] == ["False"], found.stderr[-2000:]  # the emulated path is what ran
 
 
 def test_matmul_dtype_float32_named_is_exact():
