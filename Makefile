@@ -26,6 +26,7 @@ lint: venv
 # and servers (slow clients, deadlines, versions swapped under load), which a second worker on the 2 cores would
 # starve. Serial, the suite took 18-21 min here; this way 10:48-12:37 (issue 13, session 7).
 test: lint
+	@.ci/machine
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 --ignore=tests/serving tests
 	$(PY) -m pytest -q --durations=5 tests/serving
 
