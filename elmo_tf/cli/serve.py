@@ -34,8 +34,14 @@ import signal
 import sys
 import threading
 
-from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, setup_logging
-from elmo_tf.serving.config_files import BATCHING_FIELDS, parse_batching_parameters, parse_model_config
+from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, number_type, setup_logging
+from elmo_tf.serving.config_files import (
+    BATCHING_BOUNDS,
+    BATCHING_FIELDS,
+    MAX_BATCH_THREADS,
+    parse_batching_parameters,
+    parse_model_config,
+)
 from elmo_tf.serving.sizes import MAX_PORT, MiB
 
 logger = logging.getLogger("serve")
@@ -208,14 +214,20 @@ def _add_embedded_flags(group):
         "--host",
         help="interface to bind (127.0.0.1; 0.0.0.0 for all, which the stock server always uses: see above)",
     )
-    group.add_argument("--max_batch_size", type=_int("--max_batch_size", 1), help="rows of a merged model call (32)")
+    group.add_argument(
+        "--max_batch_size",
+        type=number_type("--max_batch_size", BATCHING_BOUNDS["max_batch_size"]),
+        help="rows of a merged model call (32)",
+    )
     group.add_argument(
         "--batch_timeout_micros",
-        type=_int("--batch_timeout_micros", 0),
+        type=number_type("--batch_timeout_micros", BATCHING_BOUNDS["batch_timeout_micros"]),
         help="wait for more requests once one is held (0: merge only what queued)",
     )
     group.add_argument(
-        "--num_batch_threads", type=_int("--num_batch_threads", 1), help="model calls at once (CPU count)"
+        "--num_batch_threads",
+        type=number_type("--num_batch_threads", BATCHING_BOUNDS["num_batch_threads"]),
+        help="model calls at once (CPU count)",
     )
     group.add_argument(
         "--max_request_sentences", type=_int("--max_request_sentences", 1), help="rows per request (256)"
@@ -356,7 +368,7 @@ def server_options(args, batching):
             batching=BatchingOptions(
                 max_batch_size=batching.get("max_batch_size", 32),
                 batch_timeout=batching.get("batch_timeout_micros", 0) / 1e6,
-                num_threads=batching.get("num_batch_threads", os.cpu_count() or 1),
+                num_threads=batching.get("num_batch_threads", min(os.cpu_count() or 1, MAX_BATCH_THREADS)),
             ),
             max_request_sentences=args.max_request_sentences,
             max_tokens_per_sentence=args.max_tokens_per_sentence or None,

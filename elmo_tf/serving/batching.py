@@ -27,6 +27,7 @@ import time
 
 import grpc
 
+from elmo_tf.serving.config_files import MAX_BATCH_THREADS, MAX_BATCH_TIMEOUT
 from elmo_tf.serving.merge import regroupable, run_batch
 from elmo_tf.serving.status import ServingError
 
@@ -92,10 +93,11 @@ class BatchingOptions:
     def __post_init__(self):
         if isinstance(self.max_batch_size, bool) or not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive int, got {self.max_batch_size!r}")
-        if not self.batch_timeout >= 0:
-            raise ValueError(f"batch_timeout must be >= 0 seconds, got {self.batch_timeout!r}")
-        if isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int, got {self.num_threads!r}")
+        if not 0 <= self.batch_timeout <= MAX_BATCH_TIMEOUT:
+            raise ValueError(f"batch_timeout must be 0 to {MAX_BATCH_TIMEOUT:g} seconds, got {self.batch_timeout!r}")
+        threads = self.num_threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_BATCH_THREADS:
+            raise ValueError(f"num_threads must be an int from 1 to {MAX_BATCH_THREADS}, got {threads!r}")
 
 
 class _Task:
@@ -192,32 +194,37 @@ class BatchScheduler:
             task.result = ServingError(grpc.StatusCode.CANCELLED, "the request was cancelled")
         task.done.set()
 
-    def _pop_live(self, queue):
+    def _pop_live(self, queue, tasks):
+        """The oldest task of `queue` that must still run, appended to `tasks` (None: the queue held none); those past
+        their deadline or cancelled are answered and dropped. A task is held in `tasks` as soon as it leaves `queue`."""
         while queue:
             task = queue.popleft()
+            tasks.append(task)
             why = task.skip()
             if why is None:
                 return task
+            tasks.pop()
             self._drop(task, why)
         return None
 
-    def _take(self):
-        """Under the lock: the next batch (runner, tasks), or None when stopping and nothing is left."""
+    def _take(self, tasks):
+        """Under the lock: the next batch's runner, its tasks appended to `tasks` as soon as they leave the queue (so
+        that the caller can answer them if this fails half-way), or None when stopping and nothing is left."""
         while True:
             heads = [(queue[0].enqueued, k, runner) for k, (runner, queue) in enumerate(self._queues.items()) if queue]
             if heads:
                 _, _, runner = min(heads)
                 queue = self._queues[runner]
-                first = self._pop_live(queue)
+                first = self._pop_live(queue, tasks)
                 if first is None:
                     continue
                 break
             if self._stopping:
                 return None
             self._cond.wait()
-        tasks, rows = [first], first.request.batch
+        rows = first.request.batch
         if not runner.signature.mergeable:
-            return runner, tasks
+            return runner
         largest = self.options.max_batch_size  # a larger request runs alone
         limit = largest * REGROUP_CALLS if _regrouped(runner) and rows <= largest else largest
 
@@ -236,9 +243,9 @@ class BatchScheduler:
                 if task.request.batch <= largest and rows + task.request.batch <= limit:
                     chosen.append(task)
                     rows += task.request.batch
+            tasks.extend(sorted(chosen, key=lambda t: t.enqueued))  # held before they leave the queue
             for task in chosen:
                 queue.remove(task)
-            tasks.extend(sorted(chosen, key=lambda t: t.enqueued))
 
         fill()
         if self.options.batch_timeout > 0:
@@ -247,28 +254,46 @@ class BatchScheduler:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._cond.wait(left)
+                self._cond.wait(min(left, threading.TIMEOUT_MAX))
                 fill()
-        return runner, tasks
+        return runner
 
     def _work(self):
+        """A worker's loop. It never ends but at stop: an exception anywhere in it (a bug) is logged and answered as
+        INTERNAL to the requests it held, and the worker goes on with the next batch."""
         while True:
-            with self._cond:
-                taken = self._take()
-            if taken is None:
-                return
-            runner, tasks = taken
-            rows = sum(t.request.batch for t in tasks)
-            calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and _regrouped(runner) else 1
+            tasks = []
             try:
-                results = run_batch(runner, [t.request for t in tasks], self.options.max_batch_size)
-            except Exception as e:  # run_batch catches per request; this is a bug guard
-                logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
-                results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
-            self.stats.record_call(self.model_name, runner.name, len(tasks), rows, calls)
-            if len(tasks) > 1:
-                what = (self.name, len(tasks), rows, calls, runner.name)
-                logger.debug("%s: merged %d requests (%d rows) into %d call(s) of %s", *what)
-            for task, result in zip(tasks, results):
-                task.result = result
-                task.done.set()
+                if not self._work_once(tasks):
+                    return
+            except Exception as e:  # noqa: BLE001 - a worker thread must not die: every caller would wait in vain
+                logger.exception(
+                    "batch worker of %s failed; its %d request(s) answered INTERNAL", self.name, len(tasks)
+                )
+                error = ServingError(grpc.StatusCode.INTERNAL, f"batch worker failed: {type(e).__name__}: {e}")
+                for task in tasks:
+                    if not task.done.is_set():
+                        task.result = error
+                        task.done.set()
+
+    def _work_once(self, tasks):
+        """Takes one batch into `tasks`, runs it and answers it; False once stopping with nothing left."""
+        with self._cond:
+            runner = self._take(tasks)
+        if runner is None:
+            return False
+        rows = sum(t.request.batch for t in tasks)
+        calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and _regrouped(runner) else 1
+        try:
+            results = run_batch(runner, [t.request for t in tasks], self.options.max_batch_size)
+        except Exception as e:  # run_batch catches per request; this is a bug guard
+            logger.exception("batch of %d requests to %s failed", len(tasks), runner.name)
+            results = [ServingError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")] * len(tasks)
+        self.stats.record_call(self.model_name, runner.name, len(tasks), rows, calls)
+        if len(tasks) > 1:
+            what = (self.name, len(tasks), rows, calls, runner.name)
+            logger.debug("%s: merged %d requests (%d rows) into %d call(s) of %s", *what)
+        for task, result in zip(tasks, results):
+            task.result = result
+            task.done.set()
+        return True

@@ -1,6 +1,7 @@
 """elmo_tf/serving/batching.py: concurrent requests merge into fewer model calls (the real model over gRPC, and a fake
 signature), each request gets exactly its own outputs, big requests run alone, deadlines and stop are handled."""
 
+import re
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 from serving_fake import fake_runner
 from serving_testlib import assert_parity, reference_sentences, reference_tokens, start_server
 
+from elmo_tf.serving import batching as batching_module
 from elmo_tf.serving.batching import BatchingOptions, BatchScheduler, BatchStats
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.status import ServingError
@@ -59,6 +61,48 @@ def test_scheduler_deadline_and_stop():
     with pytest.raises(ServingError) as info:
         scheduler.submit(runner, request, timeout=1)
     assert info.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_failing_worker_answers_what_it_held_and_goes_on(monkeypatch, caplog):
+    """A bug in a batch worker (here: an exception while it takes a request from the queue, injected once) is
+    logged, the request it held is answered INTERNAL at once (not left to its deadline), and the same worker serves
+    the next request: the thread never dies (issue 38: an OverflowError killed it, and every later request waited
+    out its deadline)."""
+    runner = fake_runner(delay=0.0)
+    scheduler = BatchScheduler(BatchingOptions(max_batch_size=4, num_threads=1), BatchStats(), "fake", 1)
+    request = runner.budget.prepare({"x": np.ones((1, 2), np.float32)})
+    skip, failures = batching_module._Task.skip, []
+
+    def fail_once(task):
+        if not failures:
+            failures.append(task)
+            raise RuntimeError("injected")
+        return skip(task)
+
+    monkeypatch.setattr(batching_module._Task, "skip", fail_once)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ServingError) as info:
+            scheduler.submit(runner, request, timeout=30)
+        assert info.value.code == grpc.StatusCode.INTERNAL
+        assert "batch worker failed: RuntimeError: injected" in str(info.value)
+        assert time.monotonic() - start < 10  # answered by the worker, not by the 30 s deadline
+        np.testing.assert_array_equal(scheduler.submit(runner, request, timeout=30)["y"], np.full((1, 2), 2.0))
+        assert all(thread.is_alive() for thread in scheduler._threads)
+    finally:
+        scheduler.stop(5)
+    assert "batch worker of fake/1 failed" in caplog.text and "RuntimeError: injected" in caplog.text
+
+
+def test_batching_options_bound_the_timeout_and_the_threads():
+    """A timeout the worker's wait cannot take (10^16 microseconds overflowed it) and more threads than may start."""
+    for kwargs, message in [
+        ({"batch_timeout": 1e10}, "batch_timeout must be 0 to 60 seconds, got 10000000000.0"),
+        ({"batch_timeout": -1.0}, "batch_timeout must be 0 to 60 seconds"),
+        ({"num_threads": 5000}, "num_threads must be an int from 1 to 1024, got 5000"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            BatchingOptions(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------- the real model

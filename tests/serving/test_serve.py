@@ -4,6 +4,7 @@ otherwise (real subprocess: gRPC + REST, graceful exit on SIGTERM), reads TF Ser
 (elmo_tf/serving/config_files.py)."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 import urllib.request
 
 import pytest
+from cli_testlib import own_lines
 from serving_testlib import (
     REPO,
     SERVE,
@@ -27,7 +29,7 @@ from serving_testlib import (
 )
 
 from elmo_tf.serving.client import ElmoClient
-from elmo_tf.serving.config_files import parse_batching_parameters, parse_model_config
+from elmo_tf.serving.config_files import batching_parameters_class, parse_batching_parameters, parse_model_config
 
 
 def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):
@@ -179,52 +181,93 @@ def test_config_files(tmp_path):
         "batch_timeout_micros": 2000,
         "num_batch_threads": 3,
     }
-    batching.write_text("max_batch_sizes { value: 16 }")
-    with pytest.raises(ValueError, match="unknown field 'max_batch_sizes'"):
-        parse_batching_parameters(str(batching))
     models = tmp_path / "models.config"
     models.write_text(
         textwrap.dedent("""\
         model_config_list {
           config { name: "elmo" base_path: "/models/elmo" model_platform: "tensorflow" }
           config { name: "elmo_small" base_path: "/models/elmo_small" }
+          config { name: "remote" base_path: "gs://bucket/elmo" }
         }
     """)
     )
-    assert parse_model_config(str(models)) == {"elmo": "/models/elmo", "elmo_small": "/models/elmo_small"}
+    expected = {"elmo": "/models/elmo", "elmo_small": "/models/elmo_small", "remote": "gs://bucket/elmo"}
+    assert parse_model_config(str(models)) == expected
 
 
-def batching_parameters_class():
-    """TF Serving's BatchingParameters message (session_bundle_config.proto: the same names, numbers and types), built
-    from a descriptor: tensorflow-serving-api ships no Python module for it."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+# What TF Serving's main.cc refuses: it reads --batching_parameters_file with ParseProtoTextFile (protobuf's text
+# format: an unknown field, a misspelt one inside a value, a field given twice, a stray line are errors); the embedded
+# server bounds the values it uses (issue 38: 10^16 microseconds killed its batch thread at the first request)
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("max_batch_sizes { value: 16 }", ['no field named "max_batch_sizes"']),
+        ("max_batch_size { valeu: 16 }", ['no field named "valeu"']),
+        ("max_batch_size { value: 16 }\nmax_batch_size { value: 8 }", ['multiple "max_batch_size" fields']),
+        ("max_batch_size { value: 16 }\njunk\n", ["2:1", "junk"]),
+        ("batch_timeout_micros { value: 10000000000000000 }", ["batch_timeout_micros", "<= 60000000 (a minute"]),
+        ("max_batch_size { value: 0 }", ["max_batch_size", "must be >= 1, got 0"]),
+        ("num_batch_threads { value: 100000 }", ["num_batch_threads", "must be <= 1024"]),
+        ("batch_timeout_micros { value: -1 }", ["batch_timeout_micros", "must be >= 0, got -1"]),
+        ("max_batch_size { value: 99999999999999999999 }", ["max_batch_size", "99999999999999999999"]),
+    ],
+)
+def test_batching_parameters_tf_serving_refuses_are_refused_naming_the_file(tmp_path, text, needles):
+    path = tmp_path / "batching.config"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        parse_batching_parameters(str(path))
+    message = str(info.value)
+    assert str(path) in message
+    for needle in needles:
+        assert needle in message, (needle, message)
 
-    field = descriptor_pb2.FieldDescriptorProto
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="tensorflow_serving/servables/tensorflow/session_bundle_config.proto",
-        package="tensorflow.serving",
-        syntax="proto3",
-        dependency=["google/protobuf/wrappers.proto"],
-    )
-    message = proto.message_type.add(name="BatchingParameters")
-    for name, number, wrapper in (
-        ("max_batch_size", 1, "Int64Value"),
-        ("batch_timeout_micros", 2, "Int64Value"),
-        ("max_enqueued_batches", 3, "Int64Value"),
-        ("num_batch_threads", 4, "Int64Value"),
-        ("thread_pool_name", 5, "StringValue"),
-        ("enable_large_batch_splitting", 8, "BoolValue"),
-        ("max_execution_batch_size", 9, "Int64Value"),
-    ):
-        message.field.add(
-            name=name, number=number, type=field.TYPE_MESSAGE, type_name=f".google.protobuf.{wrapper}", label=1
+
+# server_core.cc ValidateModelConfigList (lines ~117-150 at 9d981c5): a model name listed twice, a relative base_path
+@pytest.mark.parametrize(
+    "entries, needle",
+    [
+        (
+            'config { name: "m" base_path: "/a" } config { name: "m" base_path: "/b" }',
+            "Illegal to list model m multiple times in config list",
+        ),
+        ('config { name: "rel" base_path: "models/rel" }', "Expected model rel to have an absolute path or URI"),
+        ('config { name: "dot" base_path: "./m" }', "got base_path()=./m"),
+    ],
+)
+def test_model_config_tf_serving_refuses_is_refused(tmp_path, entries, needle):
+    path = tmp_path / "models.config"
+    path.write_text(f"model_config_list {{ {entries} }}")
+    with pytest.raises(ValueError, match=re.escape(needle)) as info:
+        parse_model_config(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_config_file_errors_exit_2_with_one_line(tmp_path):
+    """The command line: one line naming the flag, the file and the field, exit 2, before any model loads; the flags
+    of the same names are bounded alike."""
+    batching, models = tmp_path / "batching.config", tmp_path / "models.config"
+    batching.write_text("batch_timeout_micros { value: 10000000000000000 }")
+    models.write_text('model_config_list { config { name: "m" base_path: "/a" } config { name: "m" base_path: "/b" } }')
+    for argv, needles in [
+        (
+            ["--model_base_path", "/tmp", "--batching_parameters_file", batching],
+            ["--batching_parameters_file", str(batching), "batch_timeout_micros", "must be <= 60000000"],
+        ),
+        (["--model_config_file", models], ["--model_config_file", "Illegal to list model m multiple times"]),
+        (
+            ["--model_base_path", "/tmp", "--batch_timeout_micros", "10000000000000000"],
+            ["--batch_timeout_micros must be <= 60000000"],
+        ),
+        (["--model_base_path", "/tmp", "--num_batch_threads", "5000"], ["--num_batch_threads must be <= 1024"]),
+    ]:
+        result = subprocess.run(
+            [sys.executable, SERVE, "--embedded", *map(str, argv)], capture_output=True, text=True, timeout=60
         )
-    message.field.add(name="allowed_batch_sizes", number=6, type=field.TYPE_INT64, label=field.LABEL_REPEATED)
-    message.field.add(name="pad_variable_length_inputs", number=7, type=field.TYPE_BOOL, label=1)
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
+        lines = own_lines(result.stderr)
+        assert result.returncode == 2 and len(lines) == 1, (argv, result.stderr)
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
 
 
 def test_the_shipped_batching_parameters_parse_as_tf_serving_and_the_embedded_server_read_them():
