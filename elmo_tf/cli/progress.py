@@ -112,13 +112,19 @@ def refused_resume(error, output, flags):
     )
 
 
-def resume_hint(output, log):
-    """Says where the finished shards of an interrupted run are kept and how to go on, when there are some."""
+def resume_hint(output):
+    """Where the finished shards of an interrupted run are kept and how to go on, or None when there are none (the
+    journal then removes itself: nothing is left beside the output)."""
     from elmo_tf.io.journal import state_dir_of
 
     state = state_dir_of(output)
-    if os.path.isdir(state) and any(name.startswith("shard-") for name in os.listdir(state)):
-        log.warning("the finished shards are kept in %s: the same command with --resume goes on from them", state)
+    try:
+        kept = sum(name.startswith("shard-") for name in os.listdir(state))
+    except OSError:
+        return None
+    if not kept:
+        return None
+    return f"the finished shards are kept in {state} ({kept}): the same command with --resume goes on from them"
 
 
 @contextlib.contextmanager
@@ -126,7 +132,8 @@ def journaled_run(output, log, flags, progress):
     """Runs the body of a journaled command (`embed`, `score`) under the CLI contract: a refused resume names each
     difference by its flag (`flags`), another run's journal or a foreign one is a usage error naming --output, an
     input changed or unreadable a data error naming --input, a full disk a data error naming --output; after a full
-    disk, Ctrl-C or SIGTERM the finished shards are kept and `resume_hint` says so. `progress` is closed at the end."""
+    disk (in its error line), Ctrl-C or SIGTERM (a warning), `resume_hint` says where the finished shards are kept.
+    `progress` is closed at the end."""
     from elmo_tf.io.atomic import WriteError
     from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
     from elmo_tf.io.text import TextFileError
@@ -140,10 +147,12 @@ def journaled_run(output, log, flags, progress):
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
     except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
-        resume_hint(output, log)
-        raise DataError(f"--output: {e}") from None
+        hint = resume_hint(output)
+        raise DataError(f"--output: {e}" + (f"; {hint}" if hint else "")) from None
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
-        resume_hint(output, log)
+        hint = resume_hint(output)
+        if hint:
+            log.warning("%s", hint)
         raise
     finally:
         progress.close()

@@ -142,7 +142,8 @@ class RunJournal:
         resumed: True when a partial run was found and is continued.
         done: `{shard number: path}` of the finished shards found (empty unless resumed).
     Leaving the block normally removes the journal (the job is done); leaving it with an exception keeps it for a
-    resume, with the lock released.
+    resume when it holds a finished shard, and removes it when it holds none (nothing to resume: no hidden directory
+    is left beside the output); the lock is released either way.
     Raises (on entering): `ResumeRefused`, `JournalBusy`, `NotAJournal`, `elmo_tf.io.atomic.WriteError` (the
     directory or the manifest cannot be written).
     """
@@ -186,7 +187,7 @@ class RunJournal:
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            if exc_type is None:
+            if exc_type is None or not self._shards():  # done, or interrupted with nothing a resume could keep
                 self._clear()
                 os.rmdir(self.path)
         finally:

@@ -181,7 +181,8 @@ def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_output(files,
     assert "Traceback" not in stderr, stderr
     assert not tmp.exists() and all_temporaries(tmp_path) == []
     assert output.read_bytes() == PREVIOUS
-    assert (state_dir(output) / "manifest.json").is_file()  # the journal stays, for --resume
+    # stopped while its first shard was written: nothing a resume could keep, so no journal is left (issue 38)
+    assert not state_dir(output).exists() and "--resume" not in stderr, stderr
 
 
 def test_ctrl_c_mid_write_removes_the_temporary_and_keeps_the_old_output(files, tmp_path):
@@ -191,7 +192,7 @@ def test_ctrl_c_mid_write_removes_the_temporary_and_keeps_the_old_output(files, 
     assert own_lines(stderr)[-1] == "python -m elmo_tf embed: interrupted", stderr
     assert not tmp.exists() and all_temporaries(tmp_path) == []
     assert output.read_bytes() == PREVIOUS
-    assert (state_dir(output) / "manifest.json").is_file()
+    assert not state_dir(output).exists() and "--resume" not in stderr, stderr
 
 
 def test_sigkill_leaves_a_temporary_that_the_next_run_removes(files, tmp_path):
@@ -232,9 +233,11 @@ def test_a_full_disk_ends_embed_with_one_line_and_keeps_the_old_output(files, tm
     args = ["-m", "elmo_tf", "embed", *embed_args(files, files / "long.txt", output, "--batch-size", "8")]
     result = run_limited(args, FILE_LIMIT, timeout=WAIT)
     shard = state_dir(output) / "shard-000000.hdf5"  # the work goes to the journal first (test_run_resume.py)
-    assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(shard)!r}", "File too large")
+    line = assert_ends_with_one_error(result, 1, "--output", f"cannot write {str(shard)!r}", "File too large")
     assert output.read_bytes() == PREVIOUS
-    assert all_temporaries(tmp_path) == [] and (state_dir(output) / "manifest.json").is_file()  # kept for --resume
+    # no shard finished: nothing to resume, so neither a hidden journal nor a word of --resume (issue 38)
+    assert all_temporaries(tmp_path) == [] and not state_dir(output).exists()
+    assert "--resume" not in line, line
     result = run_limited(["-m", "elmo_tf", "embed", *embed_args(files, files / "short.txt", output)], FILE_LIMIT)
     assert result.returncode == 0, result.stderr  # a small output fits under the same limit
     assert sorted(read_output(output)[0], key=int) == [str(i) for i in range(len(SHORT))]
@@ -286,3 +289,20 @@ def test_lines_differing_only_in_invalid_bytes_keep_their_own_keys(odd_output):
     assert first != second
     assert index.get(first) == "1" and index.get(second) == "3", sorted(index.items())
     assert not np.allclose(arrays["1"], arrays["3"])  # different tokens, different vectors
+
+
+def test_a_full_disk_after_finished_shards_names_them_and_the_resume(files, tmp_path):
+    """Shards fit under the limit, the merged output does not: the one error line names the journal directory, how
+    many shards it keeps and the --resume command; the same command with --resume and room again finishes from them."""
+    output = tmp_path / "out.hdf5"
+    args = ["-m", "elmo_tf", "embed", *embed_args(files, files / "long.txt", output, "--shard-tokens", "2000")]
+    result = run_limited(args, 1 << 20, timeout=WAIT)  # a shard is under 1 MiB, the output far over
+    state = state_dir(output)
+    kept = sorted(p.name for p in state.iterdir() if p.name.startswith("shard-"))
+    assert len(kept) >= 2, kept
+    line = assert_ends_with_one_error(result, 1, "--output", "File too large")
+    assert f"the finished shards are kept in {state} ({len(kept)}): the same command with --resume" in line, line
+    assert not output.exists() and all_temporaries(tmp_path) == []
+    resumed = run_command([*args, "--resume"], timeout=WAIT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{len(kept)} of " in resumed.stderr and not state.exists()

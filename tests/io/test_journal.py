@@ -17,7 +17,8 @@ class Stop(Exception):
 
 
 def interrupted(output, fingerprint=PRINT, resume=False, shards=(), **kwargs):
-    """Enters a journal, writes `shards` (a few bytes each), leaves with an exception: the state stays."""
+    """Enters a journal, writes `shards` (a few bytes each), leaves with an exception: the state stays (when it holds
+    a shard)."""
     with pytest.raises(Stop):
         with RunJournal(output, fingerprint, resume=resume, **kwargs) as journal:
             for number in shards:
@@ -48,6 +49,21 @@ def test_a_finished_run_leaves_nothing_and_an_interrupted_one_its_shards(tmp_pat
     assert sorted(os.listdir(journal.path)) == ["manifest.json", "shard-000000.hdf5", "shard-000001.hdf5"]
     manifest = json.loads((tmp_path / ".out.hdf5.partial" / "manifest.json").read_text())
     assert manifest["fingerprint"] == PRINT and manifest["pid"] == os.getpid() and manifest["format"] == 1
+
+
+def test_an_interrupted_run_with_no_finished_shard_leaves_no_journal(tmp_path):
+    """Nothing a resume could keep: the journal goes (issue 38: embed killed by a full disk before its first shard left
+    `.OUT.partial/manifest.json` without a word); a temporary of a shard being written goes with it."""
+    output = tmp_path / "out.hdf5"
+    with pytest.raises(Stop):
+        with RunJournal(output, PRINT) as journal:
+            with open(os.path.join(journal.path, ".shard-000000.hdf5.tmp-1-0123abcd"), "wb") as f:
+                f.write(b"half a shard")
+            raise Stop
+    assert os.listdir(tmp_path) == []
+    interrupted(output, shards=[0])  # one shard: kept, and a resume keeps it
+    with RunJournal(output, PRINT, resume=True) as journal:
+        assert journal.resumed and sorted(journal.done) == [0]
 
 
 def test_resume_keeps_finished_shards_and_drops_temporaries(tmp_path):
