@@ -18,12 +18,14 @@ takes the merged path of `elmo_tf.serving.merge`.
 """
 
 import logging
+import math
 
 import numpy as np
 
 from elmo_tf.preprocessing.chars import token_bytes
 from elmo_tf.preprocessing.tokenizer import split_tokens
 from elmo_tf.serving.budget import RequestBudget
+from elmo_tf.serving.signature import shape_text
 from elmo_tf.serving.status import resource_exhausted
 from elmo_tf.serving.tokens import WhitespaceCounter
 from elmo_tf.serving_contract import (
@@ -34,6 +36,7 @@ from elmo_tf.serving_contract import (
     MAX_TOKENS,
     PACKED_SIGNATURE,
     SEQUENCE_LEN,
+    STARTS,
     TABLE_ROWS,
     WORD_EMB,
     lstm_output_key,
@@ -64,18 +67,20 @@ def packing_mode(runner):
 class PackedBudget(RequestBudget):
     """The budget of a request sent to `packed` itself (an internal signature, but a SignatureDef the server answers):
     its work is every position of `table_rows` (rows x steps, whatever the distinct tokens), held to
-    `max_request_tokens` like the rows x width of the other signatures (RESOURCE_EXHAUSTED above it)."""
+    `max_request_tokens` like the rows x width of the other signatures (RESOURCE_EXHAUSTED above it). Checked on the
+    declared shape (of `table_rows` and of `starts`, which has the same), before a TensorProto's values are read or a
+    tensor built: a 113-byte request declaring `[1, 8192, 8192]` cost 320 MiB before it was refused (issue 38)."""
 
-    def prepare(self, inputs, output_filter=(), response_encoding="proto"):
-        request = super().prepare(inputs, output_filter, response_encoding)
-        positions = int(np.prod(request.inputs[TABLE_ROWS].shape))
-        limit = self.limits.max_request_tokens
-        if limit is not None and positions > limit:
-            raise resource_exhausted(
-                f"the request holds {positions} packed positions ({TABLE_ROWS}), above the server's limit of {limit} "
-                f"tokens of work per request (--max_request_tokens)"
-            )
-        return request
+    def check_shape(self, alias, shape):
+        shape = super().check_shape(alias, shape)
+        if alias in (TABLE_ROWS, STARTS):
+            positions, limit = math.prod(shape), self.limits.max_request_tokens
+            if limit is not None and positions > limit:
+                raise resource_exhausted(
+                    f"the request holds {positions} packed positions ({alias} {shape_text(shape)}), above the "
+                    f"server's limit of {limit} tokens of work per request (--max_request_tokens)"
+                )
+        return shape
 
 
 def attach_packed(runners, probe=True):

@@ -145,6 +145,21 @@ def test_a_direct_request_to_packed_is_held_to_the_token_budget(loaded):
     assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+@pytest.mark.parametrize("alias", ["table_rows", "starts"])
+def test_a_packed_shape_is_refused_before_its_tensor_is_built(loaded, alias):
+    """Issue 38: a 113-byte TensorProto declaring `[1, 8192, 8192]` (no values: TensorFlow would fill 256 MiB) is
+    refused from its declared shape, by the check the fronts run before `tf.make_ndarray`."""
+    from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    dtype = types_pb2.DT_INT32 if alias == "table_rows" else types_pb2.DT_BOOL
+    shape = tensor_shape_pb2.TensorShapeProto(dim=[{"size": 1}, {"size": 8192}, {"size": 8192}])
+    proto = tensor_pb2.TensorProto(dtype=dtype, tensor_shape=shape)
+    assert proto.ByteSize() < 120
+    with pytest.raises(ServingError, match=f"67108864 packed positions \\({alias} \\[1,8192,8192\\]\\)") as info:
+        loaded.runner("packed").budget.check_tensor_proto(alias, proto)
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 @pytest.fixture(scope="module")
 def max_tokens_servable(model, tmp_path_factory):
     from elmo_tf.serving.servable import load_servable
