@@ -125,25 +125,9 @@ def build_parser(prog=PROG):
     return p
 
 
-def main(argv=None, prog=PROG):
-    args = build_parser(prog).parse_args(argv)
-    try:
-        train_files = expand_glob(args.train)
-    except ValueError as e:
-        raise UsageError(f"--train: {e}") from None
-    setup_logging()
-    import tensorflow as tf
-
+def _configs(args):
+    """(vocabulary, BiLMConfig, TrainConfig) of the flags; UsageError / DataError naming the flag."""
     from elmo_tf.config import BiLMConfig, get_config
-    from elmo_tf.preprocessing.lm_dataset import LMDataError, check_has_tokens
-    from elmo_tf.pretraining import (
-        Checkpoints,
-        Trainer,
-        count_steps,
-        load_initial_weights,
-        run_pretraining,
-    )
-    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
 
     try:
         vocab = Vocabulary.load(args.vocab)
@@ -185,13 +169,20 @@ def main(argv=None, prog=PROG):
         )
     except ConfigError as e:  # the flags are range-checked already; what is left is how they combine
         raise UsageError(f"{field_flag(TrainConfig, e.key) or '--config'}: {e}") from None
+    return vocab, bilm_config, train_config
+
+
+def _check_data(args, train_files):
+    """The output directory and the replicas (usage errors, exit 2), then the data (exit 1: a binary or UTF-16 file, a
+    corpus without a token), before anything is built."""
+    from elmo_tf.preprocessing.lm_dataset import LMDataError, check_has_tokens
+
     check_output_dir("--output", args.output)
     if args.strategy == "mirrored" and args.cpu_replicas > args.batch_size:
         raise UsageError(
             f"--cpu-replicas: {args.cpu_replicas} replicas for --batch-size {args.batch_size}: "
             "each replica needs a sentence of every batch"
         )
-    # data errors (exit 1) before anything is built: a binary or UTF-16 file, a corpus without a token
     for path in train_files:
         check_text_start("--train", path)
     try:
@@ -200,6 +191,15 @@ def main(argv=None, prog=PROG):
         raise DataError(f"--train: {e}") from None
     if args.valid:
         check_text_file("--valid", args.valid, require_tokens=True)
+
+
+def _strategy(args):
+    """The tf.distribute strategy of --strategy (TensorFlow's threads and CPU replicas set first), the seed set."""
+    import keras
+    import tensorflow as tf
+
+    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
+
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     if args.strategy == "mirrored":
@@ -208,13 +208,19 @@ def main(argv=None, prog=PROG):
         strategy = get_strategy(args.strategy)
     except ValueError as e:
         raise UsageError(f"--strategy: {e}") from None
-    import keras
-
     keras.utils.set_random_seed(args.seed)
     if args.batch_size % strategy.num_replicas_in_sync:
         raise UsageError(
             f"--batch-size: {args.batch_size} does not divide evenly over {strategy.num_replicas_in_sync} replicas"
         )
+    return strategy
+
+
+def _trainer(args, strategy, configs, train_files):
+    """(Trainer, Checkpoints, total steps): restored from --output's checkpoints, else from --init-from."""
+    from elmo_tf.pretraining import Checkpoints, Trainer, count_steps, load_initial_weights
+
+    vocab, bilm_config, train_config = configs
     valid_files = [args.valid] if args.valid else None
     trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, valid_files=valid_files)
     checkpoints = Checkpoints(trainer, args.output)
@@ -231,6 +237,22 @@ def main(argv=None, prog=PROG):
         total_steps = count_steps(train_config, train_files)
     except ConfigError as e:
         raise UsageError(f"{field_flag(TrainConfig, e.key)}: {e}") from None
+    return trainer, checkpoints, total_steps
+
+
+def main(argv=None, prog=PROG):
+    args = build_parser(prog).parse_args(argv)
+    try:
+        train_files = expand_glob(args.train)
+    except ValueError as e:
+        raise UsageError(f"--train: {e}") from None
+    setup_logging()
+    from elmo_tf.preprocessing.lm_dataset import LMDataError
+    from elmo_tf.pretraining import run_pretraining
+
+    configs = _configs(args)
+    _check_data(args, train_files)
+    trainer, checkpoints, total_steps = _trainer(args, _strategy(args), configs, train_files)
     try:
         result = run_pretraining(trainer, checkpoints, total_steps, max_minutes=args.max_minutes)
     except NonFiniteLossError as e:
@@ -240,17 +262,17 @@ def main(argv=None, prog=PROG):
         raise DataError(f"--output: {e}") from None
     except LMDataError as e:  # a worker's share of the lines without a token
         raise DataError(f"--train: {e}") from None
+    stopped = f" (stopped: {args.max_minutes:g} minutes)" if result["stop_reason"] == "stop_training" else ""
+    valid = result.get("valid")
     logging.info(
         "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s%s",
         result["step"],
         result["loss"],
         result["perplexity"],
         result["tokens_per_s"],
-        f" (stopped: {args.max_minutes:g} minutes)" if result["stop_reason"] == "stop_training" else "",
-        "; valid perplexity forward {forward:.2f} backward {backward:.2f} average {average:.2f}".format(
-            **result["valid"]
-        )
-        if "valid" in result
+        stopped,
+        "; valid perplexity forward {forward:.2f} backward {backward:.2f} average {average:.2f}".format(**valid)
+        if valid
         else "",
     )
     return 0
