@@ -124,7 +124,7 @@ def resume_hint(output):
         return None
     if not kept:
         return None
-    return f"the finished shards are kept in {state} ({kept}): the same command with --resume goes on from them"
+    return f"the finished shards are kept in {state}: the same command with --resume goes on from them ({kept} kept)"
 
 
 @contextlib.contextmanager

@@ -301,7 +301,8 @@ def test_a_full_disk_after_finished_shards_names_them_and_the_resume(files, tmp_
     kept = sorted(p.name for p in state.iterdir() if p.name.startswith("shard-"))
     assert len(kept) >= 2, kept
     line = assert_ends_with_one_error(result, 1, "--output", "File too large")
-    assert f"the finished shards are kept in {state} ({len(kept)}): the same command with --resume" in line, line
+    assert f"the finished shards are kept in {state}: the same command with --resume" in line, line
+    assert line.endswith(f"({len(kept)} kept)"), line
     assert not output.exists() and all_temporaries(tmp_path) == []
     resumed = run_command([*args, "--resume"], timeout=WAIT)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
