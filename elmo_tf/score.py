@@ -90,7 +90,7 @@ def records(outputs, sentences, top_k, path=None):
 def scorer(lm):
     """A `tf.function` tokens `(batch, T)` tf.string -> the numpy outputs of `lm.score_tokens`."""
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string)], autograph=False)
     def run(tokens):
         return lm.score_tokens(tokens)
 

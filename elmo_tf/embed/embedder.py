@@ -84,6 +84,7 @@ class Embedder:
         self._encode = tf.function(
             lambda ids: model.char_cnn.encode_tokens(ids),
             input_signature=[tf.TensorSpec([None, mapping.width], tf.int32)],
+            autograph=False,
         )
         # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
         self._fixed = np.concatenate(
@@ -101,7 +102,8 @@ class Embedder:
                 tf.TensorSpec([None, None], tf.int32),  # (rows, steps): table row of each position, 0 = padding
                 tf.TensorSpec([None, None], tf.bool),  # (rows, steps): a sentence starts here
                 tf.TensorSpec([None, 2], tf.int32),  # (n, 2): (row, step) of every real token, in output order
-            ]
+            ],
+            autograph=False,
         )
         def run(table, table_rows, starts, positions):
             x = tf.gather(table, table_rows)

@@ -121,7 +121,7 @@ def compute_token_embeddings(model, tokens, batch_size=DEFAULT_BATCH_SIZE, progr
         raise TypeError(f"model must be an elmo_tf ELMo model (with a char_mapping), got {type(model).__name__}")
     tokens = list(tokens)
     # one trace for every batch (the batch dimension is dynamic); much faster than eager calls for small batches
-    encode = tf.function(char_cnn, input_signature=[tf.TensorSpec([None, 1, mapping.width], tf.int32)])
+    encode = tf.function(char_cnn, input_signature=[tf.TensorSpec([None, 1, mapping.width], tf.int32)], autograph=False)
     rows = []
     for start in range(0, max(len(tokens), 1), batch_size):  # no tokens: one empty batch gives the width
         batch = tokens[start : start + batch_size]

@@ -53,7 +53,7 @@ def lstm_step(z, c_prev, projection_kernel_t, cell_clip=None, proj_clip=None):
     return c, m
 
 
-@tf.function(reduce_retracing=True)
+@tf.function(reduce_retracing=True, autograph=False)
 def projected_lstm_scan(
     inputs,
     mask,

@@ -25,7 +25,9 @@ def evaluate_perplexity(
     )
     char_spec = tf.TensorSpec([None, None, mapping.width], tf.int32)
 
-    @tf.function(input_signature=[{"char_ids": char_spec, "token_ids": tf.TensorSpec([None, None], tf.int32)}])
+    @tf.function(
+        input_signature=[{"char_ids": char_spec, "token_ids": tf.TensorSpec([None, None], tf.int32)}], autograph=False
+    )
     def step(batch):
         out = sentence_log_probs(model, batch, chunk_size=chunk_size)
         count = tf.reduce_sum(out["sequence_len"] + 1)

@@ -56,7 +56,7 @@ def compile_train_step(strategy, model, optimizer, step, clip):
         optimizer.apply_gradients(zip(grads, variables))
         return fwd, bwd, count
 
-    @tf.function
+    @tf.function(autograph=False)  # no Python control flow on tensors: AutoGraph would only cost tracing time
     def train_step(iterator):
         fwd, bwd, count = strategy.run(replica_step, args=(next(iterator),))
         total = [strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None) for x in (fwd, bwd, count)]

@@ -107,7 +107,9 @@ class Trainer:
             )
         self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_seconds")
         self.train_step = compile_train_step(strategy, self.model, self.optimizer, self.step, train_config.clip_norm)
-        self.probe_loss = tf.function(lambda batch: self.model.losses_sum(batch, training=False, sampled=False))
+        self.probe_loss = tf.function(
+            lambda batch: self.model.losses_sum(batch, training=False, sampled=False), autograph=False
+        )
 
     def distributed_dataset(self, start_step):
         """The training batches distributed over the replicas (`distribute_datasets_from_function`), shuffled,
