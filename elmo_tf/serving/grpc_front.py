@@ -20,6 +20,7 @@ deadline has passed is not run. Model specs are checked as TF Serving's ServerCo
 """
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -97,17 +98,18 @@ class _Servicer:
         cancels first: the work (and the request it holds) lives on until then."""
         cancelled = threading.Event()
         if blocking:
-            places = self._places
-            if places.working >= places.max_working:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
-            places.working += 1
+            places, peer = self._places, context.peer()
+            refused = places.refusal("working", peer)
+            if refused:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            places.take("working", peer)
             loop = asyncio.get_running_loop()
             try:
                 future = self._pool.submit(_outcome, method, lambda: work(cancelled.is_set))
             except RuntimeError:  # the pool is shut down: the server is stopping
-                places.release()
+                places.release(peer)
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
-            future.add_done_callback(lambda _: loop.call_soon_threadsafe(places.release))
+            future.add_done_callback(lambda _: loop.call_soon_threadsafe(places.release, peer))
             try:  # shielded: a cancelled call's work is not taken off the pool's queue, it sees `cancelled` and ends
                 outcome = await asyncio.shield(asyncio.wrap_future(future))
             except asyncio.CancelledError:  # the client cancelled, or its deadline passed
@@ -203,19 +205,76 @@ MAX_CONNECTION_IDLE_S = 300.0  # a connection without calls is closed after this
 MAX_WAITING_CALLS = 1024  # calls waiting for their request message at once (each costs a coroutine and a few KiB)
 
 
+# the shares of the places that one connection and one peer address may hold (issue 38: 1,045 calls that never sent
+# their request, from 11 connections of one address, held every waiting place and the server refused everyone else)
+KINDS = ("waiting", "working")
+CONNECTION_SHARE = {"waiting": 0.25, "working": 0.5}
+ADDRESS_SHARE = {"waiting": 0.5, "working": 0.75}
+
+
+def peer_address(peer):
+    """The client address of a gRPC peer string without its port: "ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1",
+    "ipv6:[::1]:5000" -> "ipv6:[::1]"; a UNIX socket's peer ("unix:...") is its own address."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6") and ":" in rest:
+        return f"{kind}:{rest.rsplit(':', 1)[0]}"
+    return peer
+
+
 class _CallPlaces:
     """The open calls' places, counted on the event loop's thread: `waiting` calls whose request message has not
     arrived (at most `max_waiting`, each for at most `timeout` seconds), `working` calls whose work is on the thread
     pool (at most `max_working`, until that work has ended: `_Servicer._call`). Past either bound a call is refused
     at once (RESOURCE_EXHAUSTED), so clients that never send fill the waiting places only, never the places of calls
-    that have their request."""
+    that have their request. Of each kind, one connection (a gRPC peer: address and port) holds at most
+    `CONNECTION_SHARE` and one address (all its connections) at most `ADDRESS_SHARE`, so that one client cannot take
+    them all; the refusal names the share it met."""
 
     def __init__(self, max_waiting, max_working, timeout):
         self.max_waiting, self.max_working, self.timeout = max_waiting, max_working, timeout
         self.waiting = self.working = 0
+        self._held = {kind: {"connection": collections.Counter(), "address": collections.Counter()} for kind in KINDS}
 
-    def release(self):
-        self.working -= 1
+    @staticmethod
+    def _keys(peer):
+        return (("connection", peer, CONNECTION_SHARE), ("address", peer_address(peer), ADDRESS_SHARE))
+
+    def refusal(self, kind, peer):
+        """Why a call of `peer` may not take a `kind` place now (the limit it meets), or None."""
+        total = self.max_waiting if kind == "waiting" else self.max_working
+        if (self.waiting if kind == "waiting" else self.working) >= total:
+            return "Concurrent RPC limit exceeded!"  # stock's message for its own call cap
+        what = "calls waiting for their request message" if kind == "waiting" else "calls at work"
+        for whose, key, shares in self._keys(peer):
+            share = max(1, int(total * shares[kind]))
+            if self._held[kind][whose][key] >= share:
+                return (
+                    f"too many {what} from this {whose} ({share}, {shares[kind]:.0%} of the server's {total}): a "
+                    f"client's share of the places is bounded"
+                )
+        return None
+
+    def take(self, kind, peer):
+        if kind == "waiting":
+            self.waiting += 1
+        else:
+            self.working += 1
+        for whose, key, _ in self._keys(peer):
+            self._held[kind][whose][key] += 1
+
+    def leave(self, kind, peer):
+        if kind == "waiting":
+            self.waiting -= 1
+        else:
+            self.working -= 1
+        for whose, key, _ in self._keys(peer):
+            held = self._held[kind][whose]
+            held[key] -= 1
+            if not held[key]:
+                del held[key]
+
+    def release(self, peer):
+        self.leave("working", peer)
 
 
 class _ReceiveBounded(grpc.GenericRpcHandler):
@@ -234,9 +293,11 @@ class _ReceiveBounded(grpc.GenericRpcHandler):
         unary, places = handler.unary_unary, self._places
 
         async def receive_then_run(request_iterator, context):
-            if places.waiting >= places.max_waiting:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
-            places.waiting += 1
+            peer = context.peer()
+            refused = places.refusal("waiting", peer)
+            if refused:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            places.take("waiting", peer)
             try:
                 request = await asyncio.wait_for(request_iterator.__anext__(), places.timeout)
             except TimeoutError:
@@ -244,7 +305,7 @@ class _ReceiveBounded(grpc.GenericRpcHandler):
             except StopAsyncIteration:  # half-closed without a message
                 request = False
             finally:
-                places.waiting -= 1
+                places.leave("waiting", peer)
             if request is None:
                 await context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED, f"request message not received within {places.timeout:g} s"

@@ -435,6 +435,8 @@ def test_waiting_calls_are_capped(base_path, monkeypatch):
     from elmo_tf.serving import grpc_front
 
     monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 3)
+    for shares in (grpc_front.CONNECTION_SHARE, grpc_front.ADDRESS_SHARE):  # the whole cap, alone (shares below)
+        monkeypatch.setitem(shares, "waiting", 1.0)
     server = start_server(base_path, grpc_request_receive_timeout_s=2.0)
     channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
     release = threading.Event()
@@ -447,6 +449,70 @@ def test_waiting_calls_are_capped(base_path, monkeypatch):
         release.set()
         channel.close()
         server.stop(grace=1.0)
+
+
+def test_one_connection_and_one_address_hold_a_share_of_the_waiting_places(base_path, model, monkeypatch, tmp_path):
+    """Issue 38: 1,045 calls that never sent their request, from 11 connections of one address, held all 1,024 waiting
+    places, and every other client was refused. Now one connection holds at most a quarter of them and one address
+    (all its connections) at most half, each refusal naming its share; a client from another address (here the UNIX
+    socket) still gets a place, and its valid Predict is answered."""
+    from elmo_tf.serving import grpc_front
+
+    monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 8)  # shares: 2 per connection, 4 per address
+    socket_path = tmp_path / "grpc.sock"
+    server = start_server(base_path, grpc_request_receive_timeout_s=3.0, grpc_socket_path=str(socket_path))
+    release = threading.Event()
+    own = [("grpc.use_local_subchannel_pool", 1)]  # else channels to one target share one connection
+    channels = [grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}", options=own) for _ in range(3)]
+    local = grpc.insecure_channel(f"unix:{socket_path}")
+    try:
+        first = _never_sending_calls(channels[0], 3, release)
+        time.sleep(0.5)
+        second = _never_sending_calls(channels[1], 2, release)
+        time.sleep(0.5)
+        third = _never_sending_calls(channels[2], 1, release)  # the address holds its 4 places already
+        time.sleep(0.5)
+        response = prediction_service_pb2_grpc.PredictionServiceStub(local).Predict(_predict_request(), timeout=5)
+        assert_parity(reference_sentences(model, ["a"]), {a: tf.make_ndarray(p) for a, p in response.outputs.items()})
+        details = {}
+        for call in first + second + third:
+            with pytest.raises(grpc.RpcError) as info:
+                call.result(timeout=10)
+            details.setdefault(info.value.code(), []).append(info.value.details())
+        assert len(details[grpc.StatusCode.DEADLINE_EXCEEDED]) == 4, details
+        refused = sorted(details[EXHAUSTED])
+        assert len(refused) == 2, details
+        assert any("from this connection (2, 25% of the server's 8)" in d for d in refused), refused
+        assert any("from this address (4, 50% of the server's 8)" in d for d in refused), refused
+    finally:
+        release.set()
+        for channel in [*channels, local]:
+            channel.close()
+        server.stop(grace=1.0)
+
+
+def test_call_places_count_each_connection_and_address(monkeypatch):
+    """The bookkeeping behind the shares, for working places too: a connection at half the places is refused, another
+    connection of the same address until three quarters, another address up to the whole; leaving frees them."""
+    from elmo_tf.serving.grpc_front import _CallPlaces, peer_address
+
+    assert peer_address("ipv4:127.0.0.1:5000") == "ipv4:127.0.0.1" and peer_address("ipv6:[::1]:80") == "ipv6:[::1]"
+    assert peer_address("unix:/tmp/s") == "unix:/tmp/s"
+    places = _CallPlaces(max_waiting=4, max_working=8, timeout=1.0)
+    a1, a2, b = "ipv4:10.0.0.1:1", "ipv4:10.0.0.1:2", "ipv4:10.0.0.2:1"
+    for _ in range(4):
+        assert places.refusal("working", a1) is None
+        places.take("working", a1)
+    assert "from this connection (4, 50% of the server's 8)" in places.refusal("working", a1)
+    for _ in range(2):
+        places.take("working", a2)
+    assert "from this address (6, 75% of the server's 8)" in places.refusal("working", a2)
+    places.take("working", b)
+    places.take("working", b)
+    assert places.refusal("working", b) == "Concurrent RPC limit exceeded!"
+    for peer in (a1, a2, b):
+        places.release(peer)
+    assert places.working == 5 and places.refusal("working", a2) is None
 
 
 def test_cancelled_calls_keep_their_place_until_their_work_has_ended(base_path, monkeypatch):
