@@ -22,13 +22,14 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Two workers over the test files (pytest-xdist, --dist loadfile), then tests/serving alone: its tests time clients
-# and servers (slow clients, deadlines, versions swapped under load), which a second worker on the 2 cores would
-# starve. Serial, the suite took 18-21 min here; this way 10:48-12:37 (issue 13, session 7).
+# Two workers over the test files (pytest-xdist, --dist loadfile), then tests/serving on two workers of its own: its
+# tests time clients and servers (slow clients, deadlines, versions swapped under load), so they do not run beside the
+# training and export tests. Serial, the suite took 18-21 min here; tests/serving alone 3:20 on one worker, 1:54-2:03
+# on two (issue 37). A third worker was no faster: the suite is CPU-bound (12:38 against 11:56 on two).
 test: lint
 	@.ci/machine
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 --ignore=tests/serving tests
-	$(PY) -m pytest -q --durations=5 tests/serving
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=5 tests/serving
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow tests
