@@ -190,6 +190,16 @@ def check_output_file(flag, path, inputs=()):
             raise UsageError(f"{flag}: {path!r} is the same file as {input_flag} {input_path!r}; it would be destroyed")
 
 
+def glob_flag(flag, pattern):
+    """The files a glob flag (`--train`) matches, sorted; UsageError naming the flag when none match."""
+    from elmo_tf.io.vocabulary import expand_glob
+
+    try:
+        return expand_glob(pattern)
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
+
 def check_output_dir(flag, path):
     """Raises `UsageError` unless `path` is a directory or can be created as one (its nearest existing ancestor is
     a writable directory). Checked before any work."""

@@ -19,14 +19,14 @@ from elmo_tf.bounds import INT32_MAX
 from elmo_tf.cli import (
     ArgumentParser,
     DataError,
-    UsageError,
     bounded_number,
     check_output_file,
     count_int,
+    glob_flag,
     setup_logging,
 )
 from elmo_tf.io.atomic import WriteError
-from elmo_tf.io.vocabulary import SPECIALS, CorpusError, build_vocabulary, count_words, expand_glob
+from elmo_tf.io.vocabulary import SPECIALS, CorpusError, build_vocabulary, count_words
 
 PROG = "build_vocab.py"
 
@@ -50,10 +50,7 @@ def build_parser(prog=PROG):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    try:
-        files = expand_glob(args.train)
-    except ValueError as e:
-        raise UsageError(f"--train: {e}") from None
+    files = glob_flag("--train", args.train)
     check_output_file("--output", args.output, inputs=[("--train", path) for path in files])
     from tqdm import tqdm
 

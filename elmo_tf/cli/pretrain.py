@@ -46,12 +46,13 @@ from elmo_tf.cli import (
     count_int,
     existing_file,
     field_type,
+    glob_flag,
     number_type,
     setup_logging,
     threads_int,
 )
 from elmo_tf.io.atomic import WriteError
-from elmo_tf.io.vocabulary import Vocabulary, expand_glob
+from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.pretraining.config import OPTIMIZERS, CheckpointMismatchError, NonFiniteLossError, TrainConfig
 
 PROG = "pretrain.py"
@@ -242,10 +243,7 @@ def _trainer(args, strategy, configs, train_files):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
-    try:
-        train_files = expand_glob(args.train)
-    except ValueError as e:
-        raise UsageError(f"--train: {e}") from None
+    train_files = glob_flag("--train", args.train)
     setup_logging()
     from elmo_tf.preprocessing.lm_dataset import LMDataError
     from elmo_tf.pretraining import run_pretraining
