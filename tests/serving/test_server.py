@@ -25,6 +25,7 @@ from serving_testlib import (
     reference_sentences,
     reference_tokens,
     start_server,
+    wait_for,
 )
 
 from elmo_tf.serving.client import ElmoClient
@@ -167,7 +168,10 @@ def test_stop_lets_calls_in_flight_finish(base_path, model, monkeypatch):
 
     run = servable_module.SignatureRunner.run
 
+    entered = []
+
     def slow(self, inputs):
+        entered.append(1)
         time.sleep(1.5)
         return run(self, inputs)
 
@@ -194,7 +198,7 @@ def test_stop_lets_calls_in_flight_finish(base_path, model, monkeypatch):
     threads = [threading.Thread(target=f) for f in (grpc_call, grpc_call, rest_call, rest_call)]
     for t in threads:
         t.start()
-    time.sleep(0.7)  # every call is in the model
+    wait_for(lambda: len(entered) == 4, 30, "every call in the model")  # not a fixed sleep: slow machines differ
     start = time.monotonic()
     server.stop(grace=10.0)
     took = time.monotonic() - start
