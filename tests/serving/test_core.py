@@ -44,9 +44,14 @@ def slow_request(server, results):
             results.append(f"{type(e).__name__}: {e}")
 
 
-def test_requests_beyond_the_in_flight_cap_are_refused_at_once(base_path, expected):
+def test_requests_beyond_the_in_flight_cap_are_refused_at_once(base_path, expected, monkeypatch):
     """Two slow requests hold both slots of max_requests_in_flight=2: a third is answered RESOURCE_EXHAUSTED at once,
-    naming the limit and its flag; the slow ones still succeed."""
+    naming the limit and its flag; the slow ones still succeed. The slow ones are held in the model until the refusal
+    is measured (on a fast machine they could end first), and the third client is connected before it is timed."""
+    from elmo_tf.serving import servable as servable_module
+
+    gate = threading.Event()
+    run = servable_module.SignatureRunner.run
     server = start_server(  # 16 rows a call: the two slow requests never merge into one bigger call
         base_path,
         rest_api_port=None,
@@ -59,20 +64,26 @@ def test_requests_beyond_the_in_flight_cap_are_refused_at_once(base_path, expect
         assert_serves(server, expected)
         warm_up_slow_requests(server)
         before = rss_mib()
+        monkeypatch.setattr(
+            servable_module.SignatureRunner, "run", lambda self, inputs: gate.wait(60) and run(self, inputs)
+        )
         for t in threads:
             t.start()
         wait_for(lambda: server.core.stats()["in_flight"] == 2, 30, "two requests in flight")
-        start = time.monotonic()
         with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=10, max_retries=0) as c:
+            c.model_status()  # connected
+            start = time.monotonic()
             with pytest.raises(ServingError) as info:
                 c.embed(VALID)
-        refused = time.monotonic() - start
+            refused = time.monotonic() - start
         assert server.core.stats()["in_flight"] == 2  # the slow ones were still running: the refusal did not wait
+        gate.set()
         for t in threads:
             t.join(120)
         served = assert_serves(server, expected)
         after = rss_mib()
     finally:
+        gate.set()
         server.stop(grace=1.0)
     assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "limit of requests in flight (--max_requests_in_flight 2)" in info.value.details
@@ -91,18 +102,22 @@ def test_requests_whose_deadline_passes_in_the_queue_are_not_run(base_path, expe
     server = start_server(base_path, rest_api_port=None, batching=BatchingOptions(max_batch_size=16, num_threads=1))
     results, codes = [], []  # 16 rows a call: the late requests cannot ride along with a slow one
 
+    clients = []  # connected before the slow requests load the cores: the 0.3 s deadline is for the request alone
+
     def late(k):
-        with ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=0.3, max_retries=0) as c:
-            try:
-                c.embed([f"late {k}"])
-                codes.append("served")
-            except ServingError as e:
-                codes.append(e.code)
+        try:
+            clients[k].embed([f"late {k}"])
+            codes.append("served")
+        except ServingError as e:
+            codes.append(e.code)
 
     late_threads = [threading.Thread(target=late, args=(k,)) for k in range(3)]
     try:
         assert_serves(server, expected)
         warm_up_slow_requests(server)
+        for _ in range(3):
+            clients.append(ElmoClient(f"127.0.0.1:{server.grpc_port}", "elmo", timeout=0.3, max_retries=0))
+            clients[-1].model_status()
         start = time.monotonic()
         slow_request(server, [])
         one_call = time.monotonic() - start
@@ -125,6 +140,8 @@ def test_requests_whose_deadline_passes_in_the_queue_are_not_run(base_path, expe
         served = assert_serves(server, expected)
         after = rss_mib()
     finally:
+        for client in clients:
+            client.close()
         server.stop(grace=1.0)
     assert codes == [grpc.StatusCode.DEADLINE_EXCEEDED] * 3
     assert results == [(16, 64)] * count, results
