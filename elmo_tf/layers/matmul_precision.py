@@ -69,9 +69,9 @@ def low_precision_matmul(a, b, dtype=None, transpose_a=False, transpose_b=False)
         `a`'s dtype, shape as `tf.matmul`'s.
     """
     a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
-    if dtype is None or tf.dtypes.as_dtype(dtype) == a.dtype:
+    dtype = a.dtype if dtype is None else tf.dtypes.as_dtype(dtype)
+    if dtype == a.dtype:
         return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-    dtype = tf.dtypes.as_dtype(dtype)
     if rounds_to_nearest(dtype):
         product = tf.matmul(tf.cast(a, dtype), tf.cast(b, dtype), transpose_a=transpose_a, transpose_b=transpose_b)
         return tf.cast(product, a.dtype)

@@ -232,8 +232,16 @@ class _CallPlaces:
 
     def __init__(self, max_waiting, max_working, timeout):
         self.max_waiting, self.max_working, self.timeout = max_waiting, max_working, timeout
-        self.waiting = self.working = 0
+        self._open = collections.Counter()  # kind -> places taken
         self._held = {kind: {"connection": collections.Counter(), "address": collections.Counter()} for kind in KINDS}
+
+    @property
+    def waiting(self):
+        return self._open["waiting"]
+
+    @property
+    def working(self):
+        return self._open["working"]
 
     @staticmethod
     def _keys(peer):
@@ -242,7 +250,7 @@ class _CallPlaces:
     def refusal(self, kind, peer):
         """Why a call of `peer` may not take a `kind` place now (the limit it meets), or None."""
         total = self.max_waiting if kind == "waiting" else self.max_working
-        if (self.waiting if kind == "waiting" else self.working) >= total:
+        if self._open[kind] >= total:
             return "Concurrent RPC limit exceeded!"  # stock's message for its own call cap
         what = "calls waiting for their request message" if kind == "waiting" else "calls at work"
         for whose, key, shares in self._keys(peer):
@@ -255,18 +263,12 @@ class _CallPlaces:
         return None
 
     def take(self, kind, peer):
-        if kind == "waiting":
-            self.waiting += 1
-        else:
-            self.working += 1
+        self._open[kind] += 1
         for whose, key, _ in self._keys(peer):
             self._held[kind][whose][key] += 1
 
     def leave(self, kind, peer):
-        if kind == "waiting":
-            self.waiting -= 1
-        else:
-            self.working -= 1
+        self._open[kind] -= 1
         for whose, key, _ in self._keys(peer):
             held = self._held[kind][whose]
             held[key] -= 1
