@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 _TF_NOISE = re.compile(
@@ -22,10 +24,11 @@ _TF_NOISE = re.compile(
 )
 
 
-def run_command(args, timeout=300, cwd=REPO_ROOT, stdin=subprocess.DEVNULL):
-    """`[sys.executable, *args]` run to completion; returns the CompletedProcess (text)."""
+def run_command(args, timeout=300, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, fresh=False):
+    """`[sys.executable, *args]` run to completion, forked from the worker's fork server (`forked.run`), or in a fresh
+    interpreter when `fresh` (to see what a command imports); returns the CompletedProcess (text)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
+    return (subprocess.run if fresh else forked.run)(
         [sys.executable, *map(str, args)],
         cwd=cwd,
         env=env,
@@ -66,6 +69,7 @@ def limit_file_size(nbytes):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
 
+    limit.fork_request = {"file_size": nbytes}  # what the fork server applies instead (tests/forkserver.py)
     return limit
 
 
@@ -89,7 +93,7 @@ def file_size_limit(nbytes):
 def run_limited(args, file_size, timeout=300, cwd=REPO_ROOT, stdout=subprocess.PIPE):
     """`run_command` under `limit_file_size(file_size)`; `stdout` may be an open file (itself limited then)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
+    return forked.run(
         [sys.executable, *map(str, args)],
         cwd=cwd,
         env=env,

@@ -11,6 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import functools  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import forked  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -59,6 +60,12 @@ def _fresh_process_early(request):
     the other process then overlaps the tests before it."""
     if any("fresh_process" in item.fixturenames for item in request.session.items):
         request.getfixturevalue("fresh_process")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server():
+    """Starts the worker's fork server (`forked`) with the session, so that its imports overlap the first tests."""
+    forked.start()
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@ command-line script in a subprocess."""
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def subprocess_env():
 
 
 def run_cli(script, *args, input=None, timeout=TIMEOUT):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, str(script), *map(str, args)],
         cwd=REPO_ROOT,
         env=subprocess_env(),

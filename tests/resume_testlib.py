@@ -1,5 +1,6 @@
 """Killing a journaled command (`python -m elmo_tf embed` / `score`) at chosen points and resuming it, in real
-subprocesses: the driver of tests/embed/test_run_resume.py and tests/test_score_resume.py.
+processes (forked from the worker's fork server: `forked`): the driver of tests/embed/test_run_resume.py and
+tests/test_score_resume.py.
 
 `ELMO_TF_FAULT="<point>:<k>:<SIGNAL>"` (elmo_tf/io/journal.py) makes the run send itself SIGNAL the k-th time it passes
 a point: "batch" (a batch written into the shard being built), "shard-write" (a shard whole in its temporary, not yet
@@ -17,17 +18,13 @@ import signal
 import subprocess
 import sys
 
+import forked
 from cli_testlib import REPO_ROOT, assert_one_error, own_lines
 
 from elmo_tf.io.journal import FAULT_ENV, state_dir_of
 
 WAIT = 120  # seconds, the bound on every subprocess
 PREVIOUS = b"an older output that must survive\n" * 64
-# SIGINT at its default (a runner started with SIGINT ignored passes that on), then `python -m elmo_tf COMMAND ...`
-EXEC_COMMAND = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'elmo_tf', *sys.argv[1:]])"
-)
 SIGNALLED = {"SIGKILL": -signal.SIGKILL, "SIGTERM": 143, "SIGINT": 130}  # the exit status after each signal
 RESUMED = re.compile(r"(\d+) of (\d+) shards resumed")
 ALL = None  # in a chain: every shard of the run is on disk
@@ -43,16 +40,17 @@ def _env(fault=None):
 
 
 def _argv(command, args):
-    return [sys.executable, "-c", EXEC_COMMAND, command, *map(str, args)]
+    return [sys.executable, "-m", "elmo_tf", command, *map(str, args)]
 
 
 def run_elmo_tf(command, args, fault=None):
     """`python -m elmo_tf COMMAND ARGS...` run to completion (at most `WAIT` s) under `fault` (none: the variable
     removed); returns the CompletedProcess, its stderr as text."""
-    return subprocess.run(
+    return forked.run(
         _argv(command, args),
         cwd=REPO_ROOT,
         env=_env(fault),
+        preexec_fn=forked.default_sigint,  # a runner started with SIGINT ignored passes that on
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -64,10 +62,11 @@ def run_elmo_tf(command, args, fault=None):
 def start_elmo_tf(command, args, stderr=subprocess.DEVNULL):
     """`python -m elmo_tf COMMAND ARGS...` started without a fault (a Popen: to be killed from outside, or read
     through a terminal given as `stderr`)."""
-    return subprocess.Popen(
+    return forked.Popen(
         _argv(command, args),
         cwd=REPO_ROOT,
         env=_env(),
+        preexec_fn=forked.default_sigint,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=stderr,

@@ -30,7 +30,7 @@ def test_help_loads_neither_beam_nor_tensorflow():
         "try:\n    main(['beam-embed', '--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'apache_beam', 'tensorflow', 'keras'}))"
     )
-    result = run_command(["-c", code])
+    result = run_command(["-c", code], fresh=True)
     assert result.returncode == 0, result.stderr
     assert "--num-shards" in result.stdout and result.stdout.splitlines()[-1] == "[]"
 

@@ -2,10 +2,10 @@
 a glob that matches nothing exits 2 naming --train."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from cli_testlib import assert_ends_with_one_error, run_limited
 
@@ -21,7 +21,7 @@ EXPECTED = ["<S>", "</S>", "<UNK>", "the", "a", "cat", "dog", "sat", "mat", "on"
 
 def run_build_vocab(*args, timeout=120):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run(
+    return forked.run(
         [sys.executable, str(SCRIPT), *map(str, args)],
         cwd=REPO_ROOT,
         env=env,

@@ -2,9 +2,9 @@
 weights file and a zero batch size are one error line naming the flag (more errors: test_embed_errors.py)."""
 
 import os
-import subprocess
 import sys
 
+import forked
 import numpy as np
 import pytest
 from embed_testlib import REPO_ROOT, read_output, write_lines
@@ -19,7 +19,7 @@ def input_file(tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, "-m", "elmo_tf", "embed", *map(str, args)],
         cwd=REPO_ROOT,
         capture_output=True,

@@ -7,6 +7,7 @@ import math
 import types
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 from cli_testlib import assert_ends_with_one_error, run_limited
@@ -399,7 +400,6 @@ def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_d
     and the error, exit 1, no traceback; the previous cache byte for byte, no temporary, no output."""
     import os
     import resource
-    import subprocess
     import sys
 
     import numpy as np
@@ -422,7 +422,9 @@ def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_d
     def limited():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes get EFBIG
 
-    result = subprocess.run(
+    limited.fork_request = {"file_size": limit}  # what the fork server does instead (tests/forked.py)
+
+    result = forked.run(
         [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--elmo", tiny_elmo_dir]
         + ["--output", tmp_path / "out", "--cache", cache],
         cwd=REPO,
@@ -446,7 +448,6 @@ def test_train_ner_output_on_a_full_disk_is_one_line(tmp_path):
     file, exit 1, no temporary left."""
     import os
     import resource
-    import subprocess
     import sys
 
     train = write(tmp_path / "train.txt", GOOD)
@@ -454,7 +455,9 @@ def test_train_ner_output_on_a_full_disk_is_one_line(tmp_path):
     def limited():
         resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
 
-    result = subprocess.run(
+    limited.fork_request = {"file_size": 20000}
+
+    result = forked.run(
         [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--no-elmo", "--epochs", "1"]
         + ["--lstm-units", "4", "--output", tmp_path / "out"],
         cwd=REPO,

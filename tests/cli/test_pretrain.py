@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked
 import h5py
 import numpy as np
 import pytest
@@ -79,7 +80,7 @@ def subprocess_env(**extra):
 
 
 def run_cli(script, *args, timeout=TIMEOUT, env=None):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, str(script), *map(str, args)],
         cwd=REPO_ROOT,
         env=env or subprocess_env(),
@@ -263,7 +264,7 @@ def test_two_workers_train_in_step(data, tmp_path):
         log = open(tmp_path / f"worker{index}.log", "w+")
         logs.append(log)
         procs.append(
-            subprocess.Popen(
+            forked.Popen(
                 pretrain_command(data, out, *args),
                 cwd=REPO_ROOT,
                 env=subprocess_env(TF_CONFIG=tf_config),
@@ -303,7 +304,7 @@ def test_kill_9_then_same_command_resumes(data, tmp_path):
     total = 150
     args = pretrain_command(data, out, "--steps", total, "--log-every", 5, "--checkpoint-every", 10, *FAST)
     with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
+        proc = forked.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
         state = out / "checkpoints" / "checkpoint"  # written by the manager after the checkpoint's files
         deadline = time.monotonic() + TIMEOUT
         try:
@@ -320,7 +321,7 @@ def test_kill_9_then_same_command_resumes(data, tmp_path):
     assert not (out / "weights.hdf5").exists()  # it really died mid-run
     _, rows_before = read_log(out)
 
-    second = subprocess.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    second = forked.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert second.returncode == 0, second.stderr[-3000:]
     match = re.search(r"resumed from (\S+) at step (\d+)", second.stderr)
     assert match, second.stderr[-3000:]
@@ -350,7 +351,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path)
     total = 60  # about 2 s of steps after the first: the SIGTERM lands long before the end
     args = pretrain_command(data, out, "--steps", total, "--log-every", 1, "--checkpoint-every", 1000, *FAST)
     with open(tmp_path / "first.log", "w+") as log:
-        proc = subprocess.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
+        proc = forked.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + TIMEOUT
         try:
             # mid-training: after the first log row (step 1)
@@ -378,7 +379,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path)
     _, rows_before = read_log(out)
     assert rows_before and rows_before[-1][0] in (stopped_at - 1, stopped_at)  # the stopped step's row may be lost
 
-    second = subprocess.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    second = forked.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"resumed from {saved.group(1)} at step {stopped_at}" in second.stderr
     assert f"{total} steps (from step {stopped_at})" in second.stderr
@@ -504,7 +505,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_with_one_line(data, 
     assert sorted(before) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
     weights = hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest()
     assert (out / "checkpoints" / "ckpt-2.data-00000-of-00001").stat().st_size > 300_000
-    second = subprocess.run(
+    second = forked.run(
         pretrain_command(data, out, "--steps", 4, *common),
         cwd=REPO_ROOT,
         env=subprocess_env(),

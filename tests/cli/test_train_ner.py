@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 
+import forked
 import numpy as np
 import pytest
 from ner_testlib import ALLENNLP, DATA_DIR, TAG, TRAIN_NER, error_line, free_port, run_cli, write_corpus
@@ -310,13 +311,12 @@ def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(t
 
 def run_module(*args, input=None):
     """`python -m elmo_tf ARGS` in a subprocess, from this checkout (its PYTHONPATH)."""
-    import subprocess
     import sys
     from pathlib import Path
 
     from ner_testlib import subprocess_env
 
-    return subprocess.run(
+    return forked.run(
         [sys.executable, "-m", "elmo_tf", *map(str, args)],
         cwd=Path(__file__).resolve().parents[2],
         input=input,

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import forked
 import h5py
 import numpy as np
 import pytest
@@ -42,10 +43,6 @@ PREVIOUS = b"an older output that must survive\n" * 64
 SHORT = ["The cat sat on the mat .", "", "Hi there", "one two three four five"]
 # the interpreter starts with SIGINT at its default (a test runner started with SIGINT ignored would pass that on,
 # and Python installs no KeyboardInterrupt handler then), then becomes `python -m elmo_tf embed` in the same process
-EXEC_EMBED = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'elmo_tf', 'embed', *sys.argv[1:]])"
-)
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +69,10 @@ def start_embed(files, input, output, stderr_path):
     """`python -m elmo_tf embed` started in a process of its own (its pid is the temporary's); stderr to a file,
     so that a full pipe never blocks it."""
     with open(stderr_path, "wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-c", EXEC_EMBED, *embed_args(files, input, output, "--batch-size", "8")],
+        return forked.Popen(
+            [sys.executable, "-m", "elmo_tf", "embed", *embed_args(files, input, output, "--batch-size", "8")],
             cwd=REPO_ROOT,
+            preexec_fn=forked.default_sigint,  # a runner started with SIGINT ignored passes that on
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -431,7 +432,7 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
         "--version",
         "7",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = forked.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == str(base / "7")
     assert "parity ok" in proc.stderr
@@ -506,7 +507,7 @@ def test_a_killed_export_publishes_nothing_and_its_temporary_goes(model, tmp_pat
 
     save_elmo(model, str(tmp_path / "pretrain"))
     base = tmp_path / "elmo"
-    proc = subprocess.Popen(
+    proc = forked.Popen(
         [PYTHON, str(SCRIPT), "--model-dir", str(tmp_path / "pretrain"), "--output", str(base)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -630,7 +631,7 @@ def tiny_model_dir(tmp_path_factory):
 def test_two_exports_at_once_into_one_base_both_publish(tiny_model_dir, tmp_path):
     base = tmp_path / "models" / "elmo"
     procs = [
-        subprocess.Popen(
+        forked.Popen(
             [PYTHON, str(SCRIPT), "--model-dir", str(tiny_model_dir), "--output", str(base)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -659,7 +660,7 @@ def test_two_exports_at_once_into_one_base_both_publish(tiny_model_dir, tmp_path
 
 def test_an_overflowing_version_is_refused_before_anything_loads(tiny_model_dir, tmp_path):
     base = tmp_path / "models" / "elmo"
-    proc = subprocess.run(
+    proc = forked.run(
         [PYTHON, str(SCRIPT), "--model-dir", str(tiny_model_dir), "--output", str(base), "--version", "9" * 20],
         capture_output=True,
         text=True,

@@ -5,10 +5,10 @@ one line with the file and line, exit 1). Issue 25 case 3: the source sent 32 se
 length, and a RESOURCE_EXHAUSTED traceback ended train_ner.py on data the server takes in smaller requests."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import grpc
 import numpy as np
 import pytest
@@ -162,7 +162,7 @@ def test_an_unstated_limit_halves_the_requests_and_busy_is_retried(served):
 
 
 def run_cli(script, *args, input=None):
-    return subprocess.run(
+    return forked.run(
         [sys.executable, str(REPO_ROOT / "training" / script), *map(str, args)],
         cwd=REPO_ROOT,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO_ROOT)),

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked
 import keras
 import numpy as np
 import pytest
@@ -441,7 +442,7 @@ def elmo_server(elmo_head, tmp_path_factory):
     port = free_port()
     log = open(base.parent / "server.log", "w")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    server = subprocess.Popen(
+    server = forked.Popen(
         [
             sys.executable,
             str(REPO_ROOT / "serving" / "serve.py"),
@@ -516,7 +517,7 @@ def test_tag_py_with_elmo_server_equals_in_process_tags(elmo_head, elmo_server, 
     model_dir = save_head(elmo_head, tmp_path / "ner")
     sentences_text = "".join(" ".join(s.tokens) + "\n" for s in elmo_head["sentences"][:8]) + "Peter visited Zürich .\n"
     text = "\n" * 40 + sentences_text
-    result = subprocess.run(
+    result = forked.run(
         [
             sys.executable,
             str(REPO_ROOT / "training" / "tag.py"),

@@ -4,10 +4,10 @@ and `elmo-tf tag` (a subprocess, `python -m elmo_tf tag`); batches, padding and 
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import keras
 import numpy as np
 import pytest
@@ -101,7 +101,7 @@ def assert_three_ways_agree(model_dir, elmo_dir, head, encoder, tmp_path):
             ]
         )
 
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, "-m", "elmo_tf", "tag", "--model", model_dir, "--elmo", elmo_dir, "--format", "json"]
         + ["--batch-size", "3", "--quiet"],
         input="".join(text + "\n" for text in TEXTS),
