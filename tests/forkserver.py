@@ -80,6 +80,13 @@ def _program(argv):
     return list(argv), os.path.dirname(os.path.abspath(script)), lambda: runpy.run_path(script, run_name="__main__")
 
 
+def _program_frames(traceback):
+    """`traceback` without the server's frames and runpy's before the program's own, as Python prints it."""
+    while traceback is not None and traceback.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+        traceback = traceback.tb_next
+    return traceback
+
+
 def _exit_code(code):
     """The exit status `sys.exit(code)` gives."""
     if code is None:
@@ -114,10 +121,10 @@ def _child(request, fds):
     except SystemExit as e:
         code = _exit_code(e.code)
     except KeyboardInterrupt as e:
-        sys.excepthook(type(e), e, e.__traceback__)
+        sys.excepthook(type(e), e, e.with_traceback(_program_frames(e.__traceback__)).__traceback__)
         code, interrupted = 1, True
     except BaseException as e:
-        sys.excepthook(type(e), e, e.__traceback__)
+        sys.excepthook(type(e), e, e.with_traceback(_program_frames(e.__traceback__)).__traceback__)
         code = 1
     try:
         threading._shutdown()
