@@ -104,15 +104,19 @@ def test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32(clips, with_r
 def test_bfloat16_scan_where_tf_truncates():
     """With oneDNN off, TF's bfloat16 matmul is Eigen's, which truncates its products, as on CPUs without AVX-512:
     the bfloat16 test above holds there too, in a process of its own (the variable is read when TF loads)."""
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3", ELMO_TF_TEST_FORK="0")
     test = f"{__file__}::test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32"
-    probe = "from elmo_tf.layers.matmul_precision import rounds_to_nearest; print(rounds_to_nearest('bfloat16'))"
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", test]
-    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    run = (  # the test, then whether TF's bfloat16 matmul rounded to nearest in that process
+        "import sys, pytest\n"
+        "status = pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', sys.argv[1]])\n"
+        "from elmo_tf.layers.matmul_precision import rounds_to_nearest\n"
+        "print('rounds to nearest:', rounds_to_nearest('bfloat16'))\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", run, test], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "3 passed" in done.stdout, done.stdout[-1000:]
-    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
-    assert found.stdout.split()[-1:] == ["False"], found.stderr[-2000:]  # the emulated path is what ran
+    assert done.stdout.splitlines()[-1] == "rounds to nearest: False", done.stdout[-1000:]  # the emulated path ran
 
 
 def test_matmul_dtype_float32_named_is_exact():
