@@ -5,18 +5,25 @@ served: see `inference`) and `tensorflow.serving.ModelService.GetModelStatus`, w
 
 An asyncio server (`grpc.aio`) on one event loop thread shared by the process's gRPC servers: a call waits for its
 request message as a coroutine, so calls whose request never arrives hold no thread and cannot starve the others.
-The work of a call (reading TensorProtos, the model) runs on a pool of `grpc_max_threads` threads; a client that
-cancels is seen by the core (`cancelled`). At most `4 x grpc_max_threads` calls that have their request are open at
-once, and at most `MAX_WAITING_CALLS` calls waiting for it, each for at most `grpc_request_receive_timeout_s` (then
+The message arrives as bytes and is parsed off the loop (`grpc_parse`): one above `grpc_parse.INLINE_PARSE_BYTES`
+on a pool of `grpc_parse.PARSE_THREADS` threads, its protobuf entries counted first and held to what the request
+budget needs, so that no parse holds the GIL (the loop's too) much longer than its bytes take to copy (issue 38: one
+60 MB Predict of 20M strings, parsed on the loop, stopped every other call for 1.44 s; gRPC's own copy of a message
+into bytes, on the loop, is left: about 1 ms per MB). The work of a call (reading TensorProtos, the
+model) runs on a pool of `grpc_max_threads` threads; a client that cancels is seen by the core (`cancelled`). At
+most `4 x grpc_max_threads` calls that have their request are open at once (being parsed on the pool, or at work),
+and at most `MAX_WAITING_CALLS` calls waiting for it, each for at most `grpc_request_receive_timeout_s` (then
 DEADLINE_EXCEEDED); past either bound a call is refused (RESOURCE_EXHAUSTED). Clients that never send fill the
 waiting places only (`_CallPlaces`, `_ReceiveBounded`). A connection must complete its HTTP/2 handshake within
 `grpc_request_receive_timeout_s` and is closed after `MAX_CONNECTION_IDLE_S` without calls.
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
-gRPC's own message), each input's TensorProto is checked (dtype, declared shape, limits:
-`budget.RequestBudget.check_tensor_proto`) before its values are read (`budget.read_tensor_proto`), and a call whose
-deadline has passed is not run. Model specs are checked as TF Serving's ServerCore checks them
-(`core.ServerCore.manager`).
+gRPC's own message); a message with more protobuf entries than any request within the budget needs is refused before
+it is parsed (RESOURCE_EXHAUSTED naming the limit: `grpc_parse.ParseLimits`), one that cannot be parsed is INTERNAL
+(as gRPC's C++ server answers); each input's TensorProto is checked (dtype, declared shape, limits:
+`budget.RequestBudget.check_tensor_proto`, for every signature, `packed` and `lm` too) before its values are read
+(`budget.read_tensor_proto`), and a call whose deadline has passed is not run. Model specs are checked as TF
+Serving's ServerCore checks them (`core.ServerCore.manager`).
 """
 
 import asyncio
@@ -36,6 +43,7 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
+from elmo_tf.serving import grpc_parse
 from elmo_tf.serving.budget import read_tensor_proto
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, redact_paths
 
@@ -93,34 +101,44 @@ class _Servicer:
         self._places = places
 
     async def _call(self, context, method, work, blocking=True):
-        """Runs `work(cancelled)` (on the pool when `blocking`) and answers with its response or its status. A
-        blocking call holds one of the `places.max_working` places until its work has ended, even when its client
-        cancels first: the work (and the request it holds) lives on until then."""
+        """Runs `work(cancelled)` (on the pool when `blocking`: `_run_working`) and answers with its response or its
+        status."""
         cancelled = threading.Event()
         if blocking:
-            places, peer = self._places, context.peer()
-            refused = places.refusal("working", peer)
-            if refused:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-            places.take("working", peer)
-            loop = asyncio.get_running_loop()
-            try:
-                future = self._pool.submit(_outcome, method, lambda: work(cancelled.is_set))
-            except RuntimeError:  # the pool is shut down: the server is stopping
-                places.release(peer)
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
-            future.add_done_callback(lambda _: loop.call_soon_threadsafe(places.release, peer))
-            try:  # shielded: a cancelled call's work is not taken off the pool's queue, it sees `cancelled` and ends
-                outcome = await asyncio.shield(asyncio.wrap_future(future))
-            except asyncio.CancelledError:  # the client cancelled, or its deadline passed
-                cancelled.set()
-                raise
+            outcome = await _run_working(
+                self._pool, self._places, context, method, lambda: work(cancelled.is_set), cancelled
+            )
         else:
             outcome = _outcome(method, lambda: work(cancelled.is_set))
         response, code, details = outcome
         if code is not None:
             await context.abort(code, details)
         return response
+
+
+async def _run_working(pool, places, context, method, work, cancelled=None):
+    """`_outcome(method, work)` run on `pool`, holding one of the `places.max_working` places until `work` has ended,
+    even when its client cancels first: the work (and the request it holds) lives on until then; `cancelled` (an
+    Event) is set when the client cancels or its deadline passes. RESOURCE_EXHAUSTED without a place, UNAVAILABLE
+    once the pool is shut down."""
+    peer = context.peer()
+    refused = places.refusal("working", peer)
+    if refused:
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+    places.take("working", peer)
+    loop = asyncio.get_running_loop()
+    try:
+        future = pool.submit(_outcome, method, work)
+    except RuntimeError:  # the pool is shut down: the server is stopping
+        places.release(peer)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+    future.add_done_callback(lambda _: loop.call_soon_threadsafe(places.release, peer))
+    try:  # shielded: a cancelled call's work is not taken off the pool's queue, it sees `cancelled` and ends
+        return await asyncio.shield(asyncio.wrap_future(future))
+    except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+        if cancelled is not None:
+            cancelled.set()
+        raise
 
 
 class _PredictionServicer(_Servicer, prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -280,19 +298,23 @@ class _CallPlaces:
 
 
 class _ReceiveBounded(grpc.GenericRpcHandler):
-    """A generated service's unary-unary handlers, each served as a stream-unary handler that waits at most
-    `places.timeout` seconds for the request message (a unary handler would wait for it without end), then runs the
-    unary handler with it; `_CallPlaces` bounds both stages."""
+    """A generated service's unary-unary handlers, each served as a stream-unary handler of raw bytes that waits at
+    most `places.timeout` seconds for the request message (a unary handler would wait for it without end), parses
+    it (`_Parser`: off the event loop in a working place unless it is small), then runs the unary handler with it;
+    `_CallPlaces` bounds each stage."""
 
-    def __init__(self, handler, places):
+    def __init__(self, handler, places, parser):
         self._handler = handler
         self._places = places
+        self._parser = parser
 
     def service(self, handler_call_details):
         handler = self._handler.service(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
-        unary, places = handler.unary_unary, self._places
+        unary, places, parser = handler.unary_unary, self._places, self._parser
+        message_class = handler.request_deserializer.__self__  # a generated message class's FromString
+        method = handler_call_details.method
 
         async def receive_then_run(request_iterator, context):
             peer = context.peer()
@@ -301,38 +323,61 @@ class _ReceiveBounded(grpc.GenericRpcHandler):
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
             places.take("waiting", peer)
             try:
-                request = await asyncio.wait_for(request_iterator.__anext__(), places.timeout)
+                data = await asyncio.wait_for(request_iterator.__anext__(), places.timeout)
             except TimeoutError:
-                request = None
+                data = None
             except StopAsyncIteration:  # half-closed without a message
-                request = False
+                data = False
             finally:
                 places.leave("waiting", peer)
-            if request is None:
+            if data is None:
                 await context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED, f"request message not received within {places.timeout:g} s"
                 )
-            if request is False:
+            if data is False:
                 await context.abort(grpc.StatusCode.INTERNAL, "No request message received")
+            request = await parser.parse(context, method, data, message_class)
             return await unary(request, context)
 
         return grpc.stream_unary_rpc_method_handler(
-            receive_then_run,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            receive_then_run, request_deserializer=None, response_serializer=handler.response_serializer
         )
+
+
+class _Parser:
+    """Parses request messages (`grpc_parse.parse`): a small one on the event loop, a larger one on `pool`
+    (`grpc_parse.PARSE_THREADS` threads) holding a working place, its entries counted against `limits`
+    (`grpc_parse.ParseLimits`) first."""
+
+    def __init__(self, pool, places, limits):
+        self._pool = pool
+        self._places = places
+        self._limits = limits
+
+    async def parse(self, context, method, data, message_class):
+        def work():
+            return grpc_parse.parse(data, message_class, self._limits)
+
+        if grpc_parse.parses_inline(data, self._limits):
+            request, code, details = _outcome(method, work)
+        else:
+            request, code, details = await _run_working(self._pool, self._places, context, method, work)
+        if code is not None:
+            await context.abort(code, details)
+        return request
 
 
 class _BoundedRegistry:
     """What a generated `add_*Servicer_to_server` is given: it adds the service's handlers to `server` wrapped in
     `_ReceiveBounded`."""
 
-    def __init__(self, server, places):
+    def __init__(self, server, places, parser):
         self._server = server
         self._places = places
+        self._parser = parser
 
     def add_generic_rpc_handlers(self, handlers):
-        self._server.add_generic_rpc_handlers(tuple(_ReceiveBounded(h, self._places) for h in handlers))
+        self._server.add_generic_rpc_handlers(tuple(_ReceiveBounded(h, self._places, self._parser) for h in handlers))
 
 
 class _Loop:
@@ -376,13 +421,18 @@ class GrpcServer:
 
     Args:
         core: `core.ServerCore`.
-        options: `ServerOptions` (host, port, grpc_socket_path, grpc_max_threads, max_message_bytes).
+        options: `ServerOptions` (host, port, grpc_socket_path, grpc_max_threads, max_message_bytes, and the request
+            limits the protobuf entries of a message are held to: `grpc_parse.ParseLimits.from_limits`).
     Attributes:
         port: the TCP port listened on (None without one).
     """
 
     def __init__(self, core, options):
         self._pool = concurrent.futures.ThreadPoolExecutor(options.grpc_max_threads, thread_name_prefix="grpc")
+        self._parse_pool = concurrent.futures.ThreadPoolExecutor(
+            grpc_parse.PARSE_THREADS, thread_name_prefix="grpc-parse"
+        )
+        self._parse_limits = grpc_parse.ParseLimits.from_limits(options.limits)
         self._server = None
         addresses = [listen_address(options.host, options.port)] if options.port is not None else []
         if options.grpc_socket_path is not None:
@@ -391,7 +441,12 @@ class GrpcServer:
         self.port = ports[0] if options.port is not None else None
         listening = [listen_address(options.host, self.port)] if self.port is not None else []
         listening += addresses[len(listening) :]
-        logger.info("gRPC API on %s (max message %d bytes)", ", ".join(listening), options.max_message_bytes)
+        logger.info(
+            "gRPC API on %s (max message %d bytes, %d protobuf entries)",
+            ", ".join(listening),
+            options.max_message_bytes,
+            self._parse_limits.max_entries,
+        )
 
     async def _create(self, core, options, addresses):
         size = options.max_message_bytes
@@ -406,7 +461,8 @@ class GrpcServer:
             ],
         )  # no maximum_concurrent_rpcs: grpc.aio's counts calls still waiting for their message (_CallPlaces)
         places = _CallPlaces(MAX_WAITING_CALLS, 4 * options.grpc_max_threads, options.grpc_request_receive_timeout_s)
-        registry = _BoundedRegistry(self._server, places)
+        parser = _Parser(self._parse_pool, places, self._parse_limits)
+        registry = _BoundedRegistry(self._server, places, parser)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
             _PredictionServicer(core, self._pool, places), registry
         )
@@ -429,5 +485,9 @@ class GrpcServer:
         """Stops accepting calls; returns an object whose `wait(timeout)` returns once running calls have ended (at
         most `grace` seconds)."""
         future = asyncio.run_coroutine_threadsafe(self._server.stop(grace), _Loop.get())
-        future.add_done_callback(lambda _: self._pool.shutdown(wait=False, cancel_futures=True))
+        future.add_done_callback(lambda _: self._shut_pools())
         return _Stopped(future)
+
+    def _shut_pools(self):
+        for pool in (self._parse_pool, self._pool):
+            pool.shutdown(wait=False, cancel_futures=True)
