@@ -16,7 +16,9 @@ Otherwise the embedded server runs (see elmo_tf/serving/server.py for the API, v
 127.0.0.1 unless --host says otherwise, batches concurrent requests unless --enable_batching=false, polls
 --model_base_path for new versions every --file_system_poll_wait_seconds, and stops gracefully on SIGTERM or
 SIGINT (no new requests, running ones finish, exit status 0). A bad flag or config file: one line naming the
-flag, exit status 2; a gRPC port or socket that cannot be bound: exit status 1.
+flag, exit status 2; a gRPC port or socket that cannot be bound: exit status 1. --model_config_file's version
+policies and version labels are served as stock serves them; as stock, labels are refused at start-up (no version
+is loaded yet) unless --allow_version_labels_for_unavailable_models is given.
 
 Ports as stock's (tensorflow_serving/model_servers/server.cc, Server::BuildAndStart): `--port 0` turns gRPC's TCP port
 off, so it needs `--grpc_socket_path` (gRPC on that UNIX socket only), else it is a usage error with stock's text
@@ -68,6 +70,7 @@ TF_SERVING_FLAGS = (
     "tensorflow_inter_op_parallelism",
     "grpc_max_threads",
     "enable_model_warmup",
+    "allow_version_labels_for_unavailable_models",
 )
 # the embedded server's own flags (dropped when running the stock server)
 EMBEDDED_FLAGS = (
@@ -204,6 +207,14 @@ def _add_tf_serving_flags(group):
         help="replay the export's warmup file at load, and run signatures it leaves out once (true); false: nothing "
         "runs at load, the first requests pay the graph's first runs",
     )
+    group.add_argument(
+        "--allow_version_labels_for_unavailable_models",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="take the version_labels of --model_config_file although no version is loaded yet (false: a config "
+        "with labels is refused at start-up, as stock refuses it)",
+    )
 
 
 def _add_embedded_flags(group):
@@ -279,6 +290,7 @@ DEFAULTS = dict(
     tensorflow_inter_op_parallelism=0,
     grpc_max_threads=64,
     enable_model_warmup=True,
+    allow_version_labels_for_unavailable_models=False,
     embedded=False,
     host="127.0.0.1",
     max_batch_size=None,
@@ -334,14 +346,15 @@ def hand_over(parser, binary, given, extra):
 
 
 def _config_files(args):
-    """(batching parameters, {model name: base path}) from the config files and flags; UsageError naming the flag."""
+    """(batching parameters, {model name: base path or `ModelConfig`}) from the config files and flags; UsageError
+    naming the flag."""
     try:
         batching = parse_batching_parameters(args.batching_parameters_file) if args.batching_parameters_file else {}
     except ValueError as e:
         raise UsageError(f"--batching_parameters_file: {e}") from None
     try:
         models = (
-            parse_model_config(args.model_config_file)
+            parse_model_config(args.model_config_file, args.allow_version_labels_for_unavailable_models)
             if args.model_config_file
             else {args.model_name: args.model_base_path}
         )
@@ -384,6 +397,7 @@ def server_options(args, batching):
             rest_api_max_body_bytes=args.rest_api_max_body_bytes,
             rest_api_max_bytes_in_flight=args.rest_api_max_bytes_in_flight,
             enable_model_warmup=args.enable_model_warmup,
+            allow_version_labels_for_unavailable_models=args.allow_version_labels_for_unavailable_models,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -391,6 +405,7 @@ def server_options(args, batching):
 
 def run_embedded(args):
     """Runs the embedded server of the flags until SIGTERM/SIGINT; returns the exit status."""
+    batching, models = _config_files(args)  # a config file stock refuses is a usage error before TensorFlow loads
     import tensorflow as tf
 
     if args.tensorflow_intra_op_parallelism:
@@ -399,7 +414,6 @@ def run_embedded(args):
         tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
     from elmo_tf.serving.server import ModelServer
 
-    batching, models = _config_files(args)
     options = server_options(args, batching)
     stop = threading.Event()
 

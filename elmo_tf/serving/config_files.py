@@ -1,10 +1,14 @@
 """TF Serving's configuration files, read for the embedded server: the model config (`--model_config_file`, a
-ModelServerConfig text proto with a model_config_list) and the batching parameters (`--batching_parameters_file`, a
-BatchingParameters text proto). Errors are `ValueError`s naming the file and the field.
+ModelServerConfig text proto with a model_config_list: each model's name, base path, version policy and version
+labels, as a `ModelConfig`) and the batching parameters (`--batching_parameters_file`, a BatchingParameters text
+proto). Errors are `ValueError`s naming the file and the field. No TensorFlow here: the command line reads these
+files before TensorFlow loads.
 """
 
+import dataclasses
 import functools
 import logging
+import os
 
 from elmo_tf.bounds import INT32_MAX, Bounds
 
@@ -108,37 +112,146 @@ def parse_batching_parameters(path):
     return values
 
 
+@dataclasses.dataclass(frozen=True)
+class VersionPolicy:
+    """Which versions under a base path are served: TF Serving's ServableVersionPolicy
+    (config/file_system_storage_path_source.proto), applied by `source.FileSystemSource.candidates`.
+
+    Args:
+        kind: "latest" (the `num_versions` highest versions on disk; TF Serving's default, with 1), "all" (every
+            version on disk) or "specific" (the `versions` listed that are on disk; none listed: none served).
+        num_versions: for "latest", how many (>= 1; the proto's 0 means 1, as `std::max(num_versions, 1U)` in
+            file_system_storage_path_source.cc ~148-149).
+        versions: for "specific", the version numbers (ints).
+    """
+
+    kind: str = "latest"
+    num_versions: int = 1
+    versions: tuple = ()
+
+    def __post_init__(self):
+        if self.kind not in ("latest", "all", "specific"):
+            raise ValueError(f"kind must be 'latest', 'all' or 'specific', got {self.kind!r}")
+        if isinstance(self.num_versions, bool) or not isinstance(self.num_versions, int) or self.num_versions < 1:
+            raise ValueError(f"num_versions must be an int >= 1, got {self.num_versions!r}")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.versions):
+            raise ValueError(f"versions must be ints, got {self.versions!r}")
+        object.__setattr__(self, "versions", tuple(self.versions))
+
+    @classmethod
+    def from_proto(cls, policy):
+        """The policy of a ServableVersionPolicy message (none chosen: latest 1, as stock's POLICY_CHOICE_NOT_SET)."""
+        kind = policy.WhichOneof("policy_choice") or "latest"
+        if kind == "latest":
+            return cls("latest", num_versions=max(policy.latest.num_versions, 1))
+        return cls(kind, versions=tuple(policy.specific.versions) if kind == "specific" else ())
+
+    def __str__(self):
+        """The policy as its text proto: `latest { num_versions: 2 }`, `all {}`, `specific { versions: [1, 5] }`."""
+        if self.kind == "latest":
+            return f"latest {{ num_versions: {self.num_versions} }}"
+        if self.kind == "all":
+            return "all {}"
+        return f"specific {{ versions: [{', '.join(map(str, self.versions))}] }}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """One model of a model_config_list, as the embedded server serves it.
+
+    Args:
+        name: the model name clients ask for.
+        base_path: the directory holding `<version>/saved_model.pb`.
+        version_policy: `VersionPolicy` (latest 1 by default).
+        version_labels: `{label: version}` (`model_spec.version_label`, REST's `/labels/<label>`).
+    """
+
+    name: str
+    base_path: str
+    version_policy: VersionPolicy = VersionPolicy()
+    version_labels: dict = dataclasses.field(default_factory=dict)
+
+
+def model_config(name, value):
+    """`value` as a `ModelConfig` of model `name`: a `ModelConfig` as it is, a base path (str or path-like) with the
+    default policy and no labels."""
+    if isinstance(value, ModelConfig):
+        if value.name != name:
+            raise ValueError(f"the ModelConfig of model {name!r} is named {value.name!r}")
+        return value
+    return ModelConfig(name, os.fspath(value))
+
+
+def check_version_labels(configs, allow_unavailable, path=None):
+    """`{model name: {label: version}}` of `configs` (`ModelConfig`s), refused as stock refuses labels at start-up.
+
+    server_core.cc UpdateModelVersionLabelMap (~549-614), run by ReloadConfig before any model loads (~514-524):
+    a label must point at a version that is AVAILABLE, which at start-up none is, so every label is refused
+    (FAILED_PRECONDITION "Request to assign label to version 1 of model m, which is not currently available for
+    inference"; main.cc ~341-346 exits) unless `allow_unavailable` (stock's
+    --allow_version_labels_for_unavailable_models, main.cc ~109-113): then every label is taken, whatever its version
+    (a request by a label whose version is not AVAILABLE is NOT_FOUND). ValueError naming the model, the label and
+    `path` (the config file) when given.
+    """
+    labels = {}
+    for config in configs:
+        for label, version in sorted(config.version_labels.items()):
+            if not allow_unavailable:
+                where = f" in {path!r}" if path else ""
+                raise ValueError(
+                    f"Request to assign label to version {version} of model {config.name}, which is not currently "
+                    f'available for inference (version_labels {{ key: "{label}" value: {version} }} of model '
+                    f"{config.name}{where}: no version is loaded at start-up; "
+                    "--allow_version_labels_for_unavailable_models allows it)"
+                )
+            labels.setdefault(config.name, {})[label] = version
+    return labels
+
+
 def _is_relative_path(base_path):
     """As server_core.cc's UriIsRelativePath: no scheme (`gs://`, `s3://`, `file://`) and not an absolute path."""
     return "://" not in base_path and not base_path.startswith("/")
 
 
-def parse_model_config(path):
-    """{name: base_path} from a ModelServerConfig text proto (model_config_list), validated as TF Serving's
-    server_core.cc ValidateModelConfigList does: a name listed twice and a relative base_path are refused (stock's
-    messages). ValueError also for a file that cannot be read or parsed, an entry without a name or base path, or a
-    platform other than tensorflow."""
+def _model_config_of(entry, path):
+    """The `ModelConfig` of one ModelConfig message; ValueError naming `path` for an entry stock refuses."""
+    if not entry.name or not entry.base_path:
+        raise ValueError(f"every config needs a name and a base_path ({path!r})")
+    if _is_relative_path(entry.base_path):
+        raise ValueError(
+            f"Expected model {entry.name} to have an absolute path or URI; got base_path()={entry.base_path} ({path!r})"
+        )
+    if entry.model_platform not in ("", "tensorflow"):
+        raise ValueError(f"model_platform {entry.model_platform!r} is not supported")
+    return ModelConfig(
+        entry.name,
+        entry.base_path,
+        VersionPolicy.from_proto(entry.model_version_policy),
+        dict(entry.version_labels),
+    )
+
+
+def parse_model_config(path, allow_version_labels_for_unavailable_models=False):
+    """{name: `ModelConfig`} from a ModelServerConfig text proto (model_config_list), validated as TF Serving validates
+    it at start-up: protobuf's text format (a misspelt field, two policies, a negative num_versions are parse errors);
+    server_core.cc ValidateModelConfigList (~117-153): a name listed twice and a relative base_path are refused with
+    stock's messages; version labels as `check_version_labels`. ValueError also for a file that cannot be read or
+    parsed, an entry without a name or base path, or a platform other than tensorflow.
+
+    What stock takes, this takes: `latest { num_versions: 0 }` is latest 1; an empty `specific {}` serves nothing
+    (the source warns, file_system_storage_path_source.cc ~177-184); a specific version not on disk is a warning.
+    """
     from tensorflow_serving.config import model_server_config_pb2
 
     config = _read_text_proto(path, model_server_config_pb2.ModelServerConfig())
-    models = {}
-    for model in config.model_config_list.config:
-        if not model.name or not model.base_path:
-            raise ValueError(f"every config needs a name and a base_path ({path!r})")
-        if model.name in models:
-            raise ValueError(f"Illegal to list model {model.name} multiple times in config list ({path!r})")
-        if _is_relative_path(model.base_path):
-            raise ValueError(
-                f"Expected model {model.name} to have an absolute path or URI; got base_path()={model.base_path} "
-                f"({path!r})"
-            )
-        if model.model_platform not in ("", "tensorflow"):
-            raise ValueError(f"model_platform {model.model_platform!r} is not supported")
-        if model.HasField("model_version_policy"):
-            logger.warning(
-                "model %s: model_version_policy is ignored; the embedded server serves the latest version", model.name
-            )
-        models[model.name] = model.base_path
+    entries = config.model_config_list.config
+    names = set()
+    for entry in entries:  # every name first, then every path, as ValidateModelConfigList
+        if entry.name in names:
+            raise ValueError(f"Illegal to list model {entry.name} multiple times in config list ({path!r})")
+        names.add(entry.name)
+    models = {entry.name: _model_config_of(entry, path) for entry in entries}
     if not models:
         raise ValueError(f"no model_config_list entries in {path!r}")
+    check_version_labels(models.values(), allow_version_labels_for_unavailable_models, path)
     return models

@@ -1,7 +1,12 @@
 """The server core: models by name (a `manager.ModelManager` each) and the calls both fronts make (`predict`,
 `model_status`, `model_metadata`, `infer`, `multi_inference`, `stats`), as TF Serving's ServerCore; a model spec is
-checked as its `ServableRequestFromModelSpec` checks it (`manager`). `grpc_front` and `rest_front` are thin layers
-over a `ServerCore`; `server.ModelServer` holds one with its fronts.
+checked as its `ServableRequestFromModelSpec` checks it, a version label resolved to its version
+(`resolve`). `grpc_front` and `rest_front` are thin layers over a `ServerCore`; `server.ModelServer` holds one with
+its fronts.
+
+Models: each has a base path, a version policy and version labels (`config_files.ModelConfig`); the labels are taken
+as stock takes them at start-up (`config_files.check_version_labels`: refused unless
+`allow_version_labels_for_unavailable_models`).
 
 Requests: `predict` runs at most `max_requests_in_flight` requests at once over both fronts; past that a request is
 answered RESOURCE_EXHAUSTED at once. A deadline that has passed is answered DEADLINE_EXCEEDED without running
@@ -20,6 +25,7 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 
 from elmo_tf.serving.batching import BatchStats
 from elmo_tf.serving.budget import check_response_size
+from elmo_tf.serving.config_files import check_version_labels, model_config
 from elmo_tf.serving.inference import check_inference, check_multi_inference
 from elmo_tf.serving.manager import ModelManager, servable_request
 from elmo_tf.serving.options import ServerOptions
@@ -32,17 +38,21 @@ class ServerCore:
     """Models by name (a `ModelManager` each) and the calls of the gRPC and REST fronts.
 
     Args:
-        models: `{model_name: base_path}`.
+        models: `{model_name: base_path or config_files.ModelConfig}` (a base path: latest 1, no labels).
         options: `ServerOptions`.
+    Raises:
+        ValueError: no models, or version labels stock refuses at start-up (`config_files.check_version_labels`).
     """
 
     def __init__(self, models, options=None):
         if not models:
             raise ValueError("models must name at least one {model_name: base_path}")
         self.options = options or ServerOptions()
+        configs = [model_config(name, value) for name, value in models.items()]
+        self._labels = check_version_labels(configs, self.options.allow_version_labels_for_unavailable_models)
         self.batch_stats = BatchStats()
         self.managers = {
-            name: ModelManager(name, path, self.options, self.batch_stats) for name, path in models.items()
+            c.name: ModelManager(c.name, c.base_path, self.options, self.batch_stats, c.version_policy) for c in configs
         }
         self._lock = threading.Lock()
         self._in_flight_count = 0
@@ -81,18 +91,23 @@ class ServerCore:
         with self._lock:
             self._counters[key] += 1
 
-    def manager(self, name, version=None, label=None):
-        """The `ModelManager` of a model spec, checked as TF Serving's `ServerCore::ServableRequestFromModelSpec`
-        (server_core.cc ~841-891) checks it: INVALID_ARGUMENT for an empty name or any version label (this server
-        has none configured), NOT_FOUND (basic_manager.cc ~139) for a model it does not serve."""
+    def resolve(self, name, version=None, label=None):
+        """`(ModelManager, version)` of a model spec, checked as TF Serving's `ServerCore::ServableRequestFromModelSpec`
+        (server_core.cc ~841-871) checks it: INVALID_ARGUMENT for an empty name; a version label is resolved to its
+        version by the model's version_labels (`GetModelVersionForLabel`, ~873-892: INVALID_ARGUMENT
+        "Unrecognized servable version label: x" for a label the model does not have, an unknown model included);
+        NOT_FOUND (basic_manager.cc ~139) for a model this server does not serve. The version (None: the highest
+        AVAILABLE) is looked up by `ModelManager.acquire`."""
         if not name:
             raise invalid_argument("ModelSpec has no name specified.")
         if label:
-            raise invalid_argument(f"Unrecognized servable version label: {label}")
+            version = self._labels.get(name, {}).get(label)
+            if version is None:
+                raise invalid_argument(f"Unrecognized servable version label: {label}")
         manager = self.managers.get(name)
         if manager is None:
             raise not_found(f"Servable not found for request: {servable_request(name, version)}")
-        return manager
+        return manager, version
 
     @contextlib.contextmanager
     def _client_errors(self, manager):
@@ -151,7 +166,7 @@ class ServerCore:
                 before the model runs is not run (DEADLINE_EXCEEDED).
             cancelled: optional callable, True when the client went away.
             response_encoding: "proto" or "json", how the response will be written (its size estimate differs).
-            label: the model spec's version label (INVALID_ARGUMENT: this server has none).
+            label: the model spec's version label, resolved to its version (`resolve`).
             signature_not_found: callable `name -> ServingError` for an unknown signature (REST and gRPC answer
                 differently); gRPC's FAILED_PRECONDITION by default.
         Raises:
@@ -159,7 +174,7 @@ class ServerCore:
                 in-flight cap), DEADLINE_EXCEEDED; messages without the server's paths.
         """
         deadline = time.monotonic() + timeout if timeout is not None and timeout < NO_DEADLINE else None
-        manager = self.manager(name, version, label)
+        manager, version = self.resolve(name, version, label)
         with self._client_errors(manager):
             self._check_deadline(deadline, "before the server started on it")
             with self._in_flight(), manager.acquire(version) as servable:
@@ -185,7 +200,7 @@ class ServerCore:
 
     def infer(self, name, version, label, method, signature_name):
         """Classify or Regress (`method`): checked as stock checks it (`inference.check_inference`); raises."""
-        manager = self.manager(name, version, label)
+        manager, version = self.resolve(name, version, label)
         with self._client_errors(manager), manager.acquire(version) as servable:
             check_inference(servable.signature_defs, method, signature_name)
 
@@ -196,7 +211,7 @@ class ServerCore:
         name = spec.name if spec is not None else ""
         version = spec.version.value if spec is not None and spec.HasField("version") else None
         label = spec.version_label if spec is not None else None
-        manager = self.manager(name, version, label)
+        manager, version = self.resolve(name, version, label)
         with self._client_errors(manager), manager.acquire(version) as servable:
             check_multi_inference(servable.signature_defs, tasks)
 
@@ -212,7 +227,8 @@ class ServerCore:
 
     def model_metadata(self, name, version=None, label=None):
         """A `GetModelMetadataResponse` with `metadata["signature_def"]` = the version's `SignatureDefMap`."""
-        with self.manager(name, version, label).acquire(version) as servable:
+        manager, version = self.resolve(name, version, label)
+        with manager.acquire(version) as servable:
             response = get_model_metadata_pb2.GetModelMetadataResponse()
             response.model_spec.name = name
             response.model_spec.version.value = servable.version

@@ -1,24 +1,36 @@
-"""The manager of one model's versions: it serves the highest version that loads, loads new ones, retries failed
-loads and retires old versions, as TF Serving's AspiredVersionsManager does with the "latest" version policy.
+"""The manager of one model's versions: it serves the versions its version policy selects, loads new ones, retries
+failed loads and retires versions no longer selected, as TF Serving's AspiredVersionsManager does with the
+AvailabilityPreservingPolicy (server.cc ~312-313: stock's model server uses no other).
 
     - the versions come from the model's `source.FileSystemSource`, polled every `file_system_poll_wait_seconds`;
-    - the highest version is served. While the highest version fails to load, the highest lower one that loads is
-      served;
+      its version policy (`config_files.VersionPolicy`, latest 1 by default) picks the candidates, highest first;
+    - each candidate is loaded, highest first, one after another (the policy's GetNextAction loads the highest new
+      aspired version first, availability_preserving_policy.cc ~77-85): under `latest { num_versions: N }` the N
+      highest versions that load are served; while one of the N highest fails to load, the next lower version that
+      loads is served in its place (stock would serve one fewer); under `all {}` and `specific {}` every candidate
+      that loads;
+    - a version no longer selected (a higher one loaded under `latest`, gone from disk, ...) is unloaded once a
+      selected version is AVAILABLE; while none is, the highest served one stays (availability_preserving_policy.cc
+      ~47-75: unload only without dropping availability), except when the policy selects no version on disk at all
+      (`specific` versions all absent), where, as stock, every version is unloaded;
     - a load includes the warm-up (`servable.Servable.warm_up`: the export's warmup file replayed as TF Serving
       replays it) unless `enable_model_warmup` is off: a warmup file TF Serving refuses, or one of its requests that
       fails, fails the load with that status (DATA_LOSS, INVALID_ARGUMENT, ...) as a broken graph does; a version
       whose files change while it loads (`source.files_fingerprint` before and after) fails that load (UNAVAILABLE)
       and is loaded again, whole;
     - a load that fails is retried `max_num_load_retries` times, `load_retry_interval_micros` apart (TF Serving's
-      flags and defaults: 5 retries, one minute), on later polls; meanwhile and afterwards the version already
-      served stays served: a failed load never unloads it. After the last retry the version is END with its error;
+      flags and defaults: 5 retries, one minute), on later polls; meanwhile and afterwards the versions already
+      served stay served: a failed load never unloads one. After the last retry the version is END with its error;
       it is tried again (a new round of retries) once its files change (`source.files_fingerprint`), so a model
       copied in slowly loads when the copy is complete;
-    - versions that are gone from disk lose their state (GetModelStatus no longer lists them); the served version
-      is kept until another loads, and no version is unloaded when the base path is empty (a transient listing).
+    - versions that are gone from disk lose their state (GetModelStatus no longer lists them) once unloaded; a served
+      version gone from disk is kept until another loads, and no version is unloaded when the base path is empty
+      (a transient listing).
 
-GetModelStatus: LOADING -> AVAILABLE for a new version, UNLOADING -> END for the one it replaces (unloaded when its
-last request ends: `acquire` holds a version for a request); START with the error while a failed load waits for its
+Requests: a request for a version is served if that version is AVAILABLE, one without a version by the highest
+AVAILABLE one (stock's ServableRequest::Latest, basic_manager.cc ~173-229); else NOT_FOUND.
+GetModelStatus: LOADING -> AVAILABLE for a new version, UNLOADING -> END for one unloaded (unloaded when its last
+request ends: `acquire` holds a version for a request); START with the error while a failed load waits for its
 retry, END with the error after the last. Messages to clients never hold the server's paths (`redact`); the log has
 them.
 """
@@ -60,23 +72,25 @@ class _Failures:
 
 
 class ModelManager:
-    """Serves the highest loadable version under one model's base path; loads new versions and retires old ones.
+    """Serves the versions under one model's base path that its version policy selects; loads new versions and
+    retires those no longer selected.
 
     Args:
         name: the model name clients ask for.
         base_path: the directory holding `<version>/saved_model.pb`.
         options: `ServerOptions`.
         stats: `BatchStats`.
+        policy: `config_files.VersionPolicy` (None: latest 1).
     """
 
-    def __init__(self, name, base_path, options, stats):
+    def __init__(self, name, base_path, options, stats, policy=None):
         self.name = name
-        self.source = FileSystemSource(name, base_path)
+        self.source = FileSystemSource(name, base_path, policy)
         self.base_path = self.source.base_path
         self.options = options
         self.stats = stats
         self._lock = threading.Lock()
-        self._current = None
+        self._available = {}  # version -> Servable, AVAILABLE
         self._refs = collections.Counter()
         self._retiring = set()
         self._states = {}  # version -> (State, grpc.StatusCode, message)
@@ -94,19 +108,42 @@ class ModelManager:
     # ------------------------------------------------------------------------------------------------ versions
 
     def poll(self):
-        """One look at the base path: forgets versions gone from disk, then serves the highest one that loads."""
+        """One look at the base path: forgets versions gone from disk, loads the candidates of the version policy,
+        then unloads the versions no longer selected where that keeps one available."""
         versions = self.source.poll()
         self._forget_missing(versions)
-        for version in sorted(versions, reverse=True):
-            current = self._current
-            if current is not None and current.version == version:
-                return
-            if self._may_load(version, versions[version]) and self._load(version, versions[version]):
-                return
+        if not versions:  # an empty listing may be transient: nothing is unloaded
+            return
+        candidates, count = self.source.candidates(versions)
+        keep = self._load_candidates(candidates, count, versions)
+        self._retire(keep, selected_any=bool(candidates))
+
+    def _load_candidates(self, candidates, count, versions):
+        """The first `count` of `candidates` (highest first) that are AVAILABLE or load now; a candidate that may
+        not load yet (a failed load waiting for its retry) or fails is passed over."""
+        keep = set()
+        for version in candidates:
+            if len(keep) == count:
+                break
+            if version in self._available or (
+                self._may_load(version, versions[version]) and self._load(version, versions[version])
+            ):
+                keep.add(version)
+        return keep
+
+    def _retire(self, keep, selected_any):
+        """Unloads the AVAILABLE versions not in `keep`, as the AvailabilityPreservingPolicy does
+        (availability_preserving_policy.cc ~47-75): all of them when a kept version is AVAILABLE or the policy
+        selected no version on disk, else all but the highest."""
+        retired = sorted(v for v in self._available if v not in keep)
+        if not keep and selected_any:
+            retired = retired[:-1]
+        for version in retired:
+            self._unload(version)
 
     def _forget_missing(self, versions):
         with self._lock:
-            keep = {s.version for s in [self._current, *self._retiring] if s is not None} | set(versions)
+            keep = {s.version for s in self._retiring} | set(self._available) | set(versions)
             for version in [v for v in self._states if v not in keep]:
                 del self._states[version]
         for version in [v for v in self._failures if v not in versions]:
@@ -129,7 +166,7 @@ class ModelManager:
             self._states[version] = (state, code, message)
 
     def _load(self, version, path):
-        """Loads and warms up `version`; on success it replaces the served version. Returns whether it loaded."""
+        """Loads and warms up `version`; on success it is AVAILABLE. Returns whether it loaded."""
         logger.info("loading %s version %d from %s", self.name, version, path)
         self._set_state(version, State.LOADING)
         try:
@@ -147,21 +184,23 @@ class ModelManager:
         if self.options.enable_batching:
             servable.scheduler = BatchScheduler(self.options.batching, self.stats, self.name, version)
         with self._lock:
-            old, self._current = self._current, servable
+            self._available[version] = servable
             self._states[version] = (State.AVAILABLE, grpc.StatusCode.OK, "")
-            if old is not None:
-                self._states[old.version] = (State.UNLOADING, grpc.StatusCode.OK, "")
-                self._retiring.add(old)
-                release_now = self._refs[old] == 0
-        logger.info(
-            "serving %s version %d%s",
-            self.name,
-            version,
-            f" (replacing version {old.version})" if old is not None else "",
-        )
-        if old is not None and release_now:
-            self._release(old)
+        logger.info("serving %s version %d", self.name, version)
         return True
+
+    def _unload(self, version):
+        """`version` leaves the AVAILABLE versions: UNLOADING, then unloaded once its last request ends."""
+        with self._lock:
+            servable = self._available.pop(version)
+            self._states[version] = (State.UNLOADING, grpc.StatusCode.OK, "")
+            self._retiring.add(servable)
+            release_now = self._refs[servable] == 0
+        logger.info(
+            "unloading %s version %d: not selected by its version policy %s", self.name, version, self.source.policy
+        )
+        if release_now:
+            self._release(servable)
 
     def _load_failed(self, version, path, error):
         previous = self._failures.get(version)
@@ -196,7 +235,7 @@ class ModelManager:
             with self._lock:
                 self._retiring.discard(servable)
                 self._refs.pop(servable, None)
-                if self._current is not servable and servable.version in self._states:
+                if self._states.get(servable.version, (None,))[0] == State.UNLOADING:  # not loaded again meanwhile
                     self._states[servable.version] = (State.END, grpc.StatusCode.OK, "")
             servable.loaded = servable.runners = None
             logger.info("unloaded %s version %d", self.name, servable.version)
@@ -219,7 +258,7 @@ class ModelManager:
         if self._poller is not None:
             self._poller.join(timeout)
         with self._lock:
-            servables = [s for s in [self._current, *self._retiring] if s is not None]
+            servables = [*self._available.values(), *self._retiring]
         for servable in servables:
             if servable.scheduler is not None:
                 servable.scheduler.stop(timeout)
@@ -228,11 +267,14 @@ class ModelManager:
 
     @contextlib.contextmanager
     def acquire(self, version=None):
-        """The served version (NOT_FOUND if `version` is given and differs, or none is loaded yet), held until the
-        block ends."""
+        """The AVAILABLE `version`, or the highest AVAILABLE version when `version` is None, held until the block
+        ends; NOT_FOUND when there is none (basic_manager.cc ~133-141)."""
         with self._lock:
-            servable = self._current
-            if servable is None or (version is not None and servable.version != version):
+            if version is None:
+                servable = self._available[max(self._available)] if self._available else None
+            else:
+                servable = self._available.get(version)
+            if servable is None:
                 # basic_manager.cc ~139: the request's DebugString only
                 raise not_found(f"Servable not found for request: {servable_request(self.name, version)}")
             self._refs[servable] += 1
@@ -247,8 +289,9 @@ class ModelManager:
 
     @property
     def served_version(self):
-        current = self._current
-        return current.version if current is not None else None
+        """The highest AVAILABLE version (the one a request without a version gets), None when none is."""
+        with self._lock:
+            return max(self._available, default=None)
 
     def status(self, version=None):
         """A `GetModelStatusResponse`: every version seen (highest first), or just `version`."""

@@ -41,6 +41,9 @@ class ServerOptions:
         enable_model_warmup: warm a version up when it loads (`servable.Servable.warm_up`: its warmup file, then a
             small request to each signature the file leaves out), as stock's --enable_model_warmup (on by default);
             off, nothing runs at load and the first requests pay the graph's first runs.
+        allow_version_labels_for_unavailable_models: take the models' version labels although no version is
+            AVAILABLE yet, as stock's flag of that name (off by default: stock refuses every label at start-up, see
+            `config_files.check_version_labels`).
     """
 
     host: str = "127.0.0.1"
@@ -64,6 +67,7 @@ class ServerOptions:
     rest_api_max_body_bytes: int = None
     rest_api_max_bytes_in_flight: int = None
     enable_model_warmup: bool = True
+    allow_version_labels_for_unavailable_models: bool = False
 
     def __post_init__(self):
         for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535, or None (none)

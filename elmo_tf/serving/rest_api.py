@@ -25,9 +25,10 @@ percent-decoded; a version is ASCII digits read as an int64):
 Errors: {"error": "<message>"} with the HTTP status of the gRPC code (`status.HTTP_STATUS`: 400 INVALID_ARGUMENT and
 FAILED_PRECONDITION, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 501 UNIMPLEMENTED, 500 INTERNAL, 504 DEADLINE_EXCEEDED),
 TF Serving's texts: an unknown signature is 400 `Serving signature name: "x" not found in signature def`
-(http_rest_api_handler.cc ~228-242), a version label 400 `Unrecognized servable version label: x` (the embedded
-server has none; server_core.cc ~873-891), a path that is not an endpoint 400 `Malformed request: POST <path>`; a CORS
-preflight (OPTIONS) 200 with an Origin of http(s)://..., else 400 (http_server.cc ~170-177).
+(http_rest_api_handler.cc ~228-242), a version label the model does not have 400 `Unrecognized servable version
+label: x` (server_core.cc ~873-892; a label is resolved to its version by `core.ServerCore.resolve`), a path that
+is not an endpoint 400 `Malformed request: POST <path>`; a CORS preflight (OPTIONS) 200 with an Origin of
+http(s)://..., else 400 (http_server.cc ~170-177).
 Internal errors show the client no server detail (the traceback goes to the server log).
 """
 

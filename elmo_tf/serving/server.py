@@ -3,12 +3,13 @@ API (`grpc_front`) and its REST API (`rest_front`), so TF Serving's clients work
 holds a ServerCore, `ModelServer` holds its core (`server.core`) and starts and stops it with the fronts.
 
 Errors (gRPC status; REST maps them as TF Serving does, see `status`), with stock TF Serving's codes and texts:
-    NOT_FOUND: unknown model name ("Servable not found for request: Latest(name)") or version
-        ("... Specific(name, 7)").
+    NOT_FOUND: unknown model name ("Servable not found for request: Latest(name)") or a version that is not
+        AVAILABLE ("... Specific(name, 7)"), asked for by number or by a version label.
     FAILED_PRECONDITION: unknown signature on gRPC (`Serving signature key "x" not found.`); REST answers 400
         `Serving signature name: "x" not found in signature def`.
-    INVALID_ARGUMENT: an empty model name ("ModelSpec has no name specified."), a version label (this server has
-        none: "Unrecognized servable version label: x"), inputs or outputs that do not match the SignatureDef (see
+    INVALID_ARGUMENT: an empty model name ("ModelSpec has no name specified."), a version label the model's
+        version_labels do not hold ("Unrecognized servable version label: x"), inputs or outputs that do not match
+        the SignatureDef (see
         `budget`), a graph error caused by the values (TensorFlow's message), Classify, Regress or MultiInference of
         a signature that is not a classification or regression signature (see `inference`).
     UNIMPLEMENTED: Classify, Regress or MultiInference of one that is (the embedded server runs Predict only).
@@ -18,6 +19,12 @@ Errors (gRPC status; REST maps them as TF Serving does, see `status`), with stoc
     DEADLINE_EXCEEDED: the client's deadline passed before the model ran, or while its request waited for it.
     INTERNAL: a bug; logged with its traceback. No request error stops the server.
 Messages never show the server's filesystem paths (the log does).
+
+Versions: each model serves the versions its version policy selects (`latest { num_versions: N }`, by default 1;
+`all {}`; `specific { versions }`), loads new ones and unloads those no longer selected without dropping
+availability (`manager`); a request without a version gets the highest AVAILABLE one. Version labels come from the
+model config (`config_files.ModelConfig`) and are refused at start-up unless
+`allow_version_labels_for_unavailable_models`, as stock refuses them.
 
 Concurrency: gRPC calls wait for their requests on an asyncio loop (`grpc.aio`) and run on a pool of
 `grpc_max_threads` threads, REST requests are read on the REST front's event loop;
@@ -48,8 +55,10 @@ class ModelServer:
     REST when `options.rest_api_port` is not None.
 
     Args:
-        models: `{model_name: base_path}`.
+        models: `{model_name: base_path or config_files.ModelConfig}` (a base path: latest 1, no labels).
         options: `ServerOptions`.
+    Raises:
+        ValueError: version labels stock refuses at start-up (`config_files.check_version_labels`).
     Attributes:
         core: the `ServerCore` (models, versions, predict, status, metadata, stats).
         grpc_port, rest_port: the TCP ports listened on once started (None before; None for gRPC on a UNIX socket
@@ -65,10 +74,10 @@ class ModelServer:
         self.rest_port = None
 
     def start(self):
-        """Loads each model's highest version, then listens: gRPC (its TCP port and/or its UNIX socket; OSError if
-        it cannot), then REST when `rest_api_port` is set. As stock's Server::BuildAndStart (server.cc ~437-460),
-        REST is skipped with an error logged when its port is gRPC's, and a REST server that cannot start is logged
-        ("Failed to start HTTP Server at ...") while gRPC keeps serving (`rest_port` stays None)."""
+        """Loads the versions each model's policy selects, then listens: gRPC (its TCP port and/or its UNIX socket;
+        OSError if it cannot), then REST when `rest_api_port` is set. As stock's Server::BuildAndStart (server.cc
+        ~437-460), REST is skipped with an error logged when its port is gRPC's, and a REST server that cannot start
+        is logged ("Failed to start HTTP Server at ...") while gRPC keeps serving (`rest_port` stays None)."""
         self.core.poll()
         self._grpc = GrpcServer(self.core, self.options)
         self._grpc.start()

@@ -10,13 +10,20 @@
       i.e. the fewest leading zeros), with one warning;
     - unlike TF Serving, a version counts only once it holds `saved_model.pb` (or `.pbtxt`), so a directory being
       written is not a failed load; hidden names (an export's temporaries) are left out.
-What the manager does with the versions (load the highest, retry, retire) is `elmo_tf.serving.manager`'s.
+    - the model's version policy (`config_files.VersionPolicy`) picks the candidates among the versions on disk, as
+      the source's Aspire*Versions do (~97-247): `latest { num_versions: N }` all of them, highest first (stock
+      aspires the N highest; the manager serves the N highest that load), `all {}` all, `specific { versions }` the
+      listed ones on disk. A listed version absent from disk is logged with stock's warning (~236-244), once while
+      it stays absent (stock repeats it every poll); an empty `specific {}` with stock's "No specific versions
+      requested for servable m." (~177-184), once.
+What the manager does with the candidates (load, retry, retire) is `elmo_tf.serving.manager`'s.
 """
 
 import logging
 import os
 
 from elmo_tf.export import parse_version
+from elmo_tf.serving.config_files import VersionPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -62,22 +69,27 @@ def files_fingerprint(path, limit=10000):
 
 
 class FileSystemSource:
-    """The versions under one model's base path, polled.
+    """The versions under one model's base path, polled, and those its version policy serves.
 
     Args:
         name: the model name (for the log).
         base_path: the directory holding `<version>/saved_model.pb`.
+        policy: `config_files.VersionPolicy` (None: latest 1).
     """
 
-    def __init__(self, name, base_path):
+    def __init__(self, name, base_path, policy=None):
         self.name = name
         self.base_path = os.path.abspath(base_path)
+        self.policy = policy if policy is not None else VersionPolicy()
         self._logged_names = set()
         self._warned_empty = False
+        self._absent = set()  # specific versions absent from disk, warned about
+        if self.policy.kind == "specific" and not self.policy.versions:
+            logger.warning("No specific versions requested for servable %s.", name)
 
     def poll(self):
         """`{version: path}` of the versions on disk now. Names it ignores are logged once while they stay on disk,
-        an empty base path once until versions appear."""
+        an empty base path once until versions appear, a specific version of the policy once while it is absent."""
         versions, ignored = versions_on_disk(self.base_path)
         for name in sorted(set(ignored) - self._logged_names):
             logger.warning("ignoring %r under the base path of %s: %s", name, self.name, ignored[name])
@@ -88,4 +100,28 @@ class FileSystemSource:
                 self._warned_empty = True
         else:
             self._warned_empty = False
+        self._warn_absent(versions)
         return {version: os.path.join(self.base_path, name) for version, name in versions.items()}
+
+    def _warn_absent(self, versions):
+        absent = {v for v in self.policy.versions if v not in versions} if self.policy.kind == "specific" else set()
+        for version in sorted(absent - self._absent):
+            logger.warning(
+                "Version %d of servable %s, which was requested to be served as a 'specific' version in the "
+                "servable's version policy, was not found in the file system",
+                version,
+                self.name,
+            )
+        self._absent = absent
+
+    def candidates(self, versions):
+        """`(candidates, count)`: the versions of `versions` (on disk) the policy may serve, highest first, and how
+        many of them are served: under `latest N` every version and N (stock aspires the first N), under `all` and
+        `specific` the versions it selects and all of them."""
+        ordered = sorted(versions, reverse=True)
+        if self.policy.kind == "latest":
+            return ordered, self.policy.num_versions
+        if self.policy.kind == "specific":
+            listed = set(self.policy.versions)
+            ordered = [v for v in ordered if v in listed]
+        return ordered, len(ordered)

@@ -29,7 +29,12 @@ from serving_testlib import (
 )
 
 from elmo_tf.serving.client import ElmoClient
-from elmo_tf.serving.config_files import batching_parameters_class, parse_batching_parameters, parse_model_config
+from elmo_tf.serving.config_files import (
+    VersionPolicy,
+    batching_parameters_class,
+    parse_batching_parameters,
+    parse_model_config,
+)
 
 
 def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):
@@ -192,7 +197,9 @@ def test_config_files(tmp_path):
     """)
     )
     expected = {"elmo": "/models/elmo", "elmo_small": "/models/elmo_small", "remote": "gs://bucket/elmo"}
-    assert parse_model_config(str(models)) == expected
+    configs = parse_model_config(str(models))
+    assert {name: c.base_path for name, c in configs.items()} == expected
+    assert all(c.version_policy == VersionPolicy("latest", 1) and not c.version_labels for c in configs.values())
 
 
 # What TF Serving's main.cc refuses: it reads --batching_parameters_file with ParseProtoTextFile (protobuf's text
