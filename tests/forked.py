@@ -8,8 +8,8 @@ interpreter's start and exit). What differs from a fresh interpreter: the module
 already (so their import-time output, TensorFlow's C++ log lines, is not written again), and every child shares the
 server's hash seed. So a command is forked only when nothing read at import time differs: the same interpreter, and
 an environment that differs from the server's only in variables read at run time (`ELMO_TF_*`, `PYTEST_*`,
-`TF_CONFIG`, `COLUMNS`, `LINES`), in `PYTHONPATH` (the child builds its `sys.path` from it as Python does), or in the
-two the tests set to quiet TensorFlow on these CPU-only machines: `TF_CPP_MIN_LOG_LEVEL` (the child logs at the
+`TF_CONFIG`, `PATH`, `COLUMNS`, `LINES`), in `PYTHONPATH` (the child builds its `sys.path` from it as Python does),
+or in the two the tests set to quiet TensorFlow on CPU-only machines: `TF_CPP_MIN_LOG_LEVEL` (the child logs at the
 server's level, 3: TensorFlow's C++ errors, such as the cuInit line of a machine without a GPU, are not written;
 `cli_testlib.own_lines` leaves TensorFlow's lines out at any level) and `CUDA_VISIBLE_DEVICES`.
 Anything else (TF_ENABLE_ONEDNN_OPTS, KERAS_*, a locale, HOME, a `preexec_fn` the server cannot do itself, sessions,
@@ -38,7 +38,7 @@ from pathlib import Path
 SERVER = Path(__file__).resolve().with_name("forkserver.py")
 FORK_ENV = "ELMO_TF_TEST_FORK"
 _FORKABLE_ENV = re.compile(
-    r"(ELMO_TF_|PYTEST_).*|TF_CONFIG|COLUMNS|LINES|PYTHONPATH|TF_CPP_MIN_LOG_LEVEL|CUDA_VISIBLE_DEVICES"
+    r"(ELMO_TF_|PYTEST_).*|TF_CONFIG|PATH|COLUMNS|LINES|PYTHONPATH|TF_CPP_MIN_LOG_LEVEL|CUDA_VISIBLE_DEVICES"
 )
 _POPEN_KWARGS = {"stdin", "stdout", "stderr", "cwd", "env", "text", "universal_newlines", "encoding", "errors"}
 _EXECUTE_CHILD_PARAMS = list(inspect.signature(subprocess.Popen._execute_child).parameters)[1:]

@@ -23,7 +23,7 @@ it is parsed (RESOURCE_EXHAUSTED naming the limit: `grpc_parse.ParseLimits`), on
 (as gRPC's C++ server answers); each input's TensorProto is checked (dtype, declared shape, limits:
 `budget.RequestBudget.check_tensor_proto`, for every signature, `packed` and `lm` too) before its values are read
 (`budget.read_tensor_proto`), and a call whose deadline has passed is not run. Model specs are checked as TF
-Serving's ServerCore checks them (`core.ServerCore.manager`).
+Serving's ServerCore checks them (`core.ServerCore.resolve`).
 """
 
 import asyncio

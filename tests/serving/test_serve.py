@@ -12,6 +12,7 @@ import textwrap
 import time
 import urllib.request
 
+import forked
 import pytest
 from cli_testlib import own_lines
 from serving_testlib import (
@@ -39,7 +40,7 @@ from elmo_tf.serving.config_files import (
 
 def test_runs_the_stock_server_with_the_same_flags(fake_stock_server):
     fake, record, env = fake_stock_server
-    result = subprocess.run(
+    result = forked.run(
         [
             sys.executable,
             SERVE,
@@ -92,7 +93,7 @@ def test_refuses_to_hand_over_an_address_the_stock_server_cannot_bind(fake_stock
     _, record, env = fake_stock_server
     argv = [sys.executable, SERVE, "--model_base_path", "/models/elmo", "--port", "8600"]
     argv += ["--host", host] if host else []
-    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    result = forked.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert not record.exists()  # the stock server never ran
     expected = host or "127.0.0.1 (the default)"
@@ -135,9 +136,7 @@ def test_flag_errors_exit_2():
         (["--model_base_path", "/tmp", "--port", "0"], PORT_0_ERROR),
         (["--model_base_path", "/tmp", "--port=0", "--grpc_socket_path="], PORT_0_ERROR),
     ]:
-        result = subprocess.run(
-            [sys.executable, SERVE, "--embedded", *argv], capture_output=True, text=True, timeout=60
-        )
+        result = forked.run([sys.executable, SERVE, "--embedded", *argv], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and match in result.stderr, (argv, result.stderr)
         assert match != PORT_0_ERROR or result.stderr == PORT_0_ERROR, result.stderr  # the one line, whole
 
@@ -147,9 +146,9 @@ def test_port_0_and_the_grpc_socket_path_with_the_stock_server(fake_stock_server
     server.cc ~183-188); with --grpc_socket_path both are passed on (main.cc ~88-94 declares both flags)."""
     _, record, env = fake_stock_server
     argv = [sys.executable, SERVE, "--model_base_path", "/models/elmo", "--host", "0.0.0.0", "--port", "0"]
-    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    result = forked.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stderr) == (2, PORT_0_ERROR) and not record.exists()
-    result = subprocess.run(
+    result = forked.run(
         argv + ["--grpc_socket_path", "/run/tfs.sock"], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 3, result.stderr
@@ -268,7 +267,7 @@ def test_config_file_errors_exit_2_with_one_line(tmp_path):
         ),
         (["--model_base_path", "/tmp", "--num_batch_threads", "5000"], ["--num_batch_threads must be <= 1024"]),
     ]:
-        result = subprocess.run(
+        result = forked.run(
             [sys.executable, SERVE, "--embedded", *map(str, argv)], capture_output=True, text=True, timeout=60
         )
         lines = own_lines(result.stderr)
@@ -325,7 +324,7 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server):
     _, record, env = fake_stock_server
     port, rest_port = free_port(), free_port()
     batching = REPO / "export" / "batching.config"
-    process = subprocess.Popen(
+    process = forked.Popen(
         [
             sys.executable,
             SERVE,
@@ -376,12 +375,10 @@ def test_stock_server_is_never_given_a_wider_address_than_asked(fake_stock_serve
     port, rest_port = free_port(), free_port()
     flags = ["--model_base_path", base_path, "--model_name", "elmo", "--port", str(port)]
     for host in ([], ["--host", "127.0.0.1"], ["--host", "::1"]):
-        result = subprocess.run(
-            [sys.executable, SERVE, *flags, *host], env=env, capture_output=True, text=True, timeout=60
-        )
+        result = forked.run([sys.executable, SERVE, *flags, *host], env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and "listens on all interfaces" in result.stderr, result.stderr
         assert not record.exists()
-    process = subprocess.Popen(
+    process = forked.Popen(
         [sys.executable, SERVE, "--embedded", *flags, "--rest_api_port", str(rest_port)],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -425,7 +422,7 @@ def test_port_0_with_a_grpc_socket_path_serves_grpc_on_the_socket_only(base_path
     directory = tempfile.mkdtemp(prefix="elmo-sock-", dir="/tmp")  # sun_path holds 108 bytes
     path = os.path.join(directory, "grpc.sock")
     rest_port = free_port()
-    process = subprocess.Popen(
+    process = forked.Popen(
         [sys.executable, SERVE, "--embedded", "--model_base_path", base_path, "--model_name", "elmo"]
         + ["--port", "0", "--grpc_socket_path", path, "--rest_api_port", str(rest_port)],
         stdout=subprocess.PIPE,
@@ -458,7 +455,7 @@ def test_serve_answers_a_converted_elmoformanylangs_model_with_its_in_process_nu
     base = tmp_path / "elmo"
     ex.export_elmo(model, str(base))
     port = free_port()
-    process = subprocess.Popen(
+    process = forked.Popen(
         [sys.executable, SERVE, "--embedded", "--model_base_path", str(base), "--model_name", "elmo"]
         + ["--port", str(port), "--load_retry_interval_micros", "1000"],
         stdout=subprocess.PIPE,

@@ -14,9 +14,9 @@ import contextlib
 import logging
 import os
 import shutil
-import subprocess
 import sys
 
+import forked
 import grpc
 import pytest
 import tensorflow as tf
@@ -291,7 +291,7 @@ def test_labels_without_the_flag_are_refused_by_the_library_and_the_command_line
     with pytest.raises(ValueError, match="^Request to assign label to version 1 of model elmo, which is not currently"):
         ModelServer({"elmo": labelled}, ServerOptions(port=0))
     config = write_config(tmp_path, "/nonexistent/elmo", 'version_labels { key: "stable" value: 1 }')
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, SERVE, "--embedded", "--model_config_file", config], capture_output=True, text=True, timeout=60
     )
     lines = own_lines(result.stderr)
