@@ -69,12 +69,13 @@ class _ForkServer:
         atexit.register(self.close)
 
     def ready(self):
-        """Waits for the server's imports; RuntimeError with its log when it did not start."""
+        """Waits for the server's imports; RuntimeError with its log when it did not start or has ended."""
         if self._ready is None:
             self._ready = self.process.stdout.readline().strip() == b"ready"
-        if not self._ready:
+        if not self._ready or self.process.poll() is not None:
+            what = f"ended with status {self.process.returncode}" if self._ready else "did not start"
             with open(self.log, errors="replace") as log:
-                raise RuntimeError(f"the fork server did not start:\n{log.read()[-3000:]}")
+                raise RuntimeError(f"the fork server {what}:\n{log.read()[-3000:]}")
         return self
 
     def close(self):

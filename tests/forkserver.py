@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 
 PRELOAD = (
     "numpy",
@@ -162,12 +163,16 @@ class _Server:
                     if not os.read(sys.stdin.fileno(), 4096):
                         self.close()
                         return
-                elif kind == "accept":
-                    self._accept()
-                elif kind == "ended":
-                    self._ended(item)
-                elif kind == "client":
-                    self._client_gone(item, key.fileobj)
+                    continue
+                try:
+                    if kind == "accept":
+                        self._accept()
+                    elif kind == "ended":
+                        self._ended(item)
+                    elif kind == "client":
+                        self._client_gone(item, key.fileobj)
+                except Exception:  # one request's trouble never ends the server; its log has it
+                    traceback.print_exc()
 
     def _accept(self):
         connection, _ = self.listener.accept()
@@ -202,7 +207,8 @@ class _Server:
         _, status = os.waitpid(pid, 0)
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        self.selector.unregister(connection)
+        if connection.fileno() in self.selector.get_map():  # not when its client left first (`_client_gone`)
+            self.selector.unregister(connection)
         try:
             connection.send(json.dumps({"status": status}).encode())
         except OSError:
