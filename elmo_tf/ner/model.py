@@ -212,7 +212,20 @@ class NERTagger(keras.Model):
         if self.char_filters:
             dummy["char_ids"] = tf.ones([1, 2, MAX_CHARS], tf.int32)
         self(dummy)
+        self._build_optimizer()
         return self
+
+    def compile(self, *args, **kwargs):
+        super().compile(*args, **kwargs)
+        self._build_optimizer()
+
+    def _build_optimizer(self):
+        """Creates the optimizer's variables once the model's exist (built and compiled, in either order): a first
+        train step that creates them makes `fit` trace the train function twice (1.5 s of every fit of a small
+        tagger on 2 cores)."""
+        optimizer = getattr(self, "optimizer", None)
+        if self.built and optimizer is not None and not optimizer.built:
+            optimizer.build(self.trainable_variables)
 
     def get_config(self):
         config = super().get_config()
