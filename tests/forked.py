@@ -151,8 +151,7 @@ class ForkedPopen(subprocess.Popen):
             raise
         finally:
             self._close_pipe_fds(
-                *(bound[k] for k in ("p2cread", "p2cwrite", "c2pread", "c2pwrite")),
-                *(bound[k] for k in ("errread", "errwrite")),
+                *(bound[k] for k in ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite"))
             )
         self._connection = connection
         self._child_created = True

@@ -10,6 +10,7 @@ import time
 
 import forked
 import pytest
+from cli_testlib import limit_file_size
 
 
 def both(code, *args, **kwargs):
@@ -79,17 +80,11 @@ def test_exit_handlers_and_threads_run_before_the_status():
 
 
 def test_a_file_size_limit_fails_writes_with_efbig(tmp_path):
-    def limit():
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
-
-    limit.fork_request = {"file_size": 1000}
     code = (
         "import sys\ntry:\n    with open(sys.argv[1], 'wb') as f:\n        f.write(b'x' * 5000)\n"
         "except OSError as e:\n    print(e.errno)"
     )
-    ours, fresh = both(code, str(tmp_path / "big"), preexec_fn=limit)
+    ours, fresh = both(code, str(tmp_path / "big"), preexec_fn=limit_file_size(1000))
     assert ours.stdout == fresh.stdout == "27\n"  # EFBIG
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import forked
 import numpy as np
 import pytest
-from cli_testlib import assert_ends_with_one_error, run_limited
+from cli_testlib import assert_ends_with_one_error, limit_file_size, run_limited
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_NER = REPO / "training" / "train_ner.py"
@@ -399,7 +399,6 @@ def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_d
     """train_ner.py under a real file size limit (RLIMIT_FSIZE, as `ulimit -f`): one line naming --cache, the path
     and the error, exit 1, no traceback; the previous cache byte for byte, no temporary, no output."""
     import os
-    import resource
     import sys
 
     import numpy as np
@@ -418,18 +417,12 @@ def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_d
     before = cache.read_bytes()
     train = write(tmp_path / "train.txt", GOOD)
     limit = len(before) + (512 << 10)
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes get EFBIG
-
-    limited.fork_request = {"file_size": limit}  # what the fork server does instead (tests/forked.py)
-
     result = forked.run(
         [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--elmo", tiny_elmo_dir]
         + ["--output", tmp_path / "out", "--cache", cache],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
-        preexec_fn=limited,
+        preexec_fn=limit_file_size(limit),
         capture_output=True,
         text=True,
         timeout=300,
@@ -447,22 +440,15 @@ def test_train_ner_output_on_a_full_disk_is_one_line(tmp_path):
     """model.keras under a real file size limit: was an OSError traceback; now one line naming --output and the
     file, exit 1, no temporary left."""
     import os
-    import resource
     import sys
 
     train = write(tmp_path / "train.txt", GOOD)
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
-
-    limited.fork_request = {"file_size": 20000}
-
     result = forked.run(
         [sys.executable, TRAIN_NER, "--train", train, "--dev", train, "--no-elmo", "--epochs", "1"]
         + ["--lstm-units", "4", "--output", tmp_path / "out"],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
-        preexec_fn=limited,
+        preexec_fn=limit_file_size(20000),
         capture_output=True,
         text=True,
         timeout=300,

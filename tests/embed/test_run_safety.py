@@ -41,8 +41,6 @@ WAIT = 300  # seconds, the bound on every wait for a subprocess: a guard against
 MID_WRITE_BYTES = 64 * 1024  # a temporary this large holds a few dozen datasets: the run is writing
 PREVIOUS = b"an older output that must survive\n" * 64
 SHORT = ["The cat sat on the mat .", "", "Hi there", "one two three four five"]
-# the interpreter starts with SIGINT at its default (a test runner started with SIGINT ignored would pass that on,
-# and Python installs no KeyboardInterrupt handler then), then becomes `python -m elmo_tf embed` in the same process
 
 
 @pytest.fixture(scope="module")
