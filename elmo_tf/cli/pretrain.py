@@ -217,11 +217,10 @@ def _strategy(args):
     return strategy
 
 
-def _trainer(args, strategy, configs, train_files):
+def _trainer(args, strategy, vocab, bilm_config, train_config, train_files):
     """(Trainer, Checkpoints, total steps): restored from --output's checkpoints, else from --init-from."""
     from elmo_tf.pretraining import Checkpoints, Trainer, count_steps, load_initial_weights
 
-    vocab, bilm_config, train_config = configs
     valid_files = [args.valid] if args.valid else None
     trainer = Trainer(strategy, bilm_config, train_config, vocab, train_files, valid_files=valid_files)
     checkpoints = Checkpoints(trainer, args.output)
@@ -248,9 +247,10 @@ def main(argv=None, prog=PROG):
     from elmo_tf.preprocessing.lm_dataset import LMDataError
     from elmo_tf.pretraining import run_pretraining
 
-    configs = _configs(args)
+    vocab, bilm_config, train_config = _configs(args)
     _check_data(args, train_files)
-    trainer, checkpoints, total_steps = _trainer(args, _strategy(args), configs, train_files)
+    strategy = _strategy(args)  # sets TensorFlow's threads, the CPU replicas and the seed
+    trainer, checkpoints, total_steps = _trainer(args, strategy, vocab, bilm_config, train_config, train_files)
     try:
         result = run_pretraining(trainer, checkpoints, total_steps, max_minutes=args.max_minutes)
     except NonFiniteLossError as e:

@@ -115,11 +115,11 @@ def refused_resume(error, output, flags):
 def resume_hint(output):
     """Where the finished shards of an interrupted run are kept and how to go on, or None when there are none (the
     journal then removes itself: nothing is left beside the output)."""
-    from elmo_tf.io.journal import state_dir_of
+    from elmo_tf.io.journal import finished_shards, state_dir_of
 
     state = state_dir_of(output)
     try:
-        kept = sum(name.startswith("shard-") for name in os.listdir(state))
+        kept = len(finished_shards(state))
     except OSError:
         return None
     if not kept:

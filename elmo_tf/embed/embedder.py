@@ -82,7 +82,7 @@ class Embedder:
         # the tokens reaching it are distinct already (`token_vectors`), so `encode_tokens`, not `encode_distinct`
         # (whose unique op would also fold the all-zero rows a chunk is padded with: see CNN_TOKENS_MULTIPLE)
         self._encode = tf.function(
-            lambda ids: model.char_cnn.encode_tokens(ids),
+            model.char_cnn.encode_tokens,
             input_signature=[tf.TensorSpec([None, mapping.width], tf.int32)],
             autograph=False,
         )

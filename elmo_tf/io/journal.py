@@ -46,6 +46,16 @@ _SHARD = re.compile(r"^shard-(?P<number>[0-9]{6,})(?P<suffix>\.[A-Za-z0-9]+)$")
 _fault = {"spec": None, "counts": {}}
 
 
+def finished_shards(path, suffix=None):
+    """`{number: file}` of the finished shards in the journal directory `path` (those of `suffix`, or of any)."""
+    found = {}
+    for entry in sorted(os.listdir(path)):
+        match = _SHARD.match(entry)
+        if match and suffix in (None, match["suffix"]):
+            found[int(match["number"])] = os.path.join(path, entry)
+    return found
+
+
 class ResumeRefused(ElmoTFError):
     """The partial run in `path` differs from this one. `differences`: list of `(name, then, now)`, with the values
     as shown (`then`: the partial run's, `now`: this run's)."""
@@ -311,12 +321,7 @@ class RunJournal:
         return found
 
     def _shards(self):
-        found = {}
-        for entry in self._entries():
-            match = _SHARD.match(entry)
-            if match and match["suffix"] == self.suffix:
-                found[int(match["number"])] = os.path.join(self.path, entry)
-        return found
+        return finished_shards(self.path, self.suffix)
 
     def _clear(self):
         """Removes the manifest first (a directory without one is empty to a resume), then everything else."""
@@ -365,5 +370,6 @@ __all__ = [
     "fault_point",
     "file_digest",
     "file_state",
+    "finished_shards",
     "state_dir_of",
 ]

@@ -222,7 +222,8 @@ class NERTagger(keras.Model):
     def _build_optimizer(self):
         """Creates the optimizer's variables once the model's exist (built and compiled, in either order): a first
         train step that creates them makes `fit` trace the train function twice (1.5 s of every fit of a small
-        tagger on 2 cores)."""
+        tagger on 2 cores). Keras does the same when it reloads a compiled model (`compile_from_config`), not when
+        a new model is compiled and fitted."""
         optimizer = getattr(self, "optimizer", None)
         if self.built and optimizer is not None and not optimizer.built:
             optimizer.build(self.trainable_variables)
