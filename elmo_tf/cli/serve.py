@@ -39,7 +39,6 @@ import threading
 from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, number_type, setup_logging
 from elmo_tf.serving.config_files import (
     BATCHING_BOUNDS,
-    BATCHING_FIELDS,
     MAX_BATCH_THREADS,
     parse_batching_parameters,
     parse_model_config,
@@ -47,6 +46,11 @@ from elmo_tf.serving.config_files import (
 from elmo_tf.serving.sizes import MAX_PORT, MiB
 
 logger = logging.getLogger("serve")
+BATCHING_HELP = {  # in the order of --help
+    "max_batch_size": "rows of a merged model call (32)",
+    "batch_timeout_micros": "wait for more requests once one is held (0: merge only what queued)",
+    "num_batch_threads": "model calls at once (CPU count)",
+}
 
 PROG = "serve.py"
 STOCK_BINARY = "tensorflow_model_server"
@@ -225,21 +229,8 @@ def _add_embedded_flags(group):
         "--host",
         help="interface to bind (127.0.0.1; 0.0.0.0 for all, which the stock server always uses: see above)",
     )
-    group.add_argument(
-        "--max_batch_size",
-        type=number_type("--max_batch_size", BATCHING_BOUNDS["max_batch_size"]),
-        help="rows of a merged model call (32)",
-    )
-    group.add_argument(
-        "--batch_timeout_micros",
-        type=number_type("--batch_timeout_micros", BATCHING_BOUNDS["batch_timeout_micros"]),
-        help="wait for more requests once one is held (0: merge only what queued)",
-    )
-    group.add_argument(
-        "--num_batch_threads",
-        type=number_type("--num_batch_threads", BATCHING_BOUNDS["num_batch_threads"]),
-        help="model calls at once (CPU count)",
-    )
+    for name, text in BATCHING_HELP.items():  # the batching parameters' fields, bounded as in the file
+        group.add_argument(f"--{name}", type=number_type(f"--{name}", BATCHING_BOUNDS[name]), help=text)
     group.add_argument(
         "--max_request_sentences", type=_int("--max_request_sentences", 1), help="rows per request (256)"
     )
@@ -360,7 +351,7 @@ def _config_files(args):
         )
     except ValueError as e:
         raise UsageError(f"--model_config_file: {e}") from None
-    for name in BATCHING_FIELDS:  # flags win over the file
+    for name in BATCHING_BOUNDS:  # flags win over the file
         if getattr(args, name) is not None:
             batching[name] = getattr(args, name)
     return batching, models

@@ -254,7 +254,7 @@ class BatchScheduler:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._cond.wait(min(left, threading.TIMEOUT_MAX))
+                self._cond.wait(left)  # at most MAX_BATCH_TIMEOUT: BatchingOptions bounds it
                 fill()
         return runner
 

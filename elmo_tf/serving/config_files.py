@@ -28,7 +28,6 @@ BATCHING_BOUNDS = {
     ),
     "num_batch_threads": Bounds(int, 1, MAX_BATCH_THREADS, high_note="a thread each, started at once"),
 }
-BATCHING_FIELDS = tuple(BATCHING_BOUNDS)
 
 
 @functools.cache

@@ -270,10 +270,7 @@ class ModelManager:
         """The AVAILABLE `version`, or the highest AVAILABLE version when `version` is None, held until the block
         ends; NOT_FOUND when there is none (basic_manager.cc ~133-141)."""
         with self._lock:
-            if version is None:
-                servable = self._available[max(self._available)] if self._available else None
-            else:
-                servable = self._available.get(version)
+            servable = self._available.get(self._latest() if version is None else version)
             if servable is None:
                 # basic_manager.cc ~139: the request's DebugString only
                 raise not_found(f"Servable not found for request: {servable_request(self.name, version)}")
@@ -291,7 +288,11 @@ class ModelManager:
     def served_version(self):
         """The highest AVAILABLE version (the one a request without a version gets), None when none is."""
         with self._lock:
-            return max(self._available, default=None)
+            return self._latest()
+
+    def _latest(self):
+        """The highest AVAILABLE version, None when none is (under `_lock`)."""
+        return max(self._available, default=None)
 
     def status(self, version=None):
         """A `GetModelStatusResponse`: every version seen (highest first), or just `version`."""
