@@ -1,0 +1,145 @@
+"""Unpacking a downloaded archive (a .zip, a .tar or .tar.gz) without trusting it.
+
+Refused, before a byte is written: a member whose name is absolute, has a drive, or climbs out with `..`; a link
+(symbolic or hard), a device, a FIFO; more members than `max_members`; declared sizes that add up to more than
+`max_bytes`. While writing, the bytes actually produced are counted against the same bound, so an archive that lies
+about its sizes (a zip bomb) stops there too. Nothing is executed or interpreted: members are only copied out, with
+permissions 0644 / 0755 (no set-id bits, no owners). `zipfile` and `tarfile` read the formats; the checks are ours
+(tarfile's `filter="data"` covers part of them for tar, zipfile has none).
+"""
+
+import os
+import shutil
+import stat
+import tarfile
+import zipfile
+
+from elmo_tf.errors import ElmoTFError
+
+MAX_BYTES = 8 << 30  # the largest released ELMo archive unpacks to well under 1 GiB
+MAX_MEMBERS = 10_000
+_COPY = 1 << 20
+
+
+class ArchiveError(ElmoTFError):
+    """An archive that is not safe or not readable; nothing of it is kept."""
+
+
+def _check_name(archive, name):
+    normalized = name.replace("\\", "/")
+    parts = [p for p in normalized.split("/") if p not in ("", ".")]
+    if normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":") or ".." in parts or not parts:
+        raise ArchiveError(f"{archive}: member {name!r} leaves the archive's directory: refused", path=archive)
+    return os.path.join(*parts)
+
+
+def _budget(archive, total, count, max_bytes, max_members):
+    if count > max_members:
+        raise ArchiveError(f"{archive}: {count} members, more than {max_members}: refused", path=archive)
+    if total > max_bytes:
+        raise ArchiveError(
+            f"{archive}: declares {total} unpacked bytes, more than the bound of {max_bytes}: refused", path=archive
+        )
+
+
+def _copy(archive, source, target, room):
+    """Copies at most `room` bytes of `source` to a new file `target`; returns the count."""
+    written = 0
+    with open(target, "xb") as out:
+        while chunk := source.read(_COPY):
+            written += len(chunk)
+            if written > room:
+                raise ArchiveError(
+                    f"{archive}: unpacks to more than its declared sizes or the bound: refused", path=archive
+                )
+            out.write(chunk)
+    os.chmod(target, 0o644)
+    return written
+
+
+def extract(archive, dest, max_bytes=MAX_BYTES, max_members=MAX_MEMBERS):
+    """Unpacks `archive` (zip or tar, any compression tarfile reads) into the existing empty directory `dest`.
+
+    Raises:
+        ArchiveError: an unsafe or unreadable archive (`dest` may hold part of it: callers unpack into a temporary
+            directory and remove it).
+    """
+    if zipfile.is_zipfile(archive):
+        return _extract_zip(archive, dest, max_bytes, max_members)
+    try:
+        is_tar = tarfile.is_tarfile(archive)
+    except OSError as e:
+        raise ArchiveError(f"{archive}: cannot be read: {e}", path=archive) from None
+    if is_tar:
+        return _extract_tar(archive, dest, max_bytes, max_members)
+    raise ArchiveError(f"{archive}: neither a zip nor a tar archive", path=archive)
+
+
+def _extract_zip(archive, dest, max_bytes, max_members):
+    try:
+        with zipfile.ZipFile(archive) as z:
+            members = z.infolist()
+            _budget(archive, sum(m.file_size for m in members), len(members), max_bytes, max_members)
+            plan = []
+            for member in members:
+                mode = member.external_attr >> 16
+                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise ArchiveError(
+                        f"{archive}: member {member.filename!r} is a link or a special file: refused", path=archive
+                    )
+                plan.append((member, _check_name(archive, member.filename)))
+            room = max_bytes
+            for member, relative in plan:
+                target = os.path.join(dest, relative)
+                if member.is_dir():
+                    os.makedirs(target, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with z.open(member) as source:
+                    room -= _copy(archive, source, target, min(room, member.file_size))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
+        raise ArchiveError(f"{archive}: not a readable zip: {e}", path=archive) from None
+    except FileExistsError as e:
+        raise ArchiveError(f"{archive}: member {e.filename!r} twice: refused", path=archive) from None
+
+
+def _extract_tar(archive, dest, max_bytes, max_members):
+    try:
+        with tarfile.open(archive) as t:
+            members = []
+            for member in t:  # streams through a .tar.gz once to list it
+                members.append(member)
+                _budget(archive, sum(m.size for m in members), len(members), max_bytes, max_members)
+                if not (member.isreg() or member.isdir()):
+                    raise ArchiveError(
+                        f"{archive}: member {member.name!r} is a link or a special file: refused", path=archive
+                    )
+                _check_name(archive, member.name)
+            room = max_bytes
+            for member in members:
+                target = os.path.join(dest, _check_name(archive, member.name))
+                if member.isdir():
+                    os.makedirs(target, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                source = t.extractfile(member)
+                room -= _copy(archive, source, target, min(room, member.size))
+    except (tarfile.TarError, EOFError, OSError) as e:
+        if isinstance(e, FileExistsError):
+            raise ArchiveError(f"{archive}: member {e.filename!r} twice: refused", path=archive) from None
+        raise ArchiveError(f"{archive}: not a readable tar archive: {e}", path=archive) from None
+
+
+def model_root(directory, marker):
+    """The directory under `directory` that holds `marker` (a file name): `directory` itself, or the one
+    subdirectory chain an archive wraps its files in; None when there is none or more than one."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith("__MACOSX")]
+        if marker in files:
+            found.append(root)
+    return found[0] if len(found) == 1 else None
+
+
+def remove_tree(path):
+    shutil.rmtree(path, ignore_errors=True)

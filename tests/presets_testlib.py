@@ -1,0 +1,162 @@
+"""A real HTTP file server on 127.0.0.1 for the download tests, with faults a test turns on per path.
+
+`FileServer` (http.server, one thread per request) serves `files` ({url path: bytes}) with an ETag, Last-Modified,
+Content-Length, Range (206 + Content-Range) and If-Range, as S3 and GCS answer. A test sets `faults[path]`:
+    drop_after=N       send the headers of the whole body, N bytes of it, then close the connection (`drops` times)
+    ignore_range=True  answer every request 200 with the whole file
+    ignore_if_range=True  honour a Range whatever its If-Range says (as some CDNs do)
+    statuses=[500,..]  answer these statuses first, one per request
+    redirects=K        a chain of K 302s before the file (as Kaggle's download link)
+    stall_after=N      send N bytes, then nothing until the server stops (the client's timeout has to act)
+    rate=B             at most B bytes per second (a download long enough to be killed)
+    then=S             once the file has been answered once, answer status S (a call cut short by a fault ends)
+and reads `requests` (a list of (path, Range header or None)). Every wait is bounded: the server stops with the test.
+"""
+
+import email.utils
+import hashlib
+import http.server
+import threading
+import time
+import urllib.parse
+
+
+class FileServer:
+    def __init__(self, files=None):
+        self.files = dict(files or {})
+        self.faults = {}
+        self.requests = []
+        self.etags = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server._handle(self)
+
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass  # a client that went away mid-body (the tests' own timeouts and kills)
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
+
+    def etag(self, path):
+        return self.etags.get(path) or '"' + hashlib.sha256(self.files[path]).hexdigest()[:16] + '"'
+
+    def gets(self, path):
+        """The Range headers of the GETs of `path` that reached the file (after redirects), in order."""
+        return [rng for p, rng in self.requests if p == path]
+
+    def _handle(self, handler):
+        parts = urllib.parse.urlsplit(handler.path)
+        path = parts.path.lstrip("/")
+        query = urllib.parse.parse_qs(parts.query)
+        fault = self.faults.get(path, {})
+        hop = int(query.get("hop", ["0"])[0])
+        if hop < fault.get("redirects", 0):
+            handler.send_response(302)
+            handler.send_header("Location", f"/{path}?hop={hop + 1}")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        with self._lock:
+            self.requests.append((path, handler.headers.get("Range")))
+            statuses = fault.get("statuses")
+            status = statuses.pop(0) if statuses else None
+            if status is None and fault.get("answered") and fault.get("then"):
+                status = fault["then"]
+            if status is None and path in self.files:
+                fault["answered"] = True
+        if status is not None or path not in self.files:
+            status = status or 404
+            body = f"error {status}".encode()
+            handler.send_response(status)
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+            return
+        data = self.files[path]
+        etag = self.etag(path)
+        start = 0
+        rng = handler.headers.get("Range")
+        if_range = handler.headers.get("If-Range")
+        if rng and not fault.get("ignore_range") and (if_range in (None, etag) or fault.get("ignore_if_range")):
+            start = int(rng.split("=")[1].split("-")[0])
+            if start >= len(data):
+                handler.send_response(416)
+                handler.send_header("Content-Range", f"bytes */{len(data)}")
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+                return
+            handler.send_response(206)
+            handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            handler.send_response(200)
+        body = data[start:]
+        handler.send_header("Content-Length", str(len(body)))
+        handler.send_header("ETag", etag)
+        handler.send_header("Last-Modified", email.utils.formatdate(1_700_000_000, usegmt=True))
+        handler.send_header("Accept-Ranges", "none" if fault.get("ignore_range") else "bytes")
+        handler.end_headers()
+        self._send(handler, path, body, fault)
+
+    def _send(self, handler, path, body, fault):
+        cut = None
+        with self._lock:
+            if fault.get("drop_after") is not None and fault.get("drops", 1) > 0:
+                fault["drops"] = fault.get("drops", 1) - 1
+                cut = fault["drop_after"]
+        stall = fault.get("stall_after")
+        rate = fault.get("rate")
+        sent, step = 0, 4096 if rate else 1 << 16
+        try:
+            while sent < len(body):
+                if cut is not None and sent >= cut:
+                    handler.close_connection = True
+                    return
+                if stall is not None and sent >= stall:
+                    handler.wfile.flush()
+                    self._stop.wait(60)
+                    return
+                end = min(len(body), sent + step, cut if cut is not None else len(body))
+                if stall is not None:
+                    end = min(end, stall) if sent < stall else end
+                handler.wfile.write(body[sent:end])
+                sent = end
+                if rate:
+                    handler.wfile.flush()
+                    if self._stop.wait(step / rate):
+                        return
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+def wait_for(predicate, timeout=30.0):
+    """Polls `predicate` until true (returns True) or `timeout` seconds pass (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
