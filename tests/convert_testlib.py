@@ -145,3 +145,24 @@ def converted_checkpoint(directory):
     source = fixture_training_dir(Path(directory) / "run")
     convert("bilm-tf-checkpoint", str(source), str(Path(directory) / "out"))
     return Path(directory) / "out"
+
+
+MIX_WEIGHTS = np.array([0.25, -0.5, 1.5], np.float32)  # the module's aggregation/weights and scaling
+SCALING = np.float32(0.75)
+
+
+def write_module(directory, weights, extra=None):
+    """A TF1 Hub module dir: the biLM under `bilm/` (char_embed with the zero padding row 0, 262 rows), the mix
+    under `aggregation/`, and the stateful graph's state buffers, which are not weights."""
+    variables = {hub_name(name): array for name, array in weights.items()}
+    variables["bilm/char_embed"] = np.concatenate(
+        [np.zeros((1, weights["char_embed"].shape[1]), np.float32), weights["char_embed"]]
+    )
+    variables["aggregation/weights"], variables["aggregation/scaling"] = MIX_WEIGHTS, SCALING
+    variables["bilm/Variable"] = np.zeros((128, 64), np.float32)
+    variables["bilm/Variable_1"] = np.zeros((128, 16), np.float32)
+    variables.update(extra or {})
+    os.makedirs(os.path.join(directory, "variables"))
+    with open(os.path.join(directory, "tfhub_module.pb"), "wb") as f:
+        f.write(b"\x08\x03")  # a ModuleDef proto (format 3); not read by the converter
+    save_tf1_checkpoint(os.path.join(directory, "variables", "variables"), variables, write_state=False)

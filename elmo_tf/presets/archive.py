@@ -25,11 +25,17 @@ class ArchiveError(ElmoTFError):
     """An archive that is not safe or not readable; nothing of it is kept."""
 
 
-def _check_name(archive, name):
+def _check_name(archive, name, is_dir=False):
+    """`name` as a relative path inside the archive's directory, or None for that directory itself (`./`, which
+    `tar -C dir .` writes first)."""
     normalized = name.replace("\\", "/")
     parts = [p for p in normalized.split("/") if p not in ("", ".")]
-    if normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":") or ".." in parts or not parts:
+    if normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":") or ".." in parts:
         raise ArchiveError(f"{archive}: member {name!r} leaves the archive's directory: refused", path=archive)
+    if not parts:
+        if is_dir:
+            return None
+        raise ArchiveError(f"{archive}: member {name!r} has no name: refused", path=archive)
     return os.path.join(*parts)
 
 
@@ -82,14 +88,16 @@ def _extract_zip(archive, dest, max_bytes, max_members):
             _budget(archive, sum(m.file_size for m in members), len(members), max_bytes, max_members)
             plan = []
             for member in members:
-                mode = member.external_attr >> 16
-                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = stat.S_IFMT(member.external_attr >> 16)  # 0: no Unix type recorded (a plain file)
+                if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
                     raise ArchiveError(
                         f"{archive}: member {member.filename!r} is a link or a special file: refused", path=archive
                     )
-                plan.append((member, _check_name(archive, member.filename)))
+                plan.append((member, _check_name(archive, member.filename, member.is_dir())))
             room = max_bytes
             for member, relative in plan:
+                if relative is None:
+                    continue
                 target = os.path.join(dest, relative)
                 if member.is_dir():
                     os.makedirs(target, exist_ok=True)
@@ -114,10 +122,13 @@ def _extract_tar(archive, dest, max_bytes, max_members):
                     raise ArchiveError(
                         f"{archive}: member {member.name!r} is a link or a special file: refused", path=archive
                     )
-                _check_name(archive, member.name)
+                _check_name(archive, member.name, member.isdir())
             room = max_bytes
             for member in members:
-                target = os.path.join(dest, _check_name(archive, member.name))
+                relative = _check_name(archive, member.name, member.isdir())
+                if relative is None:
+                    continue
+                target = os.path.join(dest, relative)
                 if member.isdir():
                     os.makedirs(target, exist_ok=True)
                     continue
