@@ -245,6 +245,35 @@ class ELMo(keras.Model):
         return parts
 
     @classmethod
+    def from_preset(cls, preset, cache_dir=None, quiet=True, **kwargs):
+        """An `ELMo` with the weights of `preset`: a released model's name (`elmo-tf models` lists them: "original",
+        "small", "efml-de", "tf-hub", ...), a local directory holding options.json and weights.hdf5, or a URL of
+        such a directory or of an ELMoForManyLangs zip / TF Hub tarball, as keras-hub's `from_preset`. A name or a
+        URL is downloaded once into the cache (`elmo_tf.presets`: verified, resumable, offline afterwards) and
+        converted when it is not in bilm-tf's format. A TF Hub module's learned mix (`scalar_mix.json`) becomes the
+        "elmo" mix when `mixes` has one of that name. `kwargs` go to `ELMo(...)` (mixes, dropout, ...).
+
+        Raises:
+            PresetError, DownloadError, OfflineError (elmo_tf.presets): a preset that cannot be found or fetched;
+                ConfigError, WeightFileError: files that do not make a model. Each names the file and the model.
+
+        Example:
+            elmo = ELMo.from_preset("original")
+            elmo = ELMo.from_preset("efml-de", mixes=("ner",))
+        """
+        from elmo_tf.presets import preset_files
+
+        files = preset_files(preset, cache_dir=cache_dir, quiet=quiet)
+        model = cls(BiLMConfig.from_json(files["options"]), **kwargs)
+        load_bilm_weights(model, files["weights"])
+        mix_path = os.path.join(os.path.dirname(files["options"]), "scalar_mix.json")
+        if os.path.isfile(mix_path) and "elmo" in model.mixes:
+            from elmo_tf.convert.tf_hub import load_scalar_mix
+
+            load_scalar_mix(model.scalar_mixes[model.mixes.index("elmo")], mix_path)
+        return model
+
+    @classmethod
     def from_config(cls, config):
         config = dict(config)
         frozen = config.pop("frozen", [])
@@ -258,7 +287,9 @@ class ELMo(keras.Model):
 
 
 def load_elmo(options_path, weights_path=None, **elmo_kwargs):
-    """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it.
+    """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it; with one argument that
+    is not a file, `ELMo.from_preset(options_path)`: a released model's name ("original"), a model directory or a
+    URL (downloaded once, verified, cached).
 
     Raises:
         ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file. Both are
@@ -266,8 +297,11 @@ def load_elmo(options_path, weights_path=None, **elmo_kwargs):
 
     Example:
         elmo = load_elmo("options.json", "weights.hdf5")
+        elmo = load_elmo("original")  # AllenNLP's original English model, downloaded once into the cache
         out = elmo.embed_tokens(tf.constant([["Hello", "world", "."]]))
     """
+    if weights_path is None and not os.path.isfile(options_path):
+        return ELMo.from_preset(options_path, **elmo_kwargs)
     model = ELMo(BiLMConfig.from_json(options_path), **elmo_kwargs)
     if weights_path is not None:
         load_bilm_weights(model, weights_path)
