@@ -22,6 +22,7 @@ from elmo_tf.cli import (
     size_int,
     threads_int,
 )
+from elmo_tf.cli.models import MODEL_HELP, resolve_model
 from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
 
 PROG = "elmo-tf embed"
@@ -76,12 +77,21 @@ def add_embed_flags(parser, output_help, remote_paths=False):
     def path(flag):
         return None if remote_paths else existing_file(flag)
 
+    model_help = "" if remote_paths else " (or --model)"
     parser.add_argument(
-        "--options", required=True, type=path("--options"), help=f"bilm-tf/AllenNLP options.json{where}"
+        "--options",
+        required=remote_paths,
+        type=path("--options"),
+        help=f"bilm-tf/AllenNLP options.json{where}{model_help}",
     )
     parser.add_argument(
-        "--weights", required=True, type=path("--weights"), help=f"bilm-tf/AllenNLP weights.hdf5{where}"
+        "--weights",
+        required=remote_paths,
+        type=path("--weights"),
+        help=f"bilm-tf/AllenNLP weights.hdf5{where}{model_help}",
     )
+    if not remote_paths:
+        parser.add_argument("--model", metavar="NAME|DIR|URL", help=f"instead of --options/--weights: {MODEL_HELP}")
     parser.add_argument(
         "--input",
         required=True,
@@ -152,6 +162,19 @@ def check_embed_flags(args):
         raise UsageError(f"{given} needs {missing} (the cache's rows follow the vocabulary's lines)")
 
 
+def model_flags(args, quiet=False):
+    """--model, or both --options and --weights (UsageError otherwise); --model sets the two to its files."""
+    given = [flag for flag in ("--options", "--weights") if getattr(args, flag[2:])]
+    if args.model is not None:
+        if given:
+            raise UsageError(f"--model: not allowed with {', '.join(given)}")
+        files = resolve_model("--model", args.model, quiet=quiet)
+        args.options, args.weights = files["options"], files["weights"]
+    elif len(given) < 2:
+        missing = [flag for flag in ("--options", "--weights") if flag not in given]
+        raise UsageError(f"{' and '.join(missing)}: required (or --model NAME|DIR|URL)")
+
+
 def embed_settings(args):
     """The keyword arguments that the flags of `add_embed_flags` give `elmo_tf.embed.embed_file` (and the Beam
     pipeline's `ShardedEmbedConfig`): how sentences are packed and what is written."""
@@ -199,8 +222,9 @@ def build_dump_parser(prog=DUMP_PROG):
         epilog=TOKEN_EMBEDDINGS_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--options", required=True, type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
-    p.add_argument("--weights", required=True, type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
+    p.add_argument("--options", type=existing_file("--options"), help="bilm-tf/AllenNLP options.json (or --model)")
+    p.add_argument("--weights", type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5 (or --model)")
+    p.add_argument("--model", metavar="NAME|DIR|URL", help=f"instead of --options/--weights: {MODEL_HELP}")
     p.add_argument("--vocab", required=True, type=existing_file("--vocab"), help="vocabulary file, one token per line")
     p.add_argument("--output", required=True, help="hdf5 file to write (replaced whole at the end)")
     p.add_argument("--batch-size", type=size_int("--batch-size"), default=1024, help="tokens per char-CNN call (1024)")
@@ -210,6 +234,7 @@ def build_dump_parser(prog=DUMP_PROG):
 def dump_main(argv=None, prog=DUMP_PROG):
     """`dump-token-embeddings`; returns the exit status (run it with `elmo_tf.cli.run`)."""
     args = build_dump_parser(prog).parse_args(argv)
+    model_flags(args)
     # usage errors first, then the vocabulary, before the model is loaded
     inputs = (("--vocab", args.vocab), ("--options", args.options), ("--weights", args.weights))
     check_output_file("--output", args.output, inputs=inputs)
@@ -282,6 +307,7 @@ def main(argv=None, prog=PROG):
     # everything that can be checked is checked before TensorFlow and the model are loaded; the input itself is
     # read once, while embedding (a bad line further down exits 1 naming it, and no output is left)
     check_embed_flags(args)
+    model_flags(args, quiet=args.quiet)
     check_output_file("--output", args.output, inputs=input_files(args))
     check_text_start("--input", args.input)
     setup_logging(quiet=args.quiet)

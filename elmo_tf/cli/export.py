@@ -104,8 +104,10 @@ def parse_args(argv=None, prog=PROG):
     parser.add_argument("--weights", help="bilm-tf/AllenNLP weights.hdf5 (with --options)")
     parser.add_argument(
         "--model-dir",
+        metavar="DIR|NAME|URL",
         help="a directory holding options.json and weights.hdf5 (a pretraining output directory), "
-        "instead of --options/--weights",
+        "instead of --options/--weights; or a released model's name or URL (`elmo-tf models`), downloaded once "
+        "into the cache",
     )
     add_export_flags(parser, output_help="base path of the model: versions go to OUTPUT/<version>/")
     parser.add_argument("--softmax", help="softmax hdf5 of the biLM (softmax/W, softmax/b): adds the lm signature")
@@ -128,6 +130,11 @@ def check_args(args):
     if args.model_dir:
         if args.options or args.weights:
             raise UsageError("--model-dir: not allowed with --options/--weights")
+        from elmo_tf.cli.models import resolve_model
+        from elmo_tf.presets import is_preset
+
+        if is_preset(args.model_dir):
+            args.model_dir = os.path.dirname(resolve_model("--model-dir", args.model_dir)["weights"])
         if not os.path.isdir(args.model_dir):
             raise UsageError(f"--model-dir: not a directory: {args.model_dir!r}")
         args.options = os.path.join(args.model_dir, "options.json")

@@ -37,7 +37,8 @@ def build_parser(prog=PROG):
     parser.add_argument(
         "--elmo",
         default=None,
-        help="the biLM the tagger was trained on: dir or weights.hdf5 (default: what the NER dir's config.json names)",
+        help="the biLM the tagger was trained on: dir or weights.hdf5, or a released model's name or URL (default: "
+        "what the NER dir's config.json names)",
     )
     add_export_flags(parser, output_help="base dir, e.g. models/tagger")
     return parser
@@ -73,7 +74,10 @@ def elmo_for(args, head):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    from elmo_tf.cli.models import resolve_elmo_flag
     from elmo_tf.ner.tagging import check_model_dir, load_tagger
+
+    resolve_elmo_flag(args)
 
     try:
         check_model_dir(args.ner)

@@ -41,6 +41,8 @@ COMMANDS = {
         "embed a text file into hdf5 shards with an Apache Beam pipeline (DirectRunner, Dataflow, Flink, Spark)",
     ),
     "merge-shards": ("elmo_tf.cli.merge_shards", "main", "merge the shards of beam-embed into one embed output"),
+    "models": ("elmo_tf.cli.models", "main", "list the released ELMo models (by name) and what the cache holds"),
+    "download": ("elmo_tf.cli.models", "download_main", "download released ELMo models into the cache (offline later)"),
     "convert": (
         "elmo_tf.cli.convert",
         "main",

@@ -28,7 +28,11 @@ def add_data_flags(parser, group_title=None):
     data.add_argument("--dev", required=True, type=existing_file("--dev"), help="early stopping on span F1 here")
     data.add_argument("--test", default=None, type=existing_file("--test"), help="scored once, at the end")
     source = data.add_mutually_exclusive_group(required=True)
-    source.add_argument("--elmo", help="pretraining output dir, or a weights.hdf5 with options.json beside it")
+    source.add_argument(
+        "--elmo",
+        help="pretraining output dir, or a weights.hdf5 with options.json beside it, or a released model's name or "
+        "URL (`elmo-tf models`; downloaded once into the cache)",
+    )
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     source.add_argument("--no-elmo", action="store_true", help="no ELMo features (the baseline)")
     data.add_argument("--model-name", default="elmo", help="model name on the server (elmo)")
@@ -135,9 +139,11 @@ def check_data_flags(args):
     neither --cache nor a file of --output is (a link to) a file the command reads, --output is not the biLM's
     directory (a pretraining run's metrics.json would be replaced), and --cache is absent or a cache written by an
     earlier run (`elmo_tf.ner.feature_cache.check_cache_path`)."""
+    from elmo_tf.cli.models import resolve_elmo_flag
     from elmo_tf.ner.feature_cache import FeatureCacheError, check_cache_path
     from elmo_tf.ner.training import OUTPUT_FILES
 
+    resolve_elmo_flag(args)
     inputs = input_files(args)
     for flag, path in inputs:
         if flag == "--elmo" and not os.path.isfile(path):

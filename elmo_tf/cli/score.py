@@ -18,12 +18,12 @@ from elmo_tf.cli import (
     bounded_number,
     check_output_file,
     check_text_start,
-    existing_dir,
     existing_file,
     setup_logging,
     size_int,
     threads_int,
 )
+from elmo_tf.cli.models import resolve_model
 from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
 
 PROG = "elmo-tf score"
@@ -69,8 +69,10 @@ def build_parser(prog=PROG):
     )
     p.add_argument(
         "--model",
-        type=existing_dir("--model"),
-        help=f"a pretraining run dir ({', '.join(MODEL_FILES.values())}), instead of the four files",
+        metavar="DIR|NAME|URL",
+        help=f"a pretraining run dir ({', '.join(MODEL_FILES.values())}), instead of the four files; or a released "
+        "model's name or URL (`elmo-tf models`: its softmax and vocabulary where published, else give --softmax and "
+        "--vocab), downloaded once into the cache",
     )
     p.add_argument("--options", type=existing_file("--options"), help="bilm-tf/AllenNLP options.json")
     p.add_argument("--weights", type=existing_file("--weights"), help="bilm-tf/AllenNLP weights.hdf5")
@@ -110,7 +112,21 @@ def build_parser(prog=PROG):
 def model_files(args):
     """`{flag: path}` of the four model files, from --model or the flags; UsageError naming what is missing."""
     given = {flag: getattr(args, flag) for flag in MODEL_FILES}
+    from elmo_tf.presets import is_preset
+
+    if args.model and is_preset(args.model):
+        named = [f"--{flag}" for flag in ("options", "weights") if given[flag]]
+        if named:
+            raise UsageError(f"--model: not allowed with {', '.join(named)}")
+        wanted = tuple(role for role in ("softmax", "vocab") if not given[role])
+        files = {**given, **resolve_model("--model", args.model, roles=wanted)}
+        for role in ("softmax", "vocab"):
+            if not files[role]:
+                raise UsageError(f"--model: {args.model!r} publishes no {MODEL_FILES[role]}; give --{role}")
+        return files
     if args.model:
+        if not os.path.isdir(args.model):
+            raise UsageError(f"--model: not a directory, a released model's name or a URL: {args.model!r}")
         named = [f"--{flag}" for flag, path in given.items() if path]
         if named:
             raise UsageError(f"--model: not allowed with {', '.join(named)}")

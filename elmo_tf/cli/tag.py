@@ -65,7 +65,7 @@ def build_parser(prog=PROG):
     source.add_argument(
         "--elmo",
         help="biLM in process: pretraining output dir, or weights.hdf5 with options.json "
-        "beside it (default: what config.json says training used)",
+        "beside it, or a released model's name or URL (default: what config.json says training used)",
     )
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     p.add_argument("--model-name", default=None, help="model name on the server (default: training's, else elmo)")
@@ -162,7 +162,10 @@ def write_chunk(out, chunk, tags, output_format, scheme):
 
 def main(argv=None, prog=PROG):
     args = build_parser(prog).parse_args(argv)
+    from elmo_tf.cli.models import resolve_elmo_flag
     from elmo_tf.ner.tagging import check_model_dir
+
+    resolve_elmo_flag(args, quiet=args.quiet)
 
     try:
         check_model_dir(args.model)
