@@ -119,7 +119,7 @@ def model_files(args):
         if named:
             raise UsageError(f"--model: not allowed with {', '.join(named)}")
         wanted = tuple(role for role in ("softmax", "vocab") if not given[role])
-        files = {**given, **resolve_model("--model", args.model, roles=wanted)}
+        files = {**given, **resolve_model("--model", args.model, roles=wanted, quiet=args.quiet)}
         for role in ("softmax", "vocab"):
             if not files[role]:
                 raise UsageError(f"--model: {args.model!r} publishes no {MODEL_FILES[role]}; give --{role}")
