@@ -43,3 +43,44 @@ def test_quickstart_runs_as_written(tmp_path, monkeypatch, capsys):
     again = keras.models.load_model(path)
     assert [w.name for w in again.trainable_weights] == [w.name for w in model.trainable_weights]  # still frozen
     np.testing.assert_allclose(again(x).numpy(), model(x).numpy(), atol=1e-6)
+
+
+def test_getting_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The "Getting a model" snippet, with the registry's `original` replaced (ELMO_TF_REGISTRY) by a tiny model
+    served from 127.0.0.1: downloaded on first use, then read from the cache."""
+    import json
+
+    from presets_testlib import FileServer
+
+    from elmo_tf import BiLMConfig, ELMo, save_elmo
+
+    save_elmo(ELMo(BiLMConfig(**TINY)), str(tmp_path / "tiny"))
+    files = {f"m/{name}": (tmp_path / "tiny" / name).read_bytes() for name in ("options.json", "weights.hdf5")}
+    with FileServer(files) as server:
+        entry = {"format": "bilm-hdf5", "files": {}}
+        for name in ("options.json", "weights.hdf5"):
+            entry["files"][name] = {"url": server.url(f"m/{name}"), "size": len(files[f"m/{name}"])}
+        (tmp_path / "registry.json").write_text(json.dumps({"format": 1, "models": {"original": entry}}))
+        monkeypatch.setenv("ELMO_TF_REGISTRY", str(tmp_path / "registry.json"))
+        monkeypatch.setenv("ELMO_TF_HOME", str(tmp_path / "cache"))
+        (code,) = python_blocks("Getting a model")
+        namespace = {}
+        exec(compile(code, "README getting a model", "exec"), namespace)
+        assert len(server.requests) == 2  # the second line read the cache
+    assert capsys.readouterr().out.strip() == str(TINY["projection_dim"])
+    assert namespace["elmo"].mixes == ("ner",)
+
+
+def test_getting_a_models_table_names_only_registered_models():
+    from elmo_tf.presets.registry import presets
+
+    text = (REPO_ROOT / "README.md").read_text()
+    start = text.index("## Getting a model")
+    table = text[start : text.index("\n## ", start + 3)]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`([a-z0-9.-]+)`", row.split("|")[1])}
+    known = presets()
+    assert named - {"efml-<code>"} <= set(known), named - set(known)
+    assert sum(name.startswith("efml-") for name in known) == 44
+    listed = named | {name for name in known if name.startswith("efml-")}
+    assert set(known) <= listed, set(known) - listed  # every registered model has its row
