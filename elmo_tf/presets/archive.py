@@ -8,11 +8,15 @@ permissions 0644 / 0755 (no set-id bits, no owners). `zipfile` and `tarfile` rea
 (tarfile's `filter="data"` covers part of them for tar, zipfile has none).
 """
 
+import contextlib
+import gzip
+import lzma
 import os
 import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 
 from elmo_tf.errors import ElmoTFError
 
@@ -74,8 +78,8 @@ def extract(archive, dest, max_bytes=MAX_BYTES, max_members=MAX_MEMBERS):
         return _extract_zip(archive, dest, max_bytes, max_members)
     try:
         is_tar = tarfile.is_tarfile(archive)
-    except OSError as e:
-        raise ArchiveError(f"{archive}: cannot be read: {e}", path=archive) from None
+    except (OSError, EOFError, tarfile.TarError) as e:  # gzip's EOFError: cut off before its first tar header
+        raise ArchiveError(f"{archive}: not a readable archive: {e}", path=archive) from None
     if is_tar:
         return _extract_tar(archive, dest, max_bytes, max_members)
     raise ArchiveError(f"{archive}: neither a zip nor a tar archive", path=archive)
@@ -98,17 +102,35 @@ def _extract_zip(archive, dest, max_bytes, max_members):
             for member, relative in plan:
                 if relative is None:
                     continue
-                target = os.path.join(dest, relative)
-                if member.is_dir():
-                    os.makedirs(target, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with z.open(member) as source:
-                    room -= _copy(archive, source, target, min(room, member.file_size))
+                with _clash(archive, member.filename):
+                    target = os.path.join(dest, relative)
+                    if member.is_dir():
+                        os.makedirs(target, exist_ok=True)
+                        continue
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with z.open(member) as source:
+                        room -= _copy(archive, source, target, min(room, member.file_size))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         raise ArchiveError(f"{archive}: not a readable zip: {e}", path=archive) from None
-    except FileExistsError as e:
-        raise ArchiveError(f"{archive}: member {e.filename!r} twice: refused", path=archive) from None
+
+
+@contextlib.contextmanager
+def _clash(archive, name):
+    """Members that collide (a name twice, a file then members under it, a directory then a file of its name) are
+    refused, naming the member; other OS errors (a full disk) go through as they are."""
+    try:
+        yield
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):
+        raise ArchiveError(
+            f"{archive}: member {name!r} collides with another member of the same path: refused", path=archive
+        ) from None
+
+
+def _read_to_end(archive, fileobj):
+    """Reads a compressed tar's stream past the end-of-archive block, so gzip / bz2 / xz check their trailer
+    (CRC, size): tarfile stops at the last header and a corrupted or truncated archive would unpack silently."""
+    while fileobj.read(_COPY):
+        pass
 
 
 def _extract_tar(archive, dest, max_bytes, max_members):
@@ -123,21 +145,21 @@ def _extract_tar(archive, dest, max_bytes, max_members):
                         f"{archive}: member {member.name!r} is a link or a special file: refused", path=archive
                     )
                 _check_name(archive, member.name, member.isdir())
+            _read_to_end(archive, t.fileobj)
             room = max_bytes
             for member in members:
                 relative = _check_name(archive, member.name, member.isdir())
                 if relative is None:
                     continue
-                target = os.path.join(dest, relative)
-                if member.isdir():
-                    os.makedirs(target, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                source = t.extractfile(member)
-                room -= _copy(archive, source, target, min(room, member.size))
-    except (tarfile.TarError, EOFError, OSError) as e:
-        if isinstance(e, FileExistsError):
-            raise ArchiveError(f"{archive}: member {e.filename!r} twice: refused", path=archive) from None
+                with _clash(archive, member.name):
+                    target = os.path.join(dest, relative)
+                    if member.isdir():
+                        os.makedirs(target, exist_ok=True)
+                        continue
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    source = t.extractfile(member)
+                    room -= _copy(archive, source, target, min(room, member.size))
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
         raise ArchiveError(f"{archive}: not a readable tar archive: {e}", path=archive) from None
 
 

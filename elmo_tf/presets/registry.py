@@ -94,7 +94,7 @@ def _check_file(model, name, entry):
             raise RegistryError(f"{where}: {algorithm!r} must be {length} lowercase hex digits or null", key=model)
     if size is None and not entry.get("note"):
         raise RegistryError(f"{where}: a file without a size needs a 'note' saying why", key=model)
-    if os.path.basename(name) != name or name.startswith("."):
+    if not name or os.path.basename(name) != name or name.startswith("."):
         raise RegistryError(f"{where}: a file name, not a path", key=model)
     unknown = set(entry) - {"url", "size", "sha256", "md5", "sha1", "note"}
     if unknown:
@@ -123,7 +123,11 @@ def parse_registry(data):
             raise RegistryError(f"registry {name!r}: a bilm-hdf5 model needs options.json and weights.hdf5", key=name)
         if entry["format"] != "bilm-hdf5" and len(checked) != 1:
             raise RegistryError(f"registry {name!r}: an archive format has exactly one file", key=name)
-        fields = {k: v for k, v in entry.items() if k in {f.name for f in dataclasses.fields(Preset)}}
+        known = {f.name for f in dataclasses.fields(Preset)} - {"name"}
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise RegistryError(f"registry {name!r}: unknown keys {unknown}", key=name)
+        fields = dict(entry)
         presets[name] = Preset(**{**fields, "name": name, "files": checked})
     return presets
 
