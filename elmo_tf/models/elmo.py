@@ -245,13 +245,14 @@ class ELMo(keras.Model):
         return parts
 
     @classmethod
-    def from_preset(cls, preset, cache_dir=None, quiet=True, **kwargs):
+    def from_preset(cls, preset, cache_dir=None, quiet=False, **kwargs):
         """An `ELMo` with the weights of `preset`: a released model's name (`elmo-tf models` lists them: "original",
         "small", "efml-de", "tf-hub", ...), a local directory holding options.json and weights.hdf5, or a URL of
         such a directory or of an ELMoForManyLangs zip / TF Hub tarball, as keras-hub's `from_preset`. A name or a
         URL is downloaded once into the cache (`elmo_tf.presets`: verified, resumable, offline afterwards) and
-        converted when it is not in bilm-tf's format. A TF Hub module's learned mix (`scalar_mix.json`) becomes the
-        "elmo" mix when `mixes` has one of that name. `kwargs` go to `ELMo(...)` (mixes, dropout, ...).
+        converted when it is not in bilm-tf's format (a progress bar on stderr unless `quiet`). A TF Hub module's
+        learned mix (`scalar_mix.json`) becomes the "elmo" mix when `mixes` has one of that name. `kwargs` go to
+        `ELMo(...)` (mixes, dropout, ...).
 
         Raises:
             PresetError, DownloadError, OfflineError (elmo_tf.presets): a preset that cannot be found or fetched;
@@ -288,8 +289,8 @@ class ELMo(keras.Model):
 
 def load_elmo(options_path, weights_path=None, **elmo_kwargs):
     """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it; with one argument that
-    is not a file, `ELMo.from_preset(options_path)`: a released model's name ("original"), a model directory or a
-    URL (downloaded once, verified, cached).
+    is a directory, a released model's name ("original") or a URL, `ELMo.from_preset(options_path)` (downloaded
+    once, verified, cached).
 
     Raises:
         ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file. Both are
@@ -300,8 +301,11 @@ def load_elmo(options_path, weights_path=None, **elmo_kwargs):
         elmo = load_elmo("original")  # AllenNLP's original English model, downloaded once into the cache
         out = elmo.embed_tokens(tf.constant([["Hello", "world", "."]]))
     """
-    if weights_path is None and not os.path.isfile(options_path):
-        return ELMo.from_preset(options_path, **elmo_kwargs)
+    if weights_path is None:
+        from elmo_tf.presets import is_preset
+
+        if os.path.isdir(options_path) or is_preset(options_path):
+            return ELMo.from_preset(options_path, **elmo_kwargs)
     model = ELMo(BiLMConfig.from_json(options_path), **elmo_kwargs)
     if weights_path is not None:
         load_bilm_weights(model, weights_path)

@@ -115,13 +115,13 @@ def status(preset, cache_dir=None):
 
 
 def _lock(root, key):
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     os.makedirs(os.path.join(root, "locks"), exist_ok=True)
     lock = FileLock(os.path.join(root, "locks", f"{key}.lock"))
     try:
         lock.acquire(timeout=0)
-    except Exception:  # filelock.Timeout: another process holds it
+    except Timeout:  # another process holds it (a kill -9 frees it: the lock is the kernel's, on an open file)
         logger.warning("waiting for another process that is downloading %s", key)
         lock.acquire()
     return lock
@@ -226,8 +226,10 @@ def _ensure_converted(preset, root, directory, quiet, timeout, retries):
     recorded = read_manifest(downloads).get("files", {}).get(spec.name, {})
     expected = _expected(spec, recorded)
     what = f"model {preset.name!r}: {spec.name}"
-    if os.path.exists(archive):
+    if os.path.exists(archive):  # downloaded whole by an earlier run that ended before converting it
         record = verify(archive, expected, what)
+        if not recorded:
+            _write_manifest(downloads, {"files": {spec.name: {**record, "url": spec.url}}})
     else:
         record = fetch(
             _source_url(spec.url), archive, expected, what=what, quiet=quiet, timeout=timeout, retries=retries

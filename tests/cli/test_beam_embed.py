@@ -104,20 +104,24 @@ def test_an_output_shard_that_is_one_of_the_inputs(files, flag):
 def test_the_flags_it_shares_with_embed_are_embeds():
     """Every flag of embed but its resume and progress flags is a flag of beam-embed with the same default, choices,
     bounds and help (a path's help adding that it may be of a Beam filesystem; --output is a file there, a shard
-    prefix here); beam-embed adds only --num-shards."""
+    prefix here); beam-embed adds only --num-shards. embed's --options and --weights may be replaced by its --model (a
+    released model's name, fetched into the local cache, which Beam's remote workers could not read)."""
     from elmo_tf.cli import beam_embed, embed
 
     def flags(parser):
         return {a.option_strings[-1]: a for a in parser._actions if a.option_strings and a.dest != "help"}
 
     embeds, beams = flags(embed.build_parser()), flags(beam_embed.build_parser())
-    only_embed = {"--resume", "--shard-tokens", "--quiet", "--log-interval"}
+    only_embed = {"--resume", "--shard-tokens", "--quiet", "--log-interval", "--model"}
     assert set(beams) - set(embeds) == {"--num-shards"}
     assert set(embeds) - set(beams) == only_embed
     paths = {"--options", "--weights", "--input", "--token-embeddings", "--vocab"}
     for name in set(embeds) - only_embed:
         a, b = embeds[name], beams[name]
-        assert (a.default, a.choices, a.required, a.nargs) == (b.default, b.choices, b.required, b.nargs), name
+        or_model = name in ("--options", "--weights")
+        assert (a.default, a.choices, a.nargs) == (b.default, b.choices, b.nargs), name
+        assert a.required == (b.required and not or_model), name
         assert getattr(a.type, "bounds", None) == getattr(b.type, "bounds", None), name
         if name != "--output":
-            assert b.help == a.help + (" (local or a Beam filesystem)" if name in paths else ""), name
+            embed_help = a.help.removesuffix(" (or --model)") if or_model else a.help
+            assert b.help == embed_help + (" (local or a Beam filesystem)" if name in paths else ""), name
