@@ -13,12 +13,15 @@ Content-Length, Range (206 + Content-Range) and If-Range, as S3 and GCS answer. 
 and reads `requests` (a list of (path, Range header or None)). Every wait is bounded: the server stops with the test.
 """
 
+import contextlib
 import email.utils
 import hashlib
 import http.server
+import json
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 
 class FileServer:
@@ -160,3 +163,39 @@ def wait_for(predicate, timeout=30.0):
             return True
         time.sleep(0.02)
     return False
+
+
+@contextlib.contextmanager
+def served_models(tmp_path, monkeypatch, models):
+    """Serves `models` ({name: {file name: bytes}}) from a `FileServer` as bilm-hdf5 registry entries that
+    `ELMO_TF_REGISTRY` adds (a name already registered, such as "original", is replaced), with `ELMO_TF_HOME` at
+    `tmp_path / "home"` and ELMO_TF_OFFLINE unset; yields the server."""
+    files = {f"{name}/{file}": data for name, entry in models.items() for file, data in entry.items()}
+    with FileServer(files) as server:
+        registry = {}
+        for name, entry in models.items():
+            specs = {file: {"url": server.url(f"{name}/{file}"), "size": len(data)} for file, data in entry.items()}
+            registry[name] = {"format": "bilm-hdf5", "description": f"test model {name}", "language": "en"}
+            registry[name]["files"] = specs
+        path = tmp_path / "registry.json"
+        path.write_text(json.dumps({"format": 1, "models": registry}))
+        monkeypatch.setenv("ELMO_TF_REGISTRY", str(path))
+        monkeypatch.setenv("ELMO_TF_HOME", str(tmp_path / "home"))
+        monkeypatch.delenv("ELMO_TF_OFFLINE", raising=False)
+        yield server
+
+
+ALLENNLP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
+
+
+def allennlp_model():
+    """`{file name: bytes}` of AllenNLP's test biLM (options.json, weights.hdf5) for `served_models`; skips the test
+    when ../shared is absent."""
+    import pytest
+
+    if not (ALLENNLP / "lm_weights.hdf5").is_file():
+        pytest.skip(f"AllenNLP fixtures not found at {ALLENNLP}")
+    return {
+        "options.json": (ALLENNLP / "options.json").read_bytes(),
+        "weights.hdf5": (ALLENNLP / "lm_weights.hdf5").read_bytes(),
+    }

@@ -48,21 +48,13 @@ def test_quickstart_runs_as_written(tmp_path, monkeypatch, capsys):
 def test_getting_a_model_runs_as_written(tmp_path, monkeypatch, capsys):
     """The "Getting a model" snippet, with the registry's `original` replaced (ELMO_TF_REGISTRY) by a tiny model
     served from 127.0.0.1: downloaded on first use, then read from the cache."""
-    import json
-
-    from presets_testlib import FileServer
+    from presets_testlib import served_models
 
     from elmo_tf import BiLMConfig, ELMo, save_elmo
 
     save_elmo(ELMo(BiLMConfig(**TINY)), str(tmp_path / "tiny"))
-    files = {f"m/{name}": (tmp_path / "tiny" / name).read_bytes() for name in ("options.json", "weights.hdf5")}
-    with FileServer(files) as server:
-        entry = {"format": "bilm-hdf5", "files": {}}
-        for name in ("options.json", "weights.hdf5"):
-            entry["files"][name] = {"url": server.url(f"m/{name}"), "size": len(files[f"m/{name}"])}
-        (tmp_path / "registry.json").write_text(json.dumps({"format": 1, "models": {"original": entry}}))
-        monkeypatch.setenv("ELMO_TF_REGISTRY", str(tmp_path / "registry.json"))
-        monkeypatch.setenv("ELMO_TF_HOME", str(tmp_path / "cache"))
+    original = {name: (tmp_path / "tiny" / name).read_bytes() for name in ("options.json", "weights.hdf5")}
+    with served_models(tmp_path, monkeypatch, {"original": original}) as server:
         (code,) = python_blocks("Getting a model")
         namespace = {}
         exec(compile(code, "README getting a model", "exec"), namespace)

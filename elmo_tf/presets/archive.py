@@ -97,21 +97,29 @@ def _extract_zip(archive, dest, max_bytes, max_members):
                     raise ArchiveError(
                         f"{archive}: member {member.filename!r} is a link or a special file: refused", path=archive
                     )
-                plan.append((member, _check_name(archive, member.filename, member.is_dir())))
-            room = max_bytes
-            for member, relative in plan:
-                if relative is None:
-                    continue
-                with _clash(archive, member.filename):
-                    target = os.path.join(dest, relative)
-                    if member.is_dir():
-                        os.makedirs(target, exist_ok=True)
-                        continue
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    with z.open(member) as source:
-                        room -= _copy(archive, source, target, min(room, member.file_size))
+                _check_name(archive, member.filename, member.is_dir())  # every name, before a byte is written
+                plan.append((member.filename, member.is_dir(), member.file_size, lambda m=member: z.open(m)))
+            _write_members(archive, dest, plan, max_bytes)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         raise ArchiveError(f"{archive}: not a readable zip: {e}", path=archive) from None
+
+
+def _write_members(archive, dest, plan, max_bytes):
+    """Writes each `(name, is_dir, declared size, open)` of `plan` (every name already checked) under `dest`, with
+    the bytes written bounded by the declared sizes and by `max_bytes` in all."""
+    room = max_bytes
+    for name, is_dir, size, open_member in plan:
+        relative = _check_name(archive, name, is_dir)
+        if relative is None:
+            continue
+        with _clash(archive, name):
+            target = os.path.join(dest, relative)
+            if is_dir:
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open_member() as source:
+                room -= _copy(archive, source, target, min(room, size))
 
 
 @contextlib.contextmanager
@@ -146,19 +154,8 @@ def _extract_tar(archive, dest, max_bytes, max_members):
                     )
                 _check_name(archive, member.name, member.isdir())
             _read_to_end(archive, t.fileobj)
-            room = max_bytes
-            for member in members:
-                relative = _check_name(archive, member.name, member.isdir())
-                if relative is None:
-                    continue
-                with _clash(archive, member.name):
-                    target = os.path.join(dest, relative)
-                    if member.isdir():
-                        os.makedirs(target, exist_ok=True)
-                        continue
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    source = t.extractfile(member)
-                    room -= _copy(archive, source, target, min(room, member.size))
+            plan = [(m.name, m.isdir(), m.size, lambda m=m: t.extractfile(m)) for m in members]
+            _write_members(archive, dest, plan, max_bytes)
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
         raise ArchiveError(f"{archive}: not a readable tar archive: {e}", path=archive) from None
 

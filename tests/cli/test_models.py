@@ -10,32 +10,14 @@ import h5py
 import numpy as np
 import pytest
 from cli_testlib import assert_one_error, run_command
-from presets_testlib import FileServer
+from presets_testlib import allennlp_model, served_models
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
 
 
 @pytest.fixture
 def served(tmp_path, monkeypatch):
-    if not (FIXTURES / "lm_weights.hdf5").is_file():
-        pytest.skip(f"AllenNLP fixtures not found at {FIXTURES}")
-    files = {"fx/options.json": (FIXTURES / "options.json").read_bytes()}
-    files["fx/weights.hdf5"] = (FIXTURES / "lm_weights.hdf5").read_bytes()
-    with FileServer(files) as server:
-        entry = {
-            "format": "bilm-hdf5",
-            "description": "the AllenNLP test biLM",
-            "language": "en",
-            "files": {
-                "options.json": {"url": server.url("fx/options.json"), "size": len(files["fx/options.json"])},
-                "weights.hdf5": {"url": server.url("fx/weights.hdf5"), "note": "test"},
-            },
-        }
-        registry = tmp_path / "registry.json"
-        registry.write_text(json.dumps({"format": 1, "models": {"fixture": entry}}))
-        monkeypatch.setenv("ELMO_TF_REGISTRY", str(registry))
-        monkeypatch.setenv("ELMO_TF_HOME", str(tmp_path / "home"))
-        monkeypatch.delenv("ELMO_TF_OFFLINE", raising=False)
+    with served_models(tmp_path, monkeypatch, {"fixture": allennlp_model()}) as server:
         yield server
 
 
@@ -44,7 +26,8 @@ def test_models_lists_download_prefetches_and_embed_uses_the_cache(served, tmp_p
     listed = run_command(["-m", "elmo_tf", "models", "--cache-dir", cache])
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if line.startswith("fixture "))
-    assert row.split()[1:4] == ["?", "en", "absent"] and "the AllenNLP test biLM" in row
+    size = (FIXTURES / "options.json").stat().st_size + (FIXTURES / "lm_weights.hdf5").stat().st_size
+    assert row.split()[1:5] == [f"{size / 1000:.1f}", "KB", "en", "absent"] and "test model fixture" in row
     assert "original " in listed.stdout and "efml-de " in listed.stdout  # the package's registry too
 
     fetched = run_command(["-m", "elmo_tf", "download", "fixture", "--cache-dir", cache, "--quiet"])
@@ -88,7 +71,7 @@ def test_usage_errors_of_the_model_flags_are_one_line(served, tmp_path):
 
 
 def test_a_failed_download_is_one_line_naming_the_url_and_keeps_nothing(served, tmp_path):
-    served.files.pop("fx/weights.hdf5")
+    served.files.pop("fixture/weights.hdf5")
     result = run_command(["-m", "elmo_tf", "download", "fixture", "--cache-dir", tmp_path / "c", "--quiet"])
-    assert_one_error(result, 1, "model 'fixture': weights.hdf5", served.url("fx/weights.hdf5"), "HTTP 404")
+    assert_one_error(result, 1, "model 'fixture': weights.hdf5", served.url("fixture/weights.hdf5"), "HTTP 404")
     assert not (tmp_path / "c" / "models" / "fixture" / "weights.hdf5").exists()

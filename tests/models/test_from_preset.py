@@ -3,14 +3,13 @@ and served from 127.0.0.1 is downloaded once and gives the same vectors as `load
 same files; a TF Hub tarball's learned mix becomes the "elmo" mix."""
 
 import io
-import json
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from presets_testlib import FileServer
+from presets_testlib import FileServer, allennlp_model, served_models
 
 from elmo_tf.models.elmo import ELMo, load_elmo
 
@@ -20,22 +19,7 @@ TOKENS = tf.constant([["The", "cat", "sat", "."], ["Hello", "world", "", ""]])
 
 @pytest.fixture
 def registry(tmp_path, monkeypatch):
-    if not (FIXTURES / "lm_weights.hdf5").is_file():
-        pytest.skip(f"AllenNLP fixtures not found at {FIXTURES}")
-    files = {"fx/options.json": (FIXTURES / "options.json").read_bytes()}
-    files["fx/weights.hdf5"] = (FIXTURES / "lm_weights.hdf5").read_bytes()
-    with FileServer(files) as server:
-        entry = {
-            "format": "bilm-hdf5",
-            "files": {
-                name: {"url": server.url(f"fx/{name}"), "note": "test"} for name in ("options.json", "weights.hdf5")
-            },
-        }
-        path = tmp_path / "registry.json"
-        path.write_text(json.dumps({"format": 1, "models": {"fixture": entry}}))
-        monkeypatch.setenv("ELMO_TF_REGISTRY", str(path))
-        monkeypatch.setenv("ELMO_TF_HOME", str(tmp_path / "cache"))
-        monkeypatch.delenv("ELMO_TF_OFFLINE", raising=False)
+    with served_models(tmp_path, monkeypatch, {"fixture": allennlp_model()}) as server:
         yield server
 
 
