@@ -75,6 +75,7 @@ TF_SERVING_FLAGS = (
     "grpc_max_threads",
     "enable_model_warmup",
     "allow_version_labels_for_unavailable_models",
+    "enable_grpc_healthcheck_service",
 )
 # the embedded server's own flags (dropped when running the stock server)
 EMBEDDED_FLAGS = (
@@ -89,6 +90,7 @@ EMBEDDED_FLAGS = (
     "max_requests_in_flight",
     "rest_api_max_body_bytes",
     "rest_api_max_bytes_in_flight",
+    "drain_grace_seconds",
     "embedded",
     "verbose",
 )
@@ -219,6 +221,14 @@ def _add_tf_serving_flags(group):
         help="take the version_labels of --model_config_file although no version is loaded yet (false: a config "
         "with labels is refused at start-up, as stock refuses it)",
     )
+    group.add_argument(
+        "--enable_grpc_healthcheck_service",
+        type=_bool,
+        nargs="?",
+        const=True,
+        help="serve grpc.health.v1.Health ('', ModelService, PredictionService): SERVING once every model has a "
+        "version, NOT_SERVING before and while draining (false)",
+    )
 
 
 def _add_embedded_flags(group):
@@ -260,6 +270,12 @@ def _add_embedded_flags(group):
         type=_int("--max_requests_in_flight", 1),
         help="Predict requests at once, gRPC and REST (64)",
     )
+    group.add_argument(
+        "--drain_grace_seconds",
+        type=bounded_number("--drain_grace_seconds", float, minimum=0),
+        help="on SIGTERM, seconds the requests in flight may take to finish while new ones are refused (30); a "
+        "second SIGTERM ends it at once",
+    )
     group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -282,6 +298,8 @@ DEFAULTS = dict(
     grpc_max_threads=64,
     enable_model_warmup=True,
     allow_version_labels_for_unavailable_models=False,
+    enable_grpc_healthcheck_service=False,
+    drain_grace_seconds=30.0,
     embedded=False,
     host="127.0.0.1",
     max_batch_size=None,
@@ -389,6 +407,7 @@ def server_options(args, batching):
             rest_api_max_bytes_in_flight=args.rest_api_max_bytes_in_flight,
             enable_model_warmup=args.enable_model_warmup,
             allow_version_labels_for_unavailable_models=args.allow_version_labels_for_unavailable_models,
+            enable_grpc_healthcheck_service=args.enable_grpc_healthcheck_service,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -432,7 +451,16 @@ def run_embedded(args):
     )
     while not stop.wait(0.5):
         pass
-    server.stop(grace=10.0)
+    stop.clear()  # a second SIGTERM/SIGINT during the drain ends it at once
+    logger.info("draining: new requests are refused; waiting up to %g s for those in flight", args.drain_grace_seconds)
+    finished = server.drain(args.drain_grace_seconds, interrupted=stop.is_set)
+    if not finished:
+        logger.warning(
+            "%d requests still in flight are dropped (%s)",
+            server.core.stats()["in_flight"],
+            "second signal" if stop.is_set() else f"--drain_grace_seconds {args.drain_grace_seconds:g} passed",
+        )
+    server.stop(grace=2.0 if finished else 0.0)
     return 0
 
 

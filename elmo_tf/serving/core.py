@@ -55,7 +55,9 @@ class ServerCore:
             c.name: ModelManager(c.name, c.base_path, self.options, self.batch_stats, c.version_policy) for c in configs
         }
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when the last request in flight ends
         self._in_flight_count = 0
+        self.draining = False  # set by `drain`: every new call is refused UNAVAILABLE (REST 503)
         self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
 
     def poll(self):
@@ -75,8 +77,8 @@ class ServerCore:
 
     def stats(self):
         """Batching counters (`BatchStats.snapshot()`), the served version of each model, the Predict requests in
-        flight, and those refused at the in-flight cap (`rejected_in_flight`) or past their deadline
-        (`deadline_exceeded`)."""
+        flight, and those refused at the in-flight cap (`rejected_in_flight`), past their deadline
+        (`deadline_exceeded`) or while draining (`rejected_draining`)."""
         with self._lock:
             counters, in_flight = dict(self._counters), self._in_flight_count
         return {
@@ -85,6 +87,7 @@ class ServerCore:
             "in_flight": in_flight,
             "rejected_in_flight": counters.get("rejected_in_flight", 0),
             "deadline_exceeded": counters.get("deadline_exceeded", 0),
+            "rejected_draining": counters.get("rejected_draining", 0),
         }
 
     def _count(self, key):
@@ -119,16 +122,42 @@ class ServerCore:
                 self._count("deadline_exceeded")
             raise ServingError(e.code, manager.redact(e.details), e.http_status) from None
 
+    def drain(self):
+        """From now on every new request is refused UNAVAILABLE (`check_open`); those in flight go on."""
+        with self._lock:
+            self.draining = True
+
+    def check_open(self):
+        """Raises UNAVAILABLE (REST 503) once the server is draining, as a front starts a call (counted as
+        `rejected_draining`)."""
+        if self.draining:
+            self._count("rejected_draining")
+            raise ServingError(
+                grpc.StatusCode.UNAVAILABLE, "the server is shutting down: send the request to another replica", 503
+            )
+
+    def wait_idle(self, timeout):
+        """Waits until no request is in flight (True) or `timeout` seconds pass (False)."""
+        end = time.monotonic() + timeout
+        with self._idle:
+            while self._in_flight_count:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.5))
+        return True
+
     @contextlib.contextmanager
     def _in_flight(self):
         limit = self.options.max_requests_in_flight
         with self._lock:
-            full = self._in_flight_count >= limit
-            if full:
-                self._counters["rejected_in_flight"] += 1
-            else:
+            refused = self.draining or self._in_flight_count >= limit
+            if not refused:
                 self._in_flight_count += 1
-        if full:
+            elif not self.draining:
+                self._counters["rejected_in_flight"] += 1
+        if refused:
+            self.check_open()
             raise resource_exhausted(
                 f"the server is already handling {limit} requests, its limit of requests in flight "
                 f"(--max_requests_in_flight {limit}): retry later"
@@ -138,6 +167,8 @@ class ServerCore:
         finally:
             with self._lock:
                 self._in_flight_count -= 1
+                if not self._in_flight_count:
+                    self._idle.notify_all()
 
     def _check_deadline(self, deadline, what):
         if deadline is not None and time.monotonic() >= deadline:

@@ -102,7 +102,11 @@ class _Servicer:
 
     async def _call(self, context, method, work, blocking=True):
         """Runs `work(cancelled)` (on the pool when `blocking`: `_run_working`) and answers with its response or its
-        status."""
+        status. A draining server refuses it UNAVAILABLE at once."""
+        try:
+            self.core.check_open()
+        except ServingError as e:
+            await context.abort(e.code, e.details)
         cancelled = threading.Event()
         if blocking:
             outcome = await _run_working(
@@ -434,6 +438,7 @@ class GrpcServer:
         )
         self._parse_limits = grpc_parse.ParseLimits.from_limits(options.limits)
         self._server = None
+        self.health = None  # the grpc.health.v1 servicer, with --enable_grpc_healthcheck_service
         addresses = [listen_address(options.host, options.port)] if options.port is not None else []
         if options.grpc_socket_path is not None:
             addresses.append(f"unix:{options.grpc_socket_path}")
@@ -467,6 +472,11 @@ class GrpcServer:
             _PredictionServicer(core, self._pool, places), registry
         )
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelServicer(core, self._pool, places), registry)
+        if options.enable_grpc_healthcheck_service:
+            from grpc_health.v1 import health, health_pb2_grpc
+
+            self.health = health.aio.HealthServicer()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         ports = []
         for address in addresses:
             try:
@@ -480,6 +490,26 @@ class GrpcServer:
 
     def start(self):
         _Loop.run(self._server.start())
+
+    def set_health(self, statuses):
+        """Sets the health service's `{service name: serving (bool)}`; nothing without the health service, or once
+        `drain_health` has run (gRPC's servicer then keeps every service NOT_SERVING)."""
+        if self.health is None:
+            return
+        from grpc_health.v1 import health_pb2
+
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+        async def apply():
+            for service, ok in statuses.items():
+                await self.health.set(service, serving if ok else not_serving)
+
+        _Loop.run(apply(), timeout=10)
+
+    def drain_health(self):
+        """Every service of the health service NOT_SERVING, for good (grpc_health's graceful shutdown)."""
+        if self.health is not None:
+            _Loop.run(self.health.enter_graceful_shutdown(), timeout=10)
 
     def stop(self, grace=5.0):
         """Stops accepting calls; returns an object whose `wait(timeout)` returns once running calls have ended (at

@@ -44,6 +44,10 @@ class ServerOptions:
         allow_version_labels_for_unavailable_models: take the models' version labels although no version is
             AVAILABLE yet, as stock's flag of that name (off by default: stock refuses every label at start-up, see
             `config_files.check_version_labels`).
+        enable_grpc_healthcheck_service: serve the standard `grpc.health.v1.Health` service, as stock's flag of that
+            name, with stock's service names ("", "ModelService", "PredictionService"): SERVING once every model has
+            an AVAILABLE version, NOT_SERVING before that and, for good, once the server drains
+            (`server.ModelServer.drain`).
     """
 
     host: str = "127.0.0.1"
@@ -68,6 +72,7 @@ class ServerOptions:
     rest_api_max_bytes_in_flight: int = None
     enable_model_warmup: bool = True
     allow_version_labels_for_unavailable_models: bool = False
+    enable_grpc_healthcheck_service: bool = False
 
     def __post_init__(self):
         for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535, or None (none)

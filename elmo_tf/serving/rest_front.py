@@ -149,6 +149,7 @@ class RestServer:
         self._active += 1
         try:
             try:
+                self.api.core.check_open()  # a draining server refuses every new request: 503
                 body = await self._read_body(request, held, deadline) if request.method == "POST" else b""
             except ServingError as e:
                 logger.debug("%s %s: %s", request.method, request.path, e.details)

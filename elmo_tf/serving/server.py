@@ -41,6 +41,8 @@ Example:
 """
 
 import logging
+import threading
+import time
 
 from elmo_tf.serving.core import ServerCore
 from elmo_tf.serving.grpc_front import GrpcServer, listen_address
@@ -72,6 +74,8 @@ class ModelServer:
         self._rest = None
         self.grpc_port = None
         self.rest_port = None
+        self._health_stop = threading.Event()
+        self._health_thread = None
 
     def start(self):
         """Loads the versions each model's policy selects, then listens: gRPC (its TCP port and/or its UNIX socket;
@@ -84,7 +88,46 @@ class ModelServer:
         self.grpc_port = self._grpc.port
         self._start_rest()
         self.core.start_polling()
+        if self._grpc.health is not None:
+            self._set_health()
+            self._health_thread = threading.Thread(target=self._watch_health, name="grpc-health", daemon=True)
+            self._health_thread.start()
         return self
+
+    HEALTH_SERVICES = ("", "ModelService", "PredictionService")  # stock's names (server.cc ~419-423), and gRPC's ""
+    HEALTH_POLL_SECONDS = 0.25
+
+    def ready(self):
+        """True when every model has an AVAILABLE version (what the health service answers SERVING for)."""
+        return all(manager.served_version is not None for manager in self.core.managers.values())
+
+    def _set_health(self):
+        ready = self.ready()
+        self._grpc.set_health({service: ready for service in self.HEALTH_SERVICES})
+
+    def _watch_health(self):
+        while not self._health_stop.wait(self.HEALTH_POLL_SECONDS):
+            try:
+                self._set_health()
+            except Exception:  # the loop is stopping: the next tick or the drain settles it
+                logger.debug("health update failed", exc_info=True)
+
+    def drain(self, grace, interrupted=None):
+        """Stops taking requests while those in flight finish: the health service turns NOT_SERVING for good, new
+        gRPC calls are refused UNAVAILABLE and REST requests 503, and this waits until no Predict request is in
+        flight, at most `grace` seconds, or until `interrupted()` (a second SIGTERM) is true. Returns True when
+        every request in flight finished. Call `stop` afterwards."""
+        self.core.drain()
+        self._health_stop.set()
+        if self._grpc is not None:
+            self._grpc.drain_health()
+        end = time.monotonic() + grace
+        while True:
+            left = end - time.monotonic()
+            if self.core.wait_idle(max(0.0, min(left, 0.1))):
+                return True
+            if left <= 0 or (interrupted is not None and interrupted()):
+                return False
 
     def _start_rest(self):
         options = self.options
@@ -111,6 +154,7 @@ class ModelServer:
 
     def stop(self, grace=5.0):
         """Stops accepting requests, lets running ones finish (up to `grace` seconds), stops the model threads."""
+        self._health_stop.set()
         stopped = self._grpc.stop(grace) if self._grpc is not None else None  # drains in the background
         if self._rest is not None:
             self._rest.stop(grace)
