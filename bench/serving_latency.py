@@ -67,6 +67,7 @@ TARGET_GRPC_OVERHEAD = 1.10
 TARGET_OF_EMBED = {"grpc": 0.80, "rest": 0.60}  # issue 27, at the original shapes
 EMBED_BATCH = 32  # the embedded server's max_batch_size, and export/batching.config's
 BATCHING_CONFIG = os.path.join(REPO, "export", "batching.config")
+MONITORING = os.path.join(REPO, "export", "monitoring.config")  # the Prometheus metrics the runs read
 
 log = logging.getLogger("serving_latency")
 
@@ -265,6 +266,8 @@ class Server:
             "--rest_api_num_threads",
             "64",
             f"--enable_batching={'true' if batching else 'false'}",
+            "--monitoring_config_file",
+            str(MONITORING),
             *extra,
         ]
         log.info("starting %s", " ".join(command))
@@ -290,7 +293,7 @@ class Server:
         for line in text.splitlines():
             if line.startswith("elmo_serving_") and "_total{" in line:
                 name = line.split("{")[0][len("elmo_serving_") : -len("_total")]
-                totals[name] = totals.get(name, 0) + int(line.split()[-1])
+                totals[name] = totals.get(name, 0) + int(float(line.split()[-1]))
         return totals
 
     def stop(self):

@@ -42,6 +42,7 @@ from elmo_tf.serving.config_files import (
     MAX_BATCH_THREADS,
     parse_batching_parameters,
     parse_model_config,
+    parse_monitoring_config,
 )
 from elmo_tf.serving.sizes import MAX_PORT, MiB
 
@@ -76,6 +77,7 @@ TF_SERVING_FLAGS = (
     "enable_model_warmup",
     "allow_version_labels_for_unavailable_models",
     "enable_grpc_healthcheck_service",
+    "monitoring_config_file",
 )
 # the embedded server's own flags (dropped when running the stock server)
 EMBEDDED_FLAGS = (
@@ -186,6 +188,11 @@ def _add_tf_serving_flags(group):
         help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads)",
     )
     group.add_argument(
+        "--monitoring_config_file",
+        help='MonitoringConfig text proto: prometheus_config { enable: true path: "/monitoring/prometheus/metrics" } '
+        "serves the Prometheus metrics on the REST port (off without it)",
+    )
+    group.add_argument(
         "--file_system_poll_wait_seconds",
         type=bounded_number("--file_system_poll_wait_seconds", float, minimum=0, minimum_inclusive=False),
         help="seconds between polls of the base path for new versions (1)",
@@ -290,6 +297,7 @@ DEFAULTS = dict(
     model_config_file=None,
     enable_batching=True,
     batching_parameters_file=None,
+    monitoring_config_file=None,
     file_system_poll_wait_seconds=1.0,
     max_num_load_retries=5,
     load_retry_interval_micros=60 * 1000 * 1000,
@@ -354,6 +362,14 @@ def hand_over(parser, binary, given, extra):
         return 1
 
 
+def prometheus_path(args):
+    """The REST path of the metrics that --monitoring_config_file enables, or None; UsageError naming the flag."""
+    try:
+        return parse_monitoring_config(args.monitoring_config_file) if args.monitoring_config_file else None
+    except ValueError as e:
+        raise UsageError(f"--monitoring_config_file: {e}") from None
+
+
 def _config_files(args):
     """(batching parameters, {model name: base path or `ModelConfig`}) from the config files and flags; UsageError
     naming the flag."""
@@ -361,6 +377,7 @@ def _config_files(args):
         batching = parse_batching_parameters(args.batching_parameters_file) if args.batching_parameters_file else {}
     except ValueError as e:
         raise UsageError(f"--batching_parameters_file: {e}") from None
+    prometheus_path(args)  # a file stock refuses is a usage error before TensorFlow loads
     try:
         models = (
             parse_model_config(args.model_config_file, args.allow_version_labels_for_unavailable_models)
@@ -408,6 +425,7 @@ def server_options(args, batching):
             enable_model_warmup=args.enable_model_warmup,
             allow_version_labels_for_unavailable_models=args.allow_version_labels_for_unavailable_models,
             enable_grpc_healthcheck_service=args.enable_grpc_healthcheck_service,
+            prometheus_path=prometheus_path(args),
         )
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -69,6 +69,50 @@ def batching_parameters_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
 
 
+@functools.cache
+def monitoring_config_class():
+    """TF Serving's MonitoringConfig (tensorflow_serving/config/monitoring_config.proto: `prometheus_config { enable
+    path }`, the same names, numbers and types), built from a descriptor: tensorflow-serving-api ships no Python
+    module for it."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tensorflow_serving/config/monitoring_config.proto", package="tensorflow.serving", syntax="proto3"
+    )
+    prometheus = proto.message_type.add(name="PrometheusConfig")
+    prometheus.field.add(name="enable", number=1, type=field.TYPE_BOOL, label=field.LABEL_OPTIONAL)
+    prometheus.field.add(name="path", number=2, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    monitoring = proto.message_type.add(name="MonitoringConfig")
+    monitoring.field.add(
+        name="prometheus_config",
+        number=1,
+        type=field.TYPE_MESSAGE,
+        type_name=".tensorflow.serving.PrometheusConfig",
+        label=field.LABEL_OPTIONAL,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.MonitoringConfig"))
+
+
+def parse_monitoring_config(path):
+    """The REST path of the Prometheus metrics from a MonitoringConfig text proto, or None when it does not enable
+    them; an empty `path` is stock's default ("/monitoring/prometheus/metrics"). ValueError naming the file for one
+    TF Serving would refuse, or a path that is not absolute or lies under /v1/ (the model API's)."""
+    from elmo_tf.serving.metrics import DEFAULT_PATH
+
+    config = _read_text_proto(path, monitoring_config_class()())
+    if not config.prometheus_config.enable:
+        return None
+    metrics_path = config.prometheus_config.path or DEFAULT_PATH
+    if not metrics_path.startswith("/") or metrics_path.lower().startswith("/v1/"):
+        raise ValueError(
+            f"{path!r}: prometheus_config.path must start with / and not lie under /v1/, got {metrics_path!r}"
+        )
+    return metrics_path
+
+
 def _read_text_proto(path, message):
     """`message` parsed from the text proto file at `path` as TF Serving's ParseProtoTextFile does (protobuf's text
     format: unknown fields, a field given twice, junk are errors); ValueError naming the file and the parser's line."""

@@ -28,6 +28,7 @@ from elmo_tf.serving.budget import check_response_size
 from elmo_tf.serving.config_files import check_version_labels, model_config
 from elmo_tf.serving.inference import check_inference, check_multi_inference
 from elmo_tf.serving.manager import ModelManager, servable_request
+from elmo_tf.serving.metrics import ServerMetrics
 from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, resource_exhausted
 
@@ -59,6 +60,7 @@ class ServerCore:
         self._in_flight_count = 0
         self.draining = False  # set by `drain`: every new call is refused UNAVAILABLE (REST 503)
         self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
+        self.metrics = ServerMetrics(self)  # Prometheus (elmo_tf.serving.metrics), scraped over REST when enabled
 
     def poll(self):
         """One look at every base path (`ModelManager.poll`): the first versions load here."""
@@ -213,7 +215,10 @@ class ServerCore:
                 inputs = decode_inputs(runner.budget)
                 request = runner.budget.prepare(inputs, output_filter, response_encoding=response_encoding)
                 self._check_deadline(deadline, "before the model ran")
+                started = time.monotonic()
                 outputs = self._run(servable, runner, request, deadline, cancelled)
+                self.metrics.record_runtime(name, "Predict", time.monotonic() - started)
+                self.metrics.record_tokens(name, request.tokens)
                 outputs = {alias: outputs[alias] for alias in request.output_filter}
                 check_response_size(outputs, self.options.max_message_bytes)
                 return servable.version, runner.name, outputs

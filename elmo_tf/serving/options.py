@@ -48,6 +48,9 @@ class ServerOptions:
             name, with stock's service names ("", "ModelService", "PredictionService"): SERVING once every model has
             an AVAILABLE version, NOT_SERVING before that and, for good, once the server drains
             (`server.ModelServer.drain`).
+        prometheus_path: the REST path of the Prometheus metrics (`elmo_tf.serving.metrics`), as a
+            MonitoringConfig's `prometheus_config.path` (stock's default "/monitoring/prometheus/metrics"); None: not
+            served (stock serves them only when --monitoring_config_file enables them).
     """
 
     host: str = "127.0.0.1"
@@ -73,6 +76,7 @@ class ServerOptions:
     enable_model_warmup: bool = True
     allow_version_labels_for_unavailable_models: bool = False
     enable_grpc_healthcheck_service: bool = False
+    prometheus_path: str = None
 
     def __post_init__(self):
         for name in ("port", "rest_api_port"):  # a TCP port: 0 (a free one) to 65535, or None (none)
@@ -112,6 +116,9 @@ class ServerOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+        path = self.prometheus_path
+        if path is not None and (not isinstance(path, str) or not path.startswith("/") or path.startswith("/v1/")):
+            raise ValueError(f"prometheus_path must be None or a path starting with / (not /v1/), got {path!r}")
         _ = self.limits  # validates the request limits
 
     @property

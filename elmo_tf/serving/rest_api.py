@@ -38,11 +38,13 @@ import re
 import time
 import urllib.parse
 
+import grpc
 from google.protobuf import json_format
 from tensorflow_serving.apis import get_model_metadata_pb2
 
 from elmo_tf.bounds import INT64_MAX
 from elmo_tf.serving.json_tensor import check_examples, decode_request, max_json_values, parse_json, signature_name
+from elmo_tf.serving.metrics import CONTENT_TYPE
 from elmo_tf.serving.rest_json import error_body, outputs_to_json
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, failed_precondition, invalid_argument, not_found
 
@@ -56,7 +58,6 @@ STATUS_PATH = re.compile(
     r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/([0-9]+))|(?:/labels/([^/:]+)))?(?:/(metadata))?"
 )
 API_PATH = re.compile(r"(?i)/v1/.*")
-METRICS_PATH = "/monitoring/prometheus/metrics"
 
 
 def _parse_version(text):
@@ -98,25 +99,52 @@ class RestApi:
         """Returns (HTTP status, response byte pieces, content type). `path`: the request target as sent (still
         percent-encoded, with its query); `deadline`: `time.monotonic()` by which the model call must have started;
         `cancelled`: callable, True once the client has gone; `origin`: the Origin header (CORS preflight)."""
+        metrics_path = self.core.options.prometheus_path
+        if metrics_path is not None and method == "GET" and path.split("?", 1)[0] == metrics_path:
+            return 200, [self.core.metrics.exposition()], CONTENT_TYPE
+        started = time.monotonic()
+        model_name, api = self._model_of(method, path)
+        status, parts, content_type, code = self._answer(method, path, body, deadline, cancelled, origin)
+        if model_name is not None:  # http_server.cc ~193-201: every model request counted, a success timed
+            self.core.metrics.record_request(model_name, code)
+            if status == 200 and api:
+                self.core.metrics.record_latency(model_name, api, "REST", time.monotonic() - started)
+        return status, parts, content_type
+
+    @staticmethod
+    def _model_of(method, path):
+        """(model name, API verb or "") of a request under /v1/models/ (stock names the model for any of them), or
+        (None, None)."""
+        match = PREDICT_PATH.fullmatch(path) if method == "POST" else STATUS_PATH.fullmatch(path)
+        if match is None:
+            return None, None
         try:
-            if method == "GET" and path.split("?", 1)[0] == METRICS_PATH:
-                return 200, [self.metrics().encode("utf-8")], "text/plain; version=0.0.4"
+            name = _decode(match.group(1)) or ""
+        except ServingError:
+            return None, None
+        return name, (match.group(4).lower() if method == "POST" else "")
+
+    def _answer(self, method, path, body, deadline, cancelled, origin):
+        """(HTTP status, pieces, content type, gRPC code or None for OK)."""
+        try:
             if not API_PATH.fullmatch(path):
                 raise not_found(f"Not found: {method} {path[:200]} (the API is under /v1/models/)")
             if method == "OPTIONS":  # a CORS preflight: http_server.cc ~170-177
                 if not re.search(r"https?://", origin or ""):
                     raise failed_precondition("Origin header is missing in CORS preflight")
-                return 200, [], "text/plain"  # stock: an empty answer without its JSON header
-            return 200, self._route(method, path, body, deadline, cancelled), "application/json"
+                return 200, [], "text/plain", None  # stock: an empty answer without its JSON header
+            return 200, self._route(method, path, body, deadline, cancelled), "application/json", None
         except ServingError as e:
             logger.debug("%s %s: %s %s", method, path, e.code.name, e.details)
-            return e.http_status, [error_body(e.details)], "application/json"
+            return e.http_status, [error_body(e.details)], "application/json", e.code
         except MemoryError:
             logger.error("%s %s: out of memory", method, path)
-            return 429, [error_body("out of memory: send fewer or shorter sentences")], "application/json"
+            body = [error_body("out of memory: send fewer or shorter sentences")]
+            return 429, body, "application/json", grpc.StatusCode.RESOURCE_EXHAUSTED
         except Exception as e:
             logger.exception("%s %s failed", method, path)
-            return 500, [error_body(f"internal error ({type(e).__name__}; see the server log)")], "application/json"
+            body = [error_body(f"internal error ({type(e).__name__}; see the server log)")]
+            return 500, body, "application/json", grpc.StatusCode.INTERNAL
 
     def _route(self, method, path, body, deadline, cancelled):
         """`HttpRestApiHandler::ProcessRequest` (http_rest_api_handler.cc ~65-109): the response's byte pieces."""
@@ -185,27 +213,3 @@ class RestApi:
             },
             indent=1,
         )
-
-    def metrics(self):
-        stats = self.core.stats()
-        lines = []
-        for metric, key, help_text in (
-            ("elmo_serving_requests_total", "requests", "Predict requests that reached the model"),
-            ("elmo_serving_model_calls_total", "model_calls", "signature function calls (merged batches)"),
-            ("elmo_serving_rows_total", "rows", "rows (sentences) run"),
-            ("elmo_serving_merged_requests_total", "merged_requests", "requests that shared a model call"),
-        ):
-            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
-            for label, counters in stats["by_signature"].items():
-                model, signature = label.split("/", 1)
-                lines.append(f'{metric}{{model="{model}",signature="{signature}"}} {counters.get(key, 0)}')
-        for metric, key, help_text in (
-            ("elmo_serving_rejected_in_flight_total", "rejected_in_flight", "requests refused at the in-flight cap"),
-            ("elmo_serving_deadline_exceeded_total", "deadline_exceeded", "requests whose deadline passed"),
-        ):
-            if key in stats:
-                lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter", f"{metric} {stats[key]}"]
-        lines += ["# HELP elmo_serving_version the model version served", "# TYPE elmo_serving_version gauge"]
-        for model, version in stats["served_versions"].items():
-            lines.append(f'elmo_serving_version{{model="{model}"}} {version if version is not None else -1}')
-        return "\n".join(lines) + "\n"
