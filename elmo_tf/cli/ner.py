@@ -74,6 +74,31 @@ def add_server_flags(parser):
         help="with --elmo-server: at most this many tokens (sentences x the longest) per request; default 16384, "
         "lowered to the limits the server names when it refuses a request",
     )
+    parser.add_argument(
+        "--elmo-server-ca", help="with --elmo-server on TLS: PEM file of the CAs to trust (the system's)"
+    )
+    parser.add_argument("--elmo-server-cert", help="with --elmo-server on mutual TLS: this client's PEM certificate")
+    parser.add_argument("--elmo-server-key", help="with --elmo-server on mutual TLS: this client's PEM private key")
+
+
+def server_credentials(args, server):
+    """The `grpc.ChannelCredentials` of --elmo-server-ca/-cert/-key for `server` (the feature server's address, or
+    None when the features are computed in process), or None (plaintext); UsageError naming the flag."""
+    given = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in TLS_FLAGS}
+    if not any(given.values()):
+        return None
+    if not server:
+        raise UsageError(f"{next(f for f, v in given.items() if v)}: only with --elmo-server")
+    from elmo_tf.serving.client import tls_credentials
+
+    try:
+        return tls_credentials(*given.values())
+    except ValueError as e:
+        name = str(e).split(":", 1)[0]
+        raise UsageError(f"--elmo-server-{name if name in ('ca', 'cert', 'key') else 'cert'}: {e}") from None
+
+
+TLS_FLAGS = ("--elmo-server-ca", "--elmo-server-cert", "--elmo-server-key")
 
 
 def add_training_flags(parser, group_title=None, hyperparameters=True):
@@ -231,6 +256,7 @@ def load_data_from_args(args):
             elmo_server=args.elmo_server,
             model_name=args.model_name,
             max_request_tokens=args.server_max_tokens,
+            credentials=server_credentials(args, args.elmo_server),
         )
     except FeatureSourceError as e:  # weights that do not load, a server that does not answer
         raise DataError(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}") from None

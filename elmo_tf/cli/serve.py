@@ -43,6 +43,7 @@ from elmo_tf.serving.config_files import (
     parse_batching_parameters,
     parse_model_config,
     parse_monitoring_config,
+    parse_ssl_config,
 )
 from elmo_tf.serving.sizes import MAX_PORT, MiB
 
@@ -78,6 +79,7 @@ TF_SERVING_FLAGS = (
     "allow_version_labels_for_unavailable_models",
     "enable_grpc_healthcheck_service",
     "monitoring_config_file",
+    "ssl_config_file",
 )
 # the embedded server's own flags (dropped when running the stock server)
 EMBEDDED_FLAGS = (
@@ -186,6 +188,11 @@ def _add_tf_serving_flags(group):
     group.add_argument(
         "--batching_parameters_file",
         help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads)",
+    )
+    group.add_argument(
+        "--ssl_config_file",
+        help="SSLConfig text proto (server_key, server_cert, custom_ca: PEM contents; client_verify): gRPC over TLS, "
+        "mutual TLS with client_verify: true",
     )
     group.add_argument(
         "--monitoring_config_file",
@@ -298,6 +305,7 @@ DEFAULTS = dict(
     enable_batching=True,
     batching_parameters_file=None,
     monitoring_config_file=None,
+    ssl_config_file=None,
     file_system_poll_wait_seconds=1.0,
     max_num_load_retries=5,
     load_retry_interval_micros=60 * 1000 * 1000,
@@ -362,6 +370,14 @@ def hand_over(parser, binary, given, extra):
         return 1
 
 
+def ssl_config(args):
+    """The `SslConfig` of --ssl_config_file, or None; UsageError naming the flag."""
+    try:
+        return parse_ssl_config(args.ssl_config_file) if args.ssl_config_file else None
+    except ValueError as e:
+        raise UsageError(f"--ssl_config_file: {e}") from None
+
+
 def prometheus_path(args):
     """The REST path of the metrics that --monitoring_config_file enables, or None; UsageError naming the flag."""
     try:
@@ -378,6 +394,7 @@ def _config_files(args):
     except ValueError as e:
         raise UsageError(f"--batching_parameters_file: {e}") from None
     prometheus_path(args)  # a file stock refuses is a usage error before TensorFlow loads
+    ssl_config(args)
     try:
         models = (
             parse_model_config(args.model_config_file, args.allow_version_labels_for_unavailable_models)
@@ -426,6 +443,7 @@ def server_options(args, batching):
             allow_version_labels_for_unavailable_models=args.allow_version_labels_for_unavailable_models,
             enable_grpc_healthcheck_service=args.enable_grpc_healthcheck_service,
             prometheus_path=prometheus_path(args),
+            ssl=ssl_config(args),
         )
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -102,7 +102,8 @@ def resolve_source(args, model_dir, needs_elmo):
     flag = "--elmo-server" if "elmo_server" in kwargs else "--elmo"
     origin = "" if given else " (the source recorded in config.json; override it with --elmo or --elmo-server)"
     try:
-        source, _ = open_feature_source(batch_size=args.batch_size, **kwargs)
+        credentials = ner_cli.server_credentials(args, kwargs.get("elmo_server"))
+        source, _ = open_feature_source(batch_size=args.batch_size, credentials=credentials, **kwargs)
     except FeatureSourceError as e:
         raise DataError(f"{flag}: {e}{origin}") from None
     changed = changed_source(recorded, source)  # the same path or address, but another biLM than training's

@@ -307,9 +307,11 @@ def open_feature_source(
     weights=None,
     batch_size=32,
     max_request_tokens=None,
+    credentials=None,
 ):
     """An `InProcessFeatures` (`elmo` path, or `options` + `weights`) or `ServedFeatures` (`elmo_server` HOST:PORT,
-    `max_request_tokens`: see there), and a description of it (recorded in a tagger's config.json so tagging finds
+    `max_request_tokens`: see there; `credentials`: the client's `grpc.ChannelCredentials` for a server on TLS), and
+    a description of it (recorded in a tagger's config.json so tagging finds
     the same source).
 
     Raises:
@@ -322,7 +324,7 @@ def open_feature_source(
 
         try:
             source = ServedFeatures(
-                ElmoClient(elmo_server, model_name=model_name),
+                ElmoClient(elmo_server, model_name=model_name, credentials=credentials),
                 batch_size=batch_size,
                 max_request_tokens=max_request_tokens,
             )

@@ -121,6 +121,34 @@ def _tensor_proto(value):
     return tf.make_tensor_proto(array)
 
 
+def tls_credentials(ca=None, cert=None, key=None):
+    """`grpc.ChannelCredentials` for a server on TLS (`--ssl_config_file`): `ca`, a PEM file of the CAs to trust (None:
+    the system's); `cert` and `key`, PEM files of this client's certificate and key, for a server that verifies
+    clients (`client_verify: true`). ValueError naming the argument for a missing or unreadable file, or a cert
+    without its key.
+
+    Example:
+        client = ElmoClient("elmo.internal:8500", credentials=tls_credentials(ca="ca.pem"))
+    """
+    if (cert is None) != (key is None):
+        raise ValueError("cert and key go together: the client's certificate and its private key")
+    pems = {}
+    for name, path in (("ca", ca), ("cert", cert), ("key", key)):
+        if path is None:
+            pems[name] = None
+            continue
+        try:
+            with open(path, "rb") as f:
+                pems[name] = f.read(1 << 20)
+        except OSError as e:
+            raise ValueError(f"{name}: cannot read {path!r}: {e.strerror}") from None
+        if b"-----BEGIN " not in pems[name]:
+            raise ValueError(f"{name}: {path!r} holds no PEM block (-----BEGIN ...)")
+    return grpc.ssl_channel_credentials(
+        root_certificates=pems["ca"], private_key=pems["key"], certificate_chain=pems["cert"]
+    )
+
+
 class ElmoClient:
     """gRPC client for an ELMo SavedModel on TF Serving or `serving/serve.py`.
 
@@ -134,7 +162,7 @@ class ElmoClient:
         max_retries: retries of a call that failed with UNAVAILABLE (0: none).
         initial_backoff, max_backoff: seconds before the first retry, doubled per retry up to `max_backoff`,
             each multiplied by a random factor in [0.5, 1].
-        credentials: `grpc.ChannelCredentials` for TLS; None for an insecure channel.
+        credentials: `grpc.ChannelCredentials` for TLS (`tls_credentials`); None for an insecure channel.
         channel_options: extra gRPC channel options, list of (key, value).
     """
 

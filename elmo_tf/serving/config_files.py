@@ -113,6 +113,46 @@ def parse_monitoring_config(path):
     return metrics_path
 
 
+@functools.cache
+def ssl_config_class():
+    """TF Serving's SSLConfig (tensorflow_serving/config/ssl_config.proto: server_key, server_cert, custom_ca,
+    client_verify), built from a descriptor: tensorflow-serving-api ships no Python module for it."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tensorflow_serving/config/ssl_config.proto", package="tensorflow.serving", syntax="proto3"
+    )
+    message = proto.message_type.add(name="SSLConfig")
+    for name, number, kind in (
+        ("server_key", 1, field.TYPE_STRING),
+        ("server_cert", 2, field.TYPE_STRING),
+        ("custom_ca", 3, field.TYPE_STRING),
+        ("client_verify", 4, field.TYPE_BOOL),
+    ):
+        message.field.add(name=name, number=number, type=kind, label=field.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.SSLConfig"))
+
+
+def parse_ssl_config(path):
+    """An `options.SslConfig` from an SSLConfig text proto holding the PEM contents (stock's --ssl_config_file);
+    ValueError naming the file for one stock would refuse, or PEM fields that are missing or not PEM."""
+    from elmo_tf.serving.options import SslConfig
+
+    config = _read_text_proto(path, ssl_config_class()())
+    try:
+        return SslConfig(
+            server_key=config.server_key.encode(),
+            server_cert=config.server_cert.encode(),
+            custom_ca=config.custom_ca.encode() or None,
+            client_verify=config.client_verify,
+        )
+    except ValueError as e:
+        raise ValueError(f"{path!r}: {e}") from None
+
+
 def _read_text_proto(path, message):
     """`message` parsed from the text proto file at `path` as TF Serving's ParseProtoTextFile does (protobuf's text
     format: unknown fields, a field given twice, junk are errors); ValueError naming the file and the parser's line."""

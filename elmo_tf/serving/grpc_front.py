@@ -487,9 +487,13 @@ class GrpcServer:
             self.health = health.aio.HealthServicer()
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         ports = []
+        credentials = options.ssl.credentials() if options.ssl is not None else None
         for address in addresses:
             try:
-                port = self._server.add_insecure_port(address)
+                if credentials is not None:
+                    port = self._server.add_secure_port(address, credentials)
+                else:
+                    port = self._server.add_insecure_port(address)
             except RuntimeError as e:
                 raise OSError(f"cannot listen on {address} for gRPC: {e}") from None
             if not port:
