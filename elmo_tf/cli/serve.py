@@ -80,6 +80,7 @@ TF_SERVING_FLAGS = (
     "enable_grpc_healthcheck_service",
     "monitoring_config_file",
     "ssl_config_file",
+    "model_config_file_poll_wait_seconds",
 )
 # the embedded server's own flags (dropped when running the stock server)
 EMBEDDED_FLAGS = (
@@ -188,6 +189,12 @@ def _add_tf_serving_flags(group):
     group.add_argument(
         "--batching_parameters_file",
         help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads)",
+    )
+    group.add_argument(
+        "--model_config_file_poll_wait_seconds",
+        type=_int("--model_config_file_poll_wait_seconds", 0),
+        help="re-read --model_config_file every this many seconds and serve what it lists (add, remove, re-version "
+        "models; a file that does not parse is logged and the last good config kept); 0: read once (0)",
     )
     group.add_argument(
         "--ssl_config_file",
@@ -306,6 +313,7 @@ DEFAULTS = dict(
     batching_parameters_file=None,
     monitoring_config_file=None,
     ssl_config_file=None,
+    model_config_file_poll_wait_seconds=0,
     file_system_poll_wait_seconds=1.0,
     max_num_load_retries=5,
     load_retry_interval_micros=60 * 1000 * 1000,
@@ -449,6 +457,35 @@ def server_options(args, batching):
         raise UsageError(str(e)) from None
 
 
+def watch_model_config(server, path, seconds, stop):
+    """Re-reads `path` every `seconds` on a daemon thread until `stop` is set, and reloads the server's models when
+    its text changed (`ServerCore.reload`); a file that cannot be read or parsed, or a config the core refuses, is
+    logged and the models served stay as they were (stock's --model_config_file_poll_wait_seconds)."""
+
+    def read():
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            return e
+
+    def loop():
+        last = read()
+        while not stop.wait(seconds):
+            text = read()
+            if text == last or isinstance(text, Exception) and str(text) == str(last):
+                continue
+            last = text
+            try:
+                if isinstance(text, Exception):
+                    raise ValueError(f"cannot read {path!r}: {text}")
+                server.core.reload(parse_model_config(path, None))
+            except ValueError as e:
+                logger.error("--model_config_file: %s; still serving %s", e, sorted(server.core.managers))
+
+    threading.Thread(target=loop, name="model-config-poll", daemon=True).start()
+
+
 def run_embedded(args):
     """Runs the embedded server of the flags until SIGTERM/SIGINT; returns the exit status."""
     batching, models = _config_files(args)  # a config file stock refuses is a usage error before TensorFlow loads
@@ -485,6 +522,8 @@ def run_embedded(args):
         f", REST {options.host}:{server.rest_port}" if server.rest_port else "",
         "on" if options.enable_batching else "off",
     )
+    if args.model_config_file and args.model_config_file_poll_wait_seconds:
+        watch_model_config(server, args.model_config_file, args.model_config_file_poll_wait_seconds, stop)
     while not stop.wait(0.5):
         pass
     stop.clear()  # a second SIGTERM/SIGINT during the drain ends it at once

@@ -297,12 +297,14 @@ def _is_relative_path(base_path):
 
 
 def _model_config_of(entry, path):
-    """The `ModelConfig` of one ModelConfig message; ValueError naming `path` for an entry stock refuses."""
+    """The `ModelConfig` of one ModelConfig message; ValueError naming `path` (when given) for an entry stock
+    refuses."""
+    where = f" ({path!r})" if path else ""
     if not entry.name or not entry.base_path:
-        raise ValueError(f"every config needs a name and a base_path ({path!r})")
+        raise ValueError(f"every config needs a name and a base_path{where}")
     if _is_relative_path(entry.base_path):
         raise ValueError(
-            f"Expected model {entry.name} to have an absolute path or URI; got base_path()={entry.base_path} ({path!r})"
+            f"Expected model {entry.name} to have an absolute path or URI; got base_path()={entry.base_path}{where}"
         )
     if entry.model_platform not in ("", "tensorflow"):
         raise ValueError(f"model_platform {entry.model_platform!r} is not supported")
@@ -327,14 +329,29 @@ def parse_model_config(path, allow_version_labels_for_unavailable_models=False):
     from tensorflow_serving.config import model_server_config_pb2
 
     config = _read_text_proto(path, model_server_config_pb2.ModelServerConfig())
+    models = models_of_config(config, path)
+    if allow_version_labels_for_unavailable_models is not None:  # None: a reload, whose labels the core checks
+        check_version_labels(models.values(), allow_version_labels_for_unavailable_models, path)
+    return models
+
+
+def models_of_config(config, path=None):
+    """{name: `ModelConfig`} of a ModelServerConfig message's model_config_list, checked as server_core.cc's
+    ValidateModelConfigList (a name listed twice, a relative base_path, an entry without a name or a base path, a
+    platform other than tensorflow: ValueError with stock's message, naming `path` when given). Labels unchecked."""
+    if config.WhichOneof("config") not in (None, "model_config_list"):
+        raise ValueError(
+            "ServerModelConfig type not supported by HandleReloadConfigRequest. Only ModelConfigList is currently "
+            "supported"
+        )
     entries = config.model_config_list.config
     names = set()
     for entry in entries:  # every name first, then every path, as ValidateModelConfigList
         if entry.name in names:
-            raise ValueError(f"Illegal to list model {entry.name} multiple times in config list ({path!r})")
+            where = f" ({path!r})" if path else ""
+            raise ValueError(f"Illegal to list model {entry.name} multiple times in config list{where}")
         names.add(entry.name)
     models = {entry.name: _model_config_of(entry, path) for entry in entries}
     if not models:
-        raise ValueError(f"no model_config_list entries in {path!r}")
-    check_version_labels(models.values(), allow_version_labels_for_unavailable_models, path)
+        raise ValueError("no model_config_list entries" + (f" in {path!r}" if path else ""))
     return models

@@ -17,6 +17,8 @@ them; the response's real size is checked after the call. Error messages never s
 
 import collections
 import contextlib
+import logging
+import os
 import threading
 import time
 
@@ -25,12 +27,14 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 
 from elmo_tf.serving.batching import BatchStats
 from elmo_tf.serving.budget import check_response_size
-from elmo_tf.serving.config_files import check_version_labels, model_config
+from elmo_tf.serving.config_files import check_version_labels, model_config, models_of_config
 from elmo_tf.serving.inference import check_inference, check_multi_inference
 from elmo_tf.serving.manager import ModelManager, servable_request
 from elmo_tf.serving.metrics import ServerMetrics
 from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, resource_exhausted
+
+logger = logging.getLogger(__name__)
 
 NO_DEADLINE = 1e6  # seconds; longer timeouts (gRPC's "no deadline" is ~9.2e18 s) mean none
 
@@ -56,11 +60,76 @@ class ServerCore:
             c.name: ModelManager(c.name, c.base_path, self.options, self.batch_stats, c.version_policy) for c in configs
         }
         self._lock = threading.Lock()
+        self._reload_lock = threading.Lock()  # one config reload at a time
         self._idle = threading.Condition(self._lock)  # notified when the last request in flight ends
         self._in_flight_count = 0
         self.draining = False  # set by `drain`: every new call is refused UNAVAILABLE (REST 503)
         self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
         self.metrics = ServerMetrics(self)  # Prometheus (elmo_tf.serving.metrics), scraped over REST when enabled
+
+    def reload(self, models):
+        """Serves `models` (`{name: base_path or ModelConfig}`) from now on, as stock's ServerCore::ReloadConfig
+        (server_core.cc ~470-548): a model named before keeps its loaded versions when its base path and version
+        policy are the same (its version labels are replaced); a new one, or one whose base path or policy changed, gets
+        a new manager whose versions load before this returns; one no longer named stops taking requests now and
+        unloads once its requests in flight are answered (`ModelManager.retire`). Version labels are checked as
+        stock's UpdateModelVersionLabelMap checks them: each must name an AVAILABLE version unless
+        `allow_version_labels_for_unavailable_models`. Raises ValueError (the config is refused whole, nothing
+        changes) for no models or a label stock refuses."""
+        configs = [model_config(name, value) for name, value in models.items()]
+        if not configs:
+            raise ValueError("models must name at least one {model_name: base_path}")
+        with self._reload_lock:
+            old = dict(self.managers)
+            labels = {}
+            for config in configs:
+                for label, version in sorted(config.version_labels.items()):
+                    manager = old.get(config.name)
+                    available = manager is not None and version in manager.available_versions()
+                    if not available and not self.options.allow_version_labels_for_unavailable_models:
+                        raise ValueError(
+                            f"Request to assign label to version {version} of model {config.name}, which is not "
+                            "currently available for inference"
+                        )
+                    labels.setdefault(config.name, {})[label] = version
+            managers, started = {}, []
+            for config in configs:
+                manager = old.get(config.name)
+                same = (
+                    manager is not None
+                    and manager.source.base_path == os.path.abspath(config.base_path)
+                    and manager.source.policy == config.version_policy
+                )
+                if not same:
+                    manager = ModelManager(
+                        config.name, config.base_path, self.options, self.batch_stats, config.version_policy
+                    )
+                    manager.poll()
+                    started.append(manager)
+                managers[config.name] = manager
+            self.managers, self._labels = managers, labels  # one assignment each: requests see old or new
+            for manager in started:
+                manager.start_polling()
+            for name, manager in old.items():
+                if managers.get(name) is not manager:
+                    manager.retire()
+            logger.info("serving models %s (config reloaded)", sorted(managers))
+
+    def reload_config(self, config):
+        """`HandleReloadConfigRequest` (model_service_impl.cc ~44-85): `reload` with a ModelServerConfig message; the
+        outcome is in the ReloadConfigResponse's status (the call itself succeeds, as stock's), OK or the error that
+        kept the old config: INVALID_ARGUMENT for a config stock refuses, FAILED_PRECONDITION for a label."""
+        from tensorflow_serving.apis import model_management_pb2
+
+        response = model_management_pb2.ReloadConfigResponse()
+        try:
+            self.reload(models_of_config(config))
+        except ValueError as e:
+            code = grpc.StatusCode.FAILED_PRECONDITION if "assign label" in str(e) else grpc.StatusCode.INVALID_ARGUMENT
+            response.status.error_code = code.value[0]
+            response.status.error_message = str(e)
+            logger.error("ReloadConfig failed: %s", e)
+        return response
 
     def poll(self):
         """One look at every base path (`ModelManager.poll`): the first versions load here."""

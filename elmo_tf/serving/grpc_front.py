@@ -226,6 +226,12 @@ class _ModelServicer(_Servicer, model_service_pb2_grpc.ModelServiceServicer):
 
         return await self._call(context, "GetModelStatus", work, blocking=False)
 
+    async def HandleReloadConfigRequest(self, request, context):
+        def work(cancelled):
+            return self.core.reload_config(request.config)
+
+        return await self._call(context, "HandleReloadConfigRequest", work)  # on the pool: new models load here
+
 
 def listen_address(host, port):
     """The gRPC address of host and port: "host:port", with brackets around an IPv6 host."""

@@ -253,6 +253,23 @@ class ModelManager:
         self._poller = threading.Thread(target=loop, name=f"poll-{self.name}", daemon=True)
         self._poller.start()
 
+    def retire(self, timeout=60.0):
+        """Stops polling now and, on a thread of its own, the model threads once no request holds a version (at most
+        `timeout` seconds): a model that a new config no longer names finishes what it is answering."""
+        self._stop.set()
+
+        def when_idle():
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                with self._lock:
+                    if not any(self._refs.values()):
+                        break
+                time.sleep(0.05)
+            self.stop(timeout=5.0)
+            logger.info("model %s unloaded (no longer in the config)", self.name)
+
+        threading.Thread(target=when_idle, name=f"retire-{self.name}", daemon=True).start()
+
     def stop(self, timeout=None):
         self._stop.set()
         if self._poller is not None:
@@ -283,6 +300,11 @@ class ModelManager:
                 release = servable in self._retiring and self._refs[servable] == 0
             if release:
                 self._release(servable)
+
+    def available_versions(self):
+        """The AVAILABLE versions, sorted."""
+        with self._lock:
+            return sorted(self._available)
 
     @property
     def served_version(self):
