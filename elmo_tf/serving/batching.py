@@ -29,6 +29,7 @@ import grpc
 
 from elmo_tf.serving.config_files import MAX_BATCH_THREADS, MAX_BATCH_TIMEOUT
 from elmo_tf.serving.merge import regroupable, run_batch
+from elmo_tf.serving.metrics import QUEUING_BUCKETS, Histogram
 from elmo_tf.serving.status import ServingError
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,22 @@ class BatchStats:
     def __init__(self):
         self._lock = threading.Lock()
         self._counters = collections.defaultdict(collections.Counter)
+        self._queued = Histogram(QUEUING_BUCKETS)  # microseconds requests waited for a batch thread
+        self._wrapped_runs = 0  # model calls made by batch threads
+
+    def record_batch(self, waits, num_calls):
+        """A batch thread took requests that had waited `waits` seconds each, and made `num_calls` model calls."""
+        with self._lock:
+            for wait in waits:
+                self._queued.add(wait * 1e6)
+            self._wrapped_runs += num_calls
+
+    def queuing(self):
+        """(a copy of the queuing-time `Histogram`, the batch threads' model calls) for the Prometheus metrics."""
+        with self._lock:
+            copy = Histogram(self._queued.limits)
+            copy.counts, copy.total, copy.count = list(self._queued.counts), self._queued.total, self._queued.count
+            return copy, self._wrapped_runs
 
     def record_call(self, model_name, signature_name, num_requests, num_rows, num_calls=1):
         with self._lock:
@@ -282,8 +299,10 @@ class BatchScheduler:
             runner = self._take(tasks)
         if runner is None:
             return False
+        taken = time.monotonic()
         rows = sum(t.request.batch for t in tasks)
         calls = -(-rows // self.options.max_batch_size) if len(tasks) > 1 and _regrouped(runner) else 1
+        self.stats.record_batch([taken - t.enqueued for t in tasks], calls)
         try:
             results = run_batch(runner, [t.request for t in tasks], self.options.max_batch_size)
         except Exception as e:  # run_batch catches per request; this is a bug guard

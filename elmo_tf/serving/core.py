@@ -56,8 +56,10 @@ class ServerCore:
         configs = [model_config(name, value) for name, value in models.items()]
         self._labels = check_version_labels(configs, self.options.allow_version_labels_for_unavailable_models)
         self.batch_stats = BatchStats()
+        self.metrics = ServerMetrics(self)  # Prometheus (elmo_tf.serving.metrics), scraped over REST when enabled
         self.managers = {
-            c.name: ModelManager(c.name, c.base_path, self.options, self.batch_stats, c.version_policy) for c in configs
+            c.name: ModelManager(c.name, c.base_path, self.options, self.batch_stats, c.version_policy, self.metrics)
+            for c in configs
         }
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()  # one config reload at a time
@@ -65,7 +67,6 @@ class ServerCore:
         self._in_flight_count = 0
         self.draining = False  # set by `drain`: every new call is refused UNAVAILABLE (REST 503)
         self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
-        self.metrics = ServerMetrics(self)  # Prometheus (elmo_tf.serving.metrics), scraped over REST when enabled
 
     def reload(self, models):
         """Serves `models` (`{name: base_path or ModelConfig}`) from now on, as stock's ServerCore::ReloadConfig
@@ -102,7 +103,12 @@ class ServerCore:
                 )
                 if not same:
                     manager = ModelManager(
-                        config.name, config.base_path, self.options, self.batch_stats, config.version_policy
+                        config.name,
+                        config.base_path,
+                        self.options,
+                        self.batch_stats,
+                        config.version_policy,
+                        self.metrics,
                     )
                     manager.poll()
                     started.append(manager)

@@ -83,8 +83,9 @@ class ModelManager:
         policy: `config_files.VersionPolicy` (None: latest 1).
     """
 
-    def __init__(self, name, base_path, options, stats, policy=None):
+    def __init__(self, name, base_path, options, stats, policy=None, metrics=None):
         self.name = name
+        self.metrics = metrics  # `metrics.ServerMetrics`: loads counted as TF's loader counts them
         self.source = FileSystemSource(name, base_path, policy)
         self.base_path = self.source.base_path
         self.options = options
@@ -169,6 +170,7 @@ class ModelManager:
         """Loads and warms up `version`; on success it is AVAILABLE. Returns whether it loaded."""
         logger.info("loading %s version %d from %s", self.name, version, path)
         self._set_state(version, State.LOADING)
+        started = time.monotonic()
         try:
             before = files_fingerprint(path)
             servable = load_servable(
@@ -178,8 +180,12 @@ class ModelManager:
                 servable = None
                 raise ServingError(grpc.StatusCode.UNAVAILABLE, f"the files of {path} changed while it loaded")
         except Exception as e:
+            if self.metrics is not None:
+                self.metrics.record_load(path, False, time.monotonic() - started)
             self._load_failed(version, path, e)
             return False
+        if self.metrics is not None:
+            self.metrics.record_load(path, True, time.monotonic() - started)
         self._failures.pop(version, None)
         if self.options.enable_batching:
             servable.scheduler = BatchScheduler(self.options.batching, self.stats, self.name, version)

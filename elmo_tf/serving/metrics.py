@@ -11,7 +11,14 @@ with ":", so "/tensorflow/serving/request_count" is `:tensorflow:serving:request
         only: API "Predict"/"Classify"/"Regress" on "GRPC", the URL's verb ("predict") on "REST"
     :tensorflow:serving:runtime_latency{model_name,API,runtime}  histogram, microseconds of the model call itself
         (runtime "TF2": a TF2 SavedModel function; stock's sessions say "TF1")
-both histograms with TF's `Buckets::Exponential(10, 1.8, 33)`. Ours, under `elmo_serving_`:
+both histograms with TF's `Buckets::Exponential(10, 1.8, 33)`; and, as TF's loader (cc/saved_model/loader.cc) and
+stock's batching session (batching/batching_session.cc) record them:
+    :tensorflow:cc:saved_model:load_attempt_count{model_path,status}  counter, status "success" or "fail"
+    :tensorflow:cc:saved_model:load_latency{model_path}          counter, microseconds spent loading
+    :tensorflow:serving:batching_session:queuing_latency{thread_pool_name}  histogram, microseconds a request waited
+        for a batch thread (Exponential(100, 1.2, 52); "batch_threads", the BatchingParameters default name)
+    :tensorflow:serving:batching_session:wrapped_run_count        counter, model calls of the batch threads
+Ours, under `elmo_serving_`:
     elmo_serving_requests_total{model,signature}, _model_calls_total, _rows_total, _merged_requests_total  batching
     elmo_serving_tokens_total{model}                 tokens of the sentences run (what the server's work scales with)
     elmo_serving_refused_total{reason}               requests refused before the model: in_flight (the cap),
@@ -23,6 +30,7 @@ counter's name in the TYPE and HELP lines; stock's names have none, so those two
 written under stock's name (`exposition`): its samples, which we name, already carry it.
 """
 
+import bisect
 import threading
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -34,6 +42,12 @@ LATENCY_BUCKETS = tuple(10.0 * 1.8**i for i in range(32))  # TF's Buckets::Expon
 REQUEST_COUNT = ":tensorflow:serving:request_count"
 REQUEST_LATENCY = ":tensorflow:serving:request_latency"
 RUNTIME_LATENCY = ":tensorflow:serving:runtime_latency"
+LOAD_ATTEMPTS = ":tensorflow:cc:saved_model:load_attempt_count"  # tensorflow/cc/saved_model/loader.cc
+LOAD_LATENCY = ":tensorflow:cc:saved_model:load_latency"
+QUEUING_LATENCY = ":tensorflow:serving:batching_session:queuing_latency"  # batching/batching_session.cc
+WRAPPED_RUNS = ":tensorflow:serving:batching_session:wrapped_run_count"
+QUEUING_BUCKETS = tuple(100.0 * 1.2**i for i in range(51))  # Buckets::Exponential(100, 1.2, 52)
+STOCK_COUNTERS = (REQUEST_COUNT, LOAD_ATTEMPTS, LOAD_LATENCY, WRAPPED_RUNS)
 BATCH_COUNTERS = (
     ("elmo_serving_requests", "requests", "Predict requests that reached the model"),
     ("elmo_serving_model_calls", "model_calls", "signature function calls (merged batches)"),
@@ -43,23 +57,28 @@ BATCH_COUNTERS = (
 REFUSALS = (("in_flight", "rejected_in_flight"), ("deadline", "deadline_exceeded"), ("draining", "rejected_draining"))
 
 
-class _Histogram:
-    __slots__ = ("counts", "total", "count")
+class Histogram:
+    """Counts of values per bucket (`limits`, then +Inf), their sum and count, as a TF monitoring Sampler keeps them;
+    not thread-safe (its owner locks)."""
 
-    def __init__(self):
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+    __slots__ = ("limits", "counts", "total", "count")
+
+    def __init__(self, limits=LATENCY_BUCKETS):
+        self.limits = limits
+        self.counts = [0] * (len(limits) + 1)
         self.total = 0.0
         self.count = 0
 
     def add(self, value):
-        index = next((i for i, limit in enumerate(LATENCY_BUCKETS) if value <= limit), len(LATENCY_BUCKETS))
+        index = bisect.bisect_left(self.limits, value)  # the first limit >= value: Prometheus' "le"
         self.counts[index] += 1
         self.total += value
         self.count += 1
 
     def buckets(self):
+        """[(le, cumulative count)] for prometheus_client's HistogramMetricFamily."""
         cumulative, out = 0, []
-        for limit, n in zip((*LATENCY_BUCKETS, float("inf")), self.counts):
+        for limit, n in zip((*self.limits, float("inf")), self.counts):
             cumulative += n
             out.append(("+Inf" if limit == float("inf") else repr(limit), cumulative))
         return out
@@ -76,6 +95,8 @@ class ServerMetrics:
         self._requests = {}  # (model_name, status) -> count
         self._latency = {}  # (family, labels) -> _Histogram
         self._tokens = {}  # model -> tokens run
+        self._loads = {}  # (model_path, "success" or "fail") -> count
+        self._load_micros = {}  # model_path -> microseconds spent loading
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -91,6 +112,13 @@ class ServerMetrics:
     def record_runtime(self, model_name, api, seconds, runtime="TF2"):
         self._observe(RUNTIME_LATENCY, (model_name, api, runtime), seconds)
 
+    def record_load(self, model_path, ok, seconds):
+        """One SavedModel load of `model_path` (a version directory) that took `seconds`, as TF's loader counts it."""
+        with self._lock:
+            key = (model_path, "success" if ok else "fail")
+            self._loads[key] = self._loads.get(key, 0) + 1
+            self._load_micros[model_path] = self._load_micros.get(model_path, 0) + int(seconds * 1e6)
+
     def record_tokens(self, model_name, tokens):
         with self._lock:
             self._tokens[model_name] = self._tokens.get(model_name, 0) + int(tokens)
@@ -99,7 +127,7 @@ class ServerMetrics:
         with self._lock:
             histogram = self._latency.get((family, labels))
             if histogram is None:
-                histogram = self._latency[(family, labels)] = _Histogram()
+                histogram = self._latency[(family, labels)] = Histogram()
             histogram.add(seconds * 1e6)
 
     def collect(self):
@@ -108,6 +136,27 @@ class ServerMetrics:
             requests = dict(self._requests)
             latency = {key: (h.buckets(), h.total) for key, h in self._latency.items()}
             tokens = dict(self._tokens)
+            loads, load_micros = dict(self._loads), dict(self._load_micros)
+        family = Metric(LOAD_ATTEMPTS, "The number of times a SavedModel was successfully loaded.", "counter")
+        for (path, status), value in sorted(loads.items()):
+            family.add_sample(LOAD_ATTEMPTS, {"model_path": path, "status": status}, value)
+        yield family
+        family = Metric(
+            LOAD_LATENCY, "Latency in microseconds for SavedModels that were successfully loaded.", "counter"
+        )
+        for path, value in sorted(load_micros.items()):
+            family.add_sample(LOAD_LATENCY, {"model_path": path}, value)
+        yield family
+        queued, wrapped = self.core.batch_stats.queuing()
+        histogram = HistogramMetricFamily(
+            QUEUING_LATENCY, "Distribution of wall time spent (in microseconds) in queuing", labels=["thread_pool_name"]
+        )
+        if queued.count:
+            histogram.add_metric(["batch_threads"], queued.buckets(), queued.total)
+        yield histogram
+        family = Metric(WRAPPED_RUNS, "Total count of run calls on the wrapped session", "counter")
+        family.add_sample(WRAPPED_RUNS, {}, wrapped)
+        yield family
         family = Metric(REQUEST_COUNT, "The total number of requests.", "counter")
         for (model_name, status), value in sorted(requests.items()):
             family.add_sample(REQUEST_COUNT, {"model_name": model_name, "status": status}, value)
@@ -149,7 +198,8 @@ class ServerMetrics:
     def exposition(self):
         """The Prometheus text format of every family (bytes), stock's counter under stock's name."""
         text = generate_latest(self.registry)
-        stock = REQUEST_COUNT.encode()
-        return text.replace(b"# HELP " + stock + b"_total ", b"# HELP " + stock + b" ").replace(
-            b"# TYPE " + stock + b"_total counter", b"# TYPE " + stock + b" counter"
-        )
+        for name in STOCK_COUNTERS:
+            stock = name.encode()
+            text = text.replace(b"# HELP " + stock + b"_total ", b"# HELP " + stock + b" ")
+            text = text.replace(b"# TYPE " + stock + b"_total counter", b"# TYPE " + stock + b" counter")
+        return text

@@ -5,6 +5,7 @@ and parsed with prometheus_client's own parser: stock's families under stock's n
 into ":"), their counts equal to the requests sent (ok, refused, failed) over gRPC and REST, and ours apart."""
 
 import json
+import os
 
 import grpc
 import pytest
@@ -78,6 +79,24 @@ def test_counts_equal_the_requests_sent_over_grpc_and_rest(monitored):
     assert len(buckets) == 33 and buckets[0].labels["le"] == "10.0" and buckets[-1].labels["le"] == "+Inf"
     runtime = samples(after, ":tensorflow:serving:runtime_latency", "_count")
     assert runtime[frozenset({"model_name": "elmo", "API": "Predict", "runtime": "TF2"}.items())] >= 5
+
+    loads = samples(after, ":tensorflow:cc:saved_model:load_attempt_count", "_total")
+    assert loads == {
+        frozenset(
+            {"model_path": os.path.join(monitored.core.managers["elmo"].base_path, "1"), "status": "success"}.items()
+        ): 1
+    }
+    assert (
+        samples(after, ":tensorflow:cc:saved_model:load_latency", "_total")
+        and "# TYPE :tensorflow:cc:saved_model:load_latency counter" in text
+    )
+    queuing = ":tensorflow:serving:batching_session:queuing_latency"
+    waited = samples(after, queuing, "_count")[frozenset({"thread_pool_name": "batch_threads"}.items())]
+    assert (
+        waited - samples(before, queuing, "_count").get(frozenset({"thread_pool_name": "batch_threads"}.items()), 0)
+        >= 5
+    )
+    assert samples(after, ":tensorflow:serving:batching_session:wrapped_run_count", "_total")[frozenset()] >= 1
 
     ours = samples(after, "elmo_serving_refused", "_total")
     assert set(dict(k)["reason"] for k in ours) == {"in_flight", "deadline", "draining"}
