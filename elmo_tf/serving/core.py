@@ -19,6 +19,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 
@@ -37,6 +38,7 @@ from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_ar
 logger = logging.getLogger(__name__)
 
 NO_DEADLINE = 1e6  # seconds; longer timeouts (gRPC's "no deadline" is ~9.2e18 s) mean none
+_BUDGET_FLAG = re.compile(r"\(--(max_\w+)\)")  # the limit a request budget refusal names: "(--max_request_tokens)"
 
 
 class ServerCore:
@@ -165,6 +167,7 @@ class ServerCore:
             "rejected_in_flight": counters.get("rejected_in_flight", 0),
             "deadline_exceeded": counters.get("deadline_exceeded", 0),
             "rejected_draining": counters.get("rejected_draining", 0),
+            "refused_by_budget": {key[len("budget:") :]: n for key, n in counters.items() if key.startswith("budget:")},
         }
 
     def _count(self, key):
@@ -191,12 +194,17 @@ class ServerCore:
 
     @contextlib.contextmanager
     def _client_errors(self, manager):
-        """Counts DEADLINE_EXCEEDED answers; takes the server's paths out of error messages."""
+        """Counts DEADLINE_EXCEEDED answers and requests the request budget refused (by the limit's flag, which its
+        message names: `budget:max_request_tokens`, ...); takes the server's paths out of error messages."""
         try:
             yield
         except ServingError as e:
             if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 self._count("deadline_exceeded")
+            elif e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                limit = _BUDGET_FLAG.search(e.details)
+                if limit:
+                    self._count(f"budget:{limit.group(1)}")
             raise ServingError(e.code, manager.redact(e.details), e.http_status) from None
 
     def drain(self):

@@ -22,7 +22,9 @@ Ours, under `elmo_serving_`:
     elmo_serving_requests_total{model,signature}, _model_calls_total, _rows_total, _merged_requests_total  batching
     elmo_serving_tokens_total{model}                 tokens of the sentences run (what the server's work scales with)
     elmo_serving_refused_total{reason}               requests refused before the model: in_flight (the cap),
-                                                     deadline, draining
+                                                     deadline, draining, or the request budget's limit
+                                                     (max_request_tokens, max_request_sentences, ...)
+    elmo_serving_rest_bytes_in_flight                gauge: REST bodies and responses held
     elmo_serving_requests_in_flight                  gauge: Predict requests running or queued
     elmo_serving_version{model}                      gauge: the version a request without one gets (-1: none)
 prometheus_client keeps the registry (one per server) and writes the text format. It appends "_total" to a
@@ -97,6 +99,7 @@ class ServerMetrics:
         self._tokens = {}  # model -> tokens run
         self._loads = {}  # (model_path, "success" or "fail") -> count
         self._load_micros = {}  # model_path -> microseconds spent loading
+        self.gauges = {}  # name -> (help, callable): what a front adds (the REST bytes in flight)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -186,7 +189,11 @@ class ServerMetrics:
         counter = Metric("elmo_serving_refused", "requests refused before the model ran, by reason", "counter")
         for reason, key in REFUSALS:
             counter.add_sample("elmo_serving_refused_total", {"reason": reason}, stats.get(key, 0))
+        for limit, value in sorted(stats.get("refused_by_budget", {}).items()):
+            counter.add_sample("elmo_serving_refused_total", {"reason": limit}, value)
         yield counter
+        for name, (help_text, read) in sorted(self.gauges.items()):
+            yield GaugeMetricFamily(name, help_text, value=read())
         yield GaugeMetricFamily(
             "elmo_serving_requests_in_flight", "Predict requests running or queued", value=stats["in_flight"]
         )

@@ -150,6 +150,11 @@ class ModelServer:
                 self._rest = None
             return
         self.rest_port = self._rest.port
+        rest = self._rest
+        self.core.metrics.gauges["elmo_serving_rest_bytes_in_flight"] = (
+            "REST request bodies and responses held (--rest_api_max_bytes_in_flight)",
+            lambda: rest.in_flight,
+        )
         logger.info("REST API listening on %s", listen_address(options.host, self.rest_port))
 
     def stop(self, grace=5.0):

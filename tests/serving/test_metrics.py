@@ -99,10 +99,12 @@ def test_counts_equal_the_requests_sent_over_grpc_and_rest(monitored):
     assert samples(after, ":tensorflow:serving:batching_session:wrapped_run_count", "_total")[frozenset()] >= 1
 
     ours = samples(after, "elmo_serving_refused", "_total")
-    assert set(dict(k)["reason"] for k in ours) == {"in_flight", "deadline", "draining"}
+    assert {"in_flight", "deadline", "draining", "max_request_sentences"} <= set(dict(k)["reason"] for k in ours)
     assert samples(after, "elmo_serving_tokens", "_total")[frozenset({"model": "elmo"}.items())] >= 5 * 3
     assert samples(after, "elmo_serving_version")[frozenset({"model": "elmo"}.items())] == 1
     assert samples(after, "elmo_serving_requests_in_flight")[frozenset()] == 0
+    assert ours[frozenset({"reason": "max_request_sentences"}.items())] >= refused  # the budget's limit, by its flag
+    assert samples(after, "elmo_serving_rest_bytes_in_flight")[frozenset()] >= 0
 
 
 def test_the_monitoring_config_is_read_as_stock_reads_it(tmp_path):
