@@ -7,7 +7,10 @@ The model has projection 32 so that 16 sentences of 400 tokens with all outputs 
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -160,3 +163,31 @@ def copy_version(base, source, name, files=None):
 
 def messages(caplog, text):
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def serve_embedded(*flags, env=None):
+    """`serving/serve.py --embedded FLAGS...` forked from the worker's fork server (`forked.Popen`), its stdout and
+    stderr together as text."""
+    import forked
+
+    return forked.Popen(
+        [sys.executable, SERVE, "--embedded", *map(str, flags)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop_with_sigterm(process, timeout=60):
+    """Sends SIGTERM to a served subprocess and returns its whole output once it has exited (`timeout` s at most)."""
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=timeout)
+    return output
+
+
+def kill_if_running(process):
+    """The `finally` of a test that started a server: kills it if it still runs, and reaps it."""
+    if process.poll() is None:
+        process.kill()
+        process.communicate()

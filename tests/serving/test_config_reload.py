@@ -4,15 +4,11 @@ re-pointed while a load runs on the models that stay (0 failed requests), a remo
 flight, a config stock refuses kept out (the old one stays), as stock's ServerCore::ReloadConfig and
 model_service_impl.cc (~44-85: the outcome in the response's status) do."""
 
-import signal
-import subprocess
-import sys
 import threading
 import time
 
-import forked
 import grpc
-from serving_testlib import SERVE, free_port, start_server, wait_for
+from serving_testlib import free_port, kill_if_running, serve_embedded, start_server, stop_with_sigterm, wait_for
 from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
 
@@ -133,12 +129,15 @@ def test_serve_polls_its_model_config_file(base_path, tmp_path):
     config = tmp_path / "models.config"
     config.write_text(f'model_config_list {{ config {{ name: "elmo" base_path: "{base_path}" }} }}\n')
     port = free_port()
-    process = forked.Popen(
-        [sys.executable, SERVE, "--embedded", "--port", str(port), "--rest_api_port", "0"]
-        + ["--model_config_file", str(config), "--model_config_file_poll_wait_seconds", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = serve_embedded(
+        "--port",
+        port,
+        "--rest_api_port",
+        "0",
+        "--model_config_file",
+        config,
+        "--model_config_file_poll_wait_seconds",
+        1,
     )
     try:
         wait_for(lambda: served(port, "elmo") is True, 120, "elmo served")
@@ -154,12 +153,9 @@ def test_serve_polls_its_model_config_file(base_path, tmp_path):
             time.sleep(2.5)  # two polls
             assert served(port, "elmo") is True and served(port, "second") is True  # the last good config
             assert load.failed == [] and load.ok > 0
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=120)
+        output = stop_with_sigterm(process, timeout=120)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+        kill_if_running(process)
     assert process.returncode == 0, output
     assert "serving models ['elmo', 'second'] (config reloaded)" in output
     assert "--model_config_file: cannot parse" in output and "still serving ['elmo', 'second']" in output

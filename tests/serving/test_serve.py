@@ -22,10 +22,13 @@ from serving_testlib import (
     VALID,
     assert_parity,
     free_port,
+    kill_if_running,
     listening_addresses,
     reference_sentences,
     report,
     rss_mib,
+    serve_embedded,
+    stop_with_sigterm,
     wait_for,
 )
 
@@ -297,20 +300,6 @@ def test_the_shipped_batching_parameters_parse_as_tf_serving_and_the_embedded_se
     }
 
 
-def stop_with_sigterm(process):
-    """Sends SIGTERM to a served subprocess and returns its whole output once it has exited (60 s at most)."""
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=60)
-    return output
-
-
-def kill_if_running(process):
-    """The `finally` of a test that started a server: kills it if it still runs, and reaps it."""
-    if process.poll() is None:
-        process.kill()
-        process.communicate()
-
-
 def assert_serves_the_model(target, model, sentences):
     """A gRPC client at `target` waits for the "elmo" model, then gets the Keras `model`'s numbers for `sentences`."""
     with ElmoClient(target, "elmo", timeout=30) as client:
@@ -455,12 +444,8 @@ def test_serve_answers_a_converted_elmoformanylangs_model_with_its_in_process_nu
     base = tmp_path / "elmo"
     ex.export_elmo(model, str(base))
     port = free_port()
-    process = forked.Popen(
-        [sys.executable, SERVE, "--embedded", "--model_base_path", str(base), "--model_name", "elmo"]
-        + ["--port", str(port), "--load_retry_interval_micros", "1000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = serve_embedded(
+        "--model_base_path", base, "--model_name", "elmo", "--port", port, "--load_retry_interval_micros", "1000"
     )
     try:
         with ElmoClient(f"127.0.0.1:{port}", "elmo", timeout=30) as client:

@@ -12,17 +12,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
-import forked
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serving_testlib import SERVE, free_port, start_server, wait_for
+from serving_testlib import free_port, kill_if_running, serve_embedded, start_server, wait_for
 
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.status import ServingError
@@ -131,13 +128,10 @@ def test_drain_gives_up_at_its_grace_and_the_health_service_is_off_by_default(ba
 
 def test_sigterm_drains_32_slow_requests_refuses_new_ones_and_exits_0(base_path):
     port, rest_port = free_port(), free_port()
-    process = forked.Popen(
-        [sys.executable, SERVE, "--embedded", "--model_base_path", base_path, "--model_name", "elmo"]
-        + ["--port", str(port), "--rest_api_port", str(rest_port), "--enable_grpc_healthcheck_service"]
-        + ["--drain_grace_seconds", "120", "--max_requests_in_flight", "64", "--num_batch_threads", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = serve_embedded(
+        *("--model_base_path", base_path, "--model_name", "elmo", "--port", port, "--rest_api_port", rest_port),
+        *("--enable_grpc_healthcheck_service", "--drain_grace_seconds", 120, "--max_requests_in_flight", 64),
+        *("--num_batch_threads", 1),
     )
     target = f"127.0.0.1:{port}"
     try:
@@ -159,9 +153,7 @@ def test_sigterm_drains_32_slow_requests_refuses_new_ones_and_exits_0(base_path)
             t.join(120)
         output, _ = process.communicate(timeout=120)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+        kill_if_running(process)
     assert process.returncode == 0, output
     assert results == [(16, 64)] * 32, results  # all 32 answered
     assert "draining: new requests are refused" in output and "server stopped" in output
