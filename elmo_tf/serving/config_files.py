@@ -139,7 +139,7 @@ def ssl_config_class():
 def parse_ssl_config(path):
     """An `options.SslConfig` from an SSLConfig text proto holding the PEM contents (stock's --ssl_config_file);
     ValueError naming the file for one stock would refuse, or PEM fields that are missing or not PEM."""
-    from elmo_tf.serving.options import SslConfig
+    from elmo_tf.serving.tls import SslConfig
 
     config = _read_text_proto(path, ssl_config_class()())
     try:
