@@ -22,6 +22,7 @@ import time
 import urllib.parse
 
 from elmo_tf.errors import ElmoTFError
+from elmo_tf.io.atomic import write_json
 from elmo_tf.presets.download import DownloadError, Expected, fetch, mirrored, verify
 from elmo_tf.presets.registry import Preset, PresetFile
 
@@ -87,11 +88,7 @@ def read_manifest(directory):
 
 
 def _write_manifest(directory, manifest):
-    path = os.path.join(directory, MANIFEST)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(os.path.join(directory, MANIFEST), manifest, sort_keys=True)
 
 
 def _expected(spec, recorded):
@@ -228,14 +225,12 @@ def _ensure_converted(preset, root, directory, quiet, timeout, retries):
     what = f"model {preset.name!r}: {spec.name}"
     if os.path.exists(archive):  # downloaded whole by an earlier run that ended before converting it
         record = verify(archive, expected, what)
-        if not recorded:
-            _write_manifest(downloads, {"files": {spec.name: {**record, "url": spec.url}}})
     else:
         record = fetch(
             _source_url(spec.url), archive, expected, what=what, quiet=quiet, timeout=timeout, retries=retries
         )
-        record.update(url=spec.url)
-        _write_manifest(downloads, {"files": {spec.name: record}})
+    if not recorded:  # the first complete download: what later uses are held to
+        _write_manifest(downloads, {"files": {spec.name: {**record, "url": spec.url}}})
     parent = os.path.dirname(directory)
     os.makedirs(parent, exist_ok=True)
     remove_stale_temps(parent)

@@ -26,6 +26,7 @@ import time
 import urllib.parse
 
 from elmo_tf.errors import ElmoTFError
+from elmo_tf.io.atomic import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -202,13 +203,6 @@ def _read_state(path, url):
     return state if isinstance(state, dict) and state.get("url") == url else None
 
 
-def _write_state(path, state):
-    tmp = f"{path}.new"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f)
-    os.replace(tmp, path)
-
-
 def _content_range_start(response):
     """The first byte of a 206's Content-Range (`bytes START-END/TOTAL`), and TOTAL (None when `*`)."""
     value = response.headers.get("Content-Range", "")
@@ -266,7 +260,7 @@ def _one_try(session, url, target, expected, what, state, offset, quiet, timeout
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
             state = {"url": url, "etag": etag, "last_modified": modified, "total": total}
-            _write_state(state_path, state)
+            write_json(state_path, state)
         total = state.get("total")
         if expected.size is not None and total is not None and total != expected.size:
             discard_partial(target)
