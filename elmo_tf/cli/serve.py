@@ -458,27 +458,26 @@ def server_options(args, batching):
 
 
 def watch_model_config(server, path, seconds, stop):
-    """Re-reads `path` every `seconds` on a daemon thread until `stop` is set, and reloads the server's models when
-    its text changed (`ServerCore.reload`); a file that cannot be read or parsed, or a config the core refuses, is
-    logged and the models served stay as they were (stock's --model_config_file_poll_wait_seconds)."""
+    """Looks at `path` every `seconds` on a daemon thread until `stop` is set, and reloads the server's models when
+    the file changed (its inode, size or modification time: an edit, or another file renamed over it;
+    `ServerCore.reload`); a file that cannot be read or parsed, or a config the core refuses, is logged and the models
+    served stay as they were (stock's --model_config_file_poll_wait_seconds)."""
 
-    def read():
+    def stamp():
         try:
-            with open(path, encoding="utf-8") as f:
-                return f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            return e
+            info = os.stat(path)
+        except OSError:
+            return None  # gone or unreadable: parse_model_config names why
+        return info.st_ino, info.st_size, info.st_mtime_ns
 
     def loop():
-        last = read()
+        last = stamp()
         while not stop.wait(seconds):
-            text = read()
-            if text == last or isinstance(text, Exception) and str(text) == str(last):
+            current = stamp()
+            if current == last:
                 continue
-            last = text
+            last = current
             try:
-                if isinstance(text, Exception):
-                    raise ValueError(f"cannot read {path!r}: {text}")
                 server.core.reload(parse_model_config(path, None))
             except ValueError as e:
                 logger.error("--model_config_file: %s; still serving %s", e, sorted(server.core.managers))

@@ -89,8 +89,10 @@ class ModelServer:
         self._start_rest()
         self.core.start_polling()
         if self._grpc.health is not None:
-            self._set_health()
-            self._health_thread = threading.Thread(target=self._watch_health, name="grpc-health", daemon=True)
+            served = self._set_health()
+            self._health_thread = threading.Thread(
+                target=self._watch_health, args=(served,), name="grpc-health", daemon=True
+            )
             self._health_thread.start()
         return self
 
@@ -104,11 +106,16 @@ class ModelServer:
     def _set_health(self):
         ready = self.ready()
         self._grpc.set_health({service: ready for service in self.HEALTH_SERVICES})
+        return ready
 
-    def _watch_health(self):
+    def _watch_health(self, served):
+        """Sets the health service when readiness changes from `served` (what `start` set), not on every tick: each
+        setting is a round trip to the gRPC loop."""
         while not self._health_stop.wait(self.HEALTH_POLL_SECONDS):
+            if self.ready() == served:
+                continue
             try:
-                self._set_health()
+                served = self._set_health()
             except Exception:  # the loop is stopping: the next tick or the drain settles it
                 logger.debug("health update failed", exc_info=True)
 
