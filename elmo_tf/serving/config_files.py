@@ -265,7 +265,7 @@ def model_config(name, value):
     return ModelConfig(name, os.fspath(value))
 
 
-def check_version_labels(configs, allow_unavailable, path=None):
+def check_version_labels(configs, allow_unavailable, path=None, available=None):
     """`{model name: {label: version}}` of `configs` (`ModelConfig`s), refused as stock refuses labels at start-up.
 
     server_core.cc UpdateModelVersionLabelMap (~549-614), run by ReloadConfig before any model loads (~514-524):
@@ -274,18 +274,19 @@ def check_version_labels(configs, allow_unavailable, path=None):
     inference"; main.cc ~341-346 exits) unless `allow_unavailable` (stock's
     --allow_version_labels_for_unavailable_models, main.cc ~109-113): then every label is taken, whatever its version
     (a request by a label whose version is not AVAILABLE is NOT_FOUND). ValueError naming the model, the label and
-    `path` (the config file) when given.
+    `path` (the config file) when given. A reload (`core.ServerCore.reload`) passes `available(name, version)`, True
+    for an AVAILABLE version of a model already served: such a label is taken.
     """
     labels = {}
     for config in configs:
         for label, version in sorted(config.version_labels.items()):
-            if not allow_unavailable:
+            if not allow_unavailable and not (available is not None and available(config.name, version)):
                 where = f" in {path!r}" if path else ""
+                why = "no version is loaded at start-up" if available is None else "that version is not AVAILABLE"
                 raise ValueError(
                     f"Request to assign label to version {version} of model {config.name}, which is not currently "
                     f'available for inference (version_labels {{ key: "{label}" value: {version} }} of model '
-                    f"{config.name}{where}: no version is loaded at start-up; "
-                    "--allow_version_labels_for_unavailable_models allows it)"
+                    f"{config.name}{where}: {why}; --allow_version_labels_for_unavailable_models allows it)"
                 )
             labels.setdefault(config.name, {})[label] = version
     return labels

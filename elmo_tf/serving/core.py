@@ -84,17 +84,11 @@ class ServerCore:
             raise ValueError("models must name at least one {model_name: base_path}")
         with self._reload_lock:
             old = dict(self.managers)
-            labels = {}
-            for config in configs:
-                for label, version in sorted(config.version_labels.items()):
-                    manager = old.get(config.name)
-                    available = manager is not None and version in manager.available_versions()
-                    if not available and not self.options.allow_version_labels_for_unavailable_models:
-                        raise ValueError(
-                            f"Request to assign label to version {version} of model {config.name}, which is not "
-                            "currently available for inference"
-                        )
-                    labels.setdefault(config.name, {})[label] = version
+            labels = check_version_labels(
+                configs,
+                self.options.allow_version_labels_for_unavailable_models,
+                available=lambda name, version: name in old and version in old[name].available_versions(),
+            )
             managers, started = {}, []
             for config in configs:
                 manager = old.get(config.name)
