@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA ?=
 
-.PHONY: venv lint demo test test-slow bench clean
+.PHONY: venv lint docs demo test test-slow bench clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,14 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The documentation site (mkdocs-material; the API reference generated from the docstrings by mkdocstrings, the
+# command-line reference from the parsers: docs/gen_ref_pages.py) into site/. --strict: a broken link, a reference that
+# does not resolve or a docstring griffe cannot read fails the build. The two variables silence the banners of
+# mkdocs-material 9.7+ about MkDocs 2 (not warnings of this site).
+DOCS_ENV := DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 TF_CPP_MIN_LOG_LEVEL=2
+docs: venv
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict --quiet
 
 demo: venv
 	$(PY) demo.py $(if $(DATA),--data $(DATA),)
@@ -26,7 +34,7 @@ lint: venv
 # tests time clients and servers (slow clients, deadlines, versions swapped under load), so they do not run beside the
 # training and export tests. Serial, the suite took 18-21 min here; tests/serving alone 3:20 on one worker, 1:54-2:03
 # on two (issue 37). A third worker was no faster: the suite is CPU-bound (12:38 against 11:56 on two).
-test: lint
+test: lint docs
 	@.ci/machine
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 --ignore=tests/serving tests
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=5 tests/serving
@@ -38,4 +46,4 @@ bench: venv
 	$(PY) bench/embed_throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache demo_out
+	rm -rf $(VENV) .pytest_cache demo_out site

@@ -219,7 +219,8 @@ print(type(model).__name__, sorted({type(layer).__name__ for layer in model.laye
 
 
 def readme_block(section):
-    text = (REPO / "README.md").read_text()
+    """The Python block of a section of docs/keras.md (README.md links there)."""
+    text = (REPO / "docs" / "keras.md").read_text()
     start = text.index(f"## {section}")
     end = text.index("\n## ", start + 3)
     (block,) = re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)

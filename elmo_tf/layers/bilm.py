@@ -27,7 +27,8 @@ class BiLM(keras.layers.Layer):
         num_layers: LSTM layers per direction.
         units: LSTM cell size.
         projection_dim: LSTM output size (and the token vector size).
-        cell_clip, proj_clip: clip values or None.
+        cell_clip: clip value of the LSTM cell state, or None.
+        proj_clip: clip value of the projected output, or None.
         use_skip_connections: residual connections from layer 1 on.
         dropout: rate on each layer's input, in training only.
         implementation: the loop, as `keras.layers.LSTM(use_cudnn=)` chooses its own: "auto" (default) runs the

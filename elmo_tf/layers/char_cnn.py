@@ -48,9 +48,10 @@ class CharCNN(keras.layers.Layer):
             the original.
         pad_id: the (shifted) id that fills a token after its end-of-word (bilm-tf's 261; a converted
             ELMoForManyLangs model's `<pad>` + 1, a trained non-zero row: the max-pool runs over every position).
-        word_vocab_size / word_embedding_dim: rows (row 0 zero, "no token") and size of a word embedding whose
-            ids come in one more input column after the chars; its vector goes before the filters:
-            `projection([word; highway(char CNN)])` (ELMoForManyLangs). 0 / 0 for none.
+        word_vocab_size: rows (row 0 zero, "no token") of a word embedding whose ids come in one more input
+            column after the chars; its vector goes before the filters: `projection([word; highway(char CNN)])`
+            (ELMoForManyLangs). 0 for none.
+        word_embedding_dim: that word embedding's size (0 for none).
         always_project: project even when the token size equals `projection_dim` (ELMoForManyLangs).
     Call arguments:
         inputs: int32 char ids `(batch, tokens, input_width)` (`max_chars`, + 1 with a word embedding), all-zero

@@ -34,7 +34,8 @@ class CRF(keras.layers.Layer):
         num_tags: number of tags K.
         allowed_transitions: optional bool `(K, K)` (nested lists), `[i][j]` True when tag i may be
             followed by tag j; None allows all.
-        allowed_start, allowed_end: optional bool `(K,)`: which tags may start / end a sentence.
+        allowed_start: optional bool `(K,)`: which tags may start a sentence.
+        allowed_end: optional bool `(K,)`: which tags may end a sentence.
     Call arguments:
         inputs: float potentials `(batch, time, K)`.
         mask: bool `(batch, time)`, True for real tokens (left-aligned); None for all real.

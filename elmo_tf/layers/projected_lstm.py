@@ -148,7 +148,8 @@ class ProjectedLSTMCell(keras.layers.Layer):
     Args:
         units: cell size (bilm-tf's `lstm.dim`, 4096 in the original).
         projection_dim: output size (512 in the original).
-        cell_clip, proj_clip: clip values, None (or 0) for no clipping.
+        cell_clip: clip value of the cell state, None (or 0) for no clipping.
+        proj_clip: clip value of the projected output, None (or 0) for no clipping.
         dropout: rate applied to the inputs in training (no recurrent dropout, as in the original).
     Call arguments:
         inputs: float `(batch, input_dim)`, one step.
@@ -252,11 +253,16 @@ class ProjectedLSTM(keras.layers.Layer):
     (`run_cells`) and the same implementations as `BiLM`. Stateless by default: zero initial state.
 
     Args:
-        units, projection_dim, cell_clip, proj_clip, dropout: the cell's (see `ProjectedLSTMCell`).
+        units: the cell's (see `ProjectedLSTMCell`).
+        projection_dim: the cell's.
+        cell_clip: the cell's.
+        proj_clip: the cell's.
+        dropout: the cell's.
         go_backwards: read each sequence from its last real token back to its first (by its mask);
             outputs are returned in forward order.
         return_state: also return the final `[c, h]` (state after each row's last real token).
-        implementation, matmul_dtype: the loop, as `BiLM`'s arguments of the same names.
+        implementation: the loop, as `BiLM`'s argument of the same name.
+        matmul_dtype: as `BiLM`'s argument of the same name.
     Call arguments:
         inputs: float `(batch, time, input_dim)`.
         mask: bool `(batch, time)`, True for real steps (left-aligned), or None for all real.

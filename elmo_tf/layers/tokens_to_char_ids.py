@@ -16,8 +16,10 @@ class TokensToCharIds(keras.layers.Layer):
 
     Args:
         char_vocabulary: None (bilm-tf's UTF-8 byte mapping), or `(entry, id)` pairs of a char vocabulary.
-        special_ids / word_vocabulary / word_special_ids: the rest of a vocabulary mapping (see
-            `VocabularyCharMapping`). `TokensToCharIds.for_config(elmo.config)` fills all four from a model's config.
+        special_ids: the char vocabulary's special ids (see `VocabularyCharMapping`).
+        word_vocabulary: `(entry, id)` pairs of a word vocabulary, or None (see `VocabularyCharMapping`).
+        word_special_ids: the word vocabulary's special ids. `TokensToCharIds.for_config(elmo.config)` fills these
+            four arguments from a model's config.
     Call arguments:
         inputs: tf.string `(batch, tokens)`, padded with "".
     Returns:

@@ -77,7 +77,8 @@ def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0
     Args:
         char_cnn, bilm: the built `CharCNN` and `BiLM`.
         inputs: dict with `char_ids` int32 `(batch, tokens, 50)` and `token_ids` int32 `(batch, tokens)`.
-        bos_id, eos_id: vocabulary ids of `<S>` and `</S>`.
+        bos_id: vocabulary id of `<S>`.
+        eos_id: vocabulary id of `</S>`.
         dropout: rate on the top layer, in training.
         char_mapping: the model's own (`elmo_tf.preprocessing.char_vocabulary.char_mapping`), for its boundary
             rows; None: bilm-tf's bytes.
@@ -127,7 +128,8 @@ class BiLMPretrainer(keras.Model):
     Args:
         config: `BiLMConfig` or options dict.
         vocab_size: softmax size (vocabulary ids sorted by frequency for the log-uniform sampler).
-        bos_id, eos_id: vocabulary ids of `<S>` and `</S>`.
+        bos_id: vocabulary id of `<S>`.
+        eos_id: vocabulary id of `</S>`.
         num_sampled: negatives of the sampled softmax in training.
         dropout: biLM input dropout and dropout on the top layer before the softmax, in training.
         implementation: the `BiLM`'s loop ("auto": the LSTMs' hand-written backward pass in training; "scan": TF's

@@ -169,7 +169,9 @@ class LanguageModel(keras.Model):
     Args:
         config: `BiLMConfig` or options dict.
         vocab_size: V, the softmax's rows.
-        bos_id, eos_id, unk_id: vocabulary ids of `<S>`, `</S>` and `<UNK>` (`LMVocabulary` gives them).
+        bos_id: vocabulary id of `<S>` (`LMVocabulary` gives the three).
+        eos_id: vocabulary id of `</S>`.
+        unk_id: vocabulary id of `<UNK>`.
         top_k: 0, or how many most likely words to return per position and direction (at most V).
         chunk_size: words per slice of the softmax.
         bilm_layers: optional `(char_cnn, bilm)` to share (an `ELMo`'s: one copy of the weights in an export);

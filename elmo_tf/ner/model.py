@@ -28,7 +28,10 @@ class NERTagger(keras.Model):
         char_filters: filters of the tagger's own char CNN, e.g. ((3, 50),) (empty: none).
         lstm_units: biLSTM units per direction.
         dropout: on the features and on the biLSTM output.
-        gamma, gamma_trainable, mix_l2, mix_layer_norm: the ScalarMix settings.
+        gamma: the ScalarMix's initial gamma.
+        gamma_trainable: whether the ScalarMix's gamma trains.
+        mix_l2: L2 on the ScalarMix's weights.
+        mix_layer_norm: the ScalarMix's per-sentence layer norm.
     Call arguments:
         inputs: dict with `mask` bool `(batch, tokens)`, and as configured `activations` float
             `(batch, layers, tokens, dim)`, `word_ids` int32 `(batch, tokens)`, `char_ids` int32 `(batch, tokens, 50)`.

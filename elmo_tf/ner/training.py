@@ -122,7 +122,9 @@ def load_data(
     Args:
         paths: `{split: path}` ("train", "dev", optional "test").
         source: a feature source (`elmo_tf.ner.features.open_feature_source`), or None for no ELMo.
-        source_info, cache, progress: see `add_features`.
+        source_info: see `add_features`.
+        cache: see `add_features`.
+        progress: see `add_features`.
     Returns:
         `NERData`.
     """
@@ -273,7 +275,8 @@ def span_scores(gold, predicted, scheme="iob2"):
     """Span-level exact-match precision, recall and F1, overall and per type (as conlleval counts them).
 
     Args:
-        gold, predicted: lists of tag-string sequences in `scheme`.
+        gold: list of tag-string sequences in `scheme`.
+        predicted: list of tag-string sequences in `scheme`.
     Returns:
         dict: {"precision", "recall", "f1", "per_type": {type: {"precision", "recall", "f1", "support"}}}
         with values in percent.

@@ -160,8 +160,9 @@ class ElmoClient:
         timeout: default deadline of each call, seconds (retries included).
         max_message_bytes: gRPC max send and receive message size of the channel.
         max_retries: retries of a call that failed with UNAVAILABLE (0: none).
-        initial_backoff, max_backoff: seconds before the first retry, doubled per retry up to `max_backoff`,
-            each multiplied by a random factor in [0.5, 1].
+        initial_backoff: seconds before the first retry, doubled per retry up to `max_backoff`, each multiplied
+            by a random factor in [0.5, 1].
+        max_backoff: the most seconds between retries.
         credentials: `grpc.ChannelCredentials` for TLS (`tls_credentials`); None for an insecure channel.
         channel_options: extra gRPC channel options, list of (key, value).
     """
@@ -393,7 +394,10 @@ class ElmoRestClient:
 
     Args:
         base_url: "http://host:8501".
-        model_name, signature_name, version, timeout: as `ElmoClient`.
+        model_name: as `ElmoClient`.
+        signature_name: as `ElmoClient`.
+        version: as `ElmoClient`.
+        timeout: as `ElmoClient`.
     """
 
     def __init__(

@@ -23,13 +23,15 @@ class ServerOptions:
             non-zero `port`, the REST API is skipped with an error logged, as stock skips it.
         enable_batching: merge concurrent requests (`elmo_tf.serving.batching`).
         batching: `BatchingOptions` (max_batch_size, batch_timeout, num_threads).
-        max_request_sentences, max_tokens_per_sentence, max_request_tokens: the request budget
-            (`elmo_tf.serving.budget.Limits`; None for no limit of tokens).
+        max_request_sentences: rows per request (the request budget, `elmo_tf.serving.budget.Limits`).
+        max_tokens_per_sentence: tokens per row (None: no limit).
+        max_request_tokens: rows x width per request (None: no limit).
         max_message_bytes: gRPC max send/receive message size, the request's bytes in and its response's bytes out
             (`Limits.max_request_bytes`, `Limits.max_response_bytes`), and a bound of the REST body.
         max_requests_in_flight: Predict requests running or queued at once, over gRPC and REST together.
-        rest_api_max_body_bytes, rest_api_max_bytes_in_flight: REST body limit, and bytes of bodies and responses
-            the REST front holds at once (None: `elmo_tf.serving.rest_front`'s defaults, 8 MiB and 64 MiB).
+        rest_api_max_body_bytes: REST body limit (None: `elmo_tf.serving.rest_front`'s default, 8 MiB).
+        rest_api_max_bytes_in_flight: bytes of bodies and responses the REST front holds at once (None: 64 MiB,
+            `elmo_tf.serving.rest_front`'s default).
         file_system_poll_wait_seconds: how often base paths are polled for new versions.
         max_num_load_retries: retries of a version that failed to load (0: one attempt).
         load_retry_interval_micros: time between those retries.
