@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from common import MATMUL_SIZES, git_commit, matmul_roofline, parse_list
+from common import MATMUL_SIZES, git_commit, matmul_roofline, parse_list, provenance
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -597,6 +597,7 @@ def main(argv=None):
         "platform": platform.platform(),
         "processor": platform.processor(),
         "git_commit": git_commit(REPO),
+        **provenance(),  # date, cpu: what bench/tables.py record names the run by
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:

@@ -59,7 +59,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 
 import numpy as np  # noqa: E402
-from common import git_commit, parse_list  # noqa: E402
+from common import git_commit, parse_list, provenance  # noqa: E402
 from sentences import load_sentences  # noqa: E402
 
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "serving_latency.json")
@@ -639,6 +639,7 @@ def main(argv=None):
     result = {
         "benchmark": "serving_latency",
         "commit": git_commit(REPO),
+        **provenance(),  # date, cpu: what bench/tables.py record names the run by
         "quick": args.quick,
         "host": {
             "cpus": os.cpu_count(),

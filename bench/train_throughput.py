@@ -52,7 +52,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import git_commit, matmul_roofline, parse_list  # bench/common.py, beside this script
+from common import git_commit, matmul_roofline, parse_list, provenance  # bench/common.py, beside this script
 from pretrain_ptb import PTB_5M  # the PTB model of bench/pretrain_ptb.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -604,6 +604,7 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
         "benchmark": "train_throughput",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "commit": git_commit(REPO),
+        **provenance(),  # date, cpu: what bench/tables.py record names the run by
         "baseline": {k: baseline[k] for k in ("rev", "commit")} if baseline else None,
         "machine": {
             "platform": platform.platform(),

@@ -1,0 +1,332 @@
+"""bench/tables.py: the benchmark tables of README.md, docs/ and bench/README.md agree with bench/results/history."""
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(REPO, "bench")
+HISTORY = os.path.join(BENCH, "results", "history")
+
+
+def _load_tables():
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)  # tables.py imports bench/common.py
+    spec = importlib.util.spec_from_file_location("bench_tables", os.path.join(BENCH, "tables.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _load_tables()
+
+
+@pytest.fixture
+def history(tmp_path):
+    """A copy of bench/results/history the test may change."""
+    return shutil.copytree(HISTORY, tmp_path / "history")
+
+
+def _repo_with(tmp_path, text, name="README.md"):
+    """A directory standing for the repository, holding one Markdown file `name` with `text`."""
+    repo = tmp_path / "repo"
+    (repo / os.path.dirname(name)).mkdir(parents=True, exist_ok=True)
+    (repo / name).write_text(text, encoding="utf-8")
+    return repo
+
+
+def test_every_marked_region_equals_its_table():
+    problems = tables.check(REPO, HISTORY)
+    assert problems == [], "\n".join(problems) + "\n(python bench/tables.py --write regenerates them)"
+
+
+def test_the_marked_files_are_readme_bench_readme_and_docs():
+    files = {os.path.relpath(p, REPO) for p in tables.marked_files(REPO)}
+    assert {"README.md", os.path.join("bench", "README.md"), os.path.join("docs", "benchmarks.md")} <= files
+
+
+def test_every_history_file_parses_and_names_each_run():
+    names = tables.history_names(HISTORY)
+    for name in ("embed_throughput", "serving_latency", "train_throughput", "pretrain_ptb", "ner_quality"):
+        assert name in names
+    for name in names:
+        h = tables.load_history(name, HISTORY)
+        assert h["command"].startswith(".venv/bin/python bench/"), name
+        assert h["runs"], name
+        for k, run in enumerate(h["runs"]):
+            where = f"{name} run {k}"
+            for key in tables.REQUIRED_RUN_KEYS:
+                assert key in run, f"{where}: no {key!r}"
+            assert run["date"] is None or re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"]), where
+            assert run["commit"] is None or re.fullmatch(r"[0-9a-f]{7,40}", run["commit"]), where
+            assert run["roofline_gflops"] is None or isinstance(run["roofline_gflops"], (int, float)), where
+            assert isinstance(run["cpu"], str) and run["cpu"], where
+            assert isinstance(run["source"], str) and run["source"], where
+            assert isinstance(run.get("rows"), list), where
+            if run["date"] is None or run["commit"] is None:
+                assert run.get("date_note") or run.get("note") or run.get("notes"), f"{where}: says nothing of why"
+
+
+def test_every_table_renders_with_a_caption_naming_the_rerun_command():
+    for table_id in tables.TABLES:
+        text = tables.render(table_id, HISTORY)
+        assert text.startswith("| "), table_id
+        assert "Rerun: `" in text or table_id == "durations" or table_id.endswith("_durations"), table_id
+
+
+def test_the_headline_is_the_latest_full_run_against_allennlp():
+    text = tables.render("embed_throughput", HISTORY)
+    assert "*Commit 726b013, 2026-11-25" in text
+    assert "| 32, length-sorted | 762 | 206 | 3.70x | 156 (71%) | 1,690 / 1,635 |" in text
+    assert "roofline: 220 GFLOP/s" in text
+    assert "no memo" not in text and "+cache" not in text
+
+
+def test_a_changed_number_in_the_history_is_reported(tmp_path, history):
+    repo = _repo_with(tmp_path, "# t\n\n<!-- bench-table: embed_throughput -->\n<!-- /bench-table -->\n")
+    changed, problems = tables.write(repo, history)
+    assert changed == ["README.md"] and problems == []
+    assert tables.check(repo, history) == []
+    path = history / "embed_throughput.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    full = [r for r in data["runs"] if r.get("scope") == "full"][-1]
+    full["rows"][0]["ours_tokens_per_s"] = 763
+    path.write_text(json.dumps(data), encoding="utf-8")
+    problems = tables.check(repo, history)
+    assert len(problems) == 1 and problems[0].startswith("README.md:3: bench-table 'embed_throughput' differs")
+    assert tables.main(["--check", "--repo", str(repo), "--history-dir", str(history)]) == 1
+
+
+def test_an_edited_table_is_reported(tmp_path):
+    repo = _repo_with(tmp_path, "<!-- bench-table: lm_score -->\n<!-- /bench-table -->\n", "docs/x.md")
+    tables.write(repo, HISTORY)
+    text = (repo / "docs" / "x.md").read_text(encoding="utf-8")
+    (repo / "docs" / "x.md").write_text(text.replace("3.9", "4.9"), encoding="utf-8")
+    assert [p.split(": ")[0] for p in tables.check(repo, HISTORY)] == [os.path.join("docs", "x.md:1")]
+
+
+def test_an_unknown_table_id_and_a_missing_closing_marker_are_reported(tmp_path):
+    text = "<!-- bench-table: no_such_table -->\n<!-- /bench-table -->\n\n<!-- bench-table: lm_score -->\n"
+    repo = _repo_with(tmp_path, text)
+    problems = tables.check(repo, HISTORY)
+    assert any("README.md:1:" in p and "'no_such_table': unknown" in p for p in problems), problems
+    assert any("README.md:4:" in p and "no closing" in p for p in problems), problems
+    assert tables.main(["--check", "--repo", str(repo), "--history-dir", str(HISTORY)]) == 1
+    with pytest.raises(ValueError, match="table ID 'no_such_table': unknown"):
+        tables.render("no_such_table", HISTORY)
+
+
+def _head():
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def _short(commit):
+    return subprocess.run(
+        ["git", "rev-parse", "--short", commit], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _matmul(best_1024, best_4096):
+    return {"sizes": {"1024": {"best_gflops": best_1024}, "4096": {"best_gflops": best_4096}}, "best_gflops": 0}
+
+
+def test_record_embed_throughput(tmp_path, history):
+    ours = {"tokens_per_s": 900.0, "gflops": 183.9, "fraction_of_roofline": 0.8, "peak_rss_mib": 1600.0}
+    result = {
+        "roofline_gflops": 230.0,
+        "matmul": [_matmul(150.0, 229.0), _matmul(160.0, 230.0)],
+        "runs": [
+            {
+                "batch_size": 32,
+                "order": "sorted",
+                "repeat": 0,
+                "ours": {**ours, "position_fill": 0.99},
+                "peer": {"tokens_per_s": 300.0, "peak_rss_mib": 1700.0},
+                "ratio": 3.0,
+            },
+            {
+                "batch_size": 32,
+                "order": "sorted",
+                "repeat": 0,
+                "variant": "+cache",
+                "ours": {**ours, "tokens_per_s": 990.0, "position_fill": 0.99},
+                "speedup_vs_default": 1.1,
+            },
+        ],
+        "n_sentences": 1000,
+        "n_tokens": 22077,
+        "quick": False,
+        "targets": {"missed": []},
+        "git_commit": _head(),
+        "date": "2026-12-01",
+        "cpu": "2-core x86_64 (Test CPU; avx2)",
+    }
+    path = tmp_path / "embed.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    before = len(tables.load_history("embed_throughput", history)["runs"])
+    assert tables.main(["record", "embed_throughput", str(path), "--history-dir", str(history)]) == 0
+    runs = tables.load_history("embed_throughput", history)["runs"]
+    assert len(runs) == before + 1
+    run = runs[-1]
+    assert (run["date"], run["commit"], run["cpu"], run["roofline_gflops"]) == (
+        "2026-12-01",
+        _short(_head()),
+        "2-core x86_64 (Test CPU; avx2)",
+        230.0,
+    )
+    assert run["source"] == "bench/tables.py record" and run["scope"] == "full"
+    assert run["matmul_gflops"] == {"1024": [150.0, 160.0], "4096": [229.0, 230.0]}
+    assert run["rows"][0]["peer_tokens_per_s"] == 300.0 and run["rows"][0]["ratio"] == 3.0
+    assert run["rows"][1]["variant"] == "+cache" and run["rows"][1]["speedup_vs_default"] == 1.1
+    text = tables.render("embed_throughput", history)
+    assert "| 32, length-sorted | 900 | 300 | 3.00x | 184 (80%) | 1,600 / 1,700 |" in text
+    assert "2026-12-01" in text and "Test CPU" in text and "230 GFLOP/s" in text
+
+
+def test_record_serving_latency(tmp_path, history):
+    row = {"preset": "original", "rounds": 3, "errors": 0}
+    result = {
+        "benchmark": "serving_latency",
+        "commit": _head(),
+        "quick": False,
+        "duration_s": 480.0,
+        "settings": {"presets": ["original"]},
+        "rows": [
+            {
+                **row,
+                "transport": "embed",
+                "concurrency": 1,
+                "p50_ms": None,
+                "p99_ms": None,
+                "sentences_per_s": 21.0,
+                "tokens_per_s": 480.0,
+            },  # fmt: skip
+            {
+                **row,
+                "transport": "in-process",
+                "concurrency": 1,
+                "p50_ms": 680.0,
+                "p99_ms": 900.0,
+                "sentences_per_s": 11.5,
+                "tokens_per_s": 259.0,
+            },  # fmt: skip
+            {
+                **row,
+                "transport": "grpc",
+                "concurrency": 32,
+                "p50_ms": 6500.0,
+                "p99_ms": 11000.0,
+                "sentences_per_s": 24.0,
+                "tokens_per_s": 530.0,
+            },  # fmt: skip
+        ],
+        "overheads": [
+            {"preset": "original", "transport": "in-process", "concurrency": 1, "of_embed": 0.54},
+            {
+                "preset": "original",
+                "transport": "grpc",
+                "concurrency": 32,
+                "of_embed": 1.104,
+                "p50_ratio": 0.65,
+                "throughput_ratio": 2.0,
+            },  # fmt: skip
+        ],
+        "targets": [],
+    }
+    path = tmp_path / "serving.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    run = tables.record("serving_latency", str(path), history)
+    assert run["commit"] == _short(_head()) and run["roofline_gflops"] is None and run["kind"] == "full"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"])
+    assert run["cpu"] == tables.cpu_description() and run["cpu"].startswith(f"{os.cpu_count()}-core ")
+    embed, _, grpc = run["rows"]
+    assert embed["clients"] is None and embed["of_embed"] == 1.0
+    assert (grpc["clients"], grpc["p50_ms"], grpc["of_embed"], grpc["p50_over_in_process"]) == (32, 6500.0, 1.104, 0.65)
+    assert tables.load_history("serving_latency", history)["runs"][-1] == run
+    assert "| gRPC | 32 | 6,500 | 11,000 | 24.0 | 530.0 | 110% | 0.65x |" in tables.render("serving_latency", history)
+
+
+def test_record_train_throughput(tmp_path, history):
+    def worker(tps):
+        return {"targets_per_s": tps}
+
+    part = {"part": "whole step", "ms": 190.0, "flop": 1, "gflops": 196.0}
+    result = {
+        "benchmark": "train_throughput",
+        "time": "2026-12-02T10:00:00",
+        "commit": _head(),
+        "date": "2026-12-02",
+        "cpu": "2-core x86_64 (Test CPU)",
+        "baseline": {"rev": "97bf9b2", "commit": "97bf9b2" + "0" * 33},
+        "roofline_gflops": 490.0,
+        "matmul_precision": "float32",
+        "low_precision_roofline_gflops": None,
+        "settings": {"rounds": 2},
+        "results": [
+            {
+                "config": "ptb5m",
+                "replicas": 1,
+                "rounds": {"baseline": [worker(2700.0), worker(2800.0)], "ours": [worker(5400.0), worker(5600.0)]},
+                "ours": {
+                    "targets_per_s": 5600.0,
+                    "gflops": 190.0,
+                    "peak_rss_mb": 1350.0,
+                    "params": 5280000,
+                    "num_sampled": 2048,
+                    "fraction_of_roofline": 0.39,
+                },  # fmt: skip
+                "baseline": {
+                    "targets_per_s": 2800.0,
+                    "gflops": 95.0,
+                    "peak_rss_mb": 1850.0,
+                    "fraction_of_roofline": 0.19,
+                },  # fmt: skip
+                "speedup": 2.0,
+                "parts": {"rows": 64, "length": 20, "targets": 1093, "positions": 1408, "parts": [part]},
+            }
+        ],
+    }
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    run = tables.record("train_throughput", str(path), history, command="bench/train_throughput.py --rounds 2")
+    assert (run["date"], run["cpu"], run["roofline_gflops"], run["kind"], run["rounds"]) == (
+        "2026-12-02",
+        "2-core x86_64 (Test CPU)",
+        490.0,
+        "vs_97bf9b2",
+        2,
+    )
+    assert run["command"] == "bench/train_throughput.py --rounds 2"
+    row = run["rows"][0]
+    assert (row["params"], row["speedup"], row["ours_fraction_of_roofline"]) == ("5.28M", 2.0, 0.39)
+    assert row["rounds"] == [
+        {"baseline": 2700.0, "ours": 5400.0, "speedup": 2.0},
+        {"baseline": 2800.0, "ours": 5600.0, "speedup": 2.0},
+    ]
+    assert run["profile"]["configs"] == ["ptb5m"] and run["profile"]["rows"][0]["ptb5m_ms"] == 190.0
+    text = tables.render("train_throughput", history)
+    assert "| ptb5m | 5.28M | 2,048 | 5,600 | 2,800 | **2.00x** | 39% / 19% | 1,350 / 1,850 |" in text
+    assert "| whole step | 190 (196, 40%) |" in tables.render("train_throughput_profile", history)
+
+
+def test_record_refuses_a_benchmark_without_an_adapter_and_a_foreign_file(tmp_path, history):
+    path = tmp_path / "r.json"
+    path.write_text("{}", encoding="utf-8")
+    with pytest.raises(ValueError, match="record 'pretrain_ptb': no adapter"):
+        tables.record("pretrain_ptb", str(path), history)
+    with pytest.raises(ValueError, match="not the output of bench/embed_throughput.py"):
+        tables.record("embed_throughput", str(path), history)
+    assert tables.main(["record", "lm_score", str(path), "--history-dir", str(history)]) == 2
+
+
+def test_no_text_says_a_table_predates_a_change():
+    for path in tables.marked_files(REPO):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        assert not re.search(r"predates|still to be made", text, re.IGNORECASE), path
