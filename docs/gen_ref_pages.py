@@ -8,8 +8,10 @@ tests/test_docs.py checks the reference against.
 """
 
 import ast
+import contextlib
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -89,12 +91,29 @@ def assigned_names(module):
     return names
 
 
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """File descriptor 2 goes to /dev/null meanwhile: TensorFlow's C++ runtime prints absl and oneDNN notices there
+    when it is imported, whatever TF_CPP_MIN_LOG_LEVEL says, and they are not this build's warnings. Python's own
+    errors are raised as exceptions, after it is restored."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def reference_entries():
     """`{package: [(name, path, rendered_here)]}`: each public name, where it is defined, and whether this package's
     page renders it (the innermost exporting package does; the others link to it)."""
-    exported = {
-        package: [(name, defining_path(package, name)) for name in public_names(package)] for package in PACKAGES
-    }
+    with native_stderr_silenced():
+        exported = {
+            package: [(name, defining_path(package, name)) for name in public_names(package)] for package in PACKAGES
+        }
     home = {}
     for package, entries in exported.items():
         for _, path in entries:
