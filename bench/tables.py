@@ -689,29 +689,31 @@ def render_peer_parity(h):
     return lines + ["", f"*Max \\|ours - AllenNLP\\|; tolerance {h['tolerance']:g}.* " + caption_runs(h, h["runs"])]
 
 
+def measured(h, measure):
+    """`(pairs, runs)`: `(run, row)` for every row of the history `h` that measured `measure`, oldest first, and the
+    runs those rows come from, each once (for the caption)."""
+    pairs = [(run, r) for run in h["runs"] for r in run["rows"] if r["measure"] == measure]
+    return pairs, list({id(run): run for run, _ in pairs}.values())
+
+
 def render_embed_resume(h):
     """Every --resume measurement: a run killed half-way and resumed, against an uninterrupted one."""
-    rows, runs = [], []
-    for run in h["runs"]:
-        for r in run["rows"]:
-            if r["measure"] != "resume":
-                continue
-            runs.append(run)
-            rows.append(
-                [
-                    when(run),
-                    fmt(r.get("commit") or run.get("commit")),
-                    f"{r['lines']:,}",
-                    f"**{r['ratio']:.2f}**" if r is run["rows"][0] else f"{r['ratio']:.2f}",
-                    pair(r["resumed_s"], r["uninterrupted_s"], ".1f"),
-                    fmt(r["startup_s"], ".1f"),
-                    "yes" if r["identical"] else "no",
-                ]
-            )
+    pairs, runs = measured(h, "resume")
+    rows = [
+        [
+            when(run),
+            fmt(r.get("commit") or run.get("commit")),
+            f"{r['lines']:,}",
+            f"**{r['ratio']:.2f}**" if r is run["rows"][0] else f"{r['ratio']:.2f}",
+            pair(r["resumed_s"], r["uninterrupted_s"], ".1f"),
+            fmt(r["startup_s"], ".1f"),
+            "yes" if r["identical"] else "no",
+        ]
+        for run, r in pairs
+    ]
     target = h["targets"]["resume_ratio_max"]
     headers = ["date", "commit", "lines", f"resumed / uninterrupted (target <= {target})", "seconds",
                "start-up s", "bitwise identical"]  # fmt: skip
-    runs = list({id(r): r for r in runs}.values())
     return markdown_table(headers, rows, ["l", "l"] + ["r"] * 5) + ["", caption_runs(h, runs)]
 
 
@@ -745,24 +747,19 @@ def render_embed_resume_float16(h):
 
 def render_embed_resume_rss(h):
     """Peak RSS of embed over 100,000 lines against 1,000 lines (the memory stays flat with the corpus)."""
-    rows, runs = [], []
-    for run in h["runs"]:
-        for r in run["rows"]:
-            if r["measure"] != "peak_rss":
-                continue
-            runs.append(run)
-            rows.append(
-                [
-                    when(run),
-                    fmt(r.get("commit") or run.get("commit")),
-                    r.get("variant") or DASH,
-                    raw(r["ratio"]),
-                    pair(r["rss_large_mib"], r["rss_small_mib"]),
-                ]
-            )
+    pairs, runs = measured(h, "peak_rss")
+    rows = [
+        [
+            when(run),
+            fmt(r.get("commit") or run.get("commit")),
+            r.get("variant") or DASH,
+            raw(r["ratio"]),
+            pair(r["rss_large_mib"], r["rss_small_mib"]),
+        ]
+        for run, r in pairs
+    ]
     target = h["targets"]["rss_ratio_max"]
     headers = ["date", "commit", "variant", f"100,000 / 1,000 lines (target <= {target:.2f})", "peak RSS MiB"]
-    runs = list({id(r): r for r in runs}.values())
     return markdown_table(headers, rows, ["l", "l", "l", "r", "r"]) + ["", caption_runs(h, runs)]
 
 
