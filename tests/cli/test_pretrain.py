@@ -5,7 +5,10 @@ in-process: tests/pretraining/test_loop.py.)
 
 Every run is a tiny model (char filters 8+8+16, 1 highway, LSTM 64 -> 16, 2 layers) on 40 short sentences
 written into a temporary directory, so a run is mostly process start-up. Every subprocess has a timeout so
-a hang (a stuck collective, a run that never stops) fails the test instead of blocking CI.
+a hang (a stuck collective, a run that never stops) fails the test instead of blocking CI. Runs are shared where a test
+only reads or resumes one: `trained` (the CLI, 200 steps) and `resumable` (in-process, 4 steps) are trained once per
+module, and a test that writes into one takes a copy (`copy_run`). kill -9 and SIGTERM are raised inside the run at the
+end of a given step (`SIGNAL_AT_STEP`), so the runs are as short as the path needs, on any machine.
 """
 
 import csv
@@ -14,6 +17,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import forked
 import h5py
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -111,6 +116,39 @@ def pretrain_command(data, output, *args):
     """The training/pretrain.py command line on the test data (for tests that start it with Popen)."""
     base = ["--train", data["train"], "--vocab", data["vocab"], "--config", data["options"], "--output", output]
     return [sys.executable, str(PRETRAIN), *map(str, base), *map(str, args)]
+
+
+# `python -c SIGNAL_AT_STEP STEP SIGNAL SCRIPT ARGS...`: SCRIPT run as `python SCRIPT ARGS...` runs it, with one more
+# Keras callback in its run that raises SIGNAL in the process at the end of step STEP: a signal mid-run at a point
+# that does not depend on the machine's speed (instead of a test polling for a file and sending it from outside).
+SIGNAL_AT_STEP = """
+import runpy, signal, sys
+import keras
+import elmo_tf.pretraining as pretraining
+step, name = int(sys.argv[1]), sys.argv[2]
+class RaiseSignal(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == step:
+            signal.raise_signal(getattr(signal, name))
+run_pretraining = pretraining.run_pretraining
+def run_with_signal(*args, callbacks=None, **kwargs):
+    return run_pretraining(*args, callbacks=[*(callbacks or []), RaiseSignal()], **kwargs)
+pretraining.run_pretraining = run_with_signal
+sys.argv = sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def signalled_at_step(command, step, signal_name):
+    """`command` (`[python, SCRIPT, ARGS...]`, a pretraining command) with `signal_name` raised at the end of `step`."""
+    return [command[0], "-c", SIGNAL_AT_STEP, str(step), signal_name, *command[1:]]
+
+
+def run_command(command, **kwargs):
+    """`command` run to completion (forked), stdout and stderr captured as text."""
+    return forked.run(
+        command, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT, **kwargs
+    )
 
 
 LOG_COLUMNS = ["epoch", "step", "loss", "perplexity", "tokens_per_s", "elapsed_minutes", "val_perplexity"]
@@ -300,33 +338,23 @@ def test_two_workers_train_in_step(data, tmp_path):
 
 # (d) ---------------------------------------------------------------------------------------------------
 def test_kill_9_then_same_command_resumes(data, tmp_path):
+    """kill -9 at step 13 (after ckpt-10; SIGKILL raised at the end of the step: mid-run on any machine), then the
+    same command resumes from ckpt-10, finishes, and log.csv continues."""
     out = tmp_path / "run"
-    total = 150
-    args = pretrain_command(data, out, "--steps", total, "--log-every", 5, "--checkpoint-every", 10, *FAST)
-    with open(tmp_path / "first.log", "w") as log:
-        proc = forked.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
-        state = out / "checkpoints" / "checkpoint"  # written by the manager after the checkpoint's files
-        deadline = time.monotonic() + TIMEOUT
-        try:
-            while not state.exists():
-                assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "no checkpoint appeared"
-                time.sleep(0.02)
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    total = 30
+    command = pretrain_command(data, out, "--steps", total, "--log-every", 5, "--checkpoint-every", 10, *FAST)
+    first = run_command(signalled_at_step(command, 13, "SIGKILL"))
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
     assert not (out / "weights.hdf5").exists()  # it really died mid-run
     _, rows_before = read_log(out)
+    assert [s for s, _ in rows_before] == [5, 10]  # the rows up to the kill are on disk
 
-    second = forked.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    second = run_command(command)
     assert second.returncode == 0, second.stderr[-3000:]
     match = re.search(r"resumed from (\S+) at step (\d+)", second.stderr)
     assert match, second.stderr[-3000:]
     resumed_at = int(match.group(2))
-    assert resumed_at > 0 and resumed_at % 10 == 0 and match.group(1).endswith(f"ckpt-{resumed_at}")
+    assert resumed_at == 10 and match.group(1).endswith(f"ckpt-{resumed_at}")
     assert f"{total} steps (from step {resumed_at})" in second.stderr
     assert done_line(second.stderr).startswith(f"done: step {total},")
     assert json.loads((out / "metrics.json").read_text())["step"] == total
@@ -347,39 +375,26 @@ def temporaries(out):
 
 
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path):
+    """SIGTERM at step 5 (raised at the end of the step: mid-run on any machine): exit 143, a checkpoint of the
+    stopped step, no temporary; the same command resumes from it and finishes."""
     out = tmp_path / "run"
-    total = 60  # about 2 s of steps after the first: the SIGTERM lands long before the end
+    total = 20
     args = pretrain_command(data, out, "--steps", total, "--log-every", 1, "--checkpoint-every", 1000, *FAST)
-    with open(tmp_path / "first.log", "w+") as log:
-        proc = forked.Popen(args, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + TIMEOUT
-        try:
-            # mid-training: after the first log row (step 1)
-            while not (out / "log.csv").exists() or len((out / "log.csv").read_text().splitlines()) < 2:
-                assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "no log row appeared"
-                time.sleep(0.02)
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        log.seek(0)
-        first = log.read()
+    proc = run_command(signalled_at_step(args, 5, "SIGTERM"))
+    first = proc.stderr
     assert proc.returncode == 143, first[-3000:]
     assert "Traceback" not in first, first[-3000:]
     saved = re.search(r"saved (\S+ckpt-(\d+)) \(interrupted\): a rerun resumes from it", first)
     assert saved, first[-3000:]
     stopped_at = int(saved.group(2))
-    assert 1 <= stopped_at < total
+    assert stopped_at == 5
     assert tf.train.latest_checkpoint(str(out / "checkpoints")) == saved.group(1)
     assert not (out / "weights.hdf5").exists()  # stopped, not finished
     assert temporaries(out) == []
     _, rows_before = read_log(out)
     assert rows_before and rows_before[-1][0] in (stopped_at - 1, stopped_at)  # the stopped step's row may be lost
 
-    second = forked.run(args, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    second = run_command(args)
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"resumed from {saved.group(1)} at step {stopped_at}" in second.stderr
     assert f"{total} steps (from step {stopped_at})" in second.stderr
@@ -405,19 +420,11 @@ def test_max_minutes_stops_and_writes_the_model_dir(data, tmp_path):
 
 
 # (e) ---------------------------------------------------------------------------------------------------
-def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
-    vocab = data["words"]
+def test_exported_weights_give_the_in_memory_activations(resumable, data):
+    """The model dir `run_pretraining` wrote (the in-process run `resumable`, 4 steps) against its trainer's model."""
     config = BiLMConfig.from_options(TINY_OPTIONS)
-    out = tmp_path / "run"
-    trainer = Trainer(
-        tf.distribute.OneDeviceStrategy("/cpu:0"),
-        config,
-        TrainConfig(batch_size=8, steps=5, num_sampled=16, optimizer="adam", learning_rate=0.02),
-        vocab,
-        [str(data["train"])],
-    )
-    result = run_pretraining(trainer, Checkpoints(trainer, out), 5, progress=False)
-    assert result["step"] == 5 and math.isfinite(result["loss"])
+    out, trainer, result = resumable["dir"], resumable["run"].trainer, resumable["result"]
+    assert result["step"] == 4 and math.isfinite(result["loss"])
 
     sentences = [data["lines"][0].split(), data["lines"][1].split()[:3], ["unseen", "wörds", "."]]
     n = max(len(s) for s in sentences) + 2  # extra padding
@@ -453,6 +460,11 @@ def test_exported_weights_give_the_in_memory_activations(data, tmp_path):
 
 
 # (g) ---------------------------------------------------------------------------------------------------
+def copy_run(run_dir, tmp_path):
+    """A copy of the run directory `run_dir` at `tmp_path/run` (for a test that resumes it or writes into it)."""
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
 def checkpoint_digests(out):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "checkpoints").iterdir())}
 
@@ -493,36 +505,33 @@ def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     assert [s for s, _ in read_log(out)[1]] == [1, 2]
 
 
-def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_with_one_line(data, tmp_path):
+def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_with_one_line(trained, data, tmp_path):
     """A checkpoint the disk refuses (a file-size limit below its 0.5 MB: EFBIG in TensorFlow's SaveV2, as a full disk
-    gives ENOSPC): exit 1 with one line naming it, nothing of it left (no ckpt-4_temp/, no partial shard, no state file
-    temporary), the previous checkpoint, state file, weights and log as they were."""
-    out = tmp_path / "run"
+    gives ENOSPC): exit 1 with one line naming it, nothing of it left (no ckpt-202_temp/, no partial shard, no state
+    file temporary), the previous checkpoints, state file, weights and log as they were. The run resumed is a copy of
+    `trained` (200 steps, checkpoints 100 and 200)."""
+    out = copy_run(trained["dir"], tmp_path)
     common = ["--checkpoint-every", 2, "--log-every", 1, *FAST]
-    first = run_pretrain(data, out, "--steps", 2, *common)
-    assert first.returncode == 0, first.stderr[-3000:]
     before = checkpoint_digests(out)
-    assert sorted(before) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert sorted(before) == [
+        "checkpoint",
+        *(f"ckpt-{n}.{e}" for n in (100, 200) for e in ("data-00000-of-00001", "index")),
+    ]
     weights = hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest()
-    assert (out / "checkpoints" / "ckpt-2.data-00000-of-00001").stat().st_size > 300_000
-    second = forked.run(
-        pretrain_command(data, out, "--steps", 4, *common),
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        preexec_fn=limit_file_size(300_000),
-    )
-    ckpt = out / "checkpoints" / "ckpt-4"
+    log = (out / "log.csv").read_bytes()
+    assert (out / "checkpoints" / "ckpt-200.data-00000-of-00001").stat().st_size > 300_000
+    second = run_command(pretrain_command(data, out, "--steps", 202, *common), preexec_fn=limit_file_size(300_000))
+    ckpt = out / "checkpoints" / "ckpt-202"
     assert_ends_with_one_error(second, 1, "--output", f"cannot write {str(ckpt)!r}", "File too large")
     assert checkpoint_digests(out) == before
     assert hashlib.sha256((out / "weights.hdf5").read_bytes()).hexdigest() == weights
     assert temporaries(out) == [] and not [p for p in (out / "checkpoints").iterdir() if "tmp" in p.name]
-    assert tf.train.latest_checkpoint(str(out / "checkpoints")) == str(out / "checkpoints" / "ckpt-2")
-    third = run_pretrain(data, out, "--steps", 4, *common)  # room again: resumes from ckpt-2
+    assert tf.train.latest_checkpoint(str(out / "checkpoints")) == str(out / "checkpoints" / "ckpt-200")
+    # the log of the steps trained before the refused checkpoint is appended, its rows before kept
+    assert (out / "log.csv").read_bytes().startswith(log)
+    third = run_pretrain(data, out, "--steps", 202, *common)  # room again: resumes from ckpt-200
     assert third.returncode == 0, third.stderr[-3000:]
-    assert f"resumed from {out / 'checkpoints' / 'ckpt-2'} at step 2" in third.stderr
+    assert f"resumed from {out / 'checkpoints' / 'ckpt-200'} at step 200" in third.stderr
 
 
 def test_diverged_weights_are_never_checkpointed(data, tmp_path):
@@ -571,9 +580,22 @@ class _Run:
         return run_pretraining(self.trainer, self.checkpoints, self.trainer.config.steps, progress=False)
 
 
-def test_learning_rate_flag_applies_on_resume(data, tmp_path):
-    _Run(data, tmp_path / "run", learning_rate=0.5, steps=2).train()
-    resumed = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=4)
+@pytest.fixture(scope="module")
+def resumable(data, tmp_path_factory):
+    """One in-process run of `_Run` (4 steps of SGD at 0.5, checkpoints at steps 2 and 4), trained once: the resume
+    tests take a copy of its directory (`copy_run`), the export test reads its files and its trainer's model.
+    Seeded as a test is (tests/conftest.py), whichever test builds it."""
+    keras.utils.set_random_seed(1234)
+    out = tmp_path_factory.mktemp("resumable") / "run"
+    run = _Run(data, out, steps=4, checkpoint_every=2)
+    result = run.train()
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index")) == ["ckpt-2.index", "ckpt-4.index"]
+    return {"dir": out, "run": run, "result": result}
+
+
+def test_learning_rate_flag_applies_on_resume(resumable, data, tmp_path):
+    out = copy_run(resumable["dir"], tmp_path)  # trained at learning rate 0.5
+    resumed = _Run(data, out, learning_rate=1e30, clip_norm=0.0, steps=8)
     assert resumed.resumed
     assert float(resumed.trainer.optimizer.learning_rate.numpy()) == pytest.approx(1e30)
 
@@ -586,56 +608,56 @@ def test_learning_rate_flag_applies_on_resume(data, tmp_path):
         ({"batch_size": 4}, "batch_size 8 -> 4"),
     ],
 )
-def test_resuming_with_another_data_order_is_refused(data, tmp_path, change, named):
+def test_resuming_with_another_data_order_is_refused(resumable, data, tmp_path, change, named):
     """A resumed run skips the batches already trained; under other data-order settings those are other batches, so
     the rerun is refused, naming the setting and both values, before any state is restored or file written."""
-    _Run(data, tmp_path / "run", steps=2).train()
-    before = checkpoint_digests(tmp_path / "run")
+    out = copy_run(resumable["dir"], tmp_path)
+    before = checkpoint_digests(out)
     with pytest.raises(CheckpointMismatchError, match=re.escape(named) + r".*rerun with those or use a new output"):
-        _Run(data, tmp_path / "run", steps=4, **change)
-    assert checkpoint_digests(tmp_path / "run") == before
+        _Run(data, out, steps=8, **change)
+    assert checkpoint_digests(out) == before
     # the run's own settings, with other steps, learning rate and dropout, still resume
-    assert _Run(data, tmp_path / "run", steps=4, learning_rate=0.1, dropout=0.2).resumed
+    assert _Run(data, out, steps=8, learning_rate=0.1, dropout=0.2).resumed
 
 
-def test_resuming_on_another_replica_count_is_refused(data, tmp_path):
+def test_resuming_on_another_replica_count_is_refused(resumable, data, tmp_path):
     """Each replica's batches are bucketed apart, so the replica count is part of the data order too."""
-    _Run(data, tmp_path / "run", steps=2).train()
-    config = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    out = copy_run(resumable["dir"], tmp_path)
+    config = json.loads((out / "train_config.json").read_text())
     assert config["replicas"] == 1
     config["replicas"] = 2  # as a run on 2 replicas records it
-    (tmp_path / "run" / "train_config.json").write_text(json.dumps(config))
+    (out / "train_config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointMismatchError, match=r"replicas 2 -> 1"):
-        _Run(data, tmp_path / "run", steps=4)
+        _Run(data, out, steps=8)
 
 
-def test_an_unreadable_train_config_does_not_block_resuming(data, tmp_path, caplog):
-    _Run(data, tmp_path / "run", steps=2).train()
-    (tmp_path / "run" / "train_config.json").write_bytes(b"\xff\xfe not json")
+def test_an_unreadable_train_config_does_not_block_resuming(resumable, data, tmp_path, caplog):
+    out = copy_run(resumable["dir"], tmp_path)
+    (out / "train_config.json").write_bytes(b"\xff\xfe not json")
     with caplog.at_level("WARNING", logger="elmo_tf.pretraining"):
-        assert _Run(data, tmp_path / "run", steps=4, bucket_width=2).resumed
+        assert _Run(data, out, steps=8, bucket_width=2).resumed
     assert "train_config.json unreadable" in caplog.text and "not checked" in caplog.text
 
 
-def test_resume_on_other_training_files_warns(data, tmp_path, caplog):
-    _Run(data, tmp_path / "run", steps=2).train()
-    config = json.loads((tmp_path / "run" / "train_config.json").read_text())
+def test_resume_on_other_training_files_warns(resumable, data, tmp_path, caplog):
+    out = copy_run(resumable["dir"], tmp_path)
+    config = json.loads((out / "train_config.json").read_text())
     config["train_files"] = ["a.txt", "b.txt"]
-    (tmp_path / "run" / "train_config.json").write_text(json.dumps(config))
+    (out / "train_config.json").write_text(json.dumps(config))
     with caplog.at_level("WARNING", logger="elmo_tf.pretraining"):
-        assert _Run(data, tmp_path / "run", steps=4).resumed
+        assert _Run(data, out, steps=8).resumed
     assert "training files differ from the run's (1 files, was 2" in caplog.text
 
 
-def test_nan_after_a_good_checkpoint_keeps_it(data, tmp_path):
+def test_nan_after_a_good_checkpoint_keeps_it(resumable, data, tmp_path):
     """In-process: a run from a good checkpoint diverges; NonFiniteLossError, checkpoint files untouched."""
-    _Run(data, tmp_path / "run", steps=4, checkpoint_every=2).train()
-    before = checkpoint_digests(tmp_path / "run")
+    out = copy_run(resumable["dir"], tmp_path)
+    before = checkpoint_digests(out)
     assert {"ckpt-2.index", "ckpt-4.index"} <= set(before)
-    resumed = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1000)
+    resumed = _Run(data, out, learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1000)
     with pytest.raises(NonFiniteLossError, match=r"loss is (nan|-?inf) at step (5|6|7).*ckpt-4\) is kept"):
         resumed.train()
-    assert checkpoint_digests(tmp_path / "run") == before
+    assert checkpoint_digests(out) == before
 
 
 def test_last_good_checkpoint_is_really_good(data, tmp_path):
