@@ -1,5 +1,5 @@
-"""Shared by the NER command-line tests: a tiny CoNLL-2003-like corpus of template sentences, and running a
-command-line script in a subprocess."""
+"""Shared by the NER command-line tests: a tiny CoNLL-2003-like corpus of template sentences, running a
+command-line script in a subprocess, and a converted ELMoForManyLangs biLM made once per test process."""
 
 import os
 import socket
@@ -86,3 +86,17 @@ def free_port():
 def error_line(result):
     """The last stderr line (argparse's one-line error)."""
     return result.stderr.strip().splitlines()[-1]
+
+
+_CONVERTED_EFML = {}
+
+
+def shared_converted_efml(tmp_path_factory, variant="word"):
+    """`convert_testlib.converted_efml(..., variant)`, converted once per test process into the session's temporary
+    directory and then shared by the tests that use it (tests/ner/test_pipeline.py, tests/cli/test_train_ner.py):
+    read it, never write into it."""
+    if variant not in _CONVERTED_EFML:
+        from convert_testlib import converted_efml
+
+        _CONVERTED_EFML[variant] = converted_efml(tmp_path_factory.mktemp(f"efml_{variant}") / "elmo", variant)
+    return _CONVERTED_EFML[variant]

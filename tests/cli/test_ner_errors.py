@@ -309,29 +309,17 @@ def test_train_ner_outputs_are_never_inputs(tmp_path, run_script, tiny_elmo_dir)
     assert (elmo / "metrics.json").read_text() == '{"perplexity": 40.0}\n'
 
 
-def test_train_ner_cache_is_created_then_reused(tmp_path, run_script, tiny_elmo_dir):
-    from elmo_tf.ner.feature_cache import CACHE_MAGIC
+def test_train_ner_cache_is_reused_and_tag_refuses_a_recorded_biLM_changed_since_training(
+    tmp_path, run_script, tiny_elmo_dir, caplog
+):
+    """Two facts of one train_ner.py run on a tiny biLM with --cache (formerly two tests, each training on its own):
 
-    train, dev = write(tmp_path / "train.txt", GOOD * 2), write(tmp_path / "dev.txt", GOOD)
-    cache = tmp_path / "sub" / "features.hdf5"  # its directory is created
-    argv = ["--train", train, "--dev", dev, "--elmo", tiny_elmo_dir, "--epochs", "1", "--lstm-units", "4"]
-    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "a", "--cache", cache])
-    assert code == 0, err
-    assert cache.read_bytes().startswith(CACHE_MAGIC)
-    stat = cache.stat()
-    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "b", "--cache", cache])
-    assert code == 0, err
-    assert (cache.stat().st_mtime_ns, cache.stat().st_ino) == (stat.st_mtime_ns, stat.st_ino)  # read, not rewritten
-    metrics = [json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("a", "b")]
-    for run in metrics:
-        run.pop("train_seconds")
-    assert metrics[0] == metrics[1] and "dev" in metrics[0]  # the same features, the same seed: the same scores
+    test_train_ner_cache_is_created_then_reused: the cache (its directory created) is written by the first run and
+    read, not rewritten, by a second run, which gets the same scores (the same features, the same seed).
 
-
-def test_tag_refuses_a_recorded_biLM_changed_since_training(tmp_path, run_script, tiny_elmo_dir, caplog):
-    """config.json records where training's biLM was; tagging with that path after the weights were rewritten in
-    place gave other features than training's, silently. Now the recorded content (sha256) is compared: exit 1
-    naming --elmo; an explicit --elmo is used as asked, with a warning."""
+    test_tag_refuses_a_recorded_biLM_changed_since_training: config.json records where training's biLM was; tagging
+    with that path after the weights were rewritten in place gave other features than training's, silently. Now the
+    recorded content (sha256) is compared: exit 1 naming --elmo; an explicit --elmo is used as asked, with a warning."""
     import shutil
 
     import keras
@@ -340,13 +328,25 @@ def test_tag_refuses_a_recorded_biLM_changed_since_training(tmp_path, run_script
 
     from elmo_tf import BiLMConfig, ELMo
     from elmo_tf.io.bilm_hdf5 import save_bilm_weights
+    from elmo_tf.ner.feature_cache import CACHE_MAGIC
 
     elmo = tmp_path / "elmo"
     shutil.copytree(tiny_elmo_dir, elmo)
-    train = write(tmp_path / "train.txt", GOOD * 2)
-    argv = ["--train", train, "--dev", train, "--elmo", elmo, "--epochs", "1", "--lstm-units", "4"]
-    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "ner"])
+    train, dev = write(tmp_path / "train.txt", GOOD * 2), write(tmp_path / "dev.txt", GOOD)
+    cache = tmp_path / "sub" / "features.hdf5"  # its directory is created
+    argv = ["--train", train, "--dev", dev, "--elmo", elmo, "--epochs", "1", "--lstm-units", "4"]
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "ner", "--cache", cache])
     assert code == 0, err
+    assert cache.read_bytes().startswith(CACHE_MAGIC)
+    stat = cache.stat()
+    code, _, err = run_script(TRAIN_NER, [*argv, "--output", tmp_path / "b", "--cache", cache])
+    assert code == 0, err
+    assert (cache.stat().st_mtime_ns, cache.stat().st_ino) == (stat.st_mtime_ns, stat.st_ino)  # read, not rewritten
+    metrics = [json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("ner", "b")]
+    for run in metrics:
+        run.pop("train_seconds")
+    assert metrics[0] == metrics[1] and "dev" in metrics[0]  # the same features, the same seed: the same scores
+
     recorded = json.loads((tmp_path / "ner" / "config.json").read_text())["elmo_source"]
     assert recorded["kind"] == "in_process" and len(recorded["identity"]["sha256"]) == 64
     text = write(tmp_path / "in.txt", "EU rejects\n")
@@ -377,8 +377,8 @@ def test_tune_ner_resume_notices_other_data_at_the_same_path(tmp_path, run_scrip
     assert code == 0, err
     settings = json.loads((tmp_path / "t" / "ner" / "tune_ner_settings.json").read_text())
     assert len(settings["train_sha256"]) == 64 and settings["dev_sha256"] == settings["train_sha256"]
-    code, _, err = run_script(TUNE_NER, [*argv, "--max-trials", "1"])  # the same data: resumed
-    assert code == 0, err
+    # the same data at the same path resumes: test_tuning.py::test_rerun_resumes_the_same_project (a second search here
+    # only retrained the tagger again)
     write(train, GOOD * 3 + "\nMary B-PER\n")
     code, _, err = run_script(TUNE_NER, argv)
     assert_one_line(code, err, 2, "--directory", "--train: the content changed", "--dev: the content changed")

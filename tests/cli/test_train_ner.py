@@ -14,7 +14,17 @@ import shutil
 import forked
 import numpy as np
 import pytest
-from ner_testlib import ALLENNLP, DATA_DIR, TAG, TRAIN_NER, error_line, free_port, run_cli, write_corpus
+from ner_testlib import (
+    ALLENNLP,
+    DATA_DIR,
+    TAG,
+    TRAIN_NER,
+    error_line,
+    free_port,
+    run_cli,
+    shared_converted_efml,
+    write_corpus,
+)
 from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
 
 from elmo_tf.io.conll import read_conll
@@ -272,17 +282,16 @@ def test_train_ner_takes_dev_forms_train_lacks_and_tag_py_reloads_them(tmp_path,
 # ------------------------------------------------------------------------------------------------ a converted biLM
 
 
-def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(tmp_path):
+def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(tmp_path, tmp_path_factory):
     """`elmo-tf convert --from elmoformanylangs` output (char vocabulary + word column) as `--elmo`: `elmo-tf
     train-ner` trains on it, `elmo-tf tag` tags with the biLM its config.json records, `elmo-tf export-tagger` exports
     it (its own
     reload check passes), and the SavedModel's tags are `tag`'s."""
     import tensorflow as tf
-    from convert_testlib import converted_efml
 
     from elmo_tf.ner import Encoder
 
-    elmo_dir = converted_efml(tmp_path / "elmo", "word")
+    elmo_dir = shared_converted_efml(tmp_path_factory, "word")  # read only
     paths = write_corpus(tmp_path, sizes=(("train", 16), ("dev", 6), ("test", 6)))
     output = tmp_path / "ner"
     result = run_module(

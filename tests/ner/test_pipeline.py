@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from ner_testlib import shared_converted_efml
 from tiny_models import TINY
 
 from elmo_tf import BiLMConfig, ELMo, save_elmo
@@ -141,14 +142,12 @@ def random_head(elmo, seed=4):
 
 
 @pytest.mark.parametrize("variant", ["word", "noword"])
-def test_a_converted_elmoformanylangs_biLM_feeds_the_tagger_its_own_char_mapping(variant, tmp_path):
+def test_a_converted_elmoformanylangs_biLM_feeds_the_tagger_its_own_char_mapping(variant, tmp_path, tmp_path_factory):
     """A converted ELMoForManyLangs model (code points looked up in its char vocabulary; `word`: the word id column)
     under a tagger with its own char CNN: the activations the tagger's graph computes (`graph_inputs`, what the
     export runs) equal `elmo.embed_tokens`'s and the host side's (`InProcessFeatures`, the embedder: what train-ner and
     tag use) within 1e-6, and in-process tagging, the exported SavedModel and `elmo-tf tag` agree."""
-    from convert_testlib import converted_efml
-
-    elmo_dir = converted_efml(tmp_path / "elmo", variant)
+    elmo_dir = shared_converted_efml(tmp_path_factory, variant)  # read only
     source, _ = open_feature_source(elmo=str(elmo_dir))
     elmo = source.elmo
     head, encoder = random_head(elmo)

@@ -226,7 +226,11 @@ def test_the_reported_best_agrees_with_the_declared_space(search):
 def test_the_report_reads_the_best_trial_through_the_one_declaration(tmp_path, monkeypatch):
     """A hyperparameter added to `config_values` reaches the reported best and the returned config, read from the very
     HyperParameters object `get_best_hyperparameters` returns: a second declaration of the space for the report
-    (a hand-written reader of the trial's values) would miss it."""
+    (a hand-written reader of the trial's values) would miss it.
+
+    The same one-trial search (2 epochs) also shows that the hypermodel's fit puts SpanF1Callback before the callbacks
+    KerasTuner passes (TunerCallback, SaveBestEpoch): a recorder placed after them sees `val_span_f1` in every epoch's
+    logs, equal to the History the oracle scores (formerly test_tuner_callbacks_see_val_span_f1)."""
     paths = write_corpus(tmp_path, (("train", 12), ("dev", 6)))
     data = load_data({"train": str(paths["train"]), "dev": str(paths["dev"])})
     declared, read, returned = tuning.NERHyperModel.config_values, [], []
@@ -241,18 +245,36 @@ def test_the_report_reads_the_best_trial_through_the_one_declaration(tmp_path, m
         returned.extend(get_best(self, num_trials))
         return returned[-num_trials:]
 
+    fit, fits = tuning.NERHyperModel.fit, []
+
+    def recording_fit(self, hp, model, *args, callbacks=(), **kwargs):
+        """Stands a LogRecorder after KerasTuner's own callbacks: what do they see in the logs?"""
+        recorder = LogRecorder()
+        history = fit(self, hp, model, *args, callbacks=[*callbacks, recorder], **kwargs)
+        fits.append((list(callbacks), recorder, history))
+        return history
+
     monkeypatch.setattr(tuning.NERHyperModel, "config_values", with_probe)
+    monkeypatch.setattr(tuning.NERHyperModel, "fit", recording_fit)
     monkeypatch.setattr(keras_tuner.Tuner, "get_best_hyperparameters", recording_get_best)
     config = NERConfig(lstm_units=8, use_chars=False)
-    best, summary = tuning.search(config, data, str(tmp_path / "tuner"), max_trials=1, trial_epochs=1)
+    best, summary = tuning.search(config, data, str(tmp_path / "tuner"), max_trials=1, trial_epochs=2)
     (trial,) = summary["trials"]
     assert summary["best_hyperparameters"] == {"dropout": trial["hyperparameters"]["dropout"], "lstm_units": 6}
     assert (best.lstm_units, best.dropout) == (6, trial["hyperparameters"]["dropout"])
     assert len(returned) == 1 and read[-1] is returned[0]  # the report is derived from that very object
+    # the tuner's callbacks see val_span_f1
+    ((tuner_callbacks, recorder, history),) = fits
+    assert tuner_callbacks and all(isinstance(c, keras.callbacks.Callback) for c in tuner_callbacks)
+    assert len(recorder.seen) == 2
+    assert [logs["val_span_f1"] for logs in recorder.seen] == history.history["val_span_f1"]
+    objective = keras_tuner.Objective("val_span_f1", "max")
+    assert all(objective.has_value(logs) for logs in recorder.seen)
+    assert trial["score"] == pytest.approx(max(history.history["val_span_f1"]))
 
 
 class LogRecorder(keras.callbacks.Callback):
-    """Stands where KerasTuner's own callbacks stand (after the user's): what do they see in the logs?"""
+    """Placed after KerasTuner's own callbacks (which come after SpanF1Callback): the logs they see, epoch by epoch."""
 
     def __init__(self):
         super().__init__()
@@ -260,18 +282,3 @@ class LogRecorder(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.seen.append(dict(logs or {}))
-
-
-def test_tuner_callbacks_see_val_span_f1(tmp_path):
-    """The hypermodel's fit puts SpanF1Callback before the callbacks KerasTuner passes (TunerCallback,
-    SaveBestEpoch): they see `val_span_f1` in every epoch's logs, equal to the History the oracle scores."""
-    paths = write_corpus(tmp_path, (("train", 12), ("dev", 6)))
-    data = load_data({"train": str(paths["train"]), "dev": str(paths["dev"])})
-    hypermodel = hypermodel_for(0, data, trial_epochs=2, config=NERConfig(lstm_units=8, use_chars=False))
-    hp = keras_tuner.HyperParameters()
-    recorder = LogRecorder()
-    history = hypermodel.fit(hp, hypermodel.build(hp), callbacks=[recorder])
-    assert len(recorder.seen) == 2
-    assert [logs["val_span_f1"] for logs in recorder.seen] == history.history["val_span_f1"]
-    objective = keras_tuner.Objective("val_span_f1", "max")
-    assert all(objective.has_value(logs) for logs in recorder.seen)
