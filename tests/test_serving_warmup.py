@@ -43,6 +43,12 @@ def exported(model, tmp_path_factory):
     return ex.export_elmo(model, str(tmp_path_factory.mktemp("models") / "elmo"))
 
 
+@pytest.fixture(scope="module")
+def loaded(exported):
+    """`exported` reloaded once with `tf.saved_model.load` (the tests only call its signatures)."""
+    return tf.saved_model.load(exported)
+
+
 def read_with_tf_serving_protos(path):
     """The records of a TFRecord file parsed as TF Serving parses them (PredictionLog.ParseFromArray)."""
     logs = []
@@ -53,12 +59,11 @@ def read_with_tf_serving_protos(path):
     return logs
 
 
-def test_the_export_writes_one_realistic_request_per_signature_that_runs_as_keras_does(exported, model):
+def test_the_export_writes_one_realistic_request_per_signature_that_runs_as_keras_does(exported, loaded, model):
     # saved_model_warmup_util.cc: io::JoinPath(export_dir, kSavedModelAssetsExtraDirectory, kRequestsFileName)
     path = os.path.join(exported, "assets.extra", "tf_serving_warmup_requests")
     assert warmup_path(exported) == path
     logs = read_with_tf_serving_protos(path)
-    loaded = tf.saved_model.load(exported)
     names = [log.predict_log.request.model_spec.signature_name for log in logs]
     assert sorted(names) == sorted(loaded.signatures) == ["default", "packed", "serving_default", "tokens"]
     assert [log.WhichOneof("log_type") for log in logs] == ["predict_log"] * 4
@@ -148,8 +153,7 @@ def test_log_types_are_run_skipped_or_refused_as_tf_serving_does():
     assert predict_request(log).model_spec.signature_name == "tokens"
 
 
-def test_run_refuses_an_unknown_signature_as_predict_util_does(exported, tmp_path):
-    loaded = tf.saved_model.load(exported)
+def test_run_refuses_an_unknown_signature_as_predict_util_does(loaded, tmp_path):
     export_dir = str(tmp_path / "copy")
     write_warmup_requests(export_dir, [("nosuch", {"sentences": np.array([b"a"], object)})])
     with pytest.raises(WarmupError, match='Serving signature key "nosuch" not found.') as info:
@@ -175,10 +179,12 @@ def test_a_record_declaring_more_bytes_than_the_file_holds_is_refused_before_ten
     """Hostile review (s12): TensorFlow's record reader sizes its buffer from a record's declared length before it
     reads: a 28-byte file whose one header (with a right CRC) declares 2**50 bytes crashed the process
     (SIGSEGV), and with it the version being served. A record that does not fit the file is DATA_LOSS, as TF says of
-    a truncated record, before TensorFlow reads it (in a subprocess: without the check the test process dies)."""
+    a truncated record, before TensorFlow reads it (in a subprocess: without the check the test process dies; forked
+    from the worker's fork server, tests/forked.py, a process of its own that starts without importing TensorFlow)."""
     import struct
-    import subprocess
     import sys
+
+    import forked
 
     path = str(tmp_path / "assets.extra" / "tf_serving_warmup_requests")
     os.makedirs(os.path.dirname(path))
@@ -197,7 +203,7 @@ def test_a_record_declaring_more_bytes_than_the_file_holds_is_refused_before_ten
         "except WarmupError as e:\n"
         "    print(e.code, e)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120)
+    done = forked.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "default"

@@ -97,12 +97,36 @@ def assert_close(expected, actual, what):
     return max(diffs.values(), default=0.0)
 
 
-def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
-    export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"))
-    # the export holds TF Serving's warmup file (assets.extra/): the C++ loader loads the SavedModel beside it
-    assert os.path.isfile(os.path.join(export_dir, "assets.extra", "tf_serving_warmup_requests"))
+LM_WORDS = ["<S>", "</S>", "<UNK>"] + "The cat sat on the mat . Dogs are in fog".split()
+
+
+@pytest.fixture(scope="module")
+def lm_export(model, tmp_path_factory):
+    """`(export_dir, lm)`: the test model exported with an `lm` signature (a random softmax over LM_WORDS, top k 2):
+    every signature of an ELMo export, `lm` included, in one SavedModel for one run of the C++ loader."""
+    import h5py
+
+    from elmo_tf.models import load_language_model
+
+    directory = tmp_path_factory.mktemp("lm_export")
+    rng = np.random.default_rng(0)
+    with h5py.File(directory / "softmax.hdf5", "w") as f:
+        f["softmax/W"] = rng.normal(0, 0.5, size=(len(LM_WORDS), model.config.projection_dim)).astype(np.float32)
+        f["softmax/b"] = rng.normal(0, 0.5, size=len(LM_WORDS)).astype(np.float32)
+    (directory / "vocab.txt").write_text("\n".join(LM_WORDS) + "\n")
+    lm = load_language_model(
+        None, None, str(directory / "softmax.hdf5"), str(directory / "vocab.txt"), elmo=model, top_k=2
+    )
+    return ex.export_elmo(model, str(directory / "models" / "elmo"), lm=lm), lm
+
+
+@pytest.fixture(scope="module")
+def every_signature_run(checker, lm_export, tmp_path_factory):
+    """ONE run of the C++ loader on `lm_export` answers test_cpp_loader_runs_every_signature_like_python (the
+    sentence, token and packed signatures, empty batches, `--sentence`) and
+    test_cpp_loader_runs_the_lm_signature_like_python (the `lm` signature). Returns `(proc, outputs, inputs)`."""
+    export_dir, _ = lm_export
     token_lists = ex.reference_tokens(SENTENCES)
-    expected = ex.reference_outputs(model, token_lists)
     tokens, lengths = ex._pad(token_lists)
     junk = np.where(tokens == b"", b"junk", tokens)
     empty_inside = np.array([[b"a", b"", b"b"], [b"c", b"d", b"x"]], object)
@@ -113,10 +137,25 @@ def test_cpp_loader_runs_every_signature_like_python(checker, model, tmp_path):
         ("empty_inside", "tokens", {"tokens": empty_inside, "sequence_len": np.array([3, 2])}),
         ("empty_batch", "default", {"sentences": np.zeros([0], object)}),
         ("empty_batch_tokens", "tokens", {"tokens": np.zeros([0, 0], object), "sequence_len": np.zeros([0], np.int32)}),
+        ("lm", "lm", {"tokens": junk, "sequence_len": lengths}),
     ]
     ((packed_inputs, placed),) = pack_token_lists(token_lists)
     runs.append(("packed", "packed", packed_inputs))
+    tmp_path = tmp_path_factory.mktemp("every_signature")
     proc, got = run_checker(checker, export_dir, tmp_path, runs, sentences=["a b c", ""])
+    inputs = dict(token_lists=token_lists, tokens=tokens, empty_inside=empty_inside, placed=placed)
+    return proc, got, inputs
+
+
+def test_cpp_loader_runs_every_signature_like_python(every_signature_run, lm_export, model):
+    """Every signature in TF Serving's C++ loader with the Keras model's numbers (the loader's run is shared with the
+    `lm` test: `every_signature_run`)."""
+    export_dir, _ = lm_export
+    proc, got, inputs = every_signature_run
+    token_lists, empty_inside, placed = inputs["token_lists"], inputs["empty_inside"], inputs["placed"]
+    # the export holds TF Serving's warmup file (assets.extra/): the C++ loader loads the SavedModel beside it
+    assert os.path.isfile(os.path.join(export_dir, "assets.extra", "tf_serving_warmup_requests"))
+    expected = ex.reference_outputs(model, token_lists)
     stdout = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, stdout[-3000:] + proc.stderr.decode(errors="replace")[-3000:]
     for signature in ("default", "serving_default", "tokens", "packed"):  # packed: inputs of ones are valid
@@ -191,27 +230,12 @@ def test_cpp_loader_catches_the_tf_module_trap(checker, model, tmp_path):
     assert "Could not find variable" in proc.stderr.decode(errors="replace")
 
 
-def test_cpp_loader_runs_the_lm_signature_like_python(checker, model, tmp_path):
+def test_cpp_loader_runs_the_lm_signature_like_python(every_signature_run, lm_export):
     """The `lm` signature (softmax + vocabulary, top k) loads and runs in TF Serving's C++ loader with the numbers of
-    the in-process language model."""
-    import h5py
-
-    from elmo_tf.models import load_language_model
-
-    words = ["<S>", "</S>", "<UNK>"] + "The cat sat on the mat . Dogs are in fog".split()
-    rng = np.random.default_rng(0)
-    with h5py.File(tmp_path / "softmax.hdf5", "w") as f:
-        f["softmax/W"] = rng.normal(0, 0.5, size=(len(words), model.config.projection_dim)).astype(np.float32)
-        f["softmax/b"] = rng.normal(0, 0.5, size=len(words)).astype(np.float32)
-    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
-    lm = load_language_model(
-        None, None, str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"), elmo=model, top_k=2
-    )
-    export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"), lm=lm)
-    tokens, lengths = ex._pad(ex.reference_tokens(SENTENCES))
-    expected = lm.score_tokens(tf.constant(tokens, tf.string))
-    junk = np.where(tokens == b"", b"junk", tokens)
-    proc, got = run_checker(checker, export_dir, tmp_path, [("lm", "lm", {"tokens": junk, "sequence_len": lengths})])
+    the in-process language model (the loader's run of `every_signature_run`)."""
+    _, lm = lm_export
+    proc, got, inputs = every_signature_run
+    expected = lm.score_tokens(tf.constant(inputs["tokens"], tf.string))
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
     assert "warmup lm: ok" in proc.stdout.decode()
     for key in ("forward_log_probs", "backward_log_probs", "forward_top_k_log_probs", "backward_top_k_log_probs"):

@@ -2,6 +2,7 @@
 saved_model_cli, a disk that refuses the export."""
 
 import base64
+import importlib.util
 import json
 import os
 import signal
@@ -52,7 +53,36 @@ def exported(model, tmp_path_factory):
     return ex.export_elmo(model, str(base))
 
 
-# A runner that imports only tensorflow (and tensorflow_text when asked): elmo_tf is made unimportable.
+@pytest.fixture(scope="module")
+def loaded(exported):
+    """`exported` reloaded once with `tf.saved_model.load` for the tests that only read or call its signatures."""
+    return tf.saved_model.load(exported)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """A tiny ELMo (Keras' seeded initializers) for the tests of versions, temporaries and the command line, which
+    do not compare numbers with a reference: its exports take less time than the test biLM's."""
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+
+    keras.utils.set_random_seed(0)
+    return ELMo(BiLMConfig(**TINY))
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tiny_model, tmp_path_factory):
+    """options.json + weights.hdf5 of `tiny_model` (an export of it takes seconds)."""
+    from elmo_tf.models import save_elmo
+
+    directory = tmp_path_factory.mktemp("tiny") / "model"
+    save_elmo(tiny_model, str(directory))
+    return directory
+
+
+# A runner that imports only tensorflow (and tensorflow_text when a job asks): elmo_tf is made unimportable. It runs
+# its jobs in order, so a job loading an export before tensorflow_text is imported sees what a process without it sees.
 FRESH_RUNNER = textwrap.dedent("""
     import base64, json, os, sys
     sys.modules["elmo_tf"] = None  # any import of elmo_tf fails: the SavedModel must not need it
@@ -60,20 +90,29 @@ FRESH_RUNNER = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     request = json.load(open(sys.argv[1]))
-    if request["tf_text"]:
-        import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-    loaded = tf.saved_model.load(request["export_dir"])
-    print("signatures", sorted(loaded.signatures))
-    for run in request["runs"]:
-        inputs = {}
-        for key, spec in run["inputs"].items():
-            if spec["dtype"] == "string":
-                values = [base64.b64decode(v) for v in spec["values"]]
-                inputs[key] = tf.reshape(tf.constant(values, tf.string), spec["shape"])
-            else:
-                inputs[key] = tf.constant(np.array(spec["values"], spec["dtype"]).reshape(spec["shape"]))
-        out = loaded.signatures[run["signature"]](**inputs)
-        np.savez(os.path.join(request["out_dir"], run["label"] + ".npz"), **{k: v.numpy() for k, v in out.items()})
+    for job in request["jobs"]:
+        if job["tf_text"]:
+            import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+        try:
+            loaded = tf.saved_model.load(job["export_dir"])
+        except Exception as e:
+            if not job["record_load_error"]:
+                raise
+            with open(os.path.join(request["out_dir"], job["name"] + ".load_error"), "w") as f:
+                f.write("LOAD FAILED " + str(e))
+            continue
+        print("signatures", sorted(loaded.signatures))
+        for run in job["runs"]:
+            inputs = {}
+            for key, spec in run["inputs"].items():
+                if spec["dtype"] == "string":
+                    values = [base64.b64decode(v) for v in spec["values"]]
+                    inputs[key] = tf.reshape(tf.constant(values, tf.string), spec["shape"])
+                else:
+                    inputs[key] = tf.constant(np.array(spec["values"], spec["dtype"]).reshape(spec["shape"]))
+            out = loaded.signatures[run["signature"]](**inputs)
+            path = os.path.join(request["out_dir"], run["label"] + ".npz")
+            np.savez(path, **{k: v.numpy() for k, v in out.items()})
     assert not any(name.startswith("elmo_tf") and sys.modules[name] is not None for name in sys.modules)
     print("fresh process ok")
 """)
@@ -93,17 +132,25 @@ def int_input(array):
     return {"dtype": "int32", "shape": list(array.shape), "values": array.reshape(-1).tolist()}
 
 
-def run_fresh(export_dir, runs, tmp_path, tf_text=False):
-    """Runs `runs` ([label, signature, inputs]) on `export_dir` in a new Python process; outputs by label."""
-    out_dir = tmp_path / "fresh_out"
-    out_dir.mkdir(exist_ok=True)
-    request = {
+def fresh_job(name, export_dir, runs=(), tf_text=False, record_load_error=False):
+    """A job of the fresh process: load `export_dir` (after `import tensorflow_text` when `tf_text`; a failed load is
+    written to `<name>.load_error` when `record_load_error`, else it fails the process), then `runs`
+    ([label, signature, inputs])."""
+    return {
+        "name": name,
         "export_dir": str(export_dir),
         "tf_text": tf_text,
-        "out_dir": str(out_dir),
+        "record_load_error": record_load_error,
         "runs": [{"label": label, "signature": sig, "inputs": inputs} for label, sig, inputs in runs],
     }
-    (tmp_path / "request.json").write_text(json.dumps(request))
+
+
+def run_fresh(jobs, tmp_path):
+    """Runs `jobs` (`fresh_job`) in order in one new Python process; returns `{label: outputs}` of every run and
+    `{name: message}` of every recorded load error."""
+    out_dir = tmp_path / "fresh_out"
+    out_dir.mkdir(exist_ok=True)
+    (tmp_path / "request.json").write_text(json.dumps({"out_dir": str(out_dir), "jobs": jobs}))
     (tmp_path / "runner.py").write_text(FRESH_RUNNER)
     proc = subprocess.run(
         [PYTHON, str(tmp_path / "runner.py"), str(tmp_path / "request.json")],
@@ -114,7 +161,9 @@ def run_fresh(export_dir, runs, tmp_path, tf_text=False):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "fresh process ok" in proc.stdout
-    return {label: dict(np.load(out_dir / f"{label}.npz")) for label, _, _ in runs}
+    outputs = {run["label"]: dict(np.load(out_dir / f"{run['label']}.npz")) for job in jobs for run in job["runs"]}
+    errors = {p.stem: p.read_text() for p in out_dir.glob("*.load_error")}
+    return outputs, errors
 
 
 def assert_close(expected, actual, what):
@@ -141,8 +190,7 @@ def test_output_keys_follow_the_serving_contract():
     ]
 
 
-def test_signatures_and_specs(exported, model):
-    loaded = tf.saved_model.load(exported)
+def test_signatures_and_specs(loaded, model):
     assert {"default", "serving_default", "tokens"} <= set(loaded.signatures)
     keys = set(contract.output_keys(model.config.num_layers))
     p = model.config.projection_dim
@@ -164,10 +212,9 @@ def test_signatures_and_specs(exported, model):
     }
 
 
-def test_packed_signature_computes_embeds_activations(exported, model):
+def test_packed_signature_computes_embeds_activations(exported, loaded, model):
     """The internal `packed` signature: a batch of one packed call (leading axis 1), and its activations and mix at
     every sentence's positions are the Keras model's (`check_export` compares them too)."""
-    loaded = tf.saved_model.load(exported)
     _, specs = loaded.signatures["packed"].structured_input_signature
     assert specs == {
         "tokens": tf.TensorSpec([1, None], tf.string, name="tokens"),
@@ -198,17 +245,20 @@ def test_no_packed_signature_for_a_per_sentence_layer_norm_mix(tmp_path):
     assert "packed" not in tf.saved_model.load(export_dir).signatures
 
 
-def test_fresh_process_parity(exported, model, tmp_path):
-    """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5."""
+def parity_inputs():
+    """The token lists of SENTENCE_BYTES, and the `tokens` inputs of the fresh-process runs: `junk` (padding replaced
+    by tokens beyond sequence_len), `wide` (two more columns), `empty_inside` (an empty token inside the length)."""
     token_lists = ex.reference_tokens(SENTENCE_BYTES)
-    assert token_lists[5] == ["Zürich".encode(), "naïve".encode(), "café".encode(), b"!"]
-    assert token_lists[2] == [] and token_lists[3] == []
-    expected = keras_reference(model, token_lists)
     tokens, lengths = ex._pad(token_lists)
     junk = np.where(tokens == b"", b"junk", tokens)  # beyond sequence_len: must be ignored
     wide = np.concatenate([junk, np.full([len(junk), 2], b"more", object)], axis=1)  # extra columns: zeros there
     empty_inside = np.array([[b"a", b"", b"b"], [b"c", b"d", b"x"]], object)
-    runs = [
+    return token_lists, lengths, junk, wide, empty_inside
+
+
+def parity_runs():
+    _, lengths, junk, wide, empty_inside = parity_inputs()
+    return [
         ("default", "default", {"sentences": string_input(SENTENCE_BYTES)}),
         ("serving_default", "serving_default", {"sentences": string_input(SENTENCE_BYTES)}),
         ("tokens", "tokens", {"tokens": string_input(junk), "sequence_len": int_input(lengths)}),
@@ -223,7 +273,39 @@ def test_fresh_process_parity(exported, model, tmp_path):
         ),
         ("all_empty", "default", {"sentences": string_input([b"", b" \t "])}),
     ]
-    got = run_fresh(exported, runs, tmp_path)
+
+
+UNICODE_SENTENCES = [b"Hello, world! Aren't they?", b"", "naïve café.".encode()]
+
+
+@pytest.fixture(scope="module")
+def fresh_process_outputs(exported, request, tmp_path_factory):
+    """ONE process that imports only tensorflow (elmo_tf unimportable) answers the three fresh-process tests, in this
+    order: it loads the unicode_script export before `import tensorflow_text` (the load must fail:
+    test_unicode_script_export_needs_tf_text_ops), runs the whitespace export's signatures
+    (test_fresh_process_parity), then imports tensorflow_text and runs the unicode_script export
+    (test_unicode_script_export_fresh_process). Without tensorflow-text only the whitespace jobs run (the two
+    unicode_script tests skip). Returns `({label: outputs}, {job name: load error})`."""
+    jobs = []
+    unicode_path = None
+    if importlib.util.find_spec("tensorflow_text") is not None:
+        unicode_path = request.getfixturevalue("unicode_script_export")
+        jobs.append(fresh_job("unicode_without_tf_text", unicode_path, record_load_error=True))
+    jobs.append(fresh_job("whitespace", exported, parity_runs()))
+    if unicode_path is not None:
+        runs = [("unicode_script_default", "default", {"sentences": string_input(UNICODE_SENTENCES)})]
+        jobs.append(fresh_job("unicode_with_tf_text", unicode_path, runs, tf_text=True))
+    return run_fresh(jobs, tmp_path_factory.mktemp("fresh_process"))
+
+
+def test_fresh_process_parity(fresh_process_outputs, model):
+    """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5 (the
+    process is shared with the unicode_script tests: `fresh_process_outputs`)."""
+    token_lists, _, _, _, empty_inside = parity_inputs()
+    assert token_lists[5] == ["Zürich".encode(), "naïve".encode(), "café".encode(), b"!"]
+    assert token_lists[2] == [] and token_lists[3] == []
+    expected = keras_reference(model, token_lists)
+    got, _ = fresh_process_outputs
     worst = 0.0
     for label in ("default", "serving_default", "tokens"):
         worst = max(worst, assert_close(expected, got[label], label))
@@ -257,8 +339,8 @@ def test_fresh_process_parity(exported, model, tmp_path):
     print(f"fresh-process parity: max |diff| {worst:.3g}")
 
 
-def test_tokens_signature_rejects_inconsistent_lengths(exported):
-    fn = tf.saved_model.load(exported).signatures["tokens"]
+def test_tokens_signature_rejects_inconsistent_lengths(loaded):
+    fn = loaded.signatures["tokens"]
     tokens = tf.constant([["a", "b"]])
     for lengths, message in (
         ([3], "sequence_len must be <= the width of tokens"),
@@ -294,47 +376,43 @@ def unicode_script_export(model, tmp_path_factory):
     return ex.export_elmo(model, str(tmp_path_factory.mktemp("models") / "elmo"), tokenizer="unicode_script")
 
 
-def test_unicode_script_export_fresh_process(model, unicode_script_export, tmp_path):
-    path = unicode_script_export
-    sentences = [b"Hello, world! Aren't they?", b"", "naïve café.".encode()]
-    token_lists = ex.reference_tokens(sentences, "unicode_script")
+def test_unicode_script_export_fresh_process(model, unicode_script_export, fresh_process_outputs):
+    """A fresh process that imports tensorflow_text runs the unicode_script export as the Keras model (the process of
+    `fresh_process_outputs`)."""
+    token_lists = ex.reference_tokens(UNICODE_SENTENCES, "unicode_script")
     assert token_lists[0] == [b"Hello", b",", b"world", b"!", b"Aren", b"'", b"t", b"they", b"?"]
     expected = keras_reference(model, token_lists)
-    got = run_fresh(path, [("default", "default", {"sentences": string_input(sentences)})], tmp_path, tf_text=True)
-    assert_close(expected, got["default"], "unicode_script default")
+    got, _ = fresh_process_outputs
+    assert_close(expected, got["unicode_script_default"], "unicode_script default")
 
 
-def test_unicode_script_export_needs_tf_text_ops(unicode_script_export):
-    """Documented: without `import tensorflow_text` a fresh process cannot load the unicode_script export."""
-    path = unicode_script_export
-    code = (
-        "import sys, tensorflow as tf\n"
-        "try:\n    tf.saved_model.load(sys.argv[1])\n"
-        "except Exception as e:\n    print('LOAD FAILED', e)\n"
-    )
-    proc = subprocess.run([PYTHON, "-c", code, path], capture_output=True, text=True, timeout=300)
-    assert "LOAD FAILED" in proc.stdout and "UnicodeScriptTokenizeWithOffsets" in proc.stdout, proc.stdout[-2000:]
+def test_unicode_script_export_needs_tf_text_ops(unicode_script_export, fresh_process_outputs):
+    """Documented: without `import tensorflow_text` a fresh process cannot load the unicode_script export (the load
+    before the import in the process of `fresh_process_outputs`)."""
+    _, errors = fresh_process_outputs
+    message = errors.get("unicode_without_tf_text", "")
+    assert "LOAD FAILED" in message and "UnicodeScriptTokenizeWithOffsets" in message, errors
 
 
 # ------------------------------------------------------------------------------------------------ versioning
 
 
-def test_versions_count_up_and_are_never_overwritten(model, tmp_path):
+def test_versions_count_up_and_are_never_overwritten(tiny_model, tmp_path):
     base = tmp_path / "elmo"
     base.mkdir()
     (base / "notes").mkdir()  # non-integer names are not versions
-    first = ex.export_elmo(model, str(base), check=False)
+    first = ex.export_elmo(tiny_model, str(base), check=False)
     assert first == str(base / "1")
-    second = ex.export_elmo(model, str(base), check=False)
+    second = ex.export_elmo(tiny_model, str(base), check=False)
     assert second == str(base / "2")
     assert ex.existing_versions(str(base)) == [1, 2] and ex.next_version(str(base)) == 3
     mode = stat.S_IMODE(os.stat(second).st_mode)
     assert mode & 0o005 == 0o005 & ~_umask(), f"version directory mode {oct(mode)} hides it from other users"
     before = sorted(os.listdir(second))
     with pytest.raises(FileExistsError, match="version 2 already exists"):
-        ex.export_elmo(model, str(base), version=2, check=False)
+        ex.export_elmo(tiny_model, str(base), version=2, check=False)
     assert sorted(os.listdir(second)) == before
-    assert ex.export_elmo(model, str(base), version=10, check=False) == str(base / "10")
+    assert ex.export_elmo(tiny_model, str(base), version=10, check=False) == str(base / "10")
     assert ex.next_version(str(base)) == 11
     assert sorted(os.listdir(base)) == ["1", "10", "2", "notes"]  # no temporary directory left
 
@@ -345,7 +423,7 @@ def _umask():
     return mask
 
 
-def test_failed_export_leaves_nothing(model, tmp_path, monkeypatch):
+def test_failed_export_leaves_nothing(tiny_model, tmp_path, monkeypatch):
     base = tmp_path / "elmo"
 
     def broken_check(*args, **kwargs):
@@ -353,20 +431,20 @@ def test_failed_export_leaves_nothing(model, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ex, "check_export", broken_check)
     with pytest.raises(ex.ExportError, match="simulated"):
-        ex.export_elmo(model, str(base / "deeper"))
+        ex.export_elmo(tiny_model, str(base / "deeper"))
     assert os.listdir(tmp_path) == []  # the base (and its parent) it created are gone again
     base.mkdir()
     with pytest.raises(ex.ExportError, match="simulated"):
-        ex.export_elmo(model, str(base))
+        ex.export_elmo(tiny_model, str(base))
     assert os.listdir(base) == []  # neither a version nor a temporary directory; a base that existed stays
     with pytest.raises(ValueError, match="tokenizer"):
-        ex.export_elmo(model, str(base), tokenizer="spaces")
+        ex.export_elmo(tiny_model, str(base), tokenizer="spaces")
     with pytest.raises(ValueError, match="version"):
-        ex.export_elmo(model, str(base), version=0)
+        ex.export_elmo(tiny_model, str(base), version=0)
     with pytest.raises(ValueError, match="version"):
-        ex.export_elmo(model, str(tmp_path / "new"), version=2**63)
+        ex.export_elmo(tiny_model, str(tmp_path / "new"), version=2**63)
     with pytest.raises(ValueError, match="max_tokens"):
-        ex.export_elmo(model, str(base), max_tokens=0)
+        ex.export_elmo(tiny_model, str(base), max_tokens=0)
     assert os.listdir(base) == [] and os.listdir(tmp_path) == ["elmo"]
 
 
@@ -416,17 +494,13 @@ def test_help_has_examples():
         assert text in proc.stdout, text
 
 
-def test_script_end_to_end_with_model_dir(model, tmp_path):
-    from elmo_tf.models import save_elmo
-
-    model_dir = tmp_path / "pretrain"
-    save_elmo(model, str(model_dir))
+def test_script_end_to_end_with_model_dir(tiny_model_dir, tmp_path):
     base = tmp_path / "models" / "elmo"
     cmd = [
         PYTHON,
         str(SCRIPT),
         "--model-dir",
-        str(model_dir),
+        str(tiny_model_dir),
         "--output",
         str(base),
         "--version",
@@ -438,14 +512,9 @@ def test_script_end_to_end_with_model_dir(model, tmp_path):
     assert "parity ok" in proc.stderr
 
 
-def test_script_refuses_an_existing_version(model, tmp_path, run_script):
-    from elmo_tf.models import save_elmo
-
-    save_elmo(model, str(tmp_path / "pretrain"))
+def test_script_refuses_an_existing_version(tiny_model_dir, tmp_path, run_script):
     (tmp_path / "elmo" / "7").mkdir(parents=True)
-    code, _, err = run_script(
-        SCRIPT, ["--model-dir", tmp_path / "pretrain", "--output", tmp_path / "elmo", "--version", "7"]
-    )
+    code, _, err = run_script(SCRIPT, ["--model-dir", tiny_model_dir, "--output", tmp_path / "elmo", "--version", "7"])
     assert code == 2
     assert "--version: version 7 already exists" in err and err.count("\n") == 1
     assert os.listdir(tmp_path / "elmo" / "7") == []
@@ -456,16 +525,18 @@ def test_script_refuses_an_existing_version(model, tmp_path, run_script):
 
 @pytest.mark.skipif(not os.path.exists(SAVED_MODEL_CLI), reason="saved_model_cli is not in the venv")
 def test_saved_model_cli_show_and_run(exported):
-    show = subprocess.run(
-        [SAVED_MODEL_CLI, "show", "--dir", exported, "--all"], capture_output=True, text=True, timeout=300
+    """The venv's saved_model_cli script, run by this interpreter (its shebang's) through the fork server."""
+    show = forked.run(
+        [PYTHON, SAVED_MODEL_CLI, "show", "--dir", exported, "--all"], capture_output=True, text=True, timeout=300
     )
     assert show.returncode == 0, show.stderr[-2000:]
     for signature in ("default", "serving_default", "tokens"):
         assert f"signature_def['{signature}']" in show.stdout
     for output in ("word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "sequence_len", "mask"):
         assert f"outputs['{output}']" in show.stdout
-    run = subprocess.run(
+    run = forked.run(
         [
+            PYTHON,
             SAVED_MODEL_CLI,
             "run",
             "--dir",
@@ -500,15 +571,12 @@ def _wait_for_temp(base, proc, seconds=240):
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
-def test_a_killed_export_publishes_nothing_and_its_temporary_goes(model, tmp_path, how):
+def test_a_killed_export_publishes_nothing_and_its_temporary_goes(tiny_model, tiny_model_dir, tmp_path, how):
     """kill -9 leaves the hidden temporary, which the next export to the same base removes; SIGTERM removes it
     itself and exits 143. Neither publishes a version."""
-    from elmo_tf.models import save_elmo
-
-    save_elmo(model, str(tmp_path / "pretrain"))
     base = tmp_path / "elmo"
     proc = forked.Popen(
-        [PYTHON, str(SCRIPT), "--model-dir", str(tmp_path / "pretrain"), "--output", str(base)],
+        [PYTHON, str(SCRIPT), "--model-dir", str(tiny_model_dir), "--output", str(base)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -526,17 +594,17 @@ def test_a_killed_export_publishes_nothing_and_its_temporary_goes(model, tmp_pat
     else:
         assert proc.returncode == -signal.SIGKILL
         assert sorted(os.listdir(base)) == sorted(temps)  # left behind, hidden: a model server ignores it
-    path = ex.export_elmo(model, str(base), check=False)
+    path = ex.export_elmo(tiny_model, str(base), check=False)
     assert os.listdir(base) == ["1"] and path == str(base / "1")
 
 
-def test_a_live_exports_temporary_is_kept(model, tmp_path):
+def test_a_live_exports_temporary_is_kept(tiny_model, tmp_path):
     base = tmp_path / "elmo"
     live = base / f".1.tmp-{os.getpid()}-0123abcd"  # this process: alive
     dead = base / ".5.tmp-999999999-0123abcd"  # no such process
     live.mkdir(parents=True)
     dead.mkdir()
-    ex.export_elmo(model, str(base), version=2, check=False)
+    ex.export_elmo(tiny_model, str(base), version=2, check=False)
     assert sorted(os.listdir(base)) == sorted(["2", live.name])
 
 
@@ -617,17 +685,6 @@ def test_an_explicit_version_taken_meanwhile_is_refused_and_nothing_is_left(tmp_
     assert os.listdir(base) == ["3"] and (base / "3" / "saved_model.pb").read_bytes() == b"fast"
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """options.json + weights.hdf5 of a tiny random ELMo (an export of it takes seconds)."""
-    from elmo_tf import BiLMConfig, ELMo
-    from elmo_tf.models import save_elmo
-
-    directory = tmp_path_factory.mktemp("tiny") / "model"
-    save_elmo(ELMo(BiLMConfig(**TINY)), str(directory))
-    return directory
-
-
 def test_two_exports_at_once_into_one_base_both_publish(tiny_model_dir, tmp_path):
     base = tmp_path / "models" / "elmo"
     procs = [
@@ -691,10 +748,9 @@ def test_a_full_disk_publishes_nothing_and_ends_with_one_line(tiny_model_dir, tm
             assert not (tmp_path / "new").exists()
 
 
-def test_the_export_encodes_each_distinct_token_once(exported):
+def test_the_export_encodes_each_distinct_token_once(loaded):
     """The signatures run `ELMo.call`, so the char CNN goes through `CharCNN.encode_distinct` (a UniqueV2 over the
     char-id rows) in the SavedModel too; test_fresh_process_parity checks its outputs against Keras."""
-    loaded = tf.saved_model.load(exported)
     for name in contract.SIGNATURES:
         graph = loaded.signatures[name].graph.as_graph_def()
         ops = {node.op for node in graph.node} | {n.op for f in graph.library.function for n in f.node_def}

@@ -58,6 +58,12 @@ def trained(tmp_path_factory):
     return head, encoder, elmo, batches, path
 
 
+@pytest.fixture(scope="module")
+def loaded(trained):
+    """The tagger export reloaded once (in this process) for the tests that call its signatures."""
+    return tf.saved_model.load(trained[-1])
+
+
 def test_export_matches_keras_tagger_in_fresh_process(trained):
     head, encoder, _, batches, path = trained
     expected = predict_tags(head, batches)  # IOB2 (the files' scheme)
@@ -88,12 +94,12 @@ def test_export_matches_keras_tagger_in_fresh_process(trained):
     assert expected == [s.tags for s in SENTENCES]
 
 
-def test_empty_sentences_and_batches_in_the_savedmodel(trained):
+def test_empty_sentences_and_batches_in_the_savedmodel(trained, loaded):
     """The reloaded `tag` signature on empty sentences: ["", ""] and an empty batch (InvalidArgumentError before), a
     batch whose longest sentence has one token (so did it), and empty sentences among others: empty ones get
     sequence_len 0, no tags, no spans; the others exactly what they get alone and what the Keras tagger gives."""
-    head, encoder, elmo, _, path = trained
-    tag = tf.saved_model.load(path).signatures["tag"]
+    head, encoder, elmo, _, _ = trained
+    tag = loaded.signatures["tag"]
 
     def run(batch):
         return {k: v.numpy() for k, v in tag(sentences=tf.constant(batch, tf.string)).items()}
@@ -162,11 +168,11 @@ def test_cli_refuses_to_overwrite_a_version(trained, tmp_path):
         export_tagger(head, encoder, os.path.dirname(path), elmo=elmo, version=1)
 
 
-def test_training_and_export_run_the_same_featurizer(trained):
+def test_training_and_export_run_the_same_featurizer(trained, loaded):
     """The tagger export's `featurize` signature (the SavedModel, reloaded) gives exactly the inputs training fed the
     head (NERBatches), on the training sentences and on words that test lowercasing, unknown words, long tokens and
     Unicode spaces kept inside tokens."""
-    head, encoder, _, _, path = trained
+    _, encoder, _, _, _ = trained
     sentences = [s.tokens for s in SENTENCES] + [
         ["EU", "İSTANBUL", "Straße", "ÄÖÜ", "x" * 60],
         ["Peter\u00a0Blackburn", "unknown-word", "BRUSSELS"],
@@ -177,7 +183,6 @@ def test_training_and_export_run_the_same_featurizer(trained):
         items, encoder, encoder.featurizer(), None, batch_size=len(items), shuffle=False, with_tags=False
     )
     rows, trained_inputs, _ = batches.batch(0)
-    loaded = tf.saved_model.load(path)
     served = loaded.signatures[FEATURIZE_SIGNATURE](sentences=tf.constant([" ".join(t) for t in sentences]))
     order = np.argsort(rows)  # NERBatches groups by length
     width = trained_inputs["mask"].shape[1]
@@ -238,7 +243,7 @@ def test_cli_on_a_full_disk_publishes_nothing_and_ends_with_one_line(ner_dir, tm
     assert os.listdir(tmp_path) == []
 
 
-def test_the_warmup_file_asks_every_signature_and_runs(trained):
+def test_the_warmup_file_asks_every_signature_and_runs(trained, loaded):
     """assets.extra/tf_serving_warmup_requests (TF Serving's saved_model_warmup_util.cc), read with TF Serving's
     protos: one PredictRequest per signature, the 8 warmup sentences, each run by the reloaded tagger."""
     from tensorflow_serving.apis import prediction_log_pb2
@@ -246,7 +251,6 @@ def test_the_warmup_file_asks_every_signature_and_runs(trained):
     from elmo_tf.serving_warmup import WARMUP_SENTENCES
 
     path = trained[-1]
-    loaded = tf.saved_model.load(path)
     names = []
     for record in tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests")):
         log = prediction_log_pb2.PredictionLog.FromString(record.numpy())

@@ -27,9 +27,14 @@ KEYS = ["forward_log_probs", "backward_log_probs"] + [
 
 
 @pytest.fixture(scope="module")
-def lm_files(tmp_path_factory):
+def model():
+    """The test biLM as loaded (the `exported` fixture loads and randomizes its own copy)."""
+    return load_test_model()
+
+
+@pytest.fixture(scope="module")
+def lm_files(model, tmp_path_factory):
     d = tmp_path_factory.mktemp("lm_files")
-    model = load_test_model()
     p = model.config.projection_dim
     rng = np.random.default_rng(0)
     with h5py.File(d / "softmax.hdf5", "w") as f:
@@ -113,20 +118,32 @@ def test_the_request_budget_counts_the_softmax(exported):
     runner.budget.prepare({"tokens": tokens, "sequence_len": np.full(2, 10, np.int32)})  # 100: within
 
 
-def test_export_command_picks_the_softmax_from_a_run_dir(lm_files, tmp_path):
+def test_export_command_picks_the_softmax_from_a_run_dir_and_cuts_at_max_tokens(model, lm_files, tmp_path):
     """`--model-dir` with softmax.hdf5 and vocab.txt adds lm; --softmax without --vocab is a usage error; a softmax
-    of the wrong width is one line naming it (exit 1)."""
-    model = load_test_model()
+    of the wrong width is one line naming it (exit 1).
+
+    The same export (`--max-tokens 3`) checks that with max_tokens the lm signature scores each sentence's first 3
+    tokens (a cut sentence ends at the cut: its last entry predicts </S> after word 3) and stays [B, T + 1] wide,
+    zeros past the cut (before: test_max_tokens_cuts_the_sentences_not_the_width, an export of its own)."""
     run_dir = tmp_path / "run"
     from elmo_tf.models import save_elmo
 
     save_elmo(model, str(run_dir))
     for name in ("softmax.hdf5", "vocab.txt"):
         (run_dir / name).write_bytes((lm_files / name).read_bytes())
-    assert run(export_main, ["--model-dir", str(run_dir), "--output", str(tmp_path / "m"), "--lm-top-k", "2"]) == 0
+    argv = ["--model-dir", str(run_dir), "--output", str(tmp_path / "m"), "--lm-top-k", "2", "--max-tokens", "3"]
+    assert run(export_main, argv) == 0  # the export's own check compares the cut
     loaded = tf.saved_model.load(str(tmp_path / "m" / "1"))
     out = loaded.signatures["lm"](tokens=tf.constant([[b"The", b"cat"]]), sequence_len=tf.constant([2]))
     assert out["forward_top_k_words"].shape == (1, 3, 2)
+    # max_tokens 3: the first 3 tokens of a 7-token sentence scored as a sentence of 3, the width kept
+    lm = load_language_model(None, None, str(lm_files / "softmax.hdf5"), str(lm_files / "vocab.txt"), elmo=model)
+    tokens, lengths = ex._pad([[t.encode() for t in ROWS[0]]])
+    got = loaded.signatures["lm"](tokens=tf.constant(tokens), sequence_len=lengths)
+    expected = lm.score_tokens(tf.constant([[b"The", b"cat", b"sat"]]))["forward_log_probs"].numpy()
+    assert got["forward_log_probs"].shape == (1, 8)
+    np.testing.assert_allclose(got["forward_log_probs"].numpy()[:, :4], expected, atol=ATOL)
+    assert (got["forward_log_probs"].numpy()[:, 4:] == 0).all()
     args = ["--model-dir", str(run_dir), "--output", str(tmp_path / "m2")]
     assert run(export_main, args + ["--softmax", str(run_dir / "softmax.hdf5")]) == 2
     with h5py.File(run_dir / "softmax.hdf5", "r+") as f:
@@ -135,20 +152,6 @@ def test_export_command_picks_the_softmax_from_a_run_dir(lm_files, tmp_path):
         f["softmax/W"] = w[:, :-1]
     assert run(export_main, args) == 1
     assert not (tmp_path / "m2").exists()
-
-
-def test_max_tokens_cuts_the_sentences_not_the_width(lm_files, tmp_path):
-    """With --max-tokens 3 the lm signature scores each sentence's first 3 tokens (a cut sentence ends at the cut:
-    its last entry predicts </S> after word 3) and stays [B, T + 1] wide, zeros past the cut."""
-    model = load_test_model()
-    lm = load_language_model(None, None, str(lm_files / "softmax.hdf5"), str(lm_files / "vocab.txt"), elmo=model)
-    path = ex.export_elmo(model, str(tmp_path / "elmo"), max_tokens=3, lm=lm)  # its own check compares the cut
-    tokens, lengths = ex._pad([[t.encode() for t in ROWS[0]]])
-    got = tf.saved_model.load(path).signatures["lm"](tokens=tf.constant(tokens), sequence_len=lengths)
-    expected = lm.score_tokens(tf.constant([[b"The", b"cat", b"sat"]]))["forward_log_probs"].numpy()
-    assert got["forward_log_probs"].shape == (1, 8)
-    np.testing.assert_allclose(got["forward_log_probs"].numpy()[:, :4], expected, atol=ATOL)
-    assert (got["forward_log_probs"].numpy()[:, 4:] == 0).all()
 
 
 def test_the_embedded_server_answers_lm_over_rest(exported):
