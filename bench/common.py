@@ -52,37 +52,11 @@ def matmul_roofline(sizes=MATMUL_SIZES, repeats=5, dtype="float32"):
     return {"sizes": result, "repeats": repeats, "best_gflops": max(v["best_gflops"] for v in result.values())}
 
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
-
-
-def cpu_description(cpuinfo="/proc/cpuinfo"):
-    """This machine's CPU as the benchmark tables name it, e.g. "2-core x86_64 (AMD EPYC 9B14; avx2, avx512f,
-    avx512_bf16)": the core count, the architecture, /proc/cpuinfo's model name and which of CPU_FLAGS it has
-    (amx_tile shown as amx). Returns "N-core ARCH (model unrecorded)" where `cpuinfo` cannot be read."""
-    import os
-    import platform
-
-    model, flags = None, set()
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and model is None:
-                    model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    head = f"{os.cpu_count()}-core {platform.machine() or 'unknown'}"
-    named = [("amx" if flag == "amx_tile" else flag) for flag in CPU_FLAGS if flag in flags]
-    inside = "; ".join(x for x in (model or "model unrecorded", ", ".join(named)) if x)
-    return f"{head} ({inside})"
-
-
 def provenance():
     """What a benchmark's JSON records about its run beside the commit: `{"date": "YYYY-MM-DD", "cpu": ...}` (the
-    local date the run ended, cpu_description())."""
+    local date the run ended, `elmo_tf.machine.cpu_description()`)."""
     import time
+
+    from elmo_tf.machine import cpu_description
 
     return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description()}

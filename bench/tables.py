@@ -14,7 +14,7 @@ and this script writes the rendering of table ID between the two markers:
     python bench/tables.py --list                  # the table IDs
     python bench/tables.py record NAME RESULT.json # append a bench script's --out JSON to NAME's history
 
-Standard library only: no TensorFlow, well under a second.
+The standard library and elmo_tf.machine only: no TensorFlow, well under a second.
 """
 
 import argparse
@@ -26,13 +26,11 @@ import re
 import subprocess
 import sys
 
+from elmo_tf.machine import cpu_description
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HISTORY = os.path.join(HERE, "results", "history")
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from common import cpu_description  # noqa: E402  (bench/common.py, beside this script)
 
 REQUIRED_RUN_KEYS = ("date", "commit", "cpu", "roofline_gflops", "source")
 MARKER = re.compile(r"<!-- bench-table: (?P<id>[^\s>]*) -->(?P<body>.*?)<!-- /bench-table -->", re.DOTALL)

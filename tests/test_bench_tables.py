@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -16,8 +15,6 @@ HISTORY = os.path.join(BENCH, "results", "history")
 
 
 def _load_tables():
-    if BENCH not in sys.path:
-        sys.path.insert(0, BENCH)  # tables.py imports bench/common.py
     spec = importlib.util.spec_from_file_location("bench_tables", os.path.join(BENCH, "tables.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

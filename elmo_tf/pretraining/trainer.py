@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from elmo_tf import machine
 from elmo_tf.config import BiLMConfig
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 from elmo_tf.preprocessing.lm_dataset import LMDataError, lm_dataset, vocabulary_table
@@ -17,17 +18,6 @@ from elmo_tf.pretraining.optimizers import make_optimizer
 from elmo_tf.pretraining.step import compile_train_step
 
 log = logging.getLogger(__name__)
-
-
-def _cpu_has_bfloat16():
-    """Whether this CPU multiplies bfloat16 natively (x86 AVX512_BF16 or AMX); True where it cannot be told (not
-    Linux), so that no warning is given without evidence."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
-        return True
-    return flags is None or bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def _file_list(name, files, allow_none=False):
@@ -99,7 +89,7 @@ class Trainer:
             # `compile`; the checkpoint keys stay the same (the optimizer is also a direct child of it)
             self.model.optimizer = self.optimizer
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        if self.model.matmul_dtype and not tf.config.list_logical_devices("GPU") and not _cpu_has_bfloat16():
+        if self.model.matmul_dtype and not tf.config.list_logical_devices("GPU") and not machine.has_native_bfloat16():
             log.warning(
                 "matmul_precision bfloat16 on a CPU without AVX512_BF16 or AMX: its bfloat16 matmuls are emulated "
                 "(float32 matmuls, operands and products rounded to bfloat16): the same numbers, no faster than "

@@ -384,9 +384,9 @@ def test_the_probe_batch_of_blank_training_files_names_them(corpus, tmp_path):
 
 
 def test_bfloat16_on_a_cpu_without_it_warns(corpus, monkeypatch, caplog):
-    import elmo_tf.pretraining.trainer as trainer_module
+    from elmo_tf import machine
 
-    monkeypatch.setattr(trainer_module, "_cpu_has_bfloat16", lambda: False)
+    monkeypatch.setattr(machine, "has_native_bfloat16", lambda: False)
     with caplog.at_level("WARNING", logger="elmo_tf.pretraining"):
         make_trainer(corpus)
         assert "AVX512_BF16" not in caplog.text
