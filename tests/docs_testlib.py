@@ -12,11 +12,13 @@ Makefile's targets. A command with `...` in it is a sketch of the one above it: 
 import argparse
 import contextlib
 import dataclasses
-import importlib
+import functools
 import io
 import re
 import shlex
 from pathlib import Path
+
+from elmo_tf.cli.main import command_main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LANGUAGES = {"python", "bash", "yaml", "text"}
@@ -90,55 +92,50 @@ def shell_commands(code):
 
 
 class _Parsed(Exception):
-    def __init__(self, namespace, extra):
+    def __init__(self, parser, namespace, extra):
         super().__init__("parsed")
-        self.namespace, self.extra = namespace, extra
+        self.parser, self.namespace, self.extra = parser, namespace, extra
 
 
 @contextlib.contextmanager
-def _stop_after_parsing():
-    """While active, the first top-level `parse_args` / `parse_known_args` of any argparse parser parses for real, then
-    raises `_Parsed` instead of returning, so a command's `main` stops before it touches a file."""
-    original_args, original_known = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
+def _stop_at_parsing(parse=True):
+    """While active, the first top-level `parse_args` / `parse_known_args` of any argparse parser raises `_Parsed`
+    instead of returning, so a command's `main` stops before it touches a file: after parsing for real, or, with
+    `parse=False`, before (only the parser is wanted)."""
+    originals = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
     depth = [0]
 
-    def parse_known_args(self, args=None, namespace=None):
-        depth[0] += 1
-        try:
-            result = original_known(self, args, namespace)
-        finally:
-            depth[0] -= 1
-        if depth[0] == 0:
-            raise _Parsed(*result)
-        return result
+    def stopping(original, known):
+        def parse_method(self, args=None, namespace=None):
+            if not parse:
+                raise _Parsed(self, None, [])
+            depth[0] += 1
+            try:
+                result = original(self, args, namespace)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:  # parse_args calls parse_known_args: only the outer call stops
+                raise _Parsed(self, *(result if known else (result, [])))
+            return result
 
-    def parse_args(self, args=None, namespace=None):
-        depth[0] += 1
-        try:
-            result = original_args(self, args, namespace)
-        finally:
-            depth[0] -= 1
-        raise _Parsed(result, [])
+        return parse_method
 
-    argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = parse_args, parse_known_args
+    argparse.ArgumentParser.parse_args = stopping(originals[0], known=False)
+    argparse.ArgumentParser.parse_known_args = stopping(originals[1], known=True)
     try:
         yield
     finally:
-        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = original_args, original_known
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = originals
 
 
 def parse_subcommand(name, argv):
     """Parses `elmo-tf NAME ARGV` with the subcommand's own parser and nothing else; returns `(namespace, extra)` (the
     arguments the parser left to another, e.g. Beam's pipeline options). An argparse error is an AssertionError with
     argparse's message."""
-    from elmo_tf.cli.main import COMMANDS
-
-    module, function, _help = COMMANDS[name]
-    main = getattr(importlib.import_module(module), function)
     stderr = io.StringIO()
-    with _stop_after_parsing(), contextlib.redirect_stderr(stderr):
+    with _stop_at_parsing(), contextlib.redirect_stderr(stderr):
         try:
-            main(list(argv), prog=f"elmo-tf {name}")
+            command_main(name)(list(argv), prog=f"elmo-tf {name}")
         except _Parsed as parsed:
             return parsed.namespace, parsed.extra
         except SystemExit as e:
@@ -170,41 +167,23 @@ def parse_with_placeholders(name, argv, attempts=20):
     raise AssertionError(f"elmo-tf {name} {shlex.join(argv)}: still missing files after {attempts} placeholders")
 
 
-_last_parser = {}
-
-
+@functools.cache
 def known_flags(name):
-    """The flags `elmo-tf NAME` knows: those of the parser its `main` builds (captured while parsing `--help`)."""
-    if name not in _last_parser:
-        from elmo_tf.cli.main import COMMANDS
-
-        module, function, _help = COMMANDS[name]
-        main = getattr(importlib.import_module(module), function)
-        captured = []
-        original = argparse.ArgumentParser.parse_known_args
-
-        def capture(self, args=None, namespace=None):
-            captured.append(self)
-            raise _Parsed(None, [])
-
-        argparse.ArgumentParser.parse_known_args = capture
+    """The flags `elmo-tf NAME` knows: those of the parser its `main` builds (taken before it parses anything)."""
+    with _stop_at_parsing(parse=False):
         try:
-            with contextlib.suppress(_Parsed):
-                main([], prog=f"elmo-tf {name}")
-        finally:
-            argparse.ArgumentParser.parse_known_args = original
-        _last_parser[name] = set(captured[0]._option_string_actions) if captured else set()
-    return _last_parser[name]
+            command_main(name)([], prog=f"elmo-tf {name}")
+        except _Parsed as parsed:
+            return frozenset(parsed.parser._option_string_actions)
+    raise AssertionError(f"elmo-tf {name}: its main returned without parsing its arguments")
 
 
+@functools.cache
 def beam_flags():
     """The flags Beam's PipelineOptions know (the ones `elmo-tf beam-embed` passes on to Beam)."""
-    from apache_beam.options import pipeline_options as po
+    from elmo_tf.cli.beam_embed import beam_parser
 
-    parser = po._BeamArgumentParser(allow_abbrev=False)
-    for cls in {str(c): c for c in po.PipelineOptions.__subclasses__()}.values():
-        cls._add_argparse_args(parser)
-    return set(parser._option_string_actions)
+    return frozenset(beam_parser()._option_string_actions)
 
 
 def makefile_targets():
@@ -245,10 +224,8 @@ def check_command(tokens):
             from elmo_tf.cli.beam_embed import pipeline_options
 
             pipeline_options(extra)
-        elif name != "serve":  # serve hands flags it does not know to tensorflow_model_server
+        else:  # serve would hand flags it does not know to tensorflow_model_server: the docs use none
             assert not extra, f"{command}: unrecognized {extra}"
-        else:
-            assert not extra, f"{command}: the embedded server does not know {extra}"
         return f"elmo-tf {name}"
     program = tokens[0]
     if program == "tensorflow_model_server":

@@ -116,6 +116,17 @@ def check_remote(args):
                 raise UsageError(f"{flag}: no such file: {path!r}")
 
 
+def beam_parser():
+    """The parser of every pipeline option Beam knows, as `PipelineOptions.get_all_options` builds it (apache_beam
+    must be importable)."""
+    from apache_beam.options import pipeline_options as po
+
+    parser = po._BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in po.PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
 def pipeline_options(beam_args):
     """Beam's `PipelineOptions` from the flags that are not ours; a flag Beam does not know, or a bad value, is a
     one-line usage error naming it (Beam itself would only log "Discarding unparseable args")."""
@@ -126,9 +137,7 @@ def pipeline_options(beam_args):
     except ImportError as e:
         raise UsageError(f"Apache Beam is not installed ({e}): pip install 'elmo_tf[beam]'") from None
 
-    parser = po._BeamArgumentParser(allow_abbrev=False)  # the parser PipelineOptions.get_all_options builds
-    for cls in {str(c): c for c in po.PipelineOptions.__subclasses__()}.values():
-        cls._add_argparse_args(parser)
+    parser = beam_parser()
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
