@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 
+from elmo_tf.io.atomic import write_json, write_text
 from elmo_tf.machine import cpu_description
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -896,9 +897,10 @@ def region_body(rendered):
 
 
 def rewrite(text, history_dir=HISTORY, path="<text>"):
-    """`text` with every marked region replaced by its table, and the problems met: a list of "PATH: ..." lines
-    for an unknown ID, a table that cannot be rendered, or an opening marker without its closing one."""
-    problems, cache = [], {}
+    """`(text, problems, stale)`: `text` with every marked region replaced by its table; the problems met, "PATH:LINE:
+    ..." lines for an unknown ID, a table that cannot be rendered, or an opening marker without its closing one; and
+    "PATH:LINE: ..." for each region whose body differed from its table."""
+    problems, stale, cache = [], [], {}
     matched = {m.start() for m in MARKER.finditer(text)}
     for m in OPENING.finditer(text):
         if m.start() not in matched:
@@ -910,40 +912,30 @@ def rewrite(text, history_dir=HISTORY, path="<text>"):
         line = text.count("\n", 0, m.start()) + 1
         if table_id not in cache:
             try:
-                cache[table_id] = render(table_id, history_dir)
+                cache[table_id] = region_body(render(table_id, history_dir))
             except ValueError as e:
                 cache[table_id] = None
                 problems.append(f"{path}:{line}: {e}")
         if cache[table_id] is None:
             return m.group(0)
-        return f"<!-- bench-table: {table_id} -->{region_body(cache[table_id])}<!-- /bench-table -->"
+        if m["body"] != cache[table_id]:
+            stale.append(
+                f"{path}:{line}: bench-table {table_id!r} differs from its rendering of bench/results/history "
+                "(python bench/tables.py --write)"
+            )
+        return f"<!-- bench-table: {table_id} -->{cache[table_id]}<!-- /bench-table -->"
 
-    return MARKER.sub(replace, text), problems
+    return MARKER.sub(replace, text), problems, stale
 
 
 def check(repo=REPO, history_dir=HISTORY):
-    """The problems of every marked file of `repo`: "PATH:LINE: ..." for each region that differs from its
-    rendering, and rewrite()'s problems. An empty list when all agree."""
+    """The problems of every marked file of `repo`: rewrite()'s problems and its stale regions. An empty list when
+    all agree."""
     problems = []
     for path in marked_files(repo):
         with open(path, encoding="utf-8") as f:
-            text = f.read()
-        rel = os.path.relpath(path, repo)
-        new, found = rewrite(text, history_dir, rel)
-        problems += found
-        if new != text:
-            for m in MARKER.finditer(text):
-                body = m["body"]
-                try:
-                    expected = region_body(render(m["id"], history_dir))
-                except ValueError:
-                    continue  # reported by rewrite
-                if body != expected:
-                    line = text.count("\n", 0, m.start()) + 1
-                    problems.append(
-                        f"{rel}:{line}: bench-table {m['id']!r} differs from its rendering of "
-                        f"bench/results/history (python bench/tables.py --write)"
-                    )
+            _new, found, stale = rewrite(f.read(), history_dir, os.path.relpath(path, repo))
+        problems += found + stale
     return problems
 
 
@@ -953,11 +945,10 @@ def write(repo=REPO, history_dir=HISTORY):
     for path in marked_files(repo):
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        new, found = rewrite(text, history_dir, os.path.relpath(path, repo))
+        new, found, _stale = rewrite(text, history_dir, os.path.relpath(path, repo))
         problems += found
         if new != text:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(new)
+            write_text(path, new)
             changed.append(os.path.relpath(path, repo))
     return changed, problems
 
@@ -1176,13 +1167,8 @@ def record(name, result_path, history_dir=HISTORY, command=None, note=None):
 
 
 def save_history(history, history_dir=HISTORY):
-    """Writes `history` to its file in `history_dir` (indented JSON, a temporary file renamed into place)."""
-    path = os.path.join(history_dir, f"{history['benchmark']}.json")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(history, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Writes `history` to its file in `history_dir` (indented JSON, atomically: `elmo_tf.io.atomic.write_json`)."""
+    write_json(os.path.join(history_dir, f"{history['benchmark']}.json"), history, ensure_ascii=False)
 
 
 # ------------------------------------------------------------------------------------------------ command line
