@@ -395,14 +395,14 @@ def prometheus_path(args):
 
 
 def _config_files(args):
-    """(batching parameters, {model name: base path or `ModelConfig`}) from the config files and flags; UsageError
-    naming the flag."""
+    """(batching parameters, {model name: base path or `ModelConfig`}, the monitoring and TLS settings as
+    `server_options` takes them) from the config files and flags, each file read once; UsageError naming the flag."""
     try:
         batching = parse_batching_parameters(args.batching_parameters_file) if args.batching_parameters_file else {}
     except ValueError as e:
         raise UsageError(f"--batching_parameters_file: {e}") from None
-    prometheus_path(args)  # a file stock refuses is a usage error before TensorFlow loads
-    ssl_config(args)
+    # a file stock refuses is a usage error before TensorFlow loads
+    settings = {"prometheus_path": prometheus_path(args), "ssl": ssl_config(args)}
     try:
         models = (
             parse_model_config(args.model_config_file, args.allow_version_labels_for_unavailable_models)
@@ -414,11 +414,14 @@ def _config_files(args):
     for name in BATCHING_BOUNDS:  # flags win over the file
         if getattr(args, name) is not None:
             batching[name] = getattr(args, name)
-    return batching, models
+    return batching, models, settings
 
 
-def server_options(args, batching):
-    """`ServerOptions` of the flags (`batching`: the batching parameters); UsageError for values it refuses."""
+def server_options(args, batching, settings=None):
+    """`ServerOptions` of the flags (`batching`: the batching parameters; `settings`: the monitoring and TLS settings
+    `_config_files` read, else read here); UsageError for values it refuses."""
+    if settings is None:
+        settings = {"prometheus_path": prometheus_path(args), "ssl": ssl_config(args)}
     from elmo_tf.serving.batching import BatchingOptions
     from elmo_tf.serving.options import ServerOptions
 
@@ -450,8 +453,7 @@ def server_options(args, batching):
             enable_model_warmup=args.enable_model_warmup,
             allow_version_labels_for_unavailable_models=args.allow_version_labels_for_unavailable_models,
             enable_grpc_healthcheck_service=args.enable_grpc_healthcheck_service,
-            prometheus_path=prometheus_path(args),
-            ssl=ssl_config(args),
+            **settings,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -487,7 +489,8 @@ def watch_model_config(server, path, seconds, stop):
 
 def run_embedded(args):
     """Runs the embedded server of the flags until SIGTERM/SIGINT; returns the exit status."""
-    batching, models = _config_files(args)  # a config file stock refuses is a usage error before TensorFlow loads
+    # a config file stock refuses is a usage error before TensorFlow loads
+    batching, models, settings = _config_files(args)
     import tensorflow as tf
 
     if args.tensorflow_intra_op_parallelism:
@@ -496,7 +499,7 @@ def run_embedded(args):
         tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
     from elmo_tf.serving.server import ModelServer
 
-    options = server_options(args, batching)
+    options = server_options(args, batching, settings)
     stop = threading.Event()
 
     def on_signal(signum, _frame):

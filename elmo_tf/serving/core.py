@@ -217,14 +217,8 @@ class ServerCore:
 
     def wait_idle(self, timeout):
         """Waits until no request is in flight (True) or `timeout` seconds pass (False)."""
-        end = time.monotonic() + timeout
-        with self._idle:
-            while self._in_flight_count:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(min(left, 0.5))
-        return True
+        with self._idle:  # notified when the count reaches zero
+            return self._idle.wait_for(lambda: not self._in_flight_count, timeout)
 
     @contextlib.contextmanager
     def _in_flight(self):
