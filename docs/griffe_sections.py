@@ -1,9 +1,10 @@
 """A griffe extension of this site: reads elmo_tf's docstrings as the package writes them.
 
 elmo_tf's docstrings use Google-style sections (`Args:`, Keras' `Call arguments:`, `Returns:`, `Example:`) that
-follow each other without blank lines, and `Call arguments:` is not a section griffe knows. Griffe takes a section only after a blank line, and would
-render the rest as one paragraph; so before a docstring is parsed, a blank line goes above each section title, and
-`Call arguments:` becomes griffe's "Other parameters" section under its own title (rendered as a table).
+follow each other without blank lines, and `Call arguments:` is not a section griffe knows. Griffe takes a section
+only after a blank line, and would render the rest as one paragraph; so before a docstring is parsed, a blank line
+goes above each section title, and `Call arguments:` becomes griffe's "Other parameters" section under its own title
+(rendered as a table).
 """
 
 import re
