@@ -69,3 +69,29 @@ def test_existing_file_says_what_a_path_that_is_not_a_regular_file_is(tmp_path):
     regular = tmp_path / "in.txt"
     regular.write_text("x\n")
     assert parse(str(regular)) == str(regular)
+
+
+def test_sigterm_masked_by_a_context_manager_still_exits_143_without_a_traceback(capsys):
+    """SIGTERM's SystemExit(143), replaced by an error a context manager raises while it unwinds (TensorFlow's device
+    scope inside tf.saved_model.save), is still exit 143, quietly; any other error still propagates."""
+    from elmo_tf.cli import SIGTERM_EXIT, run
+
+    class Scope:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            raise RuntimeError("Exiting device scope without proper scope nesting")
+
+    def interrupted(argv):
+        with Scope():
+            raise SystemExit(SIGTERM_EXIT)
+
+    def failing(argv):
+        with Scope():
+            raise ValueError("not a signal")
+
+    assert run(interrupted, [], prog="x") == SIGTERM_EXIT
+    assert capsys.readouterr().err == ""
+    with pytest.raises(RuntimeError):
+        run(failing, [], prog="x")
