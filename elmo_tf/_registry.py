@@ -8,6 +8,7 @@ sources); importing them also imports TensorFlow and Keras.
 """
 
 import importlib
+import importlib.util
 
 SERIALIZABLE_MODULES = (
     "elmo_tf.layers.bilm",
@@ -27,7 +28,21 @@ SERIALIZABLE_MODULES = (
 )
 
 
+# the modules above whose classes need no TensorFlow: all that is registered where TensorFlow is not installed (the
+# numeric layers and `ELMo`, which run on JAX and PyTorch)
+BACKEND_NEUTRAL_MODULES = (
+    "elmo_tf.layers.bilm",
+    "elmo_tf.layers.char_cnn",
+    "elmo_tf.layers.highway",
+    "elmo_tf.layers.projected_lstm",
+    "elmo_tf.layers.scalar_mix",
+    "elmo_tf.models.elmo",
+)
+
+
 def register_all():
-    """Imports every module of `SERIALIZABLE_MODULES` (a no-op once they are imported)."""
-    for module in SERIALIZABLE_MODULES:
+    """Imports every module of `SERIALIZABLE_MODULES` (a no-op once they are imported); where TensorFlow is not
+    installed, those of `BACKEND_NEUTRAL_MODULES`."""
+    with_tensorflow = importlib.util.find_spec("tensorflow") is not None
+    for module in SERIALIZABLE_MODULES if with_tensorflow else BACKEND_NEUTRAL_MODULES:
         importlib.import_module(module)

@@ -18,7 +18,7 @@ from elmo_tf.bounds import (  # noqa: F401 (ConfigError, config_field, field_fla
     config_field,
     field_flag,
 )
-from elmo_tf.preprocessing.char_vocabulary import CHAR_SPECIALS, WORD_SPECIALS
+from elmo_tf.preprocessing.char_rows import CHAR_SPECIALS, WORD_SPECIALS
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS
 
 # field of BiLMConfig -> (key path in options.json, required, default when absent)

@@ -1,22 +1,22 @@
-"""Keras 3 layers of ELMo, registered under the package name "elmo_tf"."""
+"""Keras 3 layers of ELMo, registered under the package name "elmo_tf".
 
-from elmo_tf.layers.bilm import BiLM
-from elmo_tf.layers.char_cnn import CharCNN
-from elmo_tf.layers.crf import CRF
-from elmo_tf.layers.elmo_saved_model import ELMoSavedModel
-from elmo_tf.layers.highway import Highway
-from elmo_tf.layers.projected_lstm import ProjectedLSTM, ProjectedLSTMCell
-from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.layers.tokens_to_char_ids import TokensToCharIds
+Names are imported on first access (`elmo_tf._lazy`): the numeric layers (`CharCNN`, `Highway`, `ProjectedLSTM`,
+`BiLM`, `ScalarMix`) run on every Keras backend and need no TensorFlow there; `CRF`, `ELMoSavedModel` and
+`TokensToCharIds` import it.
+"""
 
-__all__ = [
-    "BiLM",
-    "CRF",
-    "CharCNN",
-    "ELMoSavedModel",
-    "Highway",
-    "ProjectedLSTM",
-    "ProjectedLSTMCell",
-    "ScalarMix",
-    "TokensToCharIds",
-]
+from elmo_tf import _lazy
+
+__all__, __getattr__, __dir__ = _lazy.lazy_namespace(
+    __name__,
+    {
+        "elmo_tf.layers.bilm": ("BiLM",),
+        "elmo_tf.layers.char_cnn": ("CharCNN",),
+        "elmo_tf.layers.crf": ("CRF",),
+        "elmo_tf.layers.elmo_saved_model": ("ELMoSavedModel",),
+        "elmo_tf.layers.highway": ("Highway",),
+        "elmo_tf.layers.projected_lstm": ("ProjectedLSTM", "ProjectedLSTMCell"),
+        "elmo_tf.layers.scalar_mix": ("ScalarMix",),
+        "elmo_tf.layers.tokens_to_char_ids": ("TokensToCharIds",),
+    },
+)

@@ -1,10 +1,10 @@
 """The bidirectional LM of ELMo: separate forward and backward stacks of projected LSTMs."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from elmo_tf.layers.ops_recurrence import MATMUL_DTYPES, reverse_sequences
 from elmo_tf.layers.projected_lstm import IMPLEMENTATIONS, ProjectedLSTMCell, check_implementation, run_cells
-from elmo_tf.layers.recurrence import MATMUL_DTYPES
 
 __all__ = ["BiLM", "DIRECTIONS", "IMPLEMENTATIONS", "MATMUL_DTYPES"]
 
@@ -35,11 +35,13 @@ class BiLM(keras.layers.Layer):
             hand-written backward pass (`recurrence.fast_gradient_scan`: same values; a layer's forward + backward
             1.3-1.5x as fast, bench/train_throughput.py --profile) in training (`training=True`, no `gate_chunk`) and
             the plain scan otherwise; "scan" always the plain scan, with TF's automatic gradient (the reference the
-            fast one is tested against); "fast_gradient" always the hand-written one (no `gate_chunk`).
+            fast one is tested against); "fast_gradient" always the hand-written one (no `gate_chunk`); "ops" the loop
+            written in `keras.ops` (`ops_recurrence.ops_lstm_scan`), the one loop of the JAX and PyTorch backends
+            (where "auto" means it, and "scan" and "fast_gradient" are refused).
         matmul_dtype: None, "float32" or "bfloat16": the dtype of the matmuls of `fast_gradient_scan`, where it runs
             (with "auto": training only; not with "scan"); the weights, the cell state and the element-wise math
             stay float32, the products (and so the outputs) hold bfloat16's precision. With "auto", inference and
-            evaluation run float32.
+            evaluation run float32; with "ops", every call runs the matmuls in this dtype (a GPU's bfloat16 inference).
     Call arguments:
         inputs: float `(batch, time, projection_dim)` token vectors.
         mask: bool `(batch, time)`, True for real tokens (left-aligned). None: all real.
@@ -111,7 +113,7 @@ class BiLM(keras.layers.Layer):
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         return (self.forward_lstms if direction == "forward" else self.backward_lstms)[layer]
 
-    def zero_state(self, batch_size, dtype=tf.float32):
+    def zero_state(self, batch_size, dtype="float32"):
         return [
             s
             for d in DIRECTIONS
@@ -129,15 +131,16 @@ class BiLM(keras.layers.Layer):
         segment_starts=None,
         gate_chunk=None,
     ):
-        x = tf.convert_to_tensor(inputs)
-        if x.shape.rank != 3 or not x.dtype.is_floating:
+        x = ops.convert_to_tensor(inputs)
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        if len(x.shape) != 3 or not keras.backend.is_float_dtype(dtype):
             raise ValueError(
-                f"BiLM inputs must be float (batch, time, {self.projection_dim}), got {x.dtype.name} {x.shape}"
+                f"BiLM inputs must be float (batch, time, {self.projection_dim}), got {dtype} {tuple(x.shape)}"
             )
-        batch = tf.shape(x)[0]
-        mask = tf.ones(tf.shape(x)[:2], tf.bool) if mask is None else tf.cast(mask, tf.bool)
-        mask_tm = tf.transpose(mask)
-        lengths = tf.reduce_sum(tf.cast(mask_tm, tf.int32), axis=0)
+        batch = ops.shape(x)[0]
+        mask = ops.ones(ops.shape(x)[:2], "bool") if mask is None else ops.cast(mask, "bool")
+        mask_tm = ops.transpose(mask)
+        lengths = ops.sum(ops.cast(mask_tm, "int32"), axis=0)
         if initial_state is None:
             initial_state = self.zero_state(batch, x.dtype)
         if len(initial_state) != 4 * self.num_layers:
@@ -145,18 +148,19 @@ class BiLM(keras.layers.Layer):
                 f"initial_state must hold {4 * self.num_layers} tensors ([c, h] per direction and "
                 f"layer), got {len(initial_state)}"
             )
-        x_tm = tf.transpose(x, [1, 0, 2])
+        x_tm = ops.transpose(x, (1, 0, 2))
 
         def reverse(t):
-            return tf.reverse_sequence(t, lengths, seq_axis=0, batch_axis=1)
+            return reverse_sequences(t, lengths)
 
         # the backward stack works in reversed time throughout; its outputs are restored at the end
         stream = {"forward": x_tm, "backward": reverse(x_tm)}
         resets = None
         if segment_starts is not None:
-            starts = tf.transpose(tf.cast(segment_starts, tf.bool)) & mask_tm  # (time, batch)
+            starts = ops.logical_and(ops.transpose(ops.cast(segment_starts, "bool")), mask_tm)  # (time, batch)
             # a segment ends where the next step starts another one or is padding
-            ends = mask_tm & tf.concat([starts[1:] | ~mask_tm[1:], tf.ones_like(starts[:1])], axis=0)
+            after = ops.logical_or(starts[1:], ops.logical_not(mask_tm[1:]))
+            ends = ops.logical_and(mask_tm, ops.concatenate([after, ops.ones_like(starts[:1])], axis=0))
             resets = [starts, reverse(ends)]
         outputs, final_states = [], {}
         for layer in range(self.num_layers):
@@ -177,8 +181,8 @@ class BiLM(keras.layers.Layer):
                 final_states[d, layer] = [cs[k], hs[k]]
                 stream[d] = outs[k] + stream[d] if self.use_skip_connections and layer > 0 else outs[k]
             backward = reverse(stream["backward"])
-            both = tf.concat([stream["forward"], backward], axis=-1) * tf.cast(mask_tm, x.dtype)[:, :, None]
-            outputs.append(tf.transpose(both, [1, 0, 2]))
+            both = ops.concatenate([stream["forward"], backward], axis=-1) * ops.cast(mask_tm, x.dtype)[:, :, None]
+            outputs.append(ops.transpose(both, (1, 0, 2)))
         if return_state:
             return outputs, [s for d in DIRECTIONS for layer in range(self.num_layers) for s in final_states[d, layer]]
         return outputs

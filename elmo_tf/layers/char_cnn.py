@@ -2,10 +2,10 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from elmo_tf.layers.highway import Highway
+from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS, PAD
 
 
@@ -162,6 +162,34 @@ class CharCNN(keras.layers.Layer):
         at most `max_chars` (`encode_tokens` runs at this, rounded up to `CUT_WIDTH_MULTIPLE`)."""
         return min(int(longest) + self.widest - 1, self.max_chars)
 
+    def _check_ids(self, char_ids, rank):
+        """`char_ids` as an int32 tensor of `rank` dimensions, the last `input_width`; a clear error otherwise."""
+        char_ids = ops.convert_to_tensor(char_ids)
+        dtype = keras.backend.standardize_dtype(char_ids.dtype)
+        if not keras.backend.is_int_dtype(dtype):
+            raise TypeError(f"CharCNN inputs must be integer char ids, got dtype {dtype}")
+        shape = tuple(char_ids.shape)
+        if (rank is not None and len(shape) != rank) or shape[-1] not in (None, self.input_width):
+            lead = "(batch, tokens, " if rank == 3 else "(..., "
+            raise ValueError(f"CharCNN inputs must have shape {lead}{self.input_width}), got {shape}")
+        return ops.cast(char_ids, "int32")
+
+    def _encode_rows(self, char_ids):
+        """Token vectors of every row of int32 `(n, input_width)`, all `max_chars` positions (the `keras.ops` path
+        of JAX and PyTorch: shapes fixed by the input, so `jax.jit` compiles one program per input shape), zeros for
+        all-zero rows: float32 `(n, projection_dim)`."""
+        chars = char_ids[:, : self.max_chars]
+        x = ops.take(self.char_embedding, chars, axis=0)  # (n, max_chars, dim)
+        pooled = []
+        for kernel, bias in zip(self.conv_kernels, self.conv_biases):
+            conv = ops.conv(x, kernel, strides=1, padding="valid", data_format="channels_last")
+            pooled.append(self.activation(ops.max(conv + bias, axis=1)))
+        h = self.highway(ops.concatenate(pooled, axis=-1))
+        if self.word_vocab_size:
+            h = ops.concatenate([ops.take(self.word_embedding, char_ids[:, self.max_chars], axis=0), h], axis=-1)
+        h = self.projection(h) if self.use_projection else h
+        return h * ops.cast(ops.any(chars > 0, axis=1), h.dtype)[:, None]
+
     def encode_tokens(self, char_ids):
         """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`.
 
@@ -174,8 +202,13 @@ class CharCNN(keras.layers.Layer):
         same max as over all positions, and the same gradients (a tie's gradient goes to one of the equal
         windows instead of being shared). Words are far shorter than 50 bytes, so this halves the convolutions'
         work in typical batches. All-zero rows (no token) are left as they are, and a real token with anything
-        but padding chars after its end keeps the whole width.
+        but padding chars after its end keeps the whole width. On JAX and PyTorch every position is convolved (the
+        same values; shapes that do not depend on the ids).
         """
+        if not is_tensorflow_backend():
+            return self._encode_rows(self._check_ids(char_ids, 2))
+        import tensorflow as tf
+
         char_ids = tf.convert_to_tensor(char_ids)
         word_ids = char_ids[:, self.max_chars] if self.word_vocab_size else None
         char_ids = char_ids[:, : self.max_chars]
@@ -211,8 +244,15 @@ class CharCNN(keras.layers.Layer):
         Tokens repeat within a batch (`<S>` and `</S>` in every sentence, function words: 64 GMB news sentences
         with their boundaries hold 1,611 positions and 685 distinct rows): the distinct rows go through
         `encode_tokens` once and are gathered back, so the gradient of a repeated token is the sum over its
-        occurrences (the gather's gradient). Same values as `call` within float rounding.
+        occurrences (the gather's gradient). Same values as `call` within float rounding. On JAX and PyTorch every row is encoded (no
+        distinct rows: shapes that do not depend on the ids).
         """
+        if not is_tensorflow_backend():
+            char_ids = self._check_ids(char_ids, None)
+            flat = self._encode_rows(ops.reshape(char_ids, (-1, self.input_width)))
+            return ops.reshape(flat, tuple(ops.shape(char_ids)[:-1]) + (self.projection_dim,))
+        import tensorflow as tf
+
         char_ids = tf.cast(char_ids, tf.int32)
         if char_ids.shape.rank is not None and char_ids.shape[-1] not in (None, self.input_width):
             raise ValueError(f"CharCNN inputs must have shape (..., {self.input_width}), got {char_ids.shape}")
@@ -224,14 +264,11 @@ class CharCNN(keras.layers.Layer):
         return tf.reshape(vectors, shape)
 
     def call(self, inputs):
-        char_ids = tf.convert_to_tensor(inputs)
-        if not char_ids.dtype.is_integer:
-            raise TypeError(f"CharCNN inputs must be integer char ids, got dtype {char_ids.dtype.name}")
-        if char_ids.shape.rank != 3 or (char_ids.shape[-1] is not None and char_ids.shape[-1] != self.input_width):
-            raise ValueError(
-                f"CharCNN inputs must have shape (batch, tokens, {self.input_width}), got {char_ids.shape}"
-            )
-        char_ids = tf.cast(char_ids, tf.int32)
+        char_ids = self._check_ids(inputs, 3)
+        if not is_tensorflow_backend():
+            return self.encode_distinct(char_ids)
+        import tensorflow as tf
+
         mask = tf.reduce_any(char_ids > 0, axis=-1)
         # encode only real tokens, then scatter back: padding costs nothing
         where = tf.where(mask)

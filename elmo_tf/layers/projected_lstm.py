@@ -7,18 +7,19 @@ As keras/src/layers/rnn/lstm.py pairs `LSTMCell` (weights, one step) with `LSTM`
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from elmo_tf.layers.recurrence import (
+from elmo_tf.layers.ops_recurrence import (
     MATMUL_DTYPES,
-    fast_gradient_scan,
-    lstm_step,
-    projected_lstm_scan,
-    stack_directions,
+    is_tensorflow_backend,
+    lstm_update,
+    ops_lstm_scan,
+    reverse_sequences,
 )
 
 KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
-IMPLEMENTATIONS = ("auto", "scan", "fast_gradient")  # the loop `run_cells` runs (a layer argument, like use_cudnn)
+IMPLEMENTATIONS = ("auto", "scan", "fast_gradient", "ops")  # the loop `run_cells` runs (a layer argument, like use_cudnn)
+TENSORFLOW_IMPLEMENTATIONS = ("scan", "fast_gradient")  # the loops of `recurrence`, on the TensorFlow backend only
 # the arguments of ProjectedLSTMCell, which ProjectedLSTM takes too and reads through (both configs hold them)
 CELL_ARGUMENTS = ("units", "projection_dim", "cell_clip", "proj_clip", "dropout")
 
@@ -58,9 +59,14 @@ def check_implementation(implementation, matmul_dtype):
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if matmul_dtype not in MATMUL_DTYPES:
         raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {matmul_dtype!r}")
+    if implementation in TENSORFLOW_IMPLEMENTATIONS and not is_tensorflow_backend():
+        raise ValueError(
+            f"implementation {implementation!r} runs on the TensorFlow backend only (Keras runs on "
+            f"{keras.config.backend()!r}): use 'auto' or 'ops'"
+        )
     if implementation == "scan" and matmul_dtype not in (None, "float32"):
         raise ValueError(
-            f"matmul_dtype {matmul_dtype!r} needs implementation 'auto' or 'fast_gradient' (the plain scan multiplies "
+            f"matmul_dtype {matmul_dtype!r} needs implementation 'auto', 'fast_gradient' or 'ops' (the plain scan multiplies "
             "in the inputs' dtype), got implementation 'scan'"
         )
     return implementation, matmul_dtype
@@ -89,12 +95,15 @@ def run_cells(
         initial_c, initial_h: D tensors `(batch, units)` and `(batch, projection_dim)`.
         resets: None, or D bool `(time, batch)`: where True a step starts from the zero state (a new segment).
         training: applies the cells' dropout; with "auto", selects the training loop.
-        implementation: "auto": `fast_gradient_scan` (the hand-written backward pass) when `training` is True and
-            there is no `gate_chunk`, else `projected_lstm_scan`; "scan": always `projected_lstm_scan` (TF's automatic
-            gradient: the reference the other is tested against); "fast_gradient": always `fast_gradient_scan` (same
-            values to float rounding; all steps' gates at once, so no `gate_chunk`).
-        gate_chunk: python int or None: `projected_lstm_scan`'s `chunk`.
-        matmul_dtype: `fast_gradient_scan`'s `matmul_dtype` where that loop runs (see `check_implementation`).
+        implementation: on the TensorFlow backend, "auto": `fast_gradient_scan` (the hand-written backward pass) when
+            `training` is True and there is no `gate_chunk`, else `projected_lstm_scan`; "scan": always
+            `projected_lstm_scan` (TF's automatic gradient: the reference the other is tested against);
+            "fast_gradient": always `fast_gradient_scan` (same values to float rounding; all steps' gates at once, so
+            no `gate_chunk`). "ops": `ops_recurrence.ops_lstm_scan` (keras.ops, any backend), what "auto" runs on
+            every other backend.
+        gate_chunk: python int or None: `projected_lstm_scan`'s `chunk` (TensorFlow's loops only).
+        matmul_dtype: `fast_gradient_scan`'s `matmul_dtype` where that loop runs, `ops_lstm_scan`'s where it runs
+            with "ops" (with "auto" on another backend: in training only, as on TensorFlow).
     Returns:
         D outputs `(time, batch, projection_dim)`, D final c `(batch, units)`, D final h `(batch, projection_dim)`.
     """
@@ -104,6 +113,24 @@ def run_cells(
         )
     first = cells[0]
     w_x, bias, w_h, w_p = zip(*(cell.kernels() for cell in cells))
+    if implementation == "ops" or not is_tensorflow_backend():
+        use_matmul_dtype = implementation == "ops" or training is True
+        return ops_lstm_scan(
+            [cell.dropped(x, training) for cell, x in zip(cells, inputs)],
+            mask,
+            list(w_x),
+            list(bias),
+            list(w_h),
+            list(w_p),
+            list(initial_c),
+            list(initial_h),
+            first.cell_clip,
+            first.proj_clip,
+            resets=resets,
+            matmul_dtype=matmul_dtype if use_matmul_dtype else None,
+        )
+    from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
+
     args = (
         [cell.dropped(x, training) for cell, x in zip(cells, inputs)],
         mask,
@@ -171,6 +198,11 @@ class ProjectedLSTMCell(keras.layers.Layer):
         self.cell_clip = _check_clip("cell_clip", cell_clip)
         self.proj_clip = _check_clip("proj_clip", proj_clip)
         self.dropout = float(dropout)
+        # dropout's random stream on JAX and PyTorch (TensorFlow's loops draw with tf.nn.dropout, as before); only with
+        # a dropout, so a model's variables are the same on every backend otherwise
+        self.seed_generator = None
+        if self.dropout > 0 and not is_tensorflow_backend():
+            self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
 
     @property
     def state_size(self):
@@ -218,27 +250,30 @@ class ProjectedLSTMCell(keras.layers.Layer):
 
     def dropped(self, x, training=None):
         """The inputs with this cell's dropout applied (in training only)."""
-        if training and self.dropout > 0:
+        if not (training and self.dropout > 0):
+            return x
+        if is_tensorflow_backend():
+            import tensorflow as tf
+
             return tf.nn.dropout(x, rate=self.dropout)
-        return x
+        return keras.random.dropout(x, self.dropout, seed=self.seed_generator)
 
     def kernels(self):
         """`(input_kernel, bias, recurrent_kernel, projection_kernel)` as tensors, in the scans' argument order."""
         return [
-            tf.convert_to_tensor(w)
+            ops.convert_to_tensor(w)
             for w in (self.input_kernel, self.bias, self.recurrent_kernel, self.projection_kernel)
         ]
 
-    def zero_state(self, batch_size, dtype=tf.float32):
-        return [tf.zeros([batch_size, self.units], dtype), tf.zeros([batch_size, self.projection_dim], dtype)]
+    def zero_state(self, batch_size, dtype="float32"):
+        return [ops.zeros((batch_size, self.units), dtype), ops.zeros((batch_size, self.projection_dim), dtype)]
 
     def call(self, inputs, states, training=None):
         c, h = states
         w_x, bias, w_h, w_p = self.kernels()
-        x = self.dropped(tf.convert_to_tensor(inputs), training)
-        z = tf.matmul(w_x, x, transpose_b=True) + tf.matmul(w_h, h, transpose_b=True) + bias[:, None]
-        c, m = lstm_step(z, tf.transpose(c), w_p, self.cell_clip, self.proj_clip)  # feature-major, as in the loops
-        c, m = tf.transpose(c), tf.transpose(m)
+        x = self.dropped(ops.convert_to_tensor(inputs), training)
+        z = ops.matmul(x, ops.transpose(w_x)) + ops.matmul(h, ops.transpose(w_h)) + bias
+        c, m = lstm_update(z, c, ops.transpose(w_p), self.cell_clip, self.proj_clip)
         return m, [c, m]
 
     def get_config(self):
@@ -314,22 +349,23 @@ class ProjectedLSTM(keras.layers.Layer):
         """Nothing to load: the variables are the cell's. (In a `.keras` file written before the cell existed this
         layer's group holds them; the cell reads them from there.)"""
 
-    def zero_state(self, batch_size, dtype=tf.float32):
+    def zero_state(self, batch_size, dtype="float32"):
         return self.cell.zero_state(batch_size, dtype)
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
-        x = tf.convert_to_tensor(inputs)
-        if x.shape.rank != 3 or not x.dtype.is_floating:
-            raise ValueError(f"ProjectedLSTM inputs must be float (batch, time, dim), got {x.dtype.name} {x.shape}")
+        x = ops.convert_to_tensor(inputs)
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        if len(x.shape) != 3 or not keras.backend.is_float_dtype(dtype):
+            raise ValueError(f"ProjectedLSTM inputs must be float (batch, time, dim), got {dtype} {tuple(x.shape)}")
         if mask is None:
-            mask = tf.ones(tf.shape(x)[:2], tf.bool)
-        mask_tm = tf.transpose(tf.cast(mask, tf.bool))
-        x_tm = tf.transpose(x, [1, 0, 2])
-        lengths = tf.reduce_sum(tf.cast(mask_tm, tf.int32), axis=0)
+            mask = ops.ones(ops.shape(x)[:2], "bool")
+        mask_tm = ops.transpose(ops.cast(mask, "bool"))
+        x_tm = ops.transpose(x, (1, 0, 2))
+        lengths = ops.sum(ops.cast(mask_tm, "int32"), axis=0)
         if self.go_backwards:
-            x_tm = tf.reverse_sequence(x_tm, lengths, seq_axis=0, batch_axis=1)
+            x_tm = reverse_sequences(x_tm, lengths)
         if initial_state is None:
-            initial_state = self.zero_state(tf.shape(x)[0], x.dtype)
+            initial_state = self.zero_state(ops.shape(x)[0], x.dtype)
         (out,), (c,), (h,) = run_cells(
             [self.cell],
             [x_tm],
@@ -341,8 +377,8 @@ class ProjectedLSTM(keras.layers.Layer):
             matmul_dtype=self.matmul_dtype,
         )
         if self.go_backwards:
-            out = tf.reverse_sequence(out, lengths, seq_axis=0, batch_axis=1)
-        out = tf.transpose(out, [1, 0, 2])
+            out = reverse_sequences(out, lengths)
+        out = ops.transpose(out, (1, 0, 2))
         return (out, [c, h]) if self.return_state else out
 
     def compute_mask(self, inputs, mask=None):

@@ -21,16 +21,13 @@ then gets exactly the outputs it gets alone in a row.
 import tensorflow as tf
 
 from elmo_tf.layers.matmul_precision import round_to, rounds_to_nearest
+from elmo_tf.layers.ops_recurrence import FORGET_BIAS, MATMUL_DTYPES  # noqa: F401 (MATMUL_DTYPES: imported from here)
 
 # Below this many elements per recurrent kernel (4 * units * projection_dim) the directions advance as one stacked
 # tensor (one batched matmul and one set of element-wise ops per step: per-op overhead dominates small models,
 # the tiny test models run about 1.3x faster so); above it, one matmul per direction (TF's batched matmul runs at
 # 55-70% of two plain ones at the original's 4096 x 512 and already at 384 x 192).
 STACK_DIRECTIONS_BELOW = 1 << 15
-
-FORGET_BIAS = 1.0  # added to the forget gate at run time, never stored in the weights (TF1 LSTMCell)
-
-MATMUL_DTYPES = (None, "float32", "bfloat16")  # the training scan's matmuls (`fast_gradient_scan(matmul_dtype=)`)
 
 
 def stack_directions(units, projection_dim):

@@ -1,5 +1,16 @@
-from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
-from elmo_tf.models.elmo import ELMo, load_elmo, save_elmo
-from elmo_tf.models.language_model import LanguageModel, load_language_model
+"""The ELMo encoder, its language model and its pretrainer as Keras models.
 
-__all__ = ["BiLMPretrainer", "ELMo", "LanguageModel", "load_elmo", "load_language_model", "save_elmo"]
+Names are imported on first access (`elmo_tf._lazy`): `ELMo`, `load_elmo` and `save_elmo` run on every Keras backend
+and need no TensorFlow there; `LanguageModel` and `BiLMPretrainer` (pretraining is TensorFlow's) import it.
+"""
+
+from elmo_tf import _lazy
+
+__all__, __getattr__, __dir__ = _lazy.lazy_namespace(
+    __name__,
+    {
+        "elmo_tf.models.bilm_pretrainer": ("BiLMPretrainer",),
+        "elmo_tf.models.elmo": ("ELMo", "load_elmo", "save_elmo"),
+        "elmo_tf.models.language_model": ("LanguageModel", "load_language_model"),
+    },
+)

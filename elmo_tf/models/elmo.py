@@ -6,15 +6,15 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
-from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.preprocessing.char_vocabulary import char_mapping
+from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
+from elmo_tf.preprocessing.char_rows import numpy_char_mapping
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 
 
@@ -69,7 +69,7 @@ def elmo_activations(word_emb, lstm_outputs):
     """ELMo's L+1 layers in order: the token layer `(..., P)` duplicated to `(..., 2P)` (both halves of the biLM read
     it), then each LSTM layer's `(..., 2P)` (forward and backward halves). The layout of `ELMo`'s `activations`, of
     `embed --layers all` and of the SavedModel's outputs stacked (`serving_contract.activations_from_outputs`)."""
-    return [tf.concat([word_emb, word_emb], axis=-1), *lstm_outputs]
+    return [ops.concatenate([word_emb, word_emb], axis=-1), *lstm_outputs]
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -122,7 +122,12 @@ class ELMo(keras.Model):
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
-        self.char_mapping = char_mapping(config)  # strings -> this model's char ids (its lookup tables, if any)
+        if is_tensorflow_backend():  # strings -> this model's char ids (its lookup tables, if any)
+            from elmo_tf.preprocessing.char_vocabulary import char_mapping
+
+            self.char_mapping = char_mapping(config)
+        else:  # Python strings -> ids in NumPy (`char_mapping.numpy`, also its call), no TensorFlow needed
+            self.char_mapping = numpy_char_mapping(config)
         self.scalar_mixes = [
             ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}") for name in mixes
         ]
@@ -133,6 +138,11 @@ class ELMo(keras.Model):
     @property
     def num_output_layers(self):
         return self.config.num_layers + 1
+
+    @property
+    def boundary_rows(self):
+        """The ids of the `<S>` and `</S>` tokens put around every sentence (this model's mapping's)."""
+        return self.char_mapping.bos_row, self.char_mapping.eos_row
 
     @property
     def token_cache(self):
@@ -149,6 +159,13 @@ class ELMo(keras.Model):
         if vocabulary is None and embedding is None:
             self._token_cache = None
             return
+        if not is_tensorflow_backend():
+            raise ValueError(
+                f"use_token_embeddings needs the TensorFlow backend (its lookup table is TensorFlow's); Keras runs on "
+                f"{keras.config.backend()!r}"
+            )
+        from elmo_tf.io.token_cache import TokenCache
+
         value = vocabulary if embedding is None else (vocabulary, embedding)
         cache = TokenCache.of(value, self.config.projection_dim, name="embedding")
         cache.in_graph()  # its table and vectors are created now, outside any traced function
@@ -162,23 +179,24 @@ class ELMo(keras.Model):
         return self.token_cache.lookup(tokens)
 
     def call(self, inputs, initial_state=None, return_state=False, training=None, token_ids=None):
-        char_ids = tf.convert_to_tensor(inputs)
-        if not char_ids.dtype.is_integer:
-            raise TypeError(
-                f"ELMo inputs must be integer char ids (batch, tokens, {MAX_CHARS}), got dtype {char_ids.dtype.name}"
-            )
+        char_ids = ops.convert_to_tensor(inputs)
+        dtype = keras.backend.standardize_dtype(char_ids.dtype)
+        if not keras.backend.is_int_dtype(dtype):
+            raise TypeError(f"ELMo inputs must be integer char ids (batch, tokens, {MAX_CHARS}), got dtype {dtype}")
         width = self.char_cnn.input_width
-        if char_ids.shape.rank != 3 or char_ids.shape[-1] not in (None, width):
-            raise ValueError(f"ELMo inputs must have shape (batch, tokens, {width}), got {char_ids.shape}")
-        char_ids = tf.cast(char_ids, tf.int32)
-        mask = tf.reduce_any(char_ids > 0, axis=-1)
-        with_bounds = add_sentence_boundaries(char_ids, self.char_mapping.bos_row, self.char_mapping.eos_row)
-        mask_bounds = tf.reduce_any(with_bounds > 0, axis=-1)
+        if len(char_ids.shape) != 3 or char_ids.shape[-1] not in (None, width):
+            raise ValueError(f"ELMo inputs must have shape (batch, tokens, {width}), got {tuple(char_ids.shape)}")
+        char_ids = ops.cast(char_ids, "int32")
+        mask = ops.any(char_ids > 0, axis=-1)
+        with_bounds = add_sentence_boundaries(char_ids, *self.boundary_rows)
+        mask_bounds = ops.any(with_bounds > 0, axis=-1)
         if token_ids is None:
             tokens = self.char_cnn.encode_distinct(with_bounds)
         else:
             if self.token_cache is None:
                 raise ValueError("token_ids given but no token-embedding cache is attached (use_token_embeddings)")
+            import tensorflow as tf  # a cache exists on the TensorFlow backend only (use_token_embeddings)
+
             ids = tf.pad(tf.cast(token_ids, tf.int32) * tf.cast(mask, tf.int32), [[0, 0], [1, 1]])  # boundaries: 0
             hit = ids > 0
             # the char CNN encodes only rows with a non-zero char id: cached words are zeroed out of its input
@@ -188,7 +206,7 @@ class ELMo(keras.Model):
             tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state, training=training
         )
         lstm_layers, states = result if return_state else (result, None)
-        float_mask = tf.cast(mask, tokens.dtype)[:, :, None]
+        float_mask = ops.cast(mask, tokens.dtype)[:, :, None]
 
         def strip(x):  # drop <S> and </S>: real tokens sit at 1..n, </S> lands on a masked slot
             return x[:, 1:-1] * float_mask
@@ -199,7 +217,7 @@ class ELMo(keras.Model):
             "activations": activations,
             "word_emb": word_emb,
             "mask": mask,
-            "sequence_len": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1),
+            "sequence_len": ops.sum(ops.cast(mask, "int32"), axis=1),
         }
         for layer, x in enumerate(activations[1:], start=1):
             outputs[f"lstm_outputs{layer}"] = x
@@ -207,8 +225,8 @@ class ELMo(keras.Model):
             outputs[name] = mix(activations, mask=mask)
         if self.mixes:
             first = outputs[self.mixes[0]]
-            count = tf.maximum(tf.reduce_sum(float_mask, axis=1), 1.0)
-            outputs["default"] = tf.reduce_sum(first, axis=1) / count
+            count = ops.maximum(ops.sum(float_mask, axis=1), 1.0)
+            outputs["default"] = ops.sum(first, axis=1) / count
         if return_state:
             outputs["final_state"] = states
         return outputs

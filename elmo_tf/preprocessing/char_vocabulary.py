@@ -16,43 +16,18 @@ Both lookups are `tf.lookup.StaticHashTable`s built from the vocabularies in mem
 and takes raw strings.
 """
 
-import numpy as np
 import tensorflow as tf
 
-from elmo_tf.preprocessing.chars import (
-    BOS_CHAR_IDS,
-    BOW,
-    EOS_CHAR_IDS,
-    EOW,
-    MAX_CHARS,
-    PAD,
-    tokens_to_char_ids,
-    tokens_to_char_ids_numpy,
+from elmo_tf.preprocessing.char_rows import (  # noqa: F401 (the names long imported from here)
+    BOS_TOKEN,
+    BYTE_MAPPING,
+    CHAR_SPECIALS,
+    EOS_TOKEN,
+    WORD_SPECIALS,
+    ByteCharMapping,
+    VocabularyRows,
 )
-
-CHAR_SPECIALS = ("bow", "eow", "pad", "oov", "bos", "eos")
-WORD_SPECIALS = ("oov", "bos", "eos")
-BOS_TOKEN = "<bos>"  # ELMoForManyLangs' sentence boundary tokens (also how a literal token "<bos>" maps)
-EOS_TOKEN = "<eos>"
-
-
-class ByteCharMapping:
-    """bilm-tf / AllenNLP's mapping (UTF-8 bytes, `elmo_tf.preprocessing.chars`) behind the interface of
-    `VocabularyCharMapping`."""
-
-    width = MAX_CHARS
-    pad_id = PAD
-    bos_row, eos_row = BOS_CHAR_IDS, EOS_CHAR_IDS
-    empty_row = np.array([BOW, EOW] + [PAD] * (MAX_CHARS - 2), np.int32)  # "" as a token (AllenNLP's mapping)
-
-    def __call__(self, tokens):
-        return tokens_to_char_ids(tokens)
-
-    def numpy(self, tokens):
-        return tokens_to_char_ids_numpy(tokens)
-
-
-BYTE_MAPPING = ByteCharMapping()
+from elmo_tf.preprocessing.chars import MAX_CHARS
 
 
 def _table(vocabulary, default):
@@ -80,28 +55,13 @@ class VocabularyCharMapping(tf.Module):
 
     def __init__(self, char_vocabulary, special_ids, word_vocabulary=None, word_special_ids=None, max_chars=MAX_CHARS):
         super().__init__(name="char_mapping")  # a tf.Module: the SavedModel tracks its tables
-        self.special = {k: int(special_ids[k]) + 1 for k in CHAR_SPECIALS}
-        self.max_chars = max_chars
-        self.width = max_chars + (1 if word_vocabulary is not None else 0)
-        self.pad_id = self.special["pad"]
+        rows = VocabularyRows(char_vocabulary, special_ids, word_vocabulary, word_special_ids, max_chars)
+        self.special, self.max_chars, self.width, self.pad_id = rows.special, max_chars, rows.width, rows.pad_id
+        self.bos_row, self.eos_row, self.empty_row = rows.bos_row, rows.eos_row, rows.empty_row
         self.chars = _table(char_vocabulary, special_ids["oov"])
         self.words = None
         if word_vocabulary is not None:
-            self.word_special = {k: int(word_special_ids[k]) + 1 for k in WORD_SPECIALS}
             self.words = _table(word_vocabulary, word_special_ids["oov"])
-        self.bos_row = self._boundary_row("bos")
-        self.eos_row = self._boundary_row("eos")
-        self.empty_row = self._row([])
-
-    def _row(self, chars, word=None):
-        s = self.special
-        row = [s["bow"], *chars, s["eow"]] + [s["pad"]] * (self.max_chars - 2 - len(chars))
-        if self.words is not None:
-            row.append(self.word_special["oov"] if word is None else word)
-        return np.array(row, np.int32)
-
-    def _boundary_row(self, which):
-        return self._row([self.special[which]], self.word_special[which] if self.words is not None else None)
 
     def __call__(self, tokens):
         tokens = tf.convert_to_tensor(tokens)

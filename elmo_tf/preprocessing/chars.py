@@ -1,4 +1,4 @@
-"""Tokens -> character ids, exactly as bilm-tf / AllenNLP do it, in TF ops (and a NumPy twin for tests).
+"""Tokens -> character ids, exactly as bilm-tf / AllenNLP do it, in TF ops, and a NumPy twin that needs no TensorFlow.
 
 A token becomes `MAX_CHARS` (50) ids: begin-of-word, the token's UTF-8 bytes cut to the first 48 bytes,
 end-of-word, then padding. The literal tokens `<S>` / `</S>` map to the sentence-boundary rows, as in
@@ -7,7 +7,6 @@ both original implementations. Every id is shifted by +1 (here, once) so an all-
 """
 
 import numpy as np
-import tensorflow as tf
 
 MAX_CHARS = 50
 MAX_BYTES = MAX_CHARS - 2  # room for begin/end of word
@@ -58,6 +57,8 @@ def tokens_to_char_ids(tokens):
     Returns:
         int32 tensor `tokens.shape + (50,)`.
     """
+    import tensorflow as tf  # deferred: the constants and the NumPy twin need no TensorFlow
+
     tokens = tf.convert_to_tensor(tokens)
     if tokens.dtype != tf.string:
         raise TypeError(f"tokens must be a tf.string tensor, got dtype {tokens.dtype.name}")
@@ -104,13 +105,15 @@ def add_sentence_boundaries(char_ids, bos_row=BOS_CHAR_IDS, eos_row=EOS_CHAR_IDS
 
     Sentences are left-aligned (real tokens first, all-zero rows after); the end token goes right after
     each sentence's last real token, so an empty sentence becomes `<S> </S>`. `bos_row` / `eos_row`: the
-    boundary tokens' ids (`W` of them; bilm-tf's by default).
+    boundary tokens' ids (`W` of them; bilm-tf's by default). In `keras.ops`: a tensor of the Keras backend.
     """
-    char_ids = tf.convert_to_tensor(char_ids)
-    mask = tf.reduce_any(char_ids > 0, axis=-1)
-    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    batch = tf.shape(char_ids)[0]
-    bos = tf.broadcast_to(tf.constant(bos_row, char_ids.dtype), [batch, 1, len(bos_row)])
-    padded = tf.concat([bos, char_ids, tf.zeros_like(bos)], axis=1)
-    is_eos = tf.one_hot(lengths + 1, tf.shape(padded)[1], on_value=True, off_value=False, dtype=tf.bool)
-    return tf.where(is_eos[:, :, None], tf.constant(eos_row, char_ids.dtype), padded)
+    from keras import ops  # deferred: importing this module loads no Keras
+
+    char_ids = ops.convert_to_tensor(char_ids)
+    dtype = char_ids.dtype
+    lengths = ops.sum(ops.cast(ops.any(char_ids > 0, axis=-1), "int32"), axis=1)
+    bos = ops.broadcast_to(ops.cast(np.asarray(bos_row)[None, None], dtype), (ops.shape(char_ids)[0], 1, len(bos_row)))
+    padded = ops.concatenate([bos, char_ids, ops.zeros_like(bos)], axis=1)
+    positions = ops.arange(ops.shape(padded)[1], dtype="int32")
+    is_eos = ops.equal(positions[None, :], lengths[:, None] + 1)
+    return ops.where(is_eos[:, :, None], ops.cast(np.asarray(eos_row), dtype), padded)
