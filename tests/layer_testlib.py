@@ -134,16 +134,28 @@ def run_layer_test(
     if fresh_process is not None:
         flat = keras.tree.flatten(input_data) + ([mask] if mask is not None and takes_mask else [])
         fresh_process.check(model, flat, layer.name, safe_mode=safe_mode, atol=atol)
-    return layer, keras.tree.map_structure(np.asarray, outputs)
+    return layer, keras.tree.map_structure(_numpy, outputs)
 
 
 # ------------------------------------------------------------------------------------------------ in process
 
 
 def _tensor(x):
-    import tensorflow as tf
+    """A tensor of the Keras backend (strings, which only TensorFlow has, as tf.string)."""
+    if np.asarray(x).dtype.kind in "USO":
+        import tensorflow as tf
 
-    return tf.constant(x)
+        return tf.constant(x)
+    import keras
+
+    return keras.ops.convert_to_tensor(x)
+
+
+def _numpy(x):
+    """A backend tensor (a PyTorch one that requires grad included) as NumPy."""
+    import keras
+
+    return x if isinstance(x, np.ndarray) else keras.ops.convert_to_numpy(x)
 
 
 def _call(layer, input_data, mask, takes_mask):
@@ -154,12 +166,15 @@ def _call(layer, input_data, mask, takes_mask):
         return layer(inputs)
     if takes_mask:
         return layer(inputs, mask=_tensor(mask))
-    keras.tree.flatten(inputs)[0]._keras_mask = _tensor(mask)  # as an upstream layer's output carries it
+    from keras.src.backend.common.masking import set_keras_mask  # a JAX array holds no attribute: Keras's own way
+
+    set_keras_mask(keras.tree.flatten(inputs)[0], _tensor(mask))  # as an upstream layer's output carries it
     return layer(inputs)
 
 
 def _check_output_mask(outputs, recipe, input_data, mask, name):
     import keras
+    from keras.src.backend.common.masking import get_keras_mask
 
     flat = keras.tree.flatten(outputs)
     masks = None if recipe is None else recipe(input_data, mask)
@@ -167,12 +182,12 @@ def _check_output_mask(outputs, recipe, input_data, mask, name):
         masks = [masks] * len(flat)
     assert len(masks) == len(flat), f"{name}: the output_mask recipe gives {len(masks)} masks, not {len(flat)}"
     for k, (output, expected) in enumerate(zip(flat, masks)):
-        actual = getattr(output, "_keras_mask", None)  # what Keras hands the next layer
+        actual = get_keras_mask(output)  # what Keras hands the next layer
         if expected is None:
             assert actual is None, f"{name}: output {k} carries a mask; none is documented"
         else:
             assert actual is not None, f"{name}: output {k} carries no mask"
-            np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected), err_msg=f"{name}: output {k} mask")
+            np.testing.assert_array_equal(_numpy(actual), np.asarray(expected), err_msg=f"{name}: output {k} mask")
 
 
 def _json(config):
@@ -203,13 +218,13 @@ def _check_config(layer, input_data, mask, takes_mask, outputs, safe_mode):
     assert [(w.name, tuple(w.shape)) for w in clone.weights] == [(w.name, tuple(w.shape)) for w in layer.weights]
     clone.set_weights(layer.get_weights())
     for k, (a, b) in enumerate(zip(keras.tree.flatten(_call(clone, input_data, mask, takes_mask)), _flat(outputs))):
-        np.testing.assert_array_equal(np.asarray(a), b, err_msg=f"clone from config, output {k}")
+        np.testing.assert_array_equal(_numpy(a), b, err_msg=f"clone from config, output {k}")
 
 
 def _flat(outputs):
     import keras
 
-    return [np.asarray(x) for x in keras.tree.flatten(outputs)]
+    return [_numpy(x) for x in keras.tree.flatten(outputs)]
 
 
 def _functional_model(layer, input_data, mask, takes_mask, sequence):

@@ -244,8 +244,8 @@ class CharCNN(keras.layers.Layer):
         Tokens repeat within a batch (`<S>` and `</S>` in every sentence, function words: 64 GMB news sentences
         with their boundaries hold 1,611 positions and 685 distinct rows): the distinct rows go through
         `encode_tokens` once and are gathered back, so the gradient of a repeated token is the sum over its
-        occurrences (the gather's gradient). Same values as `call` within float rounding. On JAX and PyTorch every row is encoded (no
-        distinct rows: shapes that do not depend on the ids).
+        occurrences (the gather's gradient). Same values as `call` within float rounding. On JAX and PyTorch every
+        row is encoded (no distinct rows: shapes that do not depend on the ids).
         """
         if not is_tensorflow_backend():
             char_ids = self._check_ids(char_ids, None)

@@ -115,7 +115,7 @@ def ops_lstm_scan(
     w_x = ops.stack([ops.transpose(ops.convert_to_tensor(w)) for w in input_kernels])  # (D, in, 4 * units)
     w_h = ops.stack([ops.transpose(ops.convert_to_tensor(w)) for w in recurrent_kernels])  # (D, proj, 4 * units)
     w_p = ops.stack([ops.transpose(ops.convert_to_tensor(w)) for w in projection_kernels])  # (D, units, proj)
-    bias = ops.stack([ops.convert_to_tensor(b) for b in biases])[:, None, None, :]  # (D, 1, 1, 4 * units)
+    bias = ops.reshape(ops.stack([ops.convert_to_tensor(b) for b in biases]), (num, 1, 1, -1))  # (D, 1, 1, 4 * units)
     x = ops.stack([ops.convert_to_tensor(t) for t in inputs])  # (D, time, batch, in)
     steps, batch = ops.shape(x)[1], ops.shape(x)[2]
     # the input gates of all steps, one batched matmul: (D, time * batch, 4 * units) -> (time, D, batch, 4 * units)
@@ -139,10 +139,15 @@ def ops_lstm_scan(
         c_next, m = lstm_update(z + _matmul(h, w_h, matmul_dtype), c, w_p, cell_clip, proj_clip, matmul_dtype)
         c = ops.where(kept, c_next, c)
         h = ops.where(kept, m, h)
-        return (c, h), ops.where(kept, m, ops.zeros_like(m))
+        out = ops.where(kept, m, ops.zeros_like(m))
+        # Keras's TensorFlow scan stacks outputs shaped as the carry only: there each step's c is stacked beside its
+        # output (TensorFlow's own loops are `recurrence`'s; this one runs there only as the reference of the others)
+        return (c, h), ((c, out) if tensorflow else out)
 
+    tensorflow = is_tensorflow_backend()
     xs = (gates, keep) if fresh is None else (gates, keep, fresh)
     (c, h), outs = ops.scan(step, (c0, h0), xs)
+    outs = outs[1] if tensorflow else outs
     outs = ops.cast(outs, dtype)  # (time, D, batch, proj)
     return (
         [outs[:, d] for d in range(num)],

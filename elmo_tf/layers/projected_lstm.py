@@ -18,7 +18,8 @@ from elmo_tf.layers.ops_recurrence import (
 )
 
 KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
-IMPLEMENTATIONS = ("auto", "scan", "fast_gradient", "ops")  # the loop `run_cells` runs (a layer argument, like use_cudnn)
+# the loop `run_cells` runs (a layer argument, like use_cudnn)
+IMPLEMENTATIONS = ("auto", "scan", "fast_gradient", "ops")
 TENSORFLOW_IMPLEMENTATIONS = ("scan", "fast_gradient")  # the loops of `recurrence`, on the TensorFlow backend only
 # the arguments of ProjectedLSTMCell, which ProjectedLSTM takes too and reads through (both configs hold them)
 CELL_ARGUMENTS = ("units", "projection_dim", "cell_clip", "proj_clip", "dropout")
@@ -66,8 +67,8 @@ def check_implementation(implementation, matmul_dtype):
         )
     if implementation == "scan" and matmul_dtype not in (None, "float32"):
         raise ValueError(
-            f"matmul_dtype {matmul_dtype!r} needs implementation 'auto', 'fast_gradient' or 'ops' (the plain scan multiplies "
-            "in the inputs' dtype), got implementation 'scan'"
+            f"matmul_dtype {matmul_dtype!r} needs implementation 'auto', 'fast_gradient' or 'ops' (the plain scan "
+            "multiplies in the inputs' dtype), got implementation 'scan'"
         )
     return implementation, matmul_dtype
 
@@ -107,9 +108,10 @@ def run_cells(
     Returns:
         D outputs `(time, batch, projection_dim)`, D final c `(batch, units)`, D final h `(batch, projection_dim)`.
     """
-    if implementation == "fast_gradient" and gate_chunk is not None:
+    if gate_chunk is not None and (implementation in ("fast_gradient", "ops") or not is_tensorflow_backend()):
         raise ValueError(
-            f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with 'fast_gradient'"
+            f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with {implementation!r}"
+            + ("" if is_tensorflow_backend() else f" on the {keras.config.backend()!r} backend")
         )
     first = cells[0]
     w_x, bias, w_h, w_p = zip(*(cell.kernels() for cell in cells))
@@ -260,10 +262,12 @@ class ProjectedLSTMCell(keras.layers.Layer):
 
     def kernels(self):
         """`(input_kernel, bias, recurrent_kernel, projection_kernel)` as tensors, in the scans' argument order."""
-        return [
-            ops.convert_to_tensor(w)
-            for w in (self.input_kernel, self.bias, self.recurrent_kernel, self.projection_kernel)
-        ]
+        weights = (self.input_kernel, self.bias, self.recurrent_kernel, self.projection_kernel)
+        if is_tensorflow_backend():  # tensors, not the variables Keras's convert_to_tensor gives back there
+            import tensorflow as tf
+
+            return [tf.convert_to_tensor(w) for w in weights]
+        return [ops.convert_to_tensor(w) for w in weights]
 
     def zero_state(self, batch_size, dtype="float32"):
         return [ops.zeros((batch_size, self.units), dtype), ops.zeros((batch_size, self.projection_dim), dtype)]

@@ -12,8 +12,8 @@ from elmo_tf.config import BiLMConfig
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
-from elmo_tf.layers.scalar_mix import ScalarMix
 from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
+from elmo_tf.layers.scalar_mix import ScalarMix
 from elmo_tf.preprocessing.char_rows import numpy_char_mapping
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 

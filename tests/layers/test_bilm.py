@@ -324,25 +324,39 @@ def test_implementation_and_matmul_dtype_are_saved_constructor_arguments(randomi
     assert (clone.implementation, clone.matmul_dtype) == ("fast_gradient", "bfloat16")
     assert (BiLM(LAYERS, UNITS, PROJ).implementation, BiLM(LAYERS, UNITS, PROJ).matmul_dtype) == ("auto", None)
     with pytest.raises(
-        ValueError, match=r"implementation must be one of \('auto', 'scan', 'fast_gradient'\), got 'cudnn'"
+        ValueError, match=r"implementation must be one of \('auto', 'scan', 'fast_gradient', 'ops'\), got 'cudnn'"
     ):
         BiLM(LAYERS, UNITS, PROJ, implementation="cudnn")
     with pytest.raises(ValueError, match=r"matmul_dtype must be one of \(None, 'float32', 'bfloat16'\), got 'float16'"):
         BiLM(LAYERS, UNITS, PROJ, matmul_dtype="float16")
-    with pytest.raises(ValueError, match="matmul_dtype 'bfloat16' needs implementation 'auto' or 'fast_gradient'"):
+    with pytest.raises(
+        ValueError, match="matmul_dtype 'bfloat16' needs implementation 'auto', 'fast_gradient' or 'ops'"
+    ):
         BiLM(LAYERS, UNITS, PROJ, implementation="scan", matmul_dtype="bfloat16")
     x, mask = make_inputs([3, 2])
     with pytest.raises(ValueError, match="gate_chunk needs implementation 'auto' or 'scan', got gate_chunk=2"):
         make_bilm(randomize, implementation="fast_gradient")(x, mask=mask, gate_chunk=2)
+    with pytest.raises(
+        ValueError, match="gate_chunk needs implementation 'auto' or 'scan', got gate_chunk=2 with 'ops'"
+    ):
+        make_bilm(randomize, implementation="ops")(x, mask=mask, gate_chunk=2)
 
 
 @pytest.mark.parametrize(
     "implementation, training, hand_written",
-    [("auto", True, True), ("auto", False, False), ("scan", True, False), ("fast_gradient", False, True)],
+    [
+        ("auto", True, True),
+        ("auto", False, False),
+        ("scan", True, False),
+        ("fast_gradient", False, True),
+        ("ops", True, False),
+        ("ops", False, False),
+    ],
 )
 def test_implementation_selects_the_loop_with_the_same_values(implementation, training, hand_written, randomize):
     """ "auto" runs the hand-written backward pass in training only, "scan" never, "fast_gradient" always (its graph
-    holds tf.custom_gradient's IdentityN); every choice gives the plain scan's outputs and gradients."""
+    holds tf.custom_gradient's IdentityN), "ops" never (the keras.ops loop of JAX and PyTorch, here on TensorFlow);
+    every choice gives the plain scan's outputs and gradients."""
     x, mask = make_inputs([6, 3, 5], seed=2)
     x = tf.constant(x)
     weights = tf.constant(np.random.default_rng(4).normal(size=(3, 6, 2 * PROJ)), tf.float32)
