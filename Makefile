@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA ?=
 
-.PHONY: venv lint docs demo test test-slow bench clean
+.PHONY: venv lint docs demo test test-torch test-slow bench clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,17 @@ lint: venv
 test: lint docs
 	@.ci/machine
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 --ignore=tests/serving tests
+	KERAS_BACKEND=jax $(BACKEND_TESTS)
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=5 tests/serving
+
+# The numeric layers and ELMo under another Keras backend, in a pytest process of its own (KERAS_BACKEND is read when
+# Keras is imported): make test runs them under JAX (its CPU wheels are in requirements.txt); test-torch under PyTorch,
+# whose CPU build (torch 2.13.0) it installs first (17 s here from the wheel on disk; pip takes a CUDA build of several
+# GB where that wheel is not on disk).
+BACKEND_TESTS := $(PY) -m pytest -q -p no:cacheprovider --durations=5 tests/backends tests/test_fixture_parity.py
+test-torch: venv
+	$(PY) -m pip install -q torch==2.13.0
+	KERAS_BACKEND=torch $(BACKEND_TESTS)
 
 test-slow: venv
 	$(PY) -m pytest -q -m slow tests

@@ -23,6 +23,11 @@ COVERED = {
     'with ElmoClient("localhost:8500", model_name="elmo", timeout=30) as client:': "tests/serving/test_serving_docs.py",
     'with ElmoClient("localhost:8500", model_name="elmo") as client:': "tests/serving/test_serving_docs.py",
     'elmo = ELMoSavedModel("models/elmo/1"': "tests/serving/test_serving_docs.py",
+    # under the backend each names (make test: JAX; make test-torch: PyTorch)
+    "class Tagger(torch.nn.Module):": "tests/backends/test_on_backend.py::test_readme_example_runs_as_written",
+    "def train_step(trainable, non_trainable, char_ids, targets):": (
+        "tests/backends/test_on_backend.py::test_readme_example_runs_as_written"
+    ),
 }
 README_COPIES = ('elmo = load_elmo("original")', "char_ids = TokensToCharIds()(tokens)")  # docs/ holds README's block
 

@@ -3,6 +3,8 @@
 `lm_embeddings_{k}.hdf5[str(i)]`: top layer (forward, backward halves) of sentence k of batch i, from
 10 batches of 3 sentences replayed in order with the LSTM state carried from batch to batch, row by row,
 as the original code does. `elmo_token_embeddings.hdf5`: the char-CNN output of every vocabulary word.
+
+Backend-neutral: `make test` runs this file under TensorFlow and again under JAX (`make test-torch`: PyTorch).
 """
 
 import json
@@ -11,6 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from keras.ops import convert_to_numpy
 
 from elmo_tf import load_elmo
 from elmo_tf.preprocessing import tokens_to_char_ids_numpy
@@ -40,8 +43,8 @@ def test_stateful_replay_reproduces_recorded_lm_embeddings(model_dir, skip):
         batch = [sentences[k][i].split() for k in range(3)]
         out = elmo(_batch_ids(batch), initial_state=state, return_state=True)
         state = out["final_state"]
-        top = out["activations"][-1].numpy()
-        assert out["sequence_len"].numpy().tolist() == [len(s) for s in batch]
+        top = convert_to_numpy(out["activations"][-1])
+        assert convert_to_numpy(out["sequence_len"]).tolist() == [len(s) for s in batch]
         for k, tokens in enumerate(batch):
             want = expected[k][str(i)][...]  # (2, n_tokens, P): forward, backward
             p = want.shape[-1]
@@ -63,7 +66,7 @@ def test_stateless_differs_from_stateful_after_first_batch():
         want0, want1 = f["0"][...], f["1"][...]
     for i, want in ((0, want0), (1, want1)):
         batch = [sentences[k][i].split() for k in range(3)]
-        top = elmo(_batch_ids(batch))["activations"][-1].numpy()
+        top = convert_to_numpy(elmo(_batch_ids(batch))["activations"][-1])
         n, p = len(batch[0]), want.shape[-1]
         diff = np.abs(np.stack([top[0, :n, :p], top[0, :n, p:]]) - want).max()
         assert (diff < ATOL) if i == 0 else (diff > 1e-3)
@@ -76,5 +79,5 @@ def test_char_cnn_reproduces_recorded_token_embeddings():
     with h5py.File(folder / "elmo_token_embeddings.hdf5", "r") as f:
         want = f["embedding"][...]
     assert len(vocab) == want.shape[0]
-    got = elmo.char_cnn(tokens_to_char_ids_numpy(vocab)[:, None, :]).numpy()[:, 0]
+    got = convert_to_numpy(elmo.char_cnn(tokens_to_char_ids_numpy(vocab)[:, None, :]))[:, 0]
     assert np.abs(got - want).max() < ATOL

@@ -233,7 +233,10 @@ class ELMo(keras.Model):
 
     def embed_tokens(self, tokens, **kwargs):
         """Calls the model on a tf.string `(batch, tokens)` tensor padded with "" (through the attached token cache,
-        if any)."""
+        if any). On JAX and PyTorch: on tokens as Python strings, a list of sentences (lists of `str`/`bytes`, of any
+        lengths) or a NumPy array padded with "", mapped by `char_mapping.numpy`."""
+        if not is_tensorflow_backend():
+            return self(self.tokens_to_char_ids(tokens), **kwargs)
         if self.token_cache is not None and "token_ids" not in kwargs:
             kwargs["token_ids"] = self.token_ids(tokens)
         return self(self.tokens_to_char_ids(tokens), **kwargs)
@@ -241,8 +244,16 @@ class ELMo(keras.Model):
     def tokens_to_char_ids(self, tokens):
         """tf.string tokens `(...)`, "" for padding -> this model's char ids `(..., input width)`: bilm-tf's byte
         mapping (`elmo_tf.preprocessing.tokens_to_char_ids`), or a converted ELMoForManyLangs model's vocabulary
-        lookup (`elmo_tf.preprocessing.char_vocabulary`)."""
-        return self.char_mapping(tokens)
+        lookup (`elmo_tf.preprocessing.char_vocabulary`). On JAX and PyTorch: Python strings, as `embed_tokens` takes
+        them -> int32 NumPy `(batch, tokens, input width)`."""
+        if is_tensorflow_backend():
+            return self.char_mapping(tokens)
+        sentences = [[t for t in sentence if len(t)] for sentence in tokens]  # "" pads a row; none is kept
+        ids = np.zeros([len(sentences), max(map(len, sentences), default=0), self.char_cnn.input_width], np.int32)
+        for k, sentence in enumerate(sentences):
+            if sentence:
+                ids[k, : len(sentence)] = self.char_mapping.numpy(sentence)
+        return ids
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,121 @@
+"""What the tests of tests/backends share: the active Keras backend, tensors to NumPy, gradients by each backend's
+own automatic differentiation, and the TensorFlow reference computed in a TensorFlow process.
+
+`make test` runs tests/backends (and tests/test_fixture_parity.py) under `KERAS_BACKEND=jax` in a pytest process of
+its own, `make test-torch` under `KERAS_BACKEND=torch`; the main run runs them under TensorFlow. The gradient
+reference is always TensorFlow's, computed with `implementation="scan"` (TensorFlow's automatic gradient of its own
+loop) in another process: `python tests/backend_testlib.py OUT.npz` with `KERAS_BACKEND=tensorflow`.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+# the small biLM of the gradient comparison: clips that bind, a residual layer, padding in the batch
+SMALL_BILM = dict(num_layers=2, units=12, projection_dim=6, cell_clip=0.8, proj_clip=0.6, use_skip_connections=True)
+LENGTHS = (6, 3, 5, 1)
+
+
+def backend():
+    import keras
+
+    return keras.config.backend()
+
+
+def to_numpy(x):
+    """A backend tensor (a PyTorch one that requires grad included) as NumPy."""
+    import keras
+
+    return x if isinstance(x, np.ndarray) else keras.ops.convert_to_numpy(x)
+
+
+def small_bilm_case(seed=0):
+    """`(x, mask, loss_weights)` of the gradient comparison, as NumPy: inputs `(4, 6, 6)` with the mask of `LENGTHS`
+    (zeros at padding), the loss's weights per layer output."""
+    rng = np.random.default_rng(seed)
+    proj = SMALL_BILM["projection_dim"]
+    steps = max(LENGTHS)
+    mask = np.arange(steps)[None, :] < np.array(LENGTHS)[:, None]
+    x = (rng.normal(size=(len(LENGTHS), steps, proj)) * mask[:, :, None]).astype(np.float32)
+    loss_weights = rng.normal(size=(SMALL_BILM["num_layers"], len(LENGTHS), steps, 2 * proj)).astype(np.float32)
+    return x, mask, loss_weights
+
+
+def make_small_bilm(seed=1, **kwargs):
+    """The small biLM, every weight N(0, 0.4^2) drawn in `weights` order (the same numbers on every backend)."""
+    from elmo_tf.layers import BiLM
+
+    bilm = BiLM(**SMALL_BILM, **kwargs)
+    bilm.build((None, None, SMALL_BILM["projection_dim"]))
+    rng = np.random.default_rng(seed)
+    for variable in bilm.weights:
+        variable.assign(rng.normal(0.0, 0.4, size=tuple(variable.shape)).astype(np.float32))
+    return bilm
+
+
+def loss_and_gradients(bilm, x, mask, loss_weights):
+    """`sum_l sum(bilm(x)[l] * loss_weights[l])` and its gradients with respect to `x` and every trainable weight,
+    by the active backend's own automatic differentiation (in training mode), as NumPy: `[loss, d_x, d_w...]`."""
+    name = backend()
+    if name == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        def loss(trainable, x):
+            outputs, _ = bilm.stateless_call(
+                trainable, [v.value for v in bilm.non_trainable_variables], x, mask=mask, training=True
+            )
+            return sum(jnp.sum(out * w) for out, w in zip(outputs, loss_weights))
+
+        value, (d_w, d_x) = jax.value_and_grad(loss, argnums=(0, 1))([v.value for v in bilm.trainable_variables], x)
+        return [np.asarray(value), np.asarray(d_x)] + [np.asarray(g) for g in d_w]
+    if name == "torch":
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        outputs = bilm(x, mask=torch.tensor(mask), training=True)
+        loss = sum(torch.sum(out * torch.tensor(w)) for out, w in zip(outputs, loss_weights))
+        loss.backward()
+        return [to_numpy(loss), to_numpy(x.grad)] + [to_numpy(v.value.grad) for v in bilm.trainable_variables]
+    import tensorflow as tf
+
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outputs = bilm(x, mask=tf.constant(mask), training=True)
+        loss = sum(tf.reduce_sum(out * w) for out, w in zip(outputs, loss_weights))
+    grads = tape.gradient(loss, [x] + bilm.trainable_variables)
+    return [loss.numpy()] + [g.numpy() for g in grads]
+
+
+def tensorflow_reference(path):
+    """Writes `path` (.npz): the outputs (`out<l>`) and the loss and gradients (`grad<k>`, `loss_and_gradients`'s
+    order) of the small biLM under TensorFlow's own loop and automatic gradient; run with KERAS_BACKEND=tensorflow."""
+    assert backend() == "tensorflow", f"the reference is TensorFlow's; Keras runs on {backend()}"
+    x, mask, loss_weights = small_bilm_case()
+    bilm = make_small_bilm(implementation="scan")
+    outputs = [o.numpy() for o in bilm(x, mask=mask)]
+    grads = loss_and_gradients(bilm, x, mask, loss_weights)
+    np.savez(path, **{f"out{k}": o for k, o in enumerate(outputs)}, **{f"grad{k}": g for k, g in enumerate(grads)})
+
+
+def run_tensorflow_reference(path, timeout_s=600):
+    """Runs `tensorflow_reference(path)` in a TensorFlow process; returns the loaded arrays."""
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), str(TESTS_DIR), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__)), str(path)], env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+    assert done.returncode == 0, f"the TensorFlow reference failed: {done.stderr[-3000:]}"
+    with np.load(path) as data:
+        return {key: data[key] for key in data.files}
+
+
+if __name__ == "__main__":
+    tensorflow_reference(sys.argv[1])
