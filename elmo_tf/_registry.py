@@ -8,7 +8,6 @@ sources); importing them also imports TensorFlow and Keras.
 """
 
 import importlib
-import importlib.util
 
 SERIALIZABLE_MODULES = (
     "elmo_tf.layers.bilm",
@@ -28,8 +27,8 @@ SERIALIZABLE_MODULES = (
 )
 
 
-# the modules above whose classes need no TensorFlow: all that is registered where TensorFlow is not installed (the
-# numeric layers and `ELMo`, which run on JAX and PyTorch)
+# the modules above whose classes need no TensorFlow: all that is registered on JAX and PyTorch (the numeric layers and
+# `ELMo`, which run there)
 BACKEND_NEUTRAL_MODULES = (
     "elmo_tf.layers.bilm",
     "elmo_tf.layers.char_cnn",
@@ -41,8 +40,11 @@ BACKEND_NEUTRAL_MODULES = (
 
 
 def register_all():
-    """Imports every module of `SERIALIZABLE_MODULES` (a no-op once they are imported); where TensorFlow is not
-    installed, those of `BACKEND_NEUTRAL_MODULES`."""
-    with_tensorflow = importlib.util.find_spec("tensorflow") is not None
-    for module in SERIALIZABLE_MODULES if with_tensorflow else BACKEND_NEUTRAL_MODULES:
+    """Imports every module of `SERIALIZABLE_MODULES` (a no-op once they are imported); on another Keras backend than
+    TensorFlow, those of `BACKEND_NEUTRAL_MODULES` (so a JAX or PyTorch process loads no TensorFlow, installed or
+    not)."""
+    import keras
+
+    on_tensorflow = keras.config.backend() == "tensorflow"
+    for module in SERIALIZABLE_MODULES if on_tensorflow else BACKEND_NEUTRAL_MODULES:
         importlib.import_module(module)

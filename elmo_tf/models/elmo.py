@@ -134,6 +134,7 @@ class ELMo(keras.Model):
         for mix in self.scalar_mixes:
             mix.build([(None, None, 2 * config.projection_dim)] * (config.num_layers + 1))
         self.built = True
+        self._post_build()  # as Keras after a build: PyTorch's backend registers the weights as the module's parameters
 
     @property
     def num_output_layers(self):
