@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 from common import MATMUL_SIZES, git_commit, matmul_roofline, parse_list, provenance
 from sentences import REPO, load_sentences, write_sentences
 
@@ -61,6 +62,7 @@ DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "embed_throughput.json")
 DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache")
 ORDERS = ("sorted", "corpus")
+BACKENDS = ("tensorflow", "jax", "torch")
 TARGET_RATIO = 2.0
 TARGET_ROOFLINE = 0.5
 TARGET_ROOFLINE_SORTED = 0.65
@@ -217,7 +219,94 @@ def worker_ours(args):
     }
 
 
-WORKERS = {"weights": worker_weights, "matmul": worker_matmul, "ours": worker_ours, "cache": worker_cache}
+BUCKET = 8  # the plain worker pads each batch's length to a multiple of this: fewer shapes for JAX to compile
+
+
+def _plain_batches(sentences, batch_size, order):
+    """Batches of sentence indices: `batch_size` sentences each, by length (sorted) or in file order."""
+    indices = list(range(len(sentences)))
+    if order == "sorted":
+        indices.sort(key=lambda i: len(sentences[i]))
+    return [indices[k : k + batch_size] for k in range(0, len(indices), batch_size)]
+
+
+def worker_plain(args):
+    """Times `ELMo` itself on the Keras backend of this process (`KERAS_BACKEND`): one padded sentence per row (no
+    packing, no distinct-token encoding: the Embedder's are TensorFlow's), Python strings mapped by
+    `tokens_to_char_ids`, compiled as each backend's users compile it: `tf.function` on TensorFlow, `jax.jit` of
+    `stateless_call` on JAX, eager under `torch.no_grad()` on PyTorch. Model loading and one warm-up pass excluded
+    (JAX compiles once per padded shape: the warm-up pass runs every batch once)."""
+    import keras
+
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+        _set_threads(args.threads)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from elmo_tf.io.sentences import iter_sentences
+    from elmo_tf.models import load_elmo
+
+    start = time.perf_counter()
+    model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
+    load_seconds = time.perf_counter() - start
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        run = tf.function(lambda ids: model(ids)["activations"], reduce_retracing=True)
+    elif backend == "jax":
+        import jax
+
+        trainable = [v.value for v in model.trainable_variables]
+        frozen = [v.value for v in model.non_trainable_variables]
+        compiled = jax.jit(lambda t, f, ids: model.stateless_call(t, f, ids)[0]["activations"])
+
+        def run(ids):
+            return compiled(trainable, frozen, ids)
+    else:
+        import torch
+
+        def run(ids):
+            with torch.no_grad():
+                return model(torch.from_numpy(ids))["activations"]
+
+    sentences = [[t.decode("utf-8", "surrogateescape") for t in s.tokens] for s in iter_sentences(args.input)]
+    batches = []
+    for batch in _plain_batches(sentences, args.batch_size, args.order):
+        ids = model.tokens_to_char_ids([sentences[i] for i in batch])
+        width = -(-ids.shape[1] // BUCKET) * BUCKET
+        batches.append(np.pad(ids, [(0, 0), (0, width - ids.shape[1]), (0, 0)]))
+    start = time.perf_counter()
+    for ids in batches if backend == "jax" else batches[:1]:
+        keras.tree.map_structure(keras.ops.convert_to_numpy, run(ids))
+    warmup_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    for ids in batches:
+        keras.tree.map_structure(keras.ops.convert_to_numpy, run(ids))  # the arrays in memory, as ours keeps them
+    seconds = time.perf_counter() - start
+    tokens = sum(map(len, sentences))
+    return {
+        "backend": backend,
+        "tokens": tokens,
+        "sentences": len(sentences),
+        "batches": len(batches),
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "load_seconds": load_seconds,
+        "warmup_seconds": warmup_seconds,
+        "position_fill": tokens / sum(int(ids.shape[0] * ids.shape[1]) for ids in batches),
+        "max_rss_mib_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+WORKERS = {
+    "weights": worker_weights,
+    "matmul": worker_matmul,
+    "ours": worker_ours,
+    "cache": worker_cache,
+    "plain": worker_plain,
+}
 
 
 # ------------------------------------------------------------------------------------------ main process
@@ -236,14 +325,16 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-def run_measured(command, cwd=REPO):
-    """Runs a subprocess; returns (exit code, stdout, stderr, wall seconds, peak RSS MiB, CPU seconds). The peak RSS
-    and CPU are the command's own, through a small launcher process (see `_LAUNCHER`)."""
+def run_measured(command, cwd=REPO, backend=None):
+    """Runs a subprocess (under `KERAS_BACKEND=backend` when given); returns (exit code, stdout, stderr, wall seconds,
+    peak RSS MiB, CPU seconds). The peak RSS and CPU are the command's own, through a small launcher process (see
+    `_LAUNCHER`)."""
+    env = dict(os.environ, **({"KERAS_BACKEND": backend} if backend else {}))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "usage")
         launcher = [sys.executable, "-S", "-c", _LAUNCHER, report, *map(str, command)]
         start = time.perf_counter()
-        subprocess.run(launcher, cwd=cwd, stdout=out, stderr=err, check=True)
+        subprocess.run(launcher, cwd=cwd, stdout=out, stderr=err, check=True, env=env)
         wall = time.perf_counter() - start
         with open(report) as f:
             status, maxrss_kib, cpu = f.read().split()
@@ -259,7 +350,7 @@ def run_measured(command, cwd=REPO):
         )
 
 
-def run_worker(args, mode, extra, work):
+def run_worker(args, mode, extra, work, backend=None):
     result_path = os.path.join(work, f"{mode}-{time.monotonic_ns()}.json")
     command = [
         args.python,
@@ -273,7 +364,7 @@ def run_worker(args, mode, extra, work):
         "--weights-dir",
         args.weights_dir,
     ] + extra
-    rc, _, err, wall, rss, cpu = run_measured(command)
+    rc, _, err, wall, rss, cpu = run_measured(command, backend=backend)
     if rc != 0 or not os.path.isfile(result_path):
         raise RuntimeError(f"worker {mode} failed with exit status {rc}:\n{err[-4000:]}")
     with open(result_path, encoding="utf-8") as f:
@@ -353,6 +444,12 @@ def build_parser():
     )
     parser.add_argument("--skip-peer", action="store_true", help="run ours only")
     parser.add_argument(
+        "--backend",
+        default=None,
+        help="comma-separated Keras backends (tensorflow, jax, torch) whose `ELMo` also runs plain (a padded sentence "
+        "per row), beside TensorFlow's Embedder: one row per backend, batch and order",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="smoke run: 100 sentences, batch 32, sorted (explicit flags still win)"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
@@ -397,6 +494,10 @@ def main(argv=None):
         orders = parse_list(args.orders or ("sorted" if args.quick else "sorted,corpus"), str, "--orders")
     except argparse.ArgumentTypeError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    backends = parse_list(args.backend, str, "--backend") if args.backend else []
+    if any(b not in BACKENDS for b in backends):
+        print(f"error: --backend takes {', '.join(BACKENDS)}, got {args.backend!r}", file=sys.stderr)
         return 2
     if any(b < 1 for b in batch_sizes) or any(o not in ORDERS for o in orders):
         print(f"error: batch sizes must be >= 1 and orders in {ORDERS}, got {batch_sizes} {orders}", file=sys.stderr)
@@ -448,6 +549,19 @@ def main(argv=None):
                         run["peer"] = run_peer(args, input_path, batch_size, order, work)
                         log.info("peer  batch %d %s: %.0f tokens/s", batch_size, order, run["peer"]["tokens_per_s"])
                     runs.append(run)
+                    for backend in backends:
+                        plain = {"batch_size": batch_size, "order": order, "repeat": repeat, "variant": backend}
+                        extra = ["--input", input_path, "--batch-size", str(batch_size), "--order", order]
+                        plain["ours"] = run_worker(args, "plain", extra, work, backend=backend)
+                        plain["ratio_vs_embedder"] = plain["ours"]["tokens_per_s"] / run["ours"]["tokens_per_s"]
+                        log.info(
+                            "%s plain batch %d %s: %.0f tokens/s",
+                            backend,
+                            batch_size,
+                            order,
+                            plain["ours"]["tokens_per_s"],
+                        )
+                        runs.append(plain)
         if not args.no_cache:
             cache_file = os.path.join(args.weights_dir, "token_embeddings.hdf5")
             cache_vocab = os.path.join(args.weights_dir, "token_embeddings_vocab.txt")
@@ -489,6 +603,8 @@ def main(argv=None):
         ours["gflops"] = ours["tokens_per_s"] * fpp / 1e9
         ours["gflops_with_boundaries"] = (ours["tokens"] + 2 * ours["sentences"]) / ours["seconds"] * fpp / 1e9
         ours["fraction_of_roofline"] = ours["gflops"] / roofline
+        if run.get("variant") in BACKENDS:
+            continue
         if run.get("variant"):
             same = {
                 r.get("variant"): r["ours"]["tokens_per_s"]
@@ -547,7 +663,12 @@ def main(argv=None):
             f"{ours['fraction_of_roofline']:>10.0%} {ours['peak_rss_mib']:>12.0f} {peer_rss:>12} "
             f"{ours['position_fill']:>8.0%}"
         )
-        if run.get("variant"):
+        if run.get("variant") in BACKENDS:
+            print(
+                f"{'':<16} {run['variant']}: ELMo itself, a padded sentence per row: {run['ratio_vs_embedder']:.2f}x "
+                f"TensorFlow's Embedder (packed rows, each distinct token encoded once)"
+            )
+        elif run.get("variant"):
             versus = [
                 f"{run[key]:.2f}x {label}"
                 for key, label in (("speedup_vs_default", "the default (memo on)"), ("speedup_vs_no_memo", "no memo"))
