@@ -233,7 +233,7 @@ def _plain_batches(sentences, batch_size, order):
 def worker_plain(args):
     """Times `ELMo` itself on the Keras backend of this process (`KERAS_BACKEND`): one padded sentence per row (no
     packing, no distinct-token encoding: the Embedder's are TensorFlow's), Python strings mapped by
-    `tokens_to_char_ids`, compiled as each backend's users compile it: `tf.function` on TensorFlow, `jax.jit` of
+    in NumPy, compiled as each backend's users compile it: `tf.function` on TensorFlow, `jax.jit` of
     `stateless_call` on JAX, eager under `torch.no_grad()` on PyTorch. Model loading and one warm-up pass excluded
     (JAX compiles once per padded shape: the warm-up pass runs every batch once)."""
     import keras
@@ -247,6 +247,7 @@ def worker_plain(args):
         torch.set_num_threads(args.threads)
     from elmo_tf.io.sentences import iter_sentences
     from elmo_tf.models import load_elmo
+    from elmo_tf.preprocessing.char_rows import numpy_char_mapping
 
     start = time.perf_counter()
     model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
@@ -273,10 +274,14 @@ def worker_plain(args):
 
     sentences = [[t.decode("utf-8", "surrogateescape") for t in s.tokens] for s in iter_sentences(args.input)]
     batches = []
+    mapping = numpy_char_mapping(model.config)  # Python strings -> ids on every backend (`ELMo.tokens_to_char_ids`)
     for batch in _plain_batches(sentences, args.batch_size, args.order):
-        ids = model.tokens_to_char_ids([sentences[i] for i in batch])
-        width = -(-ids.shape[1] // BUCKET) * BUCKET
-        batches.append(np.pad(ids, [(0, 0), (0, width - ids.shape[1]), (0, 0)]))
+        width = -(-max(len(sentences[i]) for i in batch) // BUCKET) * BUCKET
+        ids = np.zeros([len(batch), width, model.char_cnn.input_width], np.int32)
+        for row, i in enumerate(batch):
+            if sentences[i]:
+                ids[row, : len(sentences[i])] = mapping.numpy(sentences[i])
+        batches.append(ids)
     start = time.perf_counter()
     for ids in batches if backend == "jax" else batches[:1]:
         keras.tree.map_structure(keras.ops.convert_to_numpy, run(ids))
