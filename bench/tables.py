@@ -238,6 +238,27 @@ def render_embed_throughput_full(h):
     return lines
 
 
+def render_embed_backends(h):
+    """The latest --backend run: TensorFlow's Embedder, then `ELMo` itself on each Keras backend, per batch and order."""
+    run = latest(h, scope="backends")
+    rows = []
+    for r in run["rows"]:
+        what = "TensorFlow, the Embedder" if not r.get("variant") else f"{r['variant']}, ELMo itself"
+        vs = times(r.get("ratio_vs_embedder")) if r.get("variant") else "1.00x"
+        rows.append(
+            [
+                f"{r['batch_size']}, {r['order']}",
+                what,
+                fmt(r["ours_tokens_per_s"], ",.0f"),
+                vs,
+                f"{fmt(r['ours_gflops'], '.0f')} ({pct(r['fraction_of_roofline'])})",
+                fmt(r["ours_peak_rss_mib"], ",.0f"),
+            ]
+        )
+    headers = ["batch, order", "backend, path", "tok/s", "vs the Embedder", "GFLOP/s (% of roofline)", "peak RSS MiB"]
+    return markdown_table(headers, rows) + ["", caption(h, run)]
+
+
 def render_embed_throughput_history(h):
     """Every recorded run of embed_throughput, one row per measurement (ranges where only ranges are recorded)."""
     rows = []
@@ -829,6 +850,7 @@ TABLES = {
     "embed_resume_rss": ("embed_resume", render_embed_resume_rss),
     "beam_throughput": ("beam_throughput", render_beam_throughput),
     "durations": (None, render_durations),
+    "embed_backends": ("embed_throughput", render_embed_backends),
 }
 for _name in (
     "embed_throughput",
@@ -1003,12 +1025,16 @@ def adapt_embed_throughput(result):
             "row_fill": ours.get("position_fill"),
             "speedup_vs_default": r.get("speedup_vs_default"),
         }
+        if r.get("ratio_vs_embedder") is not None:  # a --backend row: ELMo itself on that Keras backend
+            row["ratio_vs_embedder"] = r["ratio_vs_embedder"]
         if r.get("repeat"):
             row["repeat"] = r["repeat"]
         rows.append(row)
     plain = [r for r in result["runs"] if not r.get("variant")]
     if result.get("quick"):
         scope = "quick"
+    elif any(r.get("ratio_vs_embedder") is not None for r in result["runs"]):
+        scope = "backends"
     else:
         scope = "full" if plain and all(r.get("peer") for r in plain) else "partial"
     matmul = result.get("matmul") or []

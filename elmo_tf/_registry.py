@@ -27,14 +27,16 @@ SERIALIZABLE_MODULES = (
 )
 
 
-# the modules above whose classes need no TensorFlow: all that is registered on JAX and PyTorch (the numeric layers and
-# `ELMo`, which run there)
+# the modules above whose classes need no TensorFlow: all that is registered on JAX and PyTorch (the layers and `ELMo`,
+# which run there)
 BACKEND_NEUTRAL_MODULES = (
     "elmo_tf.layers.bilm",
     "elmo_tf.layers.char_cnn",
+    "elmo_tf.layers.crf",
     "elmo_tf.layers.highway",
     "elmo_tf.layers.projected_lstm",
     "elmo_tf.layers.scalar_mix",
+    "elmo_tf.layers.tokens_to_char_ids",
     "elmo_tf.models.elmo",
 )
 

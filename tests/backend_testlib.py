@@ -94,15 +94,82 @@ def loss_and_gradients(bilm, x, mask, loss_weights):
     return [loss.numpy()] + [g.numpy() for g in grads]
 
 
+def crf_case(seed=2):
+    """`(potentials, tags, mask)` of the CRF comparison: `(4, 6, 5)` potentials, sentences of 6, 3, 1 and 0 tags."""
+    rng = np.random.default_rng(seed)
+    lengths = (6, 3, 1, 0)
+    mask = np.arange(6)[None, :] < np.array(lengths)[:, None]
+    potentials = rng.normal(size=(4, 6, 5)).astype(np.float32)
+    tags = (rng.integers(0, 5, size=(4, 6)) * mask).astype(np.int32)
+    return potentials, tags, mask
+
+
+def make_crf(seed=3):
+    """A CRF of 5 tags with forbidden transitions and starts, weights N(0, 1) drawn in `weights` order."""
+    from elmo_tf.layers import CRF
+
+    allowed = np.ones((5, 5), bool)
+    allowed[0, 3] = allowed[2, 1] = False
+    crf = CRF(5, allowed_transitions=allowed.tolist(), allowed_start=[True, True, False, True, True])
+    crf.build((None, None, 5))
+    rng = np.random.default_rng(seed)
+    for variable in crf.weights:
+        variable.assign(rng.normal(size=tuple(variable.shape)).astype(np.float32))
+    return crf
+
+
+def crf_values(crf, potentials, tags, mask):
+    """The CRF's Viterbi tags and scores, its log-likelihoods, and the gradients of their sum with respect to the
+    potentials and each weight, by the active backend's automatic differentiation, as NumPy."""
+    decoded, best = crf.decode(potentials, mask)
+    values = [to_numpy(decoded), to_numpy(best)]
+    name = backend()
+    if name == "jax":
+        import jax
+        from keras import StatelessScope
+
+        weights = [v.value for v in crf.trainable_variables]
+        ll = crf.log_likelihood(potentials, tags, mask)
+
+        def loss(weights, potentials):  # the weights as arguments, as stateless_call takes them
+            with StatelessScope(state_mapping=list(zip(crf.trainable_variables, weights))):
+                return crf.log_likelihood(potentials, tags, mask).sum()
+
+        d_w, d_p = jax.grad(loss, argnums=(0, 1))(weights, potentials)
+        return values + [to_numpy(ll), np.asarray(d_p)] + [np.asarray(g) for g in d_w]
+    if name == "torch":
+        import torch
+
+        p = torch.tensor(potentials, requires_grad=True)
+        ll = crf.log_likelihood(p, torch.tensor(tags), torch.tensor(mask))
+        ll.sum().backward()
+        return values + [to_numpy(ll), to_numpy(p.grad)] + [to_numpy(v.value.grad) for v in crf.trainable_variables]
+    import tensorflow as tf
+
+    p = tf.constant(potentials)
+    with tf.GradientTape() as tape:
+        tape.watch(p)
+        ll = crf.log_likelihood(p, tags, mask)
+    grads = tape.gradient(tf.reduce_sum(ll), [p] + crf.trainable_variables)
+    return values + [ll.numpy()] + [g.numpy() for g in grads]
+
+
 def tensorflow_reference(path):
     """Writes `path` (.npz): the outputs (`out<l>`) and the loss and gradients (`grad<k>`, `loss_and_gradients`'s
-    order) of the small biLM under TensorFlow's own loop and automatic gradient; run with KERAS_BACKEND=tensorflow."""
+    order) of the small biLM under TensorFlow's own loop and automatic gradient, and the CRF's `crf_values` (`crf<k>`);
+    run with KERAS_BACKEND=tensorflow."""
     assert backend() == "tensorflow", f"the reference is TensorFlow's; Keras runs on {backend()}"
     x, mask, loss_weights = small_bilm_case()
     bilm = make_small_bilm(implementation="scan")
     outputs = [o.numpy() for o in bilm(x, mask=mask)]
     grads = loss_and_gradients(bilm, x, mask, loss_weights)
-    np.savez(path, **{f"out{k}": o for k, o in enumerate(outputs)}, **{f"grad{k}": g for k, g in enumerate(grads)})
+    crf = crf_values(make_crf(), *crf_case())
+    np.savez(
+        path,
+        **{f"out{k}": o for k, o in enumerate(outputs)},
+        **{f"grad{k}": g for k, g in enumerate(grads)},
+        **{f"crf{k}": v for k, v in enumerate(crf)},
+    )
 
 
 def run_tensorflow_reference(path, timeout_s=600):

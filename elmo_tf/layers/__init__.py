@@ -1,8 +1,7 @@
 """Keras 3 layers of ELMo, registered under the package name "elmo_tf".
 
-Names are imported on first access (`elmo_tf._lazy`): the numeric layers (`CharCNN`, `Highway`, `ProjectedLSTM`,
-`BiLM`, `ScalarMix`) run on every Keras backend and need no TensorFlow there; `CRF`, `ELMoSavedModel` and
-`TokensToCharIds` import it.
+Names are imported on first access (`elmo_tf._lazy`): every layer but `ELMoSavedModel` (a TensorFlow SavedModel)
+runs on every Keras backend and needs no TensorFlow off it (`TokensToCharIds` maps Python strings in NumPy there).
 """
 
 from elmo_tf import _lazy

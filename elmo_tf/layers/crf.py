@@ -5,7 +5,7 @@ Written by hand: no maintained Keras 3 CRF exists (tensorflow-addons, which had 
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 NEG_INF = -1e4  # score of a forbidden transition: exp() underflows to 0, no NaN from inf - inf
 
@@ -13,13 +13,15 @@ NEG_INF = -1e4  # score of a forbidden transition: exp() underflows to 0, no NaN
 def _if_more_than_one_step(potentials, scan, no_scan):
     """`scan()` when `potentials` (batch, time, K) has more than one time step, else `no_scan()`.
 
-    In a graph a scan over no steps fails: with a known time dimension (a shape fixed by a signature or by Keras's
-    data adapter) `[-1]` of an empty scan fails at tracing, and with an unknown one stacking no steps fails when run.
-    So the branch is taken in Python when the time dimension is known, and by `tf.cond` when it is not.
+    A scan over no steps is avoided on every backend: in a TensorFlow graph stacking no steps fails when run, and
+    PyTorch's Keras scan stacks a list (none to stack). So the branch is taken in Python when the time dimension is
+    known (always on JAX and PyTorch), and by `tf.cond` when it is not (a TensorFlow graph without a fixed shape).
     """
     steps = potentials.shape[1]
     if steps is not None:
         return scan() if steps > 1 else no_scan()
+    import tensorflow as tf  # an unknown dimension exists in TensorFlow graphs only
+
     return tf.cond(tf.shape(potentials)[1] > 1, scan, no_scan)
 
 
@@ -72,9 +74,8 @@ class CRF(keras.layers.Layer):
         """(transitions, start, end) with forbidden entries set to NEG_INF."""
 
         def apply(weight, allowed):
-            if allowed is None:
-                return tf.convert_to_tensor(weight)
-            return tf.where(tf.constant(allowed), tf.convert_to_tensor(weight), NEG_INF)
+            weight = ops.convert_to_tensor(weight)
+            return weight if allowed is None else ops.where(np.asarray(allowed), weight, NEG_INF)
 
         return (
             apply(self.transitions, self.allowed_transitions),
@@ -85,97 +86,97 @@ class CRF(keras.layers.Layer):
     @staticmethod
     def _prepare(potentials, mask, tags=None):
         """Checks shapes; a batch with no time steps gets one masked step (scores 0, no tags)."""
-        potentials = tf.convert_to_tensor(potentials)
-        if potentials.shape.rank != 3:
-            raise ValueError(f"CRF potentials must have shape (batch, time, num_tags), got {potentials.shape}")
+        potentials = ops.convert_to_tensor(potentials)
+        if len(potentials.shape) != 3:
+            raise ValueError(f"CRF potentials must have shape (batch, time, num_tags), got {tuple(potentials.shape)}")
         if mask is None:
-            mask = tf.ones(tf.shape(potentials)[:2], tf.bool)
-        mask = tf.cast(mask, tf.bool)
-        extra = tf.maximum(1 - tf.shape(potentials)[1], 0)
-        potentials = tf.pad(potentials, [[0, 0], [0, extra], [0, 0]])
-        mask = tf.pad(mask, [[0, 0], [0, extra]])
+            mask = ops.ones(ops.shape(potentials)[:2], "bool")
+        mask = ops.cast(mask, "bool")
+        steps = potentials.shape[1]  # known on JAX and PyTorch, maybe not in a TensorFlow graph
+        extra = max(1 - steps, 0) if steps is not None else ops.maximum(1 - ops.shape(potentials)[1], 0)
+        potentials = ops.pad(potentials, [[0, 0], [0, extra], [0, 0]])
+        mask = ops.pad(mask, [[0, 0], [0, extra]])
         if tags is not None:
-            tags = tf.pad(tf.cast(tags, tf.int32), [[0, 0], [0, extra]])
+            tags = ops.pad(ops.cast(tags, "int32"), [[0, 0], [0, extra]])
         return potentials, mask, tags
 
     def log_likelihood(self, potentials, tags, mask=None):
         """`log p(tags | potentials)` per sentence, float `(batch,)` (0 for an empty sentence)."""
         potentials, mask, tags = self._prepare(potentials, mask, tags)
         trans, start, end = self._constrained()
-        maskf = tf.cast(mask, potentials.dtype)
-        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+        k = self.num_tags
+        maskf = ops.cast(mask, potentials.dtype)
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
         # score of the given path
-        emit = tf.reduce_sum(tf.gather(potentials, tags, batch_dims=2) * maskf, axis=1)
-        pair = tf.gather_nd(trans, tf.stack([tags[:, :-1], tags[:, 1:]], axis=-1))
-        moves = tf.reduce_sum(pair * maskf[:, 1:], axis=1)
-        last = tf.gather(tags, tf.maximum(lengths - 1, 0), batch_dims=1)
-        nonempty = tf.cast(lengths > 0, potentials.dtype)
-        score = (emit + moves + tf.gather(start, tags[:, 0]) + tf.gather(end, last)) * nonempty
+        emit = ops.sum(ops.take_along_axis(potentials, tags[:, :, None], axis=2)[:, :, 0] * maskf, axis=1)
+        pair = ops.take(ops.reshape(trans, (-1,)), tags[:, :-1] * k + tags[:, 1:])
+        moves = ops.sum(pair * maskf[:, 1:], axis=1)
+        last = ops.take_along_axis(tags, ops.maximum(lengths - 1, 0)[:, None], axis=1)[:, 0]
+        nonempty = ops.cast(lengths > 0, potentials.dtype)
+        score = (emit + moves + ops.take(start, tags[:, 0]) + ops.take(end, last)) * nonempty
         # partition function: forward algorithm, state frozen past each sentence's end
         alpha0 = start + potentials[:, 0]
-        steps_x = tf.transpose(potentials[:, 1:], [1, 0, 2])
-        steps_m = tf.transpose(mask[:, 1:])
+        steps_x = ops.transpose(potentials[:, 1:], (1, 0, 2))
+        steps_m = ops.transpose(mask[:, 1:])
 
         def forward(alpha, inputs):
             x_t, m_t = inputs
-            new = tf.reduce_logsumexp(alpha[:, :, None] + trans[None], axis=1) + x_t
-            return tf.where(m_t[:, None], new, alpha)
+            new = ops.logsumexp(alpha[:, :, None] + trans[None], axis=1) + x_t
+            alpha = ops.where(m_t[:, None], new, alpha)
+            return alpha, alpha  # (Keras's TensorFlow scan stacks outputs shaped as the carry only)
 
         alpha = _if_more_than_one_step(
-            potentials, lambda: tf.scan(forward, (steps_x, steps_m), initializer=alpha0)[-1], lambda: alpha0
+            potentials, lambda: ops.scan(forward, alpha0, (steps_x, steps_m))[0], lambda: alpha0
         )
-        log_z = tf.reduce_logsumexp(alpha + end, axis=1) * nonempty
+        log_z = ops.logsumexp(alpha + end, axis=1) * nonempty
         return score - log_z
 
     def decode(self, potentials, mask=None):
         """Viterbi: `(tags int32 (batch, time), best score (batch,))`; tags are 0 at padding."""
-        steps_in = tf.shape(potentials)[1]
+        steps_in = ops.shape(potentials)[1]
         potentials, mask, _ = self._prepare(potentials, mask)
         trans, start, end = self._constrained()
-        batch = tf.shape(potentials)[0]
-        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+        batch = ops.shape(potentials)[0]
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
         delta0 = start + potentials[:, 0]
-        steps_x = tf.transpose(potentials[:, 1:], [1, 0, 2])
-        steps_m = tf.transpose(mask[:, 1:])
-        identity = tf.broadcast_to(tf.range(self.num_tags)[None], [batch, self.num_tags])
+        steps_x = ops.transpose(potentials[:, 1:], (1, 0, 2))
+        steps_m = ops.transpose(mask[:, 1:])
+        identity = ops.broadcast_to(ops.arange(self.num_tags, dtype="int32")[None], (batch, self.num_tags))
 
         def forward(carry, inputs):
             delta, _ = carry
             x_t, m_t = inputs
             scores = delta[:, :, None] + trans[None]  # (batch, from, to)
-            best_from = tf.argmax(scores, axis=1, output_type=tf.int32)
-            new = tf.reduce_max(scores, axis=1) + x_t
+            best_from = ops.cast(ops.argmax(scores, axis=1), "int32")
+            new = ops.max(scores, axis=1) + x_t
             # past the end: keep delta, backpointer = identity (the path stays put)
-            return tf.where(m_t[:, None], new, delta), tf.where(m_t[:, None], best_from, identity)
+            out = ops.where(m_t[:, None], new, delta), ops.where(m_t[:, None], best_from, identity)
+            return out, out
 
         def run():
-            deltas, pointers = tf.scan(
-                forward, (steps_x, steps_m), initializer=(delta0, tf.zeros([batch, self.num_tags], tf.int32))
-            )
-            return deltas[-1], pointers
+            (delta, _), (_, pointers) = ops.scan(forward, (delta0, identity), (steps_x, steps_m))
+            return delta, pointers
 
         delta, pointers = _if_more_than_one_step(
-            potentials, run, lambda: (delta0, tf.zeros([0, batch, self.num_tags], tf.int32))
+            potentials, run, lambda: (delta0, ops.zeros((0, batch, self.num_tags), "int32"))
         )
         final = delta + end
-        best_last = tf.argmax(final, axis=1, output_type=tf.int32)
-        best_score = tf.reduce_max(final, axis=1)
+        best_last = ops.cast(ops.argmax(final, axis=1), "int32")
+        best_score = ops.max(final, axis=1)
 
         def back(tag, pointer_t):
-            previous = tf.gather(pointer_t, tag, batch_dims=1)
-            previous.set_shape(tag.shape)
-            return previous
+            previous = ops.take_along_axis(pointer_t, tag[:, None], axis=1)[:, 0]
+            return previous, previous
 
         earlier = _if_more_than_one_step(  # tags at 0..T-2
             potentials,
-            lambda: tf.scan(back, pointers, initializer=best_last, reverse=True),
-            lambda: tf.zeros([0, batch], tf.int32),
+            lambda: ops.scan(back, best_last, pointers, reverse=True)[1],
+            lambda: ops.zeros((0, batch), "int32"),
         )
-        path = tf.concat([tf.transpose(earlier), best_last[:, None]], axis=1)
+        path = ops.concatenate([ops.transpose(earlier), best_last[:, None]], axis=1)
         # identity pointers past each end carry the last real tag back to position length-1
-        path = tf.where(mask, path, 0)[:, :steps_in]
-        nonempty = lengths > 0
-        return path, tf.where(nonempty, best_score, 0.0)
+        path = ops.where(mask, path, 0)[:, :steps_in]
+        return path, ops.where(lengths > 0, best_score, 0.0)
 
     def call(self, inputs, mask=None):
         return self.decode(inputs, mask)[0]

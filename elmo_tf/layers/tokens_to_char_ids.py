@@ -1,8 +1,11 @@
-"""Preprocessing layer: tf.string tokens -> ELMo char ids, inside a Keras model."""
+"""Preprocessing layer: tf.string tokens -> ELMo char ids, inside a Keras model (on JAX and PyTorch: Python strings
+-> char ids in NumPy, handed to the model as the backend's tensors)."""
 
 import keras
+import numpy as np
 
-from elmo_tf.preprocessing.char_vocabulary import BYTE_MAPPING, VocabularyCharMapping
+from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
+from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, VocabularyRows
 
 
 def _pairs(value):
@@ -21,7 +24,8 @@ class TokensToCharIds(keras.layers.Layer):
         word_special_ids: the word vocabulary's special ids. `TokensToCharIds.for_config(elmo.config)` fills these
             four arguments from a model's config.
     Call arguments:
-        inputs: tf.string `(batch, tokens)`, padded with "".
+        inputs: tf.string `(batch, tokens)`, padded with "" (on JAX and PyTorch: a NumPy array or nested lists of
+            `str`/`bytes`, mapped in NumPy, as keras-hub's tokenizers hand their outputs to those backends).
     Returns:
         int32 `(batch, tokens, 50)` (51 with a word vocabulary: the word id column), all-zero rows for "".
     """
@@ -35,8 +39,14 @@ class TokensToCharIds(keras.layers.Layer):
         self.word_special_ids = None if word_special_ids is None else dict(word_special_ids)
         if self.char_vocabulary is None:
             self.mapping = BYTE_MAPPING
-        else:
+        elif is_tensorflow_backend():  # its lookup tables (a SavedModel carries them)
+            from elmo_tf.preprocessing.char_vocabulary import VocabularyCharMapping
+
             self.mapping = VocabularyCharMapping(
+                self.char_vocabulary, self.special_ids, self.word_vocabulary, self.word_special_ids
+            )
+        else:
+            self.mapping = VocabularyRows(
                 self.char_vocabulary, self.special_ids, self.word_vocabulary, self.word_special_ids
             )
 
@@ -54,7 +64,11 @@ class TokensToCharIds(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        return self.mapping(inputs)
+        if is_tensorflow_backend():
+            return self.mapping(inputs)
+        tokens = np.asarray(inputs, dtype=object)
+        ids = self.mapping.numpy(tokens.reshape(-1).tolist()).reshape(tokens.shape + (self.mapping.width,))
+        return keras.ops.convert_to_tensor(ids)
 
     def compute_output_spec(self, inputs):
         return keras.KerasTensor(tuple(inputs.shape) + (self.mapping.width,), dtype="int32")

@@ -86,6 +86,9 @@ class ELMo(keras.Model):
         mixes: names of the ScalarMix outputs to compute (default `("elmo",)`).
         mix_layer_norm: per-sentence layer norm inside each mix.
         dropout: biLM dropout in training.
+        implementation: the biLM's loop (`BiLM`'s argument: "auto", "scan", "fast_gradient", "ops").
+        matmul_dtype: the biLM's matmul dtype (`BiLM`'s argument; with "ops", e.g. "bfloat16" for a GPU's
+            inference).
     Call arguments:
         inputs: int32 char ids `(batch, tokens, 50)`, all-zero rows for padding (left-aligned), without
             sentence boundaries (see `elmo_tf.preprocessing.tokens_to_char_ids`).
@@ -101,7 +104,16 @@ class ELMo(keras.Model):
         `final_state` with `return_state`.
     """
 
-    def __init__(self, config=None, mixes=("elmo",), mix_layer_norm=False, dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        config=None,
+        mixes=("elmo",),
+        mix_layer_norm=False,
+        dropout=0.0,
+        implementation="auto",
+        matmul_dtype=None,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "elmo")
         super().__init__(**kwargs)
         if config is None:
@@ -121,7 +133,7 @@ class ELMo(keras.Model):
         self.mixes = mixes
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
-        self.char_cnn, self.bilm = build_bilm_layers(config, dropout)
+        self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype)
         if is_tensorflow_backend():  # strings -> this model's char ids (its lookup tables, if any)
             from elmo_tf.preprocessing.char_vocabulary import char_mapping
 
@@ -263,6 +275,8 @@ class ELMo(keras.Model):
             mixes=list(self.mixes),
             mix_layer_norm=self.mix_layer_norm,
             dropout=self.dropout,
+            implementation=self.bilm.implementation,
+            matmul_dtype=self.bilm.matmul_dtype,
         )
         frozen = [key for key, layer in self._parts().items() if not layer.trainable]
         if frozen:  # `elmo.bilm.trainable = False` is part of the model: it survives .keras saving

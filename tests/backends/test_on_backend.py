@@ -18,7 +18,10 @@ from backend_testlib import (
     REPO_ROOT,
     SMALL_BILM,
     backend,
+    crf_case,
+    crf_values,
     loss_and_gradients,
+    make_crf,
     make_small_bilm,
     run_tensorflow_reference,
     small_bilm_case,
@@ -30,7 +33,7 @@ from tiny_models import TINY, randomize_weights
 
 import elmo_tf
 from elmo_tf.config import BiLMConfig
-from elmo_tf.layers import BiLM, CharCNN, Highway, ProjectedLSTM, ScalarMix
+from elmo_tf.layers import CRF, BiLM, CharCNN, Highway, ProjectedLSTM, ScalarMix, TokensToCharIds
 from elmo_tf.models import ELMo, load_elmo, save_elmo
 from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids_numpy
 
@@ -62,7 +65,22 @@ def _contract_cases():
     hs, hs_mask = _float_inputs([4, 2, 1, 0], 5, steps=4)
     mixes = [_float_inputs([4, 2, 1, 0], 5, steps=4, seed=k)[0] for k in range(3)]
     mates_mixes = [_float_inputs([6, 5], 5, seed=k + 3)[0] * 100.0 + 50.0 for k in range(3)]
+    potentials, _, crf_mask = crf_case()
+    mates_potentials = np.random.default_rng(5).normal(size=(2, 8, 5)).astype(np.float32)
     return {
+        "CRF": (
+            CRF,
+            dict(num_tags=5, allowed_transitions=(~np.eye(5, dtype=bool)).tolist()),
+            potentials,
+            dict(
+                mask=crf_mask,
+                output_mask=same_mask,
+                pad_value=50.0,
+                batch_mates=mates_potentials,
+                batch_mates_mask=np.arange(8)[None, :] < np.array([[8], [7]]),
+                weight_scale=1.0,
+            ),
+        ),
         "CharCNN": (
             CharCNN,
             dict(filters=((1, 4), (2, 8)), num_highway=2, projection_dim=6, char_embedding_dim=3),
@@ -99,13 +117,13 @@ def _contract_cases():
     }
 
 
-@pytest.mark.parametrize("name", ["CharCNN", "Highway", "ProjectedLSTM", "BiLM", "ScalarMix"])
+@pytest.mark.parametrize("name", ["CharCNN", "Highway", "ProjectedLSTM", "BiLM", "ScalarMix", "CRF"])
 def test_layer_contract(name, layer_contract):
     """Config, shapes, masks, padding and batch-mates, `.keras` reload in another process of this backend."""
     cls, init, inputs, options = _contract_cases()[name]
     layer, outputs = layer_contract(cls, init, inputs, **options)
     flat = outputs if isinstance(outputs, list) else [outputs]
-    assert all(np.abs(out).max() > 1e-2 for out in flat)  # the comparisons are not of zeros
+    assert all(np.abs(out).max() > 1e-2 for out in flat)  # the comparisons are not of zeros (CRF: not all tag 0)
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +148,29 @@ def test_outputs_and_gradients_equal_tensorflows(tensorflow_reference):
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(got, want, atol=ATOL * scale, rtol=0, err_msg=f"loss/gradient {k}")
     assert all(float(np.abs(tensorflow_reference[f"grad{k}"]).max()) > 1e-2 for k in range(1, len(grads)))
+
+
+def test_crf_decodes_and_scores_as_on_tensorflow(tensorflow_reference):
+    """The CRF (transition constraints, empty and one-tag sentences) gives TensorFlow's Viterbi tags and scores and
+    log-likelihoods, and the same gradients with respect to the potentials and each weight, within 1e-5."""
+    values = crf_values(make_crf(), *crf_case())
+    np.testing.assert_array_equal(values[0], tensorflow_reference["crf0"])
+    assert values[0][0].any() and len(values) == 4 + 3
+    for k in range(1, len(values)):
+        want = tensorflow_reference[f"crf{k}"]
+        np.testing.assert_allclose(values[k], want, atol=ATOL * max(1.0, float(np.abs(want).max())), rtol=0)
+
+
+def test_tokens_to_char_ids_maps_python_strings():
+    """`TokensToCharIds` gives the char ids of bilm-tf's mapping on every backend: tf.string on TensorFlow, a NumPy
+    array of strings elsewhere (as keras-hub's tokenizers hand theirs to JAX and PyTorch)."""
+    tokens = np.array([["Hello", "world", "!"], ["naïve", "", ""]], dtype=object)
+    if backend() == "tensorflow":
+        import tensorflow as tf
+
+        tokens = tf.constant(tokens.astype(str))
+    got = to_numpy(TokensToCharIds()(tokens))
+    np.testing.assert_array_equal(got, char_ids([["Hello", "world", "!"], ["naïve"]]))
 
 
 def test_bfloat16_matmuls_hold_bfloat16_precision():
@@ -167,6 +208,9 @@ def test_elmoformanylangs_recorded_outputs(name, tmp_path):
     sentences = json.loads((EFML / "sentences.json").read_text(encoding="utf-8"))
     if backend() != "tensorflow":
         np.testing.assert_array_equal(elmo.tokens_to_char_ids(sentences), ids)
+        padded = [s + [""] * (int(lengths.max()) - len(s)) for s in sentences]
+        layer = TokensToCharIds.for_config(elmo.config)
+        np.testing.assert_array_equal(to_numpy(layer(np.array(padded, dtype=object))), ids)
     activations = [to_numpy(a) for a in elmo(ids.astype(np.int32))["activations"]]
     worst = max(
         float(np.abs(activations[layer][k, :n] - expected["activations"][k, layer, :n]).max())
