@@ -19,9 +19,9 @@ from pathlib import Path
 PACKAGES = {
     "elmo_tf": "The names most programs need, imported on first use.",
     "elmo_tf.config": "BiLMConfig: the architecture, to and from bilm-tf's options.json.",
-    "elmo_tf.layers": "Keras layers: the char CNN, the biLM, the scalar mix, the CRF, preprocessing.",
-    "elmo_tf.models": "ELMo, the pretraining model and the language model.",
-    "elmo_tf.preprocessing": "Strings to token and char ids in TensorFlow ops; the pretraining dataset.",
+    "elmo_tf.layers": "Keras layers (on every Keras backend): the char CNN, the biLM, the scalar mix, the CRF.",
+    "elmo_tf.models": "ELMo (on every Keras backend), the pretraining model and the language model.",
+    "elmo_tf.preprocessing": "Strings to token and char ids in TensorFlow ops and NumPy; the pretraining dataset.",
     "elmo_tf.presets": "Released models by name: the registry, downloads and the cache.",
     "elmo_tf.io": "Weight files, vocabularies, CoNLL files, token caches, atomic writers.",
     "elmo_tf.convert": "Other ELMo formats to options.json + weights.hdf5.",

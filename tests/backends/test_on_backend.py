@@ -220,6 +220,29 @@ def test_elmoformanylangs_recorded_outputs(name, tmp_path):
     assert worst <= ATOL and np.abs(expected["activations"]).max() > 0.05, worst
 
 
+def test_a_converted_bilm_tf_checkpoint_gives_the_recorded_outputs(tmp_path):
+    """`elmo-tf convert --from bilm-tf-checkpoint` (TensorFlow reads the TF1 checkpoint: installed beside any backend)
+    gives files that load on this backend and reproduce bilm-tf's recorded first batch within 1e-5."""
+    import importlib.util
+    import json
+
+    import h5py
+    from convert_testlib import FIXTURES, converted_checkpoint
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("reading a TF1 checkpoint needs TensorFlow installed")
+    out = converted_checkpoint(tmp_path)
+    elmo = load_elmo(out / "options.json", out / "weights.hdf5")
+    sentences = json.loads((FIXTURES.parent.parent / "allennlp" / "sentences.json").read_text())
+    batch = [sentences[k][0].split() for k in range(3)]
+    top = to_numpy(elmo(char_ids(batch))["activations"][-1])
+    with h5py.File(FIXTURES / "lm_embeddings_0.hdf5", "r") as f:
+        want = f["0"][...]  # sentence 0 of batch 0: (2, tokens, P), zero initial state
+    p = want.shape[-1]
+    got = np.stack([top[0, : len(batch[0]), :p], top[0, : len(batch[0]), p:]])
+    assert np.abs(got - want).max() < ATOL
+
+
 def _tiny_elmo(seed=0):
     elmo = ELMo(BiLMConfig(**TINY), mixes=("elmo", "ner"))
     randomize_weights(elmo, seed=seed)
@@ -301,18 +324,28 @@ def _readme_block(key):
     return blocks[0]
 
 
+FREEZE = "elmo.char_cnn.trainable = elmo.bilm.trainable = False"
+
+
+@pytest.mark.parametrize("unfrozen", [False, True], ids=["as-written", "biLM-unfrozen"])
 @pytest.mark.parametrize("key", sorted(README_EXAMPLES))
-def test_readme_example_runs_as_written(key, tmp_path, monkeypatch):
+def test_readme_example_runs_as_written(key, unfrozen, tmp_path, monkeypatch):
     """The README's PyTorch example (ELMo in a torch.nn.Module, a plain PyTorch training loop) and JAX example (a
     jax.jit-compiled embedding, a stateless training step) run as written next to a tiny model's files; training
-    changes the weights it trains (the ScalarMix; the biLM only when unfrozen) and leaves the others."""
+    changes the weights it trains (the ScalarMix; the biLM only when unfrozen: the PyTorch example with its freezing
+    line set to True) and leaves the others."""
     if backend() != README_EXAMPLES[key]:
         pytest.skip(f"the example runs on {README_EXAMPLES[key]}")
+    block = _readme_block(key)
+    code = block.code
+    if unfrozen:
+        if FREEZE not in code:
+            pytest.skip("the example trains the whole model as written")
+        code = code.replace(FREEZE, FREEZE.replace("False", "True"))
     save_elmo(_tiny_elmo(), str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    block = _readme_block(key)
     namespace = {}
-    exec(compile(block.code, block.where, "exec"), namespace)
+    exec(compile(code, block.where, "exec"), namespace)
     elmo = namespace["elmo"]
     before = load_elmo("options.json", "weights.hdf5")
     changed = {
