@@ -194,7 +194,8 @@ def run(args):
     """Runs `worker` under each backend; prints the table and writes the JSON."""
     results, started = [], time.perf_counter()
     for backend in args.backends.split(","):
-        env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+        path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))  # elmo_tf from this checkout
+        env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=path)
         command = [sys.executable, os.path.abspath(__file__), "worker", "--reference", args.reference]
         command += ["--n-sentences", str(args.n_sentences), "--batch-sizes", args.batch_sizes]
         command += ["--dtypes", args.dtypes, "--device", args.device]

@@ -239,7 +239,7 @@ def render_embed_throughput_full(h):
 
 
 def render_embed_backends(h):
-    """The latest --backend run: TensorFlow's Embedder, then `ELMo` itself on each Keras backend, per batch and order."""
+    """The latest --backend run: TensorFlow's Embedder, then `ELMo` itself on each Keras backend, per batch, order."""
     run = latest(h, scope="backends")
     rows = []
     for r in run["rows"]:
