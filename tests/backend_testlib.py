@@ -150,7 +150,8 @@ def crf_values(crf, potentials, tags, mask):
     with tf.GradientTape() as tape:
         tape.watch(p)
         ll = crf.log_likelihood(p, tags, mask)
-    grads = tape.gradient(tf.reduce_sum(ll), [p] + crf.trainable_variables)
+        total = tf.reduce_sum(ll)
+    grads = tape.gradient(total, [p] + crf.trainable_variables)
     return values + [ll.numpy()] + [g.numpy() for g in grads]
 
 

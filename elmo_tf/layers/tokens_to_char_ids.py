@@ -33,6 +33,9 @@ class TokensToCharIds(keras.layers.Layer):
     def __init__(self, char_vocabulary=None, special_ids=None, word_vocabulary=None, word_special_ids=None, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
+        if not is_tensorflow_backend():  # strings reach `call` as they are (keras-hub's preprocessing layers do so)
+            self._convert_input_args = False
+            self._allow_non_tensor_positional_args = True
         self.char_vocabulary = None if char_vocabulary is None else [tuple(p) for p in char_vocabulary]
         self.special_ids = None if special_ids is None else dict(special_ids)
         self.word_vocabulary = None if word_vocabulary is None else [tuple(p) for p in word_vocabulary]
