@@ -6,8 +6,9 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "elmo_tf"
-# tests/export/ tests the export/ command-line directory and its C++ loader check, beside elmo_tf/export.py
-NOT_PACKAGES = {"export"}
+# tests/export/ tests the export/ command-line directory and its C++ loader check, beside elmo_tf/export.py;
+# tests/backends/ runs the layers and ELMo on the active Keras backend (make test: JAX; make test-torch: PyTorch)
+NOT_PACKAGES = {"export", "backends"}
 
 
 def test_module_basenames_are_unique():

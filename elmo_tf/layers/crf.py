@@ -7,6 +7,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from elmo_tf.layers.ops_recurrence import is_tensorflow_backend, scan_carries
+
 NEG_INF = -1e4  # score of a forbidden transition: exp() underflows to 0, no NaN from inf - inf
 
 
@@ -23,6 +25,26 @@ def _if_more_than_one_step(potentials, scan, no_scan):
     import tensorflow as tf  # an unknown dimension exists in TensorFlow graphs only
 
     return tf.cond(tf.shape(potentials)[1] > 1, scan, no_scan)
+
+
+def _argmax(x, axis):
+    """int32 argmax: `tf.argmax` on TensorFlow, where Keras's argmax fails on an empty batch (its tie handling takes
+    a max of the empty tensor)."""
+    if is_tensorflow_backend():
+        import tensorflow as tf
+
+        return tf.argmax(x, axis=axis, output_type=tf.int32)
+    return ops.cast(ops.argmax(x, axis=axis), "int32")
+
+
+def _max(x, axis):
+    """`ops.max`, as `tf.reduce_max` on TensorFlow, where Keras's max asserts that the tensor is not empty (a batch of
+    no sentences is)."""
+    if is_tensorflow_backend():
+        import tensorflow as tf
+
+        return tf.reduce_max(x, axis=axis)
+    return ops.max(x, axis=axis)
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -123,10 +145,10 @@ class CRF(keras.layers.Layer):
             x_t, m_t = inputs
             new = ops.logsumexp(alpha[:, :, None] + trans[None], axis=1) + x_t
             alpha = ops.where(m_t[:, None], new, alpha)
-            return alpha, alpha  # (Keras's TensorFlow scan stacks outputs shaped as the carry only)
+            return alpha, alpha
 
         alpha = _if_more_than_one_step(
-            potentials, lambda: ops.scan(forward, alpha0, (steps_x, steps_m))[0], lambda: alpha0
+            potentials, lambda: scan_carries(forward, alpha0, (steps_x, steps_m))[0], lambda: alpha0
         )
         log_z = ops.logsumexp(alpha + end, axis=1) * nonempty
         return score - log_z
@@ -147,22 +169,22 @@ class CRF(keras.layers.Layer):
             delta, _ = carry
             x_t, m_t = inputs
             scores = delta[:, :, None] + trans[None]  # (batch, from, to)
-            best_from = ops.cast(ops.argmax(scores, axis=1), "int32")
-            new = ops.max(scores, axis=1) + x_t
+            best_from = _argmax(scores, axis=1)
+            new = _max(scores, axis=1) + x_t
             # past the end: keep delta, backpointer = identity (the path stays put)
             out = ops.where(m_t[:, None], new, delta), ops.where(m_t[:, None], best_from, identity)
             return out, out
 
         def run():
-            (delta, _), (_, pointers) = ops.scan(forward, (delta0, identity), (steps_x, steps_m))
+            (delta, _), (_, pointers) = scan_carries(forward, (delta0, identity), (steps_x, steps_m))
             return delta, pointers
 
         delta, pointers = _if_more_than_one_step(
             potentials, run, lambda: (delta0, ops.zeros((0, batch, self.num_tags), "int32"))
         )
         final = delta + end
-        best_last = ops.cast(ops.argmax(final, axis=1), "int32")
-        best_score = ops.max(final, axis=1)
+        best_last = _argmax(final, axis=1)
+        best_score = _max(final, axis=1)
 
         def back(tag, pointer_t):
             previous = ops.take_along_axis(pointer_t, tag[:, None], axis=1)[:, 0]
@@ -170,7 +192,7 @@ class CRF(keras.layers.Layer):
 
         earlier = _if_more_than_one_step(  # tags at 0..T-2
             potentials,
-            lambda: ops.scan(back, best_last, pointers, reverse=True)[1],
+            lambda: scan_carries(back, best_last, pointers, reverse=True)[1],
             lambda: ops.zeros((0, batch), "int32"),
         )
         path = ops.concatenate([ops.transpose(earlier), best_last[:, None]], axis=1)

@@ -25,6 +25,19 @@ def is_tensorflow_backend():
     return keras.config.backend() == "tensorflow"
 
 
+def scan_carries(step, init, xs, reverse=False):
+    """`keras.ops.scan(step, init, xs, reverse)` for a `step(carry, x)` that returns `(carry, carry)`: the final carry
+    and the carries of every step, stacked. On TensorFlow it is `tf.scan`: Keras's TensorFlow scan fails in a graph
+    where the number of steps is unknown and there are several inputs (it asserts on the static length, None there).
+    Needs at least one step (the final carry is the last one stacked there)."""
+    if not is_tensorflow_backend():
+        return ops.scan(step, init, xs, reverse=reverse)
+    import tensorflow as tf
+
+    carries = tf.scan(lambda carry, x: step(carry, x)[0], xs, initializer=init, reverse=reverse)
+    return tf.nest.map_structure(lambda c: c[0] if reverse else c[-1], carries), carries
+
+
 def reverse_by_lengths(x, lengths):
     """Each column's first `lengths[b]` steps reversed, the rest left in place: `tf.reverse_sequence(x, lengths,
     seq_axis=0, batch_axis=1)` in `keras.ops`.
@@ -139,15 +152,19 @@ def ops_lstm_scan(
         c_next, m = lstm_update(z + _matmul(h, w_h, matmul_dtype), c, w_p, cell_clip, proj_clip, matmul_dtype)
         c = ops.where(kept, c_next, c)
         h = ops.where(kept, m, h)
-        out = ops.where(kept, m, ops.zeros_like(m))
-        # Keras's TensorFlow scan stacks outputs shaped as the carry only: there each step's c is stacked beside its
-        # output (TensorFlow's own loops are `recurrence`'s; this one runs there only as the reference of the others)
-        return (c, h), ((c, out) if tensorflow else out)
+        return (c, h), ops.where(kept, m, ops.zeros_like(m))
 
-    tensorflow = is_tensorflow_backend()
     xs = (gates, keep) if fresh is None else (gates, keep, fresh)
-    (c, h), outs = ops.scan(step, (c0, h0), xs)
-    outs = outs[1] if tensorflow else outs
+    if is_tensorflow_backend():
+        # `scan_carries` (tf.scan) stacks carries only: each step's output rides in the carry, its c stacked beside
+        # (TensorFlow's own loops are `recurrence`'s; this one runs there only as the reference of the others)
+        def carried(carry, x):
+            (c, h), out = step(carry[:2], x)
+            return (c, h, out), (c, h, out)
+
+        (c, h, _), (_, _, outs) = scan_carries(carried, (c0, h0, ops.zeros_like(h0)), xs)
+    else:
+        (c, h), outs = ops.scan(step, (c0, h0), xs)
     outs = ops.cast(outs, dtype)  # (time, D, batch, proj)
     return (
         [outs[:, d] for d in range(num)],
