@@ -115,24 +115,6 @@ def run_cells(
         )
     first = cells[0]
     w_x, bias, w_h, w_p = zip(*(cell.kernels() for cell in cells))
-    if implementation == "ops" or not is_tensorflow_backend():
-        use_matmul_dtype = implementation == "ops" or training is True
-        return ops_lstm_scan(
-            [cell.dropped(x, training) for cell, x in zip(cells, inputs)],
-            mask,
-            list(w_x),
-            list(bias),
-            list(w_h),
-            list(w_p),
-            list(initial_c),
-            list(initial_h),
-            first.cell_clip,
-            first.proj_clip,
-            resets=resets,
-            matmul_dtype=matmul_dtype if use_matmul_dtype else None,
-        )
-    from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
-
     args = (
         [cell.dropped(x, training) for cell, x in zip(cells, inputs)],
         mask,
@@ -145,6 +127,11 @@ def run_cells(
         first.cell_clip,
         first.proj_clip,
     )
+    if implementation == "ops" or not is_tensorflow_backend():
+        use_matmul_dtype = implementation == "ops" or training is True
+        return ops_lstm_scan(*args, resets=resets, matmul_dtype=matmul_dtype if use_matmul_dtype else None)
+    from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
+
     if implementation == "fast_gradient" or (implementation == "auto" and training is True and gate_chunk is None):
         outs, cs, hs = fast_gradient_scan(*args, resets=resets, matmul_dtype=matmul_dtype)
     else:

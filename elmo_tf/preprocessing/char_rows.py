@@ -101,14 +101,18 @@ class VocabularyRows:
     __call__ = numpy
 
 
-def numpy_char_mapping(config):
-    """The char mapping of a `BiLMConfig` without TensorFlow: `BYTE_MAPPING` or a `VocabularyRows`."""
-    if config.char_vocabulary is None:
-        return BYTE_MAPPING
-    return VocabularyRows(
+def vocabulary_arguments(config):
+    """The arguments of `VocabularyRows` (and of TensorFlow's `VocabularyCharMapping`) for a `BiLMConfig` with a char
+    vocabulary: `(char_vocabulary, special_ids, word_vocabulary, word_special_ids, max_chars)`."""
+    return (
         config.char_vocabulary,
         dict(config.char_special_ids),
         config.word_vocabulary,
         dict(config.word_special_ids) if config.word_special_ids else None,
         config.max_characters_per_token,
     )
+
+
+def numpy_char_mapping(config):
+    """The char mapping of a `BiLMConfig` without TensorFlow: `BYTE_MAPPING` or a `VocabularyRows`."""
+    return BYTE_MAPPING if config.char_vocabulary is None else VocabularyRows(*vocabulary_arguments(config))

@@ -26,6 +26,7 @@ from elmo_tf.preprocessing.char_rows import (  # noqa: F401 (the names long impo
     WORD_SPECIALS,
     ByteCharMapping,
     VocabularyRows,
+    vocabulary_arguments,
 )
 from elmo_tf.preprocessing.chars import MAX_CHARS
 
@@ -94,12 +95,4 @@ class VocabularyCharMapping(tf.Module):
 
 def char_mapping(config):
     """The char mapping of a `BiLMConfig`: `BYTE_MAPPING` (bilm-tf) or a `VocabularyCharMapping`."""
-    if config.char_vocabulary is None:
-        return BYTE_MAPPING
-    return VocabularyCharMapping(
-        config.char_vocabulary,
-        dict(config.char_special_ids),
-        config.word_vocabulary,
-        dict(config.word_special_ids) if config.word_special_ids else None,
-        config.max_characters_per_token,
-    )
+    return BYTE_MAPPING if config.char_vocabulary is None else VocabularyCharMapping(*vocabulary_arguments(config))
