@@ -38,6 +38,7 @@ BACKEND_NEUTRAL_MODULES = (
     "elmo_tf.layers.scalar_mix",
     "elmo_tf.layers.tokens_to_char_ids",
     "elmo_tf.models.elmo",
+    "elmo_tf.models.language_model",
 )
 
 

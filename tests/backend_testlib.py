@@ -155,6 +155,47 @@ def crf_values(crf, potentials, tags, mask):
     return values + [ll.numpy()] + [g.numpy() for g in grads]
 
 
+LM_WORDS = ["</S>", "<S>", "<UNK>", "the", "cat", "sat", "on", "mat", "."]
+LM_SENTENCES = [["the", "cat", "sat", "on", "the", "mat", "."], ["a", "cat", "."], ["."]]
+
+
+def make_language_model(seed=4):
+    """A tiny `LanguageModel` (tests/tiny_models.py's biLM, 9 words, top 3, chunks of 4 words: three chunks merged),
+    every weight N(0, 0.3^2) drawn in `weights` order, its vocabulary attached."""
+    from tiny_models import TINY
+
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.models import LanguageModel
+
+    lm = LanguageModel(BiLMConfig(**TINY), len(LM_WORDS), 1, 0, 2, top_k=3, chunk_size=4)
+    rng = np.random.default_rng(seed)
+    for variable in lm.weights:
+        variable.assign(rng.normal(0.0, 0.3, size=tuple(variable.shape)).astype(np.float32))
+    lm.use_vocabulary(LM_WORDS)
+    return lm
+
+
+def language_model_values(lm):
+    """`score_tokens` of LM_SENTENCES on the active backend: log-probabilities and top-k of both directions."""
+    if backend() == "tensorflow":
+        import tensorflow as tf
+
+        width = max(map(len, LM_SENTENCES))
+        out = lm.score_tokens(tf.constant([s + [""] * (width - len(s)) for s in LM_SENTENCES]))
+    else:
+        out = lm.score_tokens(LM_SENTENCES)
+    keys = ("sequence_len", "forward_log_probs", "backward_log_probs", "forward_top_k_ids", "backward_top_k_ids")
+    keys += ("forward_top_k_log_probs", "backward_top_k_log_probs")
+    values = {key: to_numpy(out[key]) for key in keys}
+    for direction in ("forward", "backward"):
+        words = out[f"{direction}_top_k_words"]
+        words = words.numpy() if hasattr(words, "numpy") else words
+        values[f"{direction}_top_k_words"] = np.array(
+            [w.decode() if isinstance(w, bytes) else w for w in np.asarray(words).reshape(-1)]
+        ).reshape(np.shape(words))
+    return values
+
+
 def tensorflow_reference(path):
     """Writes `path` (.npz): the outputs (`out<l>`) and the loss and gradients (`grad<k>`, `loss_and_gradients`'s
     order) of the small biLM under TensorFlow's own loop and automatic gradient, and the CRF's `crf_values` (`crf<k>`);
@@ -165,8 +206,10 @@ def tensorflow_reference(path):
     outputs = [o.numpy() for o in bilm(x, mask=mask)]
     grads = loss_and_gradients(bilm, x, mask, loss_weights)
     crf = crf_values(make_crf(), *crf_case())
+    lm = language_model_values(make_language_model())
     np.savez(
         path,
+        **{f"lm_{key}": value for key, value in lm.items()},
         **{f"out{k}": o for k, o in enumerate(outputs)},
         **{f"grad{k}": g for k, g in enumerate(grads)},
         **{f"crf{k}": v for k, v in enumerate(crf)},

@@ -1,7 +1,8 @@
 """The ELMo encoder, its language model and its pretrainer as Keras models.
 
-Names are imported on first access (`elmo_tf._lazy`): `ELMo`, `load_elmo` and `save_elmo` run on every Keras backend
-and need no TensorFlow there; `LanguageModel` and `BiLMPretrainer` (pretraining is TensorFlow's) import it.
+Names are imported on first access (`elmo_tf._lazy`): `ELMo`, `load_elmo`, `save_elmo`, `LanguageModel` and
+`load_language_model` run on every Keras backend and need no TensorFlow there; `BiLMPretrainer` (pretraining is
+TensorFlow's) imports it.
 """
 
 from elmo_tf import _lazy

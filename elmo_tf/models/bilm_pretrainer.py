@@ -6,8 +6,8 @@ import tensorflow as tf
 from elmo_tf.config import BiLMConfig
 from elmo_tf.layers.matmul_precision import low_precision_matmul
 from elmo_tf.models.elmo import build_bilm_layers
+from elmo_tf.models.lm_states import lm_states  # noqa: F401 (long imported from here too)
 from elmo_tf.preprocessing.char_vocabulary import char_mapping
-from elmo_tf.preprocessing.chars import add_sentence_boundaries
 
 
 def sampled_softmax_loss(
@@ -69,50 +69,6 @@ def _log_softmax_loss(true_logits, sampled_logits):
         return upstream * (exp_true / total - 1.0), exp_sampled * scale[:, None]
 
     return loss, grad
-
-
-def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0, char_mapping=None):
-    """The top biLM states and the word each one predicts, for `BiLMPretrainer` and `LanguageModel` alike.
-
-    Args:
-        char_cnn, bilm: the built `CharCNN` and `BiLM`.
-        inputs: dict with `char_ids` int32 `(batch, tokens, 50)` and `token_ids` int32 `(batch, tokens)`.
-        bos_id: vocabulary id of `<S>`.
-        eos_id: vocabulary id of `</S>`.
-        dropout: rate on the top layer, in training.
-        char_mapping: the model's own (`elmo_tf.preprocessing.char_vocabulary.char_mapping`), for its boundary
-            rows; None: bilm-tf's bytes.
-    Returns:
-        the dict `BiLMPretrainer` returns (see there).
-    """
-    char_ids = tf.cast(inputs["char_ids"], tf.int32)
-    token_ids = tf.cast(inputs["token_ids"], tf.int32)
-    mask = tf.reduce_any(char_ids > 0, axis=-1)
-    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    rows = () if char_mapping is None else (char_mapping.bos_row, char_mapping.eos_row)
-    with_bounds = add_sentence_boundaries(char_ids, *rows)
-    mask_b = tf.reduce_any(with_bounds > 0, axis=-1)
-    top = bilm(char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
-    if training and dropout > 0:
-        top = tf.nn.dropout(top, rate=dropout)
-    p = bilm.projection_dim
-    # ids with boundaries: <S> w_1 .. w_n </S> pad...
-    batch, steps = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
-    ids = tf.concat(
-        [tf.fill([batch, 1], bos_id), token_ids * tf.cast(mask, tf.int32), tf.zeros([batch, 1], tf.int32)],
-        axis=1,
-    )
-    is_eos = tf.one_hot(lengths + 1, steps + 2, on_value=True, off_value=False, dtype=tf.bool)
-    ids = tf.where(is_eos, eos_id, ids)
-    # forward: state at t predicts ids[t + 1]; backward: state at t + 1 predicts ids[t]
-    weights = tf.cast(mask_b[:, 1:], top.dtype)
-    return {
-        "forward": top[:, :-1, :p],
-        "backward": top[:, 1:, p:],
-        "targets_forward": ids[:, 1:],
-        "targets_backward": ids[:, :-1],
-        "weights": weights,
-    }
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")

@@ -14,7 +14,7 @@ from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
 from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.preprocessing.char_rows import numpy_char_mapping
+from elmo_tf.preprocessing.char_rows import numpy_char_mapping, sentences_to_char_ids
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 
 
@@ -261,12 +261,7 @@ class ELMo(keras.Model):
         them -> int32 NumPy `(batch, tokens, input width)`."""
         if is_tensorflow_backend():
             return self.char_mapping(tokens)
-        sentences = [[t for t in sentence if len(t)] for sentence in tokens]  # "" pads a row; none is kept
-        ids = np.zeros([len(sentences), max(map(len, sentences), default=0), self.char_cnn.input_width], np.int32)
-        for k, sentence in enumerate(sentences):
-            if sentence:
-                ids[k, : len(sentence)] = self.char_mapping.numpy(sentence)
-        return ids
+        return sentences_to_char_ids(self.char_mapping, tokens)
 
     def get_config(self):
         config = super().get_config()

@@ -4,19 +4,23 @@
 (`full_softmax`, computed a chunk of the vocabulary at a time) instead of the sampled one; `sentence_log_probs`
 is that code path for any model holding a `char_cnn`, a `bilm` and a `softmax_kernel` / `softmax_bias`, so
 `elmo_tf.pretraining.evaluate_perplexity` computes its perplexities from it too.
+
+On JAX and PyTorch the same numbers come from `keras.ops`: the vocabulary's chunks in a Python loop, every position
+scored (masked after), the vocabulary as a Python dict and the words as Python strings.
 """
 
 import math
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.errors import ElmoTFError, check_int
-from elmo_tf.models.bilm_pretrainer import lm_states
+from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
 from elmo_tf.models.elmo import build_bilm_layers
-from elmo_tf.preprocessing.char_vocabulary import char_mapping
+from elmo_tf.models.lm_states import lm_states
+from elmo_tf.preprocessing.char_rows import numpy_char_mapping, sentences_to_char_ids
 
 DIRECTIONS = ("forward", "backward")
 DEFAULT_CHUNK_SIZE = 8192  # words per slice of the softmax: 8192 x 2 x 3,200 positions of a batch = 210 MB of logits
@@ -39,6 +43,10 @@ def full_softmax(states, targets, kernel, bias, chunk_size=DEFAULT_CHUNK_SIZE, t
         dict: `log_probs` float `(N,)`; with `top_k`, `top_k_log_probs` float `(N, k)` (decreasing) and
         `top_k_ids` int32 `(N, k)`.
     """
+    if not is_tensorflow_backend():
+        return _full_softmax_ops(states, targets, kernel, bias, chunk_size, top_k)
+    import tensorflow as tf
+
     vocab = int(kernel.shape[0])
     chunk_size = min(chunk_size, vocab)
     states = tf.convert_to_tensor(states)
@@ -91,14 +99,53 @@ def full_softmax(states, targets, kernel, bias, chunk_size=DEFAULT_CHUNK_SIZE, t
     return result
 
 
+def _full_softmax_ops(states, targets, kernel, bias, chunk_size, top_k):
+    """`full_softmax` in `keras.ops` (JAX, PyTorch): the same merges, over the chunks in a Python loop (the
+    vocabulary's size is static)."""
+    vocab = int(kernel.shape[0])
+    chunk_size = min(chunk_size, vocab)
+    states = ops.convert_to_tensor(states)
+    kernel = ops.convert_to_tensor(kernel)
+    bias = ops.cast(bias, kernel.dtype)
+    targets = ops.cast(targets, "int32")
+    n = ops.shape(states)[0]
+    k = max(top_k, 1)
+    running_max = ops.full((n,), -np.inf, states.dtype)
+    running_sum = ops.zeros((n,), states.dtype)
+    target_logit = ops.zeros((n,), states.dtype)
+    top_values, top_ids = ops.full((n, k), -np.inf, states.dtype), ops.zeros((n, k), "int32")
+    for start in range(0, vocab, chunk_size):
+        size = min(chunk_size, vocab - start)
+        logits = ops.matmul(states, ops.transpose(kernel[start : start + size])) + bias[start : start + size]
+        new_max = ops.maximum(running_max, ops.max(logits, axis=1))
+        running_sum = running_sum * ops.exp(running_max - new_max) + ops.sum(ops.exp(logits - new_max[:, None]), 1)
+        running_max = new_max
+        local = targets - start
+        inside = ops.logical_and(local >= 0, local < size)
+        picked = ops.take_along_axis(logits, ops.clip(local, 0, size - 1)[:, None], axis=1)[:, 0]
+        target_logit = ops.where(inside, picked, target_logit)
+        if top_k:
+            values, ids = ops.top_k(logits, min(top_k, size))
+            ids = ops.cast(ids, "int32") + start
+            values, order = ops.top_k(ops.concatenate([top_values, values], axis=1), top_k)
+            top_ids = ops.take_along_axis(ops.concatenate([top_ids, ids], axis=1), ops.cast(order, "int32"), 1)
+            top_values = values
+    log_norm = running_max + ops.log(running_sum)
+    result = {"log_probs": target_logit - log_norm}
+    if top_k:
+        result["top_k_log_probs"] = top_values - log_norm[:, None]
+        result["top_k_ids"] = top_ids
+    return result
+
+
 def _backward_order(x, lengths):
     """`(batch, T + 1, ...)` in the pretrainer's backward order (entry 0 predicts `<S>`, entry i word i) -> the
     words first, then `<S>`: entry i - 1 is word i for i = 1..n, entry n is `<S>`; past n unchanged (zeros)."""
-    steps = tf.shape(x)[1]
-    position = tf.range(steps)[None, :]
-    n = lengths[:, None]
-    source = tf.where(position < n, position + 1, tf.where(position == n, 0, position))
-    return tf.gather(x, source, batch_dims=1)
+    position = ops.arange(ops.shape(x)[1], dtype="int32")[None, :]
+    n = ops.cast(lengths, "int32")[:, None]
+    source = ops.where(position < n, position + 1, ops.where(ops.equal(position, n), 0, position))
+    source = ops.reshape(source, tuple(ops.shape(source)) + (1,) * (len(x.shape) - 2))
+    return ops.take_along_axis(x, ops.broadcast_to(source, ops.shape(x)), axis=1)
 
 
 def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
@@ -123,7 +170,11 @@ def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
         model.char_cnn, model.bilm, inputs, model.bos_id, model.eos_id, training=False, char_mapping=mapping
     )
     keep = out["weights"] > 0  # (batch, T + 1): positions 0..n
-    lengths = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1) - 1
+    lengths = ops.sum(ops.cast(keep, "int32"), axis=1) - 1
+    if not is_tensorflow_backend():
+        return _dense_log_probs(model, out, keep, lengths, chunk_size, top_k)
+    import tensorflow as tf
+
     where = tf.where(keep)
     states = [tf.gather_nd(out[d], where) for d in DIRECTIONS]
     targets = [tf.gather_nd(out[f"targets_{d}"], where) for d in DIRECTIONS]
@@ -149,6 +200,31 @@ def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
             if direction == "backward":
                 dense = _backward_order(dense, lengths)
             result[f"{direction}_{key}"] = dense
+    return result
+
+
+def _dense_log_probs(model, out, keep, lengths, chunk_size, top_k):
+    """`sentence_log_probs`'s outputs off TensorFlow: every position scored (shapes that do not depend on the data,
+    as `jax.jit` needs), then zeros past each sentence's n + 1, as TensorFlow's gather and scatter leave them."""
+    batch, steps = ops.shape(keep)[0], ops.shape(keep)[1]
+    p = model.bilm.projection_dim
+    scored = full_softmax(
+        ops.concatenate([ops.reshape(out[d], (-1, p)) for d in DIRECTIONS], axis=0),
+        ops.concatenate([ops.reshape(out[f"targets_{d}"], (-1,)) for d in DIRECTIONS], axis=0),
+        model.softmax_kernel,
+        model.softmax_bias,
+        chunk_size=chunk_size,
+        top_k=top_k,
+    )
+    result = {"sequence_len": lengths}
+    count = batch * steps
+    for index, direction in enumerate(DIRECTIONS):
+        rows = slice(None, count) if index == 0 else slice(count, None)
+        for key, values in scored.items():
+            values = ops.reshape(values[rows], (batch, steps) + tuple(values.shape[1:]))
+            kept = keep if len(values.shape) == 2 else keep[:, :, None]
+            dense = ops.where(kept, values, ops.zeros_like(values))
+            result[f"{direction}_{key}"] = _backward_order(dense, lengths) if direction == "backward" else dense
     return result
 
 
@@ -213,7 +289,12 @@ class LanguageModel(keras.Model):
             raise ElmoTFError(f"top_k must be <= vocab_size {vocab_size}, got {top_k}", key="top_k")
         self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.config = config
-        self.char_mapping = char_mapping(config)  # strings -> this model's char ids, as `ELMo.char_mapping`
+        if is_tensorflow_backend():  # strings -> this model's char ids, as `ELMo.char_mapping`
+            from elmo_tf.preprocessing.char_vocabulary import char_mapping
+
+            self.char_mapping = char_mapping(config)
+        else:
+            self.char_mapping = numpy_char_mapping(config)
         self.vocab_size, self.bos_id, self.eos_id, self.unk_id = vocab_size, bos_id, eos_id, unk_id
         self.char_cnn, self.bilm = bilm_layers if bilm_layers is not None else build_bilm_layers(config)
         self.softmax_kernel = self.add_weight(
@@ -234,6 +315,12 @@ class LanguageModel(keras.Model):
         words = list(words)
         if len(words) != self.vocab_size:
             raise LMInputError(f"the vocabulary has {len(words)} words, the softmax {self.vocab_size} rows")
+        if not is_tensorflow_backend():  # Python strings: a dict, and the words as a NumPy array of str
+            self._words = np.array([w.decode("utf-8", "replace") if isinstance(w, bytes) else w for w in words], object)
+            self._table = {word: i for i, word in reversed(list(enumerate(self._words)))}  # the first row of a word
+            return
+        import tensorflow as tf
+
         with tf.init_scope():
             self._words = tf.constant(words, tf.string)
             self._table = tf.lookup.StaticHashTable(
@@ -248,28 +335,55 @@ class LanguageModel(keras.Model):
         return self._table
 
     def token_ids(self, tokens):
-        """tf.string `(...)` -> int32 word ids (`unk_id` for words not in the vocabulary)."""
+        """tf.string `(...)` -> int32 word ids (`unk_id` for words not in the vocabulary). On JAX and PyTorch:
+        sentences of Python strings (any lengths) -> int32 NumPy `(batch, longest)`, 0 past each sentence."""
         if self._table is None:
             raise LMInputError("token_ids needs a vocabulary: call use_vocabulary first")
+        if not is_tensorflow_backend():
+            sentences = [[_text(t) for t in sentence if len(t)] for sentence in tokens]
+            ids = np.zeros([len(sentences), max(map(len, sentences), default=0)], np.int32)
+            for k, sentence in enumerate(sentences):
+                ids[k, : len(sentence)] = [self._table.get(t, self.unk_id) for t in sentence]
+            return ids
+        import tensorflow as tf
+
         return self._table.lookup(tf.convert_to_tensor(tokens, tf.string))
 
     def top_k_words(self, ids):
-        """int ids -> tf.string words of the attached vocabulary."""
+        """int ids -> tf.string words of the attached vocabulary (on JAX and PyTorch: a NumPy array of str)."""
         if self._words is None:
             raise LMInputError("top_k_words needs a vocabulary: call use_vocabulary first")
+        if not is_tensorflow_backend():
+            return self._words[ops.convert_to_numpy(ids)]
+        import tensorflow as tf
+
         return tf.gather(self._words, ids)
 
     def score_tokens(self, tokens):
         """Scores tf.string tokens `(batch, T)` padded with "" (after each sentence's real tokens); returns
-        `score`'s outputs."""
+        `score`'s outputs. On JAX and PyTorch: sentences of Python strings, as `ELMo.embed_tokens` takes them."""
+        if not is_tensorflow_backend():
+            return self.score(sentences_to_char_ids(self.char_mapping, tokens), self.token_ids(tokens))
+        import tensorflow as tf
+
         tokens = tf.convert_to_tensor(tokens, tf.string)
         return self.score(self.char_mapping(tokens), self.token_ids(tokens))
 
     def score(self, char_ids, token_ids):
         """The outputs of `call` on char ids `(batch, T, 50)` and word ids `(batch, T)`, with, for a top k,
-        `{direction}_top_k_words` tf.string `(batch, T + 1, k)` beside the ids ("" past a sentence's n + 1)."""
+        `{direction}_top_k_words` tf.string `(batch, T + 1, k)` beside the ids ("" past a sentence's n + 1; on JAX
+        and PyTorch a NumPy array of str)."""
         out = self({"char_ids": char_ids, "token_ids": token_ids}, training=False)
+        if self.top_k and not is_tensorflow_backend():
+            steps = ops.shape(out["forward_log_probs"])[1]
+            valid = np.arange(steps)[None, :, None] <= ops.convert_to_numpy(out["sequence_len"])[:, None, None]
+            for direction in DIRECTIONS:
+                words = self.top_k_words(out[f"{direction}_top_k_ids"])
+                out[f"{direction}_top_k_words"] = np.where(valid, words, "")
+            return out
         if self.top_k:
+            import tensorflow as tf
+
             valid = tf.sequence_mask(out["sequence_len"] + 1, tf.shape(out["forward_log_probs"])[1])[:, :, None]
             for direction in DIRECTIONS:
                 words = self.top_k_words(out[f"{direction}_top_k_ids"])
@@ -292,6 +406,10 @@ class LanguageModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _text(token):
+    return token.decode("utf-8", "surrogateescape") if isinstance(token, bytes) else token
 
 
 def load_language_model(options_path, weights_path, softmax_path, vocab_path, elmo=None, **kwargs):

@@ -116,3 +116,14 @@ def vocabulary_arguments(config):
 def numpy_char_mapping(config):
     """The char mapping of a `BiLMConfig` without TensorFlow: `BYTE_MAPPING` or a `VocabularyRows`."""
     return BYTE_MAPPING if config.char_vocabulary is None else VocabularyRows(*vocabulary_arguments(config))
+
+
+def sentences_to_char_ids(mapping, sentences):
+    """Sentences of Python strings (lists of `str`/`bytes` of any lengths, "" as padding, dropped) -> int32 NumPy
+    `(batch, longest, mapping.width)`, all-zero rows past each sentence: what a model takes off TensorFlow."""
+    sentences = [[t for t in sentence if len(t)] for sentence in sentences]
+    ids = np.zeros([len(sentences), max(map(len, sentences), default=0), mapping.width], np.int32)
+    for k, sentence in enumerate(sentences):
+        if sentence:
+            ids[k, : len(sentence)] = mapping.numpy(sentence)
+    return ids

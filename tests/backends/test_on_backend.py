@@ -20,8 +20,10 @@ from backend_testlib import (
     backend,
     crf_case,
     crf_values,
+    language_model_values,
     loss_and_gradients,
     make_crf,
+    make_language_model,
     make_small_bilm,
     run_tensorflow_reference,
     small_bilm_case,
@@ -159,6 +161,44 @@ def test_crf_decodes_and_scores_as_on_tensorflow(tensorflow_reference):
     for k in range(1, len(values)):
         want = tensorflow_reference[f"crf{k}"]
         np.testing.assert_allclose(values[k], want, atol=ATOL * max(1.0, float(np.abs(want).max())), rtol=0)
+
+
+def test_language_model_scores_as_on_tensorflow(tensorflow_reference):
+    """`LanguageModel.score_tokens` (Python strings off TensorFlow): TensorFlow's log-probabilities of both
+    directions within 1e-5, the same top-k ids and words, zeros and "" past each sentence's n + 1; its softmax runs
+    in chunks of 4 of the 9 words, so the merges of the logsumexp and of the top k are on the path."""
+    got = language_model_values(make_language_model())
+    for key, value in got.items():
+        want = tensorflow_reference[f"lm_{key}"]
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(value, want, atol=ATOL, rtol=0, err_msg=key)
+        else:
+            np.testing.assert_array_equal(value, want, err_msg=key)
+    assert got["sequence_len"].tolist() == [7, 3, 1] and (got["forward_log_probs"][:, 0] < -0.1).all()
+    assert got["forward_top_k_words"][2, 2:].tolist() == [["", "", ""]] * (got["forward_top_k_words"].shape[1] - 2)
+
+
+def test_load_language_model_reads_its_four_files(tmp_path):
+    """`load_language_model` (options.json, weights.hdf5, softmax.hdf5, vocab.txt) gives the model it was written
+    from, on this backend."""
+    import h5py
+    from backend_testlib import LM_WORDS
+
+    from elmo_tf.io import save_bilm_weights
+    from elmo_tf.models import load_language_model
+
+    lm = make_language_model()
+    lm.config.to_json(tmp_path / "options.json")
+    save_bilm_weights(lm, tmp_path / "weights.hdf5")
+    with h5py.File(tmp_path / "softmax.hdf5", "w") as f:
+        f["softmax/W"] = to_numpy(lm.softmax_kernel)
+        f["softmax/b"] = to_numpy(lm.softmax_bias)
+    (tmp_path / "vocab.txt").write_text("\n".join(LM_WORDS) + "\n")
+    names = ("options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt")
+    again = load_language_model(*(tmp_path / name for name in names), top_k=3, chunk_size=4)
+    want, got = language_model_values(lm), language_model_values(again)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
 def test_tokens_to_char_ids_maps_python_strings():
