@@ -1,7 +1,11 @@
-"""Small helpers shared by the benchmark scripts (flag parsing, provenance)."""
+"""Small helpers shared by the benchmark scripts (flag parsing, provenance, padded batches and a model compiled as
+each Keras backend's users compile one). Importing it loads neither TensorFlow nor Keras (bench/gpu_embed.py runs it
+where TensorFlow is not installed)."""
 
 import argparse
 import subprocess
+
+import numpy as np
 
 
 def parse_list(text, kind, name):
@@ -60,3 +64,47 @@ def provenance():
     from elmo_tf.machine import cpu_description
 
     return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description()}
+
+
+def padded_batches(mapping, sentences, batch_size, bucket, sort=True):
+    """`(indices, char ids)` per batch of `batch_size` sentences of Python strings (by length when `sort`, else in
+    order), mapped by `mapping` (`elmo_tf.preprocessing.char_rows.sentences_to_char_ids`) and padded to a multiple of
+    `bucket` tokens: fewer shapes for `jax.jit` to compile."""
+    from elmo_tf.preprocessing.char_rows import sentences_to_char_ids
+
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i])) if sort else list(range(len(sentences)))
+    batches = []
+    for k in range(0, len(order), batch_size):
+        batch = order[k : k + batch_size]
+        ids = sentences_to_char_ids(mapping, [sentences[i] for i in batch])
+        width = -(-ids.shape[1] // bucket) * bucket
+        batches.append((batch, np.pad(ids, [(0, 0), (0, width - ids.shape[1]), (0, 0)])))
+    return batches
+
+
+def compiled_activations(model, device=None):
+    """`run(char ids) -> list of NumPy activations` of an `ELMo`, compiled as the running Keras backend's users compile
+    a model: `tf.function` on TensorFlow, `jax.jit` of `stateless_call` on JAX (one program per input shape), eager
+    under `torch.no_grad()` on PyTorch, the ids moved to `device` (e.g. "cuda")."""
+    import keras
+
+    backend = keras.config.backend()
+    if backend == "jax":
+        import jax
+
+        trainable = [v.value for v in model.trainable_variables]
+        frozen = [v.value for v in model.non_trainable_variables]
+        compiled = jax.jit(lambda t, f, ids: model.stateless_call(t, f, ids)[0]["activations"])
+        return lambda ids: [np.asarray(a) for a in compiled(trainable, frozen, ids)]
+    if backend == "torch":
+        import torch
+
+        def run(ids):
+            with torch.no_grad():
+                return [a.cpu().numpy() for a in model(torch.from_numpy(ids).to(device))["activations"]]
+
+        return run
+    import tensorflow as tf
+
+    compiled = tf.function(lambda ids: model(ids)["activations"], reduce_retracing=True)
+    return lambda ids: [a.numpy() for a in compiled(ids)]

@@ -52,8 +52,15 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-from common import MATMUL_SIZES, git_commit, matmul_roofline, parse_list, provenance
+from common import (
+    MATMUL_SIZES,
+    compiled_activations,
+    git_commit,
+    matmul_roofline,
+    padded_batches,
+    parse_list,
+    provenance,
+)
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -222,20 +229,11 @@ def worker_ours(args):
 BUCKET = 8  # the plain worker pads each batch's length to a multiple of this: fewer shapes for JAX to compile
 
 
-def _plain_batches(sentences, batch_size, order):
-    """Batches of sentence indices: `batch_size` sentences each, by length (sorted) or in file order."""
-    indices = list(range(len(sentences)))
-    if order == "sorted":
-        indices.sort(key=lambda i: len(sentences[i]))
-    return [indices[k : k + batch_size] for k in range(0, len(indices), batch_size)]
-
-
 def worker_plain(args):
     """Times `ELMo` itself on the Keras backend of this process (`KERAS_BACKEND`): one padded sentence per row (no
-    packing, no distinct-token encoding: the Embedder's are TensorFlow's), Python strings mapped by
-    in NumPy, compiled as each backend's users compile it: `tf.function` on TensorFlow, `jax.jit` of
-    `stateless_call` on JAX, eager under `torch.no_grad()` on PyTorch. Model loading and one warm-up pass excluded
-    (JAX compiles once per padded shape: the warm-up pass runs every batch once)."""
+    packing, no distinct-token encoding: the Embedder's are TensorFlow's), Python strings mapped in NumPy
+    (`common.padded_batches`), compiled as each backend's users compile it (`common.compiled_activations`). Model
+    loading and one warm-up pass excluded (JAX compiles once per padded shape: the warm-up pass runs every batch)."""
     import keras
 
     backend = keras.config.backend()
@@ -247,48 +245,21 @@ def worker_plain(args):
         torch.set_num_threads(args.threads)
     from elmo_tf.io.sentences import iter_sentences
     from elmo_tf.models import load_elmo
-    from elmo_tf.preprocessing.char_rows import numpy_char_mapping
 
     start = time.perf_counter()
     model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
     load_seconds = time.perf_counter() - start
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        run = tf.function(lambda ids: model(ids)["activations"], reduce_retracing=True)
-    elif backend == "jax":
-        import jax
-
-        trainable = [v.value for v in model.trainable_variables]
-        frozen = [v.value for v in model.non_trainable_variables]
-        compiled = jax.jit(lambda t, f, ids: model.stateless_call(t, f, ids)[0]["activations"])
-
-        def run(ids):
-            return compiled(trainable, frozen, ids)
-    else:
-        import torch
-
-        def run(ids):
-            with torch.no_grad():
-                return model(torch.from_numpy(ids))["activations"]
-
-    sentences = [[t.decode("utf-8", "surrogateescape") for t in s.tokens] for s in iter_sentences(args.input)]
-    batches = []
-    mapping = numpy_char_mapping(model.config)  # Python strings -> ids on every backend (`ELMo.tokens_to_char_ids`)
-    for batch in _plain_batches(sentences, args.batch_size, args.order):
-        width = -(-max(len(sentences[i]) for i in batch) // BUCKET) * BUCKET
-        ids = np.zeros([len(batch), width, model.char_cnn.input_width], np.int32)
-        for row, i in enumerate(batch):
-            if sentences[i]:
-                ids[row, : len(sentences[i])] = mapping.numpy(sentences[i])
-        batches.append(ids)
+    run = compiled_activations(model)
+    sentences = [s.tokens for s in iter_sentences(args.input)]
+    sort = args.order == "sorted"
+    batches = [ids for _, ids in padded_batches(model.char_mapping, sentences, args.batch_size, BUCKET, sort)]
     start = time.perf_counter()
     for ids in batches if backend == "jax" else batches[:1]:
-        keras.tree.map_structure(keras.ops.convert_to_numpy, run(ids))
+        run(ids)
     warmup_seconds = time.perf_counter() - start
     start = time.perf_counter()
     for ids in batches:
-        keras.tree.map_structure(keras.ops.convert_to_numpy, run(ids))  # the arrays in memory, as ours keeps them
+        run(ids)  # the arrays in memory, as ours keeps them
     seconds = time.perf_counter() - start
     tokens = sum(map(len, sentences))
     return {

@@ -30,6 +30,8 @@ import sys
 import time
 
 import numpy as np
+from common import compiled_activations, padded_batches  # bench/common.py and sentences.py, beside this script
+from sentences import load_sentences
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -53,45 +55,6 @@ def _model(preset, seed, matmul_dtype):
         scale = 1.0 / np.sqrt(np.prod(shape[:-1])) if len(shape) >= 2 else 0.1
         variable.assign((rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float32))
     return model
-
-
-def _batches(model, sentences, batch_size):
-    """`(indices, char ids)` per batch: sentences sorted by length, padded to a multiple of BUCKET tokens."""
-    from elmo_tf.preprocessing.char_rows import numpy_char_mapping
-
-    mapping = numpy_char_mapping(model.config)
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    out = []
-    for k in range(0, len(order), batch_size):
-        batch = order[k : k + batch_size]
-        width = -(-max(len(sentences[i]) for i in batch) // BUCKET) * BUCKET
-        ids = np.zeros([len(batch), width, model.char_cnn.input_width], np.int32)
-        for row, i in enumerate(batch):
-            ids[row, : len(sentences[i])] = mapping.numpy(sentences[i])
-        out.append((batch, ids))
-    return out
-
-
-def _runner(model, backend, device):
-    """`run(char ids) -> list of NumPy activations` compiled as the backend's users run a model."""
-    import keras
-
-    if backend == "jax":
-        import jax
-
-        trainable = [v.value for v in model.trainable_variables]
-        frozen = [v.value for v in model.non_trainable_variables]
-        compiled = jax.jit(lambda t, f, ids: model.stateless_call(t, f, ids)[0]["activations"])
-        return lambda ids: [np.asarray(a) for a in compiled(trainable, frozen, ids)]
-    if backend == "torch":
-        import torch
-
-        def run(ids):
-            with torch.no_grad():
-                return [a.cpu().numpy() for a in model(torch.from_numpy(ids).to(device))["activations"]]
-
-        return run
-    return lambda ids: [keras.ops.convert_to_numpy(a) for a in model(ids)["activations"]]
 
 
 def worker(args):
@@ -122,9 +85,9 @@ def worker(args):
     rows = []
     for dtype in args.dtypes.split(","):
         model = _model(preset, seed, dtype)
-        run = _runner(model, backend, device)
+        run = compiled_activations(model, device)
         for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-            batches = _batches(model, sentences, batch_size)
+            batches = padded_batches(model.char_mapping, sentences, batch_size, BUCKET)
             start = time.perf_counter()
             for _, ids in batches:
                 run(ids)
@@ -166,14 +129,10 @@ def record(args):
     """Writes the reference: the sentences, the weights' preset and seed, and every layer of the first sentences."""
     import keras
 
-    sys.path.insert(0, HERE)
-    from sentences import load_sentences
-
     sentences = [s.split() for s in load_sentences(args.n_sentences, args.data)]
     model = _model(args.preset, SEED, "float32")
     first = sentences[: args.reference_sentences]
-    ids = _batches(model, first, len(first))[0]
-    order, char_ids = ids
+    order, char_ids = padded_batches(model.char_mapping, first, len(first), BUCKET)[0]
     layers = [keras.ops.convert_to_numpy(a) for a in model(char_ids)["activations"]]
     inverse = np.argsort(order)  # rows back in sentence order
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
