@@ -36,6 +36,7 @@ PACKAGES = {
     "elmo_tf.beam": "Embedding on Apache Beam.",
     "elmo_tf.errors": "The package's error classes.",
     "elmo_tf.machine": "The CPU's model and vector flags, from /proc/cpuinfo.",
+    "elmo_tf.backend": "Which Keras backend runs: TensorFlow's own paths, or the keras.ops ones of JAX and PyTorch.",
 }
 
 # modules and packages of elmo_tf the API reference leaves out, and why

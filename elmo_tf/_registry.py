@@ -27,27 +27,24 @@ SERIALIZABLE_MODULES = (
 )
 
 
-# the modules above whose classes need no TensorFlow: all that is registered on JAX and PyTorch (the layers and `ELMo`,
-# which run there)
-BACKEND_NEUTRAL_MODULES = (
-    "elmo_tf.layers.bilm",
-    "elmo_tf.layers.char_cnn",
-    "elmo_tf.layers.crf",
-    "elmo_tf.layers.highway",
-    "elmo_tf.layers.projected_lstm",
-    "elmo_tf.layers.scalar_mix",
-    "elmo_tf.layers.tokens_to_char_ids",
-    "elmo_tf.models.elmo",
-    "elmo_tf.models.language_model",
+# the modules above whose classes need TensorFlow (a SavedModel, pretraining, NER): left out on JAX and PyTorch, where
+# the others (the layers, `ELMo`, `LanguageModel`) run
+TENSORFLOW_ONLY_MODULES = (
+    "elmo_tf.layers.elmo_saved_model",
+    "elmo_tf.models.bilm_pretrainer",
+    "elmo_tf.ner.featurizer",
+    "elmo_tf.ner.model",
+    "elmo_tf.pretraining.optimizers",
 )
 
 
 def register_all():
     """Imports every module of `SERIALIZABLE_MODULES` (a no-op once they are imported); on another Keras backend than
-    TensorFlow, those of `BACKEND_NEUTRAL_MODULES` (so a JAX or PyTorch process loads no TensorFlow, installed or
+    TensorFlow, all but `TENSORFLOW_ONLY_MODULES` (so a JAX or PyTorch process loads no TensorFlow, installed or
     not)."""
-    import keras
+    from elmo_tf.backend import is_tensorflow_backend
 
-    on_tensorflow = keras.config.backend() == "tensorflow"
-    for module in SERIALIZABLE_MODULES if on_tensorflow else BACKEND_NEUTRAL_MODULES:
-        importlib.import_module(module)
+    skipped = () if is_tensorflow_backend() else TENSORFLOW_ONLY_MODULES
+    for module in SERIALIZABLE_MODULES:
+        if module not in skipped:
+            importlib.import_module(module)

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.layers.highway import Highway
-from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS, PAD
 
 
@@ -190,6 +190,11 @@ class CharCNN(keras.layers.Layer):
         h = self.projection(h) if self.use_projection else h
         return h * ops.cast(ops.any(chars > 0, axis=1), h.dtype)[:, None]
 
+    def _encode_all(self, char_ids):
+        """`_encode_rows` over checked int32 ids `(..., input_width)` -> `(..., projection_dim)`."""
+        flat = self._encode_rows(ops.reshape(char_ids, (-1, self.input_width)))
+        return ops.reshape(flat, tuple(ops.shape(char_ids)[:-1]) + (self.projection_dim,))
+
     def encode_tokens(self, char_ids):
         """Encodes a flat batch of tokens: int32 `(n, max_chars)` -> float32 `(n, projection_dim)`.
 
@@ -248,9 +253,7 @@ class CharCNN(keras.layers.Layer):
         row is encoded (no distinct rows: shapes that do not depend on the ids).
         """
         if not is_tensorflow_backend():
-            char_ids = self._check_ids(char_ids, None)
-            flat = self._encode_rows(ops.reshape(char_ids, (-1, self.input_width)))
-            return ops.reshape(flat, tuple(ops.shape(char_ids)[:-1]) + (self.projection_dim,))
+            return self._encode_all(self._check_ids(char_ids, None))
         import tensorflow as tf
 
         char_ids = tf.cast(char_ids, tf.int32)
@@ -266,7 +269,7 @@ class CharCNN(keras.layers.Layer):
     def call(self, inputs):
         char_ids = self._check_ids(inputs, 3)
         if not is_tensorflow_backend():
-            return self.encode_distinct(char_ids)
+            return self._encode_all(char_ids)
         import tensorflow as tf
 
         mask = tf.reduce_any(char_ids > 0, axis=-1)

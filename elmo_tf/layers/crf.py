@@ -7,7 +7,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.layers.ops_recurrence import is_tensorflow_backend, scan_carries
+from elmo_tf.backend import is_tensorflow_backend
+from elmo_tf.layers.ops_recurrence import scan_carries
 
 NEG_INF = -1e4  # score of a forbidden transition: exp() underflows to 0, no NaN from inf - inf
 

@@ -13,16 +13,12 @@ stacked, one batched matmul per product and one set of element-wise ops per step
 This module imports TensorFlow only where Keras runs on it (`reverse_sequences`).
 """
 
-import keras
 from keras import ops
+
+from elmo_tf.backend import is_tensorflow_backend
 
 FORGET_BIAS = 1.0  # added to the forget gate at run time, never stored in the weights (TF1 LSTMCell)
 MATMUL_DTYPES = (None, "float32", "bfloat16")  # the dtypes a layer's `matmul_dtype` may name
-
-
-def is_tensorflow_backend():
-    """Whether Keras runs on TensorFlow (`keras.config.backend()`): where the TensorFlow-only paths apply."""
-    return keras.config.backend() == "tensorflow"
 
 
 def scan_carries(step, init, xs, reverse=False):

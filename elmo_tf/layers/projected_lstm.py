@@ -9,9 +9,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.layers.ops_recurrence import (
     MATMUL_DTYPES,
-    is_tensorflow_backend,
     lstm_update,
     ops_lstm_scan,
     reverse_sequences,

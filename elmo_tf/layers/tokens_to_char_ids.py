@@ -4,8 +4,8 @@
 import keras
 import numpy as np
 
-from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
-from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, VocabularyRows
+from elmo_tf.backend import is_tensorflow_backend
+from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, vocabulary_mapping
 
 
 def _pairs(value):
@@ -42,14 +42,8 @@ class TokensToCharIds(keras.layers.Layer):
         self.word_special_ids = None if word_special_ids is None else dict(word_special_ids)
         if self.char_vocabulary is None:
             self.mapping = BYTE_MAPPING
-        elif is_tensorflow_backend():  # its lookup tables (a SavedModel carries them)
-            from elmo_tf.preprocessing.char_vocabulary import VocabularyCharMapping
-
-            self.mapping = VocabularyCharMapping(
-                self.char_vocabulary, self.special_ids, self.word_vocabulary, self.word_special_ids
-            )
-        else:
-            self.mapping = VocabularyRows(
+        else:  # TensorFlow's lookup tables (a SavedModel carries them), or NumPy's off TensorFlow
+            self.mapping = vocabulary_mapping(
                 self.char_vocabulary, self.special_ids, self.word_vocabulary, self.word_special_ids
             )
 

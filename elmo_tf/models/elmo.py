@@ -8,13 +8,13 @@ import keras
 import numpy as np
 from keras import ops
 
+from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
-from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
 from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.preprocessing.char_rows import numpy_char_mapping, sentences_to_char_ids
+from elmo_tf.preprocessing.char_rows import char_mapping, sentences_to_char_ids
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 
 
@@ -134,12 +134,7 @@ class ELMo(keras.Model):
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
         self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype)
-        if is_tensorflow_backend():  # strings -> this model's char ids (its lookup tables, if any)
-            from elmo_tf.preprocessing.char_vocabulary import char_mapping
-
-            self.char_mapping = char_mapping(config)
-        else:  # Python strings -> ids in NumPy (`char_mapping.numpy`, also its call), no TensorFlow needed
-            self.char_mapping = numpy_char_mapping(config)
+        self.char_mapping = char_mapping(config)  # strings -> this model's char ids (its lookup tables, if any)
         self.scalar_mixes = [
             ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}") for name in mixes
         ]

@@ -15,12 +15,13 @@ import keras
 import numpy as np
 from keras import ops
 
+from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.config import BiLMConfig
 from elmo_tf.errors import ElmoTFError, check_int
-from elmo_tf.layers.ops_recurrence import is_tensorflow_backend
 from elmo_tf.models.elmo import build_bilm_layers
 from elmo_tf.models.lm_states import lm_states
-from elmo_tf.preprocessing.char_rows import numpy_char_mapping, sentences_to_char_ids
+from elmo_tf.preprocessing.char_rows import char_mapping, sentences_to_char_ids
+from elmo_tf.preprocessing.chars import token_bytes
 
 DIRECTIONS = ("forward", "backward")
 DEFAULT_CHUNK_SIZE = 8192  # words per slice of the softmax: 8192 x 2 x 3,200 positions of a batch = 210 MB of logits
@@ -289,12 +290,7 @@ class LanguageModel(keras.Model):
             raise ElmoTFError(f"top_k must be <= vocab_size {vocab_size}, got {top_k}", key="top_k")
         self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.config = config
-        if is_tensorflow_backend():  # strings -> this model's char ids, as `ELMo.char_mapping`
-            from elmo_tf.preprocessing.char_vocabulary import char_mapping
-
-            self.char_mapping = char_mapping(config)
-        else:
-            self.char_mapping = numpy_char_mapping(config)
+        self.char_mapping = char_mapping(config)  # strings -> this model's char ids, as `ELMo.char_mapping`
         self.vocab_size, self.bos_id, self.eos_id, self.unk_id = vocab_size, bos_id, eos_id, unk_id
         self.char_cnn, self.bilm = bilm_layers if bilm_layers is not None else build_bilm_layers(config)
         self.softmax_kernel = self.add_weight(
@@ -315,9 +311,9 @@ class LanguageModel(keras.Model):
         words = list(words)
         if len(words) != self.vocab_size:
             raise LMInputError(f"the vocabulary has {len(words)} words, the softmax {self.vocab_size} rows")
-        if not is_tensorflow_backend():  # Python strings: a dict, and the words as a NumPy array of str
-            self._words = np.array([w.decode("utf-8", "replace") if isinstance(w, bytes) else w for w in words], object)
-            self._table = {word: i for i, word in reversed(list(enumerate(self._words)))}  # the first row of a word
+        if not is_tensorflow_backend():  # a dict of the words' bytes (as TensorFlow's table compares), words as str
+            self._words = np.array([token_bytes(w).decode("utf-8", "replace") for w in words], object)
+            self._table = {token_bytes(w): i for i, w in reversed(list(enumerate(words)))}  # a word's first row
             return
         import tensorflow as tf
 
@@ -340,7 +336,7 @@ class LanguageModel(keras.Model):
         if self._table is None:
             raise LMInputError("token_ids needs a vocabulary: call use_vocabulary first")
         if not is_tensorflow_backend():
-            sentences = [[_text(t) for t in sentence if len(t)] for sentence in tokens]
+            sentences = [[token_bytes(t) for t in sentence if len(t)] for sentence in tokens]
             ids = np.zeros([len(sentences), max(map(len, sentences), default=0)], np.int32)
             for k, sentence in enumerate(sentences):
                 ids[k, : len(sentence)] = [self._table.get(t, self.unk_id) for t in sentence]
@@ -406,10 +402,6 @@ class LanguageModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-
-
-def _text(token):
-    return token.decode("utf-8", "surrogateescape") if isinstance(token, bytes) else token
 
 
 def load_language_model(options_path, weights_path, softmax_path, vocab_path, elmo=None, **kwargs):

@@ -3,11 +3,13 @@
 What a model needs of its mapping to run (`ELMo` puts `bos_row` / `eos_row` around every sentence) and what turns
 Python strings into its ids on any Keras backend, TensorFlow installed or not: bilm-tf's UTF-8 bytes
 (`BYTE_MAPPING`) or an ELMoForManyLangs char vocabulary (`VocabularyRows`). `elmo_tf.preprocessing.char_vocabulary`
-holds the TensorFlow twin, the lookup tables a SavedModel carries, and builds its rows with `VocabularyRows`.
+holds the TensorFlow twin, the lookup tables a SavedModel carries, and builds its rows with `VocabularyRows`;
+`char_mapping(config)` picks the one of the running Keras backend.
 """
 
 import numpy as np
 
+from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, BOW, EOS_CHAR_IDS, EOW, MAX_CHARS, PAD, tokens_to_char_ids_numpy
 
 CHAR_SPECIALS = ("bow", "eow", "pad", "oov", "bos", "eos")
@@ -113,9 +115,20 @@ def vocabulary_arguments(config):
     )
 
 
-def numpy_char_mapping(config):
-    """The char mapping of a `BiLMConfig` without TensorFlow: `BYTE_MAPPING` or a `VocabularyRows`."""
-    return BYTE_MAPPING if config.char_vocabulary is None else VocabularyRows(*vocabulary_arguments(config))
+def vocabulary_mapping(*arguments):
+    """A char vocabulary's mapping (`VocabularyRows`' arguments): on the TensorFlow backend
+    `char_vocabulary.VocabularyCharMapping` (lookup tables a SavedModel carries), elsewhere `VocabularyRows`."""
+    if is_tensorflow_backend():
+        from elmo_tf.preprocessing.char_vocabulary import VocabularyCharMapping
+
+        return VocabularyCharMapping(*arguments)
+    return VocabularyRows(*arguments)
+
+
+def char_mapping(config):
+    """The char mapping of a `BiLMConfig`: `BYTE_MAPPING` (bilm-tf), or its vocabulary's (`vocabulary_mapping`). Both
+    map Python strings in NumPy (`.numpy(tokens)`, every backend); on TensorFlow they map tf.string tensors too."""
+    return BYTE_MAPPING if config.char_vocabulary is None else vocabulary_mapping(*vocabulary_arguments(config))
 
 
 def sentences_to_char_ids(mapping, sentences):

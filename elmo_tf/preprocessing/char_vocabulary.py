@@ -26,7 +26,7 @@ from elmo_tf.preprocessing.char_rows import (  # noqa: F401 (the names long impo
     WORD_SPECIALS,
     ByteCharMapping,
     VocabularyRows,
-    vocabulary_arguments,
+    char_mapping,
 )
 from elmo_tf.preprocessing.chars import MAX_CHARS
 
@@ -91,8 +91,3 @@ class VocabularyCharMapping(tf.Module):
         """The same for a list of `str`/`bytes` tokens: `(n, width)` int32."""
         tokens = [t.encode("utf-8", "surrogateescape") if isinstance(t, str) else bytes(t) for t in tokens]
         return self(tf.constant(tokens, tf.string, shape=[len(tokens)])).numpy()
-
-
-def char_mapping(config):
-    """The char mapping of a `BiLMConfig`: `BYTE_MAPPING` (bilm-tf) or a `VocabularyCharMapping`."""
-    return BYTE_MAPPING if config.char_vocabulary is None else VocabularyCharMapping(*vocabulary_arguments(config))

@@ -37,7 +37,7 @@ import elmo_tf
 from elmo_tf.config import BiLMConfig
 from elmo_tf.layers import CRF, BiLM, CharCNN, Highway, ProjectedLSTM, ScalarMix, TokensToCharIds
 from elmo_tf.models import ELMo, load_elmo, save_elmo
-from elmo_tf.preprocessing.chars import MAX_CHARS, tokens_to_char_ids_numpy
+from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, sentences_to_char_ids
 
 EFML = Path(__file__).resolve().parents[1] / "fixtures" / "efml"
 SENTENCES = [["Hello", "world", "!"], ["naïve", "日本語", "<S>", "</S>"], ["z" * 70], []]
@@ -46,12 +46,8 @@ ATOL = 1e-5
 
 
 def char_ids(sentences):
-    """Token lists -> left-aligned int32 char ids `(batch, tokens, 50)`, zero rows for padding."""
-    out = np.zeros([len(sentences), max(map(len, sentences)), MAX_CHARS], np.int32)
-    for k, sentence in enumerate(sentences):
-        if sentence:
-            out[k, : len(sentence)] = tokens_to_char_ids_numpy(sentence)
-    return out
+    """Token lists -> left-aligned int32 char ids `(batch, tokens, 50)`, zero rows for padding (bilm-tf's bytes)."""
+    return sentences_to_char_ids(BYTE_MAPPING, sentences)
 
 
 def _float_inputs(lengths, dim, steps=None, seed=0):
