@@ -298,10 +298,12 @@ def declared():
 
 
 def distributions(module):
-    """Names of the installed distributions that provide the top-level `module`."""
+    """Names of the installed distributions that provide the top-level `module`; for a module not installed here (an
+    extra that `make test` leaves out, such as torch), the distribution of its own name."""
     if module.startswith("google."):
         return {"protobuf"} if module == "google.protobuf" else set()
-    return {canonicalize_name(d) for d in _packages_distributions().get(module, [])}
+    installed = _packages_distributions().get(module)
+    return {canonicalize_name(d) for d in installed} if installed else {canonicalize_name(module)}
 
 
 _packages_distributions = cache(packages_distributions)
