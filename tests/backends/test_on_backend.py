@@ -130,6 +130,7 @@ def tensorflow_reference(tmp_path_factory):
     return run_tensorflow_reference(tmp_path_factory.mktemp("tf_reference") / "reference.npz")
 
 
+@pytest.mark.xdist_group("tensorflow_reference")  # on one worker: the module runs TensorFlow once for the three
 def test_outputs_and_gradients_equal_tensorflows(tensorflow_reference):
     """The default loop of this backend ("ops" off TensorFlow; on TensorFlow the hand-written gradient of "auto" in
     training) gives TensorFlow's outputs and, by the backend's own automatic differentiation, its gradients with
@@ -148,6 +149,7 @@ def test_outputs_and_gradients_equal_tensorflows(tensorflow_reference):
     assert all(float(np.abs(tensorflow_reference[f"grad{k}"]).max()) > 1e-2 for k in range(1, len(grads)))
 
 
+@pytest.mark.xdist_group("tensorflow_reference")  # on one worker: the module runs TensorFlow once for the three
 def test_crf_decodes_and_scores_as_on_tensorflow(tensorflow_reference):
     """The CRF (transition constraints, empty and one-tag sentences) gives TensorFlow's Viterbi tags and scores and
     log-likelihoods, and the same gradients with respect to the potentials and each weight, within 1e-5."""
@@ -159,6 +161,7 @@ def test_crf_decodes_and_scores_as_on_tensorflow(tensorflow_reference):
         np.testing.assert_allclose(values[k], want, atol=ATOL * max(1.0, float(np.abs(want).max())), rtol=0)
 
 
+@pytest.mark.xdist_group("tensorflow_reference")  # on one worker: the module runs TensorFlow once for the three
 def test_language_model_scores_as_on_tensorflow(tensorflow_reference):
     """`LanguageModel.score_tokens` (Python strings off TensorFlow): TensorFlow's log-probabilities of both
     directions within 1e-5, the same top-k ids and words, zeros and "" past each sentence's n + 1; its softmax runs
