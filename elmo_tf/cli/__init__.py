@@ -26,9 +26,11 @@ Example:
 
 import argparse
 import dataclasses
+import functools
 import os
 import signal
 import sys
+import threading
 
 from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
 from elmo_tf.errors import ElmoTFError, check_int, not_a_regular_file, one_line  # noqa: F401 (check_int: re-exported for the commands)
@@ -56,13 +58,40 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
 
 
+# SIGTERM in this process: `raised` once the handler raised its SystemExit, `lost` while a finalizer swallowed it
+_sigterm = {"raised": False, "lost": False}
+
+
 def _raise_sigterm(signum, frame):
+    if _sigterm["raised"] and not _sigterm["lost"]:
+        return  # its SystemExit is unwinding the stack: the finally blocks clean up undisturbed
+    _sigterm.update(raised=True, lost=False)
     raise SystemExit(SIGTERM_EXIT)
 
 
+def _raise_sigterm_again(unraisable, previous):
+    """A `sys.unraisablehook`. The handler's `SystemExit(143)` raised inside a finalizer (a `__del__` or weakref
+    callback that the garbage collector ran; TensorFlow's objects have many) cannot leave it: Python reports it as
+    "Exception ignored" and goes on, and the command would finish and exit 0. So SIGTERM is sent again 1 ms later,
+    from another thread (sent from here, its handler would run here, in the hook), and its handler runs out of that
+    finalizer (or, landing in another, is sent again). Every other unraisable exception goes to `previous`."""
+    error = unraisable.exc_value
+    if isinstance(error, SystemExit) and error.code == SIGTERM_EXIT and _sigterm["raised"]:
+        _sigterm["lost"] = True
+        timer = threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.daemon = True
+        timer.start()
+    else:
+        previous(unraisable)
+
+
 def handle_sigterm():
-    """SIGTERM raises `SystemExit(143)` in the main thread, so `finally` blocks and context managers clean up."""
+    """SIGTERM raises `SystemExit(143)` in the main thread, once, so `finally` blocks and context managers clean up; a
+    SIGTERM that lands inside a finalizer is not lost (`_raise_sigterm_again`)."""
+    _sigterm.update(raised=False, lost=False)
     signal.signal(signal.SIGTERM, _raise_sigterm)
+    if getattr(sys.unraisablehook, "func", None) is not _raise_sigterm_again:
+        sys.unraisablehook = functools.partial(_raise_sigterm_again, previous=sys.unraisablehook)
 
 
 def run(main, argv=None, prog=None):

@@ -95,3 +95,37 @@ def test_sigterm_masked_by_a_context_manager_still_exits_143_without_a_traceback
     assert capsys.readouterr().err == ""
     with pytest.raises(RuntimeError):
         run(failing, [], prog="x")
+
+
+FINALIZER_SIGTERM = """
+import os, signal, sys, time
+from elmo_tf.cli import run
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs here, inside the finalizer, and its SystemExit cannot leave it
+            pass
+
+def main(argv):
+    Finalized()
+    began = time.monotonic()
+    while time.monotonic() - began < 10:  # the command's work, which SIGTERM ends
+        pass
+    print("finished", flush=True)
+    return 0
+
+sys.exit(run(main, [], prog="x"))
+"""
+
+
+def test_sigterm_that_lands_in_a_finalizer_still_exits_143():
+    """SIGTERM's SystemExit(143) raised inside a `__del__` (the garbage collector runs TensorFlow's at any bytecode)
+    is "ignored" by Python: the signal is sent again, and the command exits 143 while it works, quietly."""
+    import subprocess
+    import sys
+
+    from elmo_tf.cli import SIGTERM_EXIT
+
+    done = subprocess.run([sys.executable, "-c", FINALIZER_SIGTERM], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (SIGTERM_EXIT, "", "")
