@@ -71,6 +71,7 @@ class Controller:
             "validate_every", config.validate_every if validate_every is None else validate_every, 0
         )
         self.start = int(trainer.step.numpy())
+        self._iterator = None  # the training batches' iterator while `run` runs
         params = {
             "total_steps": self.total_steps,
             "initial_step": self.start,
@@ -90,14 +91,14 @@ class Controller:
     def run(self):
         """Runs the loop. Returns dict: the last epoch logs (empty when no step ran) with `step` and `stop_reason`."""
         trainer, callbacks = self.trainer, self.callbacks
-        iterator = iter(trainer.distributed_dataset(self.start))
+        self._iterator = iter(trainer.distributed_dataset(self.start))
         trainer.model.stop_training = False
         self._base_seconds, self._began, self._paused = float(trainer.train_seconds.numpy()), time.perf_counter(), 0.0
         step, logs, reason, stop = self.start, {}, "error", False
         callbacks.on_train_begin({"step": self.start, "elapsed_minutes": self._base_seconds / 60})
         try:
             while step < self.total_steps and not stop:
-                step, logs, stop = self._window(iterator, step)
+                step, logs, stop = self._window(step)
                 stop = stop or self._stop_requested()
             reason = "steps" if step >= self.total_steps else "stop_training"
         except NonFiniteLossError:
@@ -108,6 +109,10 @@ class Controller:
             log.warning("interrupted at step %d", int(trainer.step.numpy()))
             raise
         finally:
+            # The input pipeline and its threads go now, also when an error's traceback keeps this loop's frames (they
+            # hold `self`, not the iterator): left to the garbage collector, the iterator's destructor waits for those
+            # threads inside whatever code the collection interrupts.
+            self._iterator = None
             callbacks.on_train_end(dict(logs, step=int(trainer.step.numpy()), stop_reason=reason))
         return dict(logs, step=step, stop_reason=reason)
 
@@ -115,7 +120,7 @@ class Controller:
         """Training wall time of the run: the restored `train_seconds`, then this loop's time less validation."""
         return self._base_seconds + time.perf_counter() - self._began - self._paused
 
-    def _window(self, iterator, step):
+    def _window(self, step):
         """One logging window from `step`: its steps, then validation when due and `on_epoch_end`.
         Returns `(step, epoch logs, stop)`, `stop` True when a worker asked to stop inside the window."""
         window_start = step
@@ -125,7 +130,7 @@ class Controller:
         window_began = time.perf_counter()
         stop = False
         while step < window_end:
-            step, loss_sum, count, seconds = self._step(iterator, step)
+            step, loss_sum, count, seconds = self._step(step)
             window_loss += loss_sum
             window_count += count
             stop = self._stop_requested()
@@ -149,7 +154,7 @@ class Controller:
         self.callbacks.on_epoch_end(step, logs)
         return step, logs, stop
 
-    def _step(self, iterator, step):
+    def _step(self, step):
         """Step `step + 1` between its batch hooks. Returns `(step + 1, 0.5 * (forward + backward) loss sum,
         target count, training seconds so far)`.
 
@@ -157,7 +162,7 @@ class Controller:
             NonFiniteLossError: the step's loss is NaN or inf.
         """
         self.callbacks.on_train_batch_begin(step + 1)
-        fwd, bwd, count = self.trainer.train_step(iterator)
+        fwd, bwd, count = self.trainer.train_step(self._iterator)
         fwd, bwd, count = float(fwd), float(bwd), float(count)
         step += 1
         if not math.isfinite(fwd + bwd):

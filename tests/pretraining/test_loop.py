@@ -6,9 +6,11 @@ second) and trains a handful of steps. The command line around the same code: te
 """
 
 import builtins
+import gc
 import hashlib
 import math
 import os
+import weakref
 
 import h5py
 import keras
@@ -212,9 +214,28 @@ def test_an_interrupt_saves_a_checkpoint_an_error_does_not(corpus, tmp_path):
     out = tmp_path / "run"
     checkpoints = Checkpoints(trainer, out)
     recorder = Recorder()
-    with pytest.raises(RuntimeError, match="boom"):
-        callbacks = [InterruptAtStep(2, RuntimeError("boom")), recorder]
-        run_pretraining(trainer, checkpoints, 50, callbacks=callbacks, progress=False)
+    iterators, batches = [], trainer.distributed_dataset
+
+    class Recorded:  # the run's batches, whose iterator this test watches
+        def __init__(self, start_step):
+            self.dataset = batches(start_step)
+
+        def __iter__(self):
+            iterator = iter(self.dataset)
+            iterators.append(weakref.ref(iterator))
+            return iterator
+
+    trainer.distributed_dataset = Recorded
+    gc.disable()  # what the error leaves behind is freed at once, not by a later collection
+    try:
+        with pytest.raises(RuntimeError, match="boom") as error:
+            callbacks = [InterruptAtStep(2, RuntimeError("boom")), recorder]
+            run_pretraining(trainer, checkpoints, 50, callbacks=callbacks, progress=False)
+        # the input pipeline (and its threads) went with the run, though the error's traceback keeps its frames
+        assert error.tb is not None and len(iterators) == 1 and iterators[0]() is None
+    finally:
+        gc.enable()
+    del trainer.distributed_dataset
     assert recorder.end_logs["stop_reason"] == "error"
     assert checkpoints.latest is None  # a bug is not a reason to checkpoint
 
