@@ -58,14 +58,14 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
 
 
-# SIGTERM in this process: `raised` once the handler raised its SystemExit, `lost` while a finalizer swallowed it
-_sigterm = {"raised": False, "lost": False}
+# True from the handler's SystemExit until a finalizer swallows it (`_raise_sigterm_again`) or `handle_sigterm` resets
+_sigterm = {"unwinding": False}
 
 
 def _raise_sigterm(signum, frame):
-    if _sigterm["raised"] and not _sigterm["lost"]:
+    if _sigterm["unwinding"]:
         return  # its SystemExit is unwinding the stack: the finally blocks clean up undisturbed
-    _sigterm.update(raised=True, lost=False)
+    _sigterm["unwinding"] = True
     raise SystemExit(SIGTERM_EXIT)
 
 
@@ -76,8 +76,8 @@ def _raise_sigterm_again(unraisable, previous):
     from another thread (sent from here, its handler would run here, in the hook), and its handler runs out of that
     finalizer (or, landing in another, is sent again). Every other unraisable exception goes to `previous`."""
     error = unraisable.exc_value
-    if isinstance(error, SystemExit) and error.code == SIGTERM_EXIT and _sigterm["raised"]:
-        _sigterm["lost"] = True
+    if isinstance(error, SystemExit) and error.code == SIGTERM_EXIT and _sigterm["unwinding"]:
+        _sigterm["unwinding"] = False
         timer = threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGTERM))
         timer.daemon = True
         timer.start()
@@ -88,7 +88,7 @@ def _raise_sigterm_again(unraisable, previous):
 def handle_sigterm():
     """SIGTERM raises `SystemExit(143)` in the main thread, once, so `finally` blocks and context managers clean up; a
     SIGTERM that lands inside a finalizer is not lost (`_raise_sigterm_again`)."""
-    _sigterm.update(raised=False, lost=False)
+    _sigterm["unwinding"] = False
     signal.signal(signal.SIGTERM, _raise_sigterm)
     if getattr(sys.unraisablehook, "func", None) is not _raise_sigterm_again:
         sys.unraisablehook = functools.partial(_raise_sigterm_again, previous=sys.unraisablehook)
