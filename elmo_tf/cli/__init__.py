@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 
+from elmo_tf.backend import use_tensorflow_backend
 from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
 from elmo_tf.errors import ElmoTFError, check_int, not_a_regular_file, one_line  # noqa: F401 (check_int: re-exported for the commands)
 
@@ -99,6 +100,7 @@ def run(main, argv=None, prog=None):
     prog = prog or os.path.basename(sys.argv[0] or "elmo_tf")
     handle_sigterm()
     try:
+        use_tensorflow_backend()  # the commands are TensorFlow's, whatever a JAX or PyTorch user's KERAS_BACKEND says
         return main(argv)
     except UsageError as e:
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
