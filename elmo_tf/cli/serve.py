@@ -30,75 +30,34 @@ cannot be bound is logged ("Failed to start HTTP Server at ...") while gRPC serv
 import argparse
 import logging
 import os
-import re
 import shutil
 import signal
 import sys
 import threading
 
-from elmo_tf.cli import ArgumentParser, UsageError, bounded_number, number_type, setup_logging
+from elmo_tf.cli import ArgumentParser, UsageError, setup_logging
+from elmo_tf.cli.serve_flags import (
+    BATCHING_FLAGS,
+    DEFAULTS,
+    EMBEDDED_FLAGS,
+    TF_SERVING_FLAGS,
+    add_flags,
+    flag_value,
+    server_option_values,
+)
 from elmo_tf.serving.config_files import (
-    BATCHING_BOUNDS,
     MAX_BATCH_THREADS,
     parse_batching_parameters,
     parse_model_config,
     parse_monitoring_config,
     parse_ssl_config,
 )
-from elmo_tf.serving.sizes import MAX_PORT, MiB
+from elmo_tf.serving.options import ServerOptions
 
 logger = logging.getLogger("serve")
-BATCHING_HELP = {  # in the order of --help
-    "max_batch_size": "rows of a merged model call (32)",
-    "batch_timeout_micros": "wait for more requests once one is held (0: merge only what queued)",
-    "num_batch_threads": "model calls at once (CPU count)",
-}
-
 PROG = "serve.py"
 STOCK_BINARY = "tensorflow_model_server"
 
-# flags TF Serving's model server has (passed to it as --name=value)
-TF_SERVING_FLAGS = (
-    "port",
-    "grpc_socket_path",
-    "rest_api_port",
-    "rest_api_num_threads",
-    "rest_api_timeout_in_ms",
-    "model_name",
-    "model_base_path",
-    "model_config_file",
-    "enable_batching",
-    "batching_parameters_file",
-    "file_system_poll_wait_seconds",
-    "max_num_load_retries",
-    "load_retry_interval_micros",
-    "tensorflow_intra_op_parallelism",
-    "tensorflow_inter_op_parallelism",
-    "grpc_max_threads",
-    "enable_model_warmup",
-    "allow_version_labels_for_unavailable_models",
-    "enable_grpc_healthcheck_service",
-    "monitoring_config_file",
-    "ssl_config_file",
-    "model_config_file_poll_wait_seconds",
-)
-# the embedded server's own flags (dropped when running the stock server)
-EMBEDDED_FLAGS = (
-    "host",
-    "max_batch_size",
-    "batch_timeout_micros",
-    "num_batch_threads",
-    "max_request_sentences",
-    "max_tokens_per_sentence",
-    "max_request_tokens",
-    "max_message_bytes",
-    "max_requests_in_flight",
-    "rest_api_max_body_bytes",
-    "rest_api_max_bytes_in_flight",
-    "drain_grace_seconds",
-    "embedded",
-    "verbose",
-)
 EXAMPLES = """examples:
   python serving/serve.py --model_base_path models/elmo --model_name elmo --port 8500 --rest_api_port 8501
   python serving/serve.py --model_config_file models.config --batching_parameters_file batching.config
@@ -116,34 +75,6 @@ request limits of the embedded server (RESOURCE_EXHAUSTED above them, before the
 ALL_INTERFACES = ("0.0.0.0", "::", "[::]")
 
 
-def _bool(text):
-    """TF Serving's boolean flag values: true/false, 1/0, yes/no."""
-    value = str(text).strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _int(flag, minimum):
-    return bounded_number(flag, int, minimum=minimum)
-
-
-def _port(flag):
-    """A TCP port: ASCII digits (as TF Serving's flag parser reads an int32; Python's int() would also take
-    Arabic-Indic digits or "8_500"), 0 to 65535 (stock would pass 70000 on to the socket: 70000 % 65536)."""
-    bounded = bounded_number(flag, int, minimum=0, maximum=MAX_PORT)
-
-    def parse(text):
-        if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}")
-        return bounded(text)
-
-    parse.bounds = bounded.bounds
-    return parse
-
-
 def build_parser(prog=PROG):
     """All defaults are SUPPRESS, so the namespace holds only the flags given (see `DEFAULTS`)."""
     parser = ArgumentParser(
@@ -154,203 +85,17 @@ def build_parser(prog=PROG):
         argument_default=argparse.SUPPRESS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_tf_serving_flags(
-        parser.add_argument_group("TF Serving flags (passed to tensorflow_model_server as --name=value)")
+    add_flags(
+        parser.add_argument_group("TF Serving flags (passed to tensorflow_model_server as --name=value)"),
+        TF_SERVING_FLAGS,
     )
-    _add_embedded_flags(parser.add_argument_group("embedded server only (dropped for tensorflow_model_server)"))
+    add_flags(parser.add_argument_group("embedded server only (dropped for tensorflow_model_server)"), EMBEDDED_FLAGS)
     return parser
-
-
-def _add_tf_serving_flags(group):
-    group.add_argument("--port", type=_port("--port"), help="gRPC TCP port (8500; 0: none, needs --grpc_socket_path)")
-    group.add_argument("--grpc_socket_path", help="also serve gRPC on this UNIX socket (unix:PATH)")
-    group.add_argument(
-        "--rest_api_port", type=_port("--rest_api_port"), help="REST port (0: no REST API; equal to --port: skipped)"
-    )
-    group.add_argument(
-        "--rest_api_num_threads", type=_int("--rest_api_num_threads", 1), help="REST handler threads (32)"
-    )
-    group.add_argument(
-        "--rest_api_timeout_in_ms", type=_int("--rest_api_timeout_in_ms", 1), help="REST request deadline (30000)"
-    )
-    group.add_argument("--model_name", help='name clients ask for ("default", as TF Serving)')
-    group.add_argument("--model_base_path", help="directory of integer version subdirectories")
-    group.add_argument(
-        "--model_config_file",
-        help="ModelServerConfig text proto (model_config_list); instead of --model_name/--model_base_path",
-    )
-    group.add_argument(
-        "--enable_batching",
-        type=_bool,
-        nargs="?",
-        const=True,
-        help="merge concurrent requests (embedded: on by default; stock: off by default)",
-    )
-    group.add_argument(
-        "--batching_parameters_file",
-        help="BatchingParameters text proto (max_batch_size, batch_timeout_micros, num_batch_threads)",
-    )
-    group.add_argument(
-        "--model_config_file_poll_wait_seconds",
-        type=_int("--model_config_file_poll_wait_seconds", 0),
-        help="re-read --model_config_file every this many seconds and serve what it lists (add, remove, re-version "
-        "models; a file that does not parse is logged and the last good config kept); 0: read once (0)",
-    )
-    group.add_argument(
-        "--ssl_config_file",
-        help="SSLConfig text proto (server_key, server_cert, custom_ca: PEM contents; client_verify): gRPC over TLS, "
-        "mutual TLS with client_verify: true",
-    )
-    group.add_argument(
-        "--monitoring_config_file",
-        help='MonitoringConfig text proto: prometheus_config { enable: true path: "/monitoring/prometheus/metrics" } '
-        "serves the Prometheus metrics on the REST port (off without it)",
-    )
-    group.add_argument(
-        "--file_system_poll_wait_seconds",
-        type=bounded_number("--file_system_poll_wait_seconds", float, minimum=0, minimum_inclusive=False),
-        help="seconds between polls of the base path for new versions (1)",
-    )
-    group.add_argument(
-        "--max_num_load_retries", type=_int("--max_num_load_retries", 0), help="retries of a failed load (5)"
-    )
-    group.add_argument(
-        "--load_retry_interval_micros",
-        type=_int("--load_retry_interval_micros", 0),
-        help="time between those retries (60000000: 1 min)",
-    )
-    for flag in ("--tensorflow_intra_op_parallelism", "--tensorflow_inter_op_parallelism"):
-        group.add_argument(flag, type=_int(flag, 0), help="TF threads (0: auto)")
-    group.add_argument(
-        "--grpc_max_threads",
-        type=_int("--grpc_max_threads", 1),
-        help="threads running gRPC calls (64; calls waiting for their request hold none; 4x: open calls at most)",
-    )
-    group.add_argument(
-        "--enable_model_warmup",
-        type=_bool,
-        nargs="?",
-        const=True,
-        help="replay the export's warmup file at load, and run signatures it leaves out once (true); false: nothing "
-        "runs at load, the first requests pay the graph's first runs",
-    )
-    group.add_argument(
-        "--allow_version_labels_for_unavailable_models",
-        type=_bool,
-        nargs="?",
-        const=True,
-        help="take the version_labels of --model_config_file although no version is loaded yet (false: a config "
-        "with labels is refused at start-up, as stock refuses it)",
-    )
-    group.add_argument(
-        "--enable_grpc_healthcheck_service",
-        type=_bool,
-        nargs="?",
-        const=True,
-        help="serve grpc.health.v1.Health ('', ModelService, PredictionService): SERVING once every model has a "
-        "version, NOT_SERVING before and while draining (false)",
-    )
-
-
-def _add_embedded_flags(group):
-    group.add_argument(
-        "--embedded", action="store_true", help="run the embedded server even if tensorflow_model_server is on PATH"
-    )
-    group.add_argument(
-        "--host",
-        help="interface to bind (127.0.0.1; 0.0.0.0 for all, which the stock server always uses: see above)",
-    )
-    for name, text in BATCHING_HELP.items():  # the batching parameters' fields, bounded as in the file
-        group.add_argument(f"--{name}", type=number_type(f"--{name}", BATCHING_BOUNDS[name]), help=text)
-    group.add_argument(
-        "--max_request_sentences", type=_int("--max_request_sentences", 1), help="rows per request (256)"
-    )
-    group.add_argument(
-        "--max_tokens_per_sentence",
-        type=_int("--max_tokens_per_sentence", 0),
-        help="tokens per sentence (1000; 0: no limit)",
-    )
-    group.add_argument(
-        "--max_request_tokens",
-        type=_int("--max_request_tokens", 0),
-        help="rows x tokens of a request (16384; 0: no limit)",
-    )
-    group.add_argument(
-        "--max_message_bytes", type=_int("--max_message_bytes", 1), help=f"gRPC message size ({256 * MiB})"
-    )
-    group.add_argument(
-        "--rest_api_max_body_bytes", type=_int("--rest_api_max_body_bytes", 1), help=f"REST request body ({8 * MiB})"
-    )
-    group.add_argument(
-        "--rest_api_max_bytes_in_flight",
-        type=_int("--rest_api_max_bytes_in_flight", 1),
-        help=f"REST bodies and responses held at once ({64 * MiB})",
-    )
-    group.add_argument(
-        "--max_requests_in_flight",
-        type=_int("--max_requests_in_flight", 1),
-        help="Predict requests at once, gRPC and REST (64)",
-    )
-    group.add_argument(
-        "--drain_grace_seconds",
-        type=bounded_number("--drain_grace_seconds", float, minimum=0),
-        help="on SIGTERM, seconds the requests in flight may take to finish while new ones are refused (30); a "
-        "second SIGTERM ends it at once",
-    )
-    group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-
-
-DEFAULTS = dict(
-    port=8500,
-    grpc_socket_path=None,
-    rest_api_port=0,
-    rest_api_num_threads=32,
-    rest_api_timeout_in_ms=30000,
-    model_name="default",
-    model_base_path=None,
-    model_config_file=None,
-    enable_batching=True,
-    batching_parameters_file=None,
-    monitoring_config_file=None,
-    ssl_config_file=None,
-    model_config_file_poll_wait_seconds=0,
-    file_system_poll_wait_seconds=1.0,
-    max_num_load_retries=5,
-    load_retry_interval_micros=60 * 1000 * 1000,
-    tensorflow_intra_op_parallelism=0,
-    tensorflow_inter_op_parallelism=0,
-    grpc_max_threads=64,
-    enable_model_warmup=True,
-    allow_version_labels_for_unavailable_models=False,
-    enable_grpc_healthcheck_service=False,
-    drain_grace_seconds=30.0,
-    embedded=False,
-    host="127.0.0.1",
-    max_batch_size=None,
-    batch_timeout_micros=None,
-    num_batch_threads=None,
-    max_request_sentences=256,
-    max_tokens_per_sentence=1000,
-    max_request_tokens=16384,
-    max_message_bytes=256 * MiB,
-    rest_api_max_body_bytes=None,
-    rest_api_max_bytes_in_flight=None,
-    max_requests_in_flight=64,
-    verbose=False,
-)
-
-
-def _flag_value(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def stock_command(binary, given, extra):
     """argv for tensorflow_model_server: the TF Serving flags given, as --name=value, then `extra` verbatim."""
-    return [binary] + [f"--{name}={_flag_value(given[name])}" for name in TF_SERVING_FLAGS if name in given] + extra
+    return [binary] + [f"--{name}={flag_value(given[name])}" for name in TF_SERVING_FLAGS if name in given] + extra
 
 
 def hand_over(parser, binary, given, extra):
@@ -411,7 +156,7 @@ def _config_files(args):
         )
     except ValueError as e:
         raise UsageError(f"--model_config_file: {e}") from None
-    for name in BATCHING_BOUNDS:  # flags win over the file
+    for name in BATCHING_FLAGS:  # flags win over the file
         if getattr(args, name) is not None:
             batching[name] = getattr(args, name)
     return batching, models, settings
@@ -422,39 +167,16 @@ def server_options(args, batching, settings=None):
     `_config_files` read, else read here); UsageError for values it refuses."""
     if settings is None:
         settings = {"prometheus_path": prometheus_path(args), "ssl": ssl_config(args)}
-    from elmo_tf.serving.batching import BatchingOptions
-    from elmo_tf.serving.options import ServerOptions
+    from elmo_tf.serving.batching import BatchingOptions  # loads TensorFlow
 
+    # the flags and files' batching parameters, the rest `BatchingOptions`' defaults but the threads: one per CPU
+    given = {"num_threads": batching.get("num_batch_threads", min(os.cpu_count() or 1, MAX_BATCH_THREADS))}
+    if "max_batch_size" in batching:
+        given["max_batch_size"] = batching["max_batch_size"]
+    if "batch_timeout_micros" in batching:
+        given["batch_timeout"] = batching["batch_timeout_micros"] / 1e6
     try:
-        return ServerOptions(
-            host=args.host,
-            port=args.port or None,
-            grpc_socket_path=args.grpc_socket_path or None,
-            rest_api_port=args.rest_api_port or None,
-            enable_batching=args.enable_batching,
-            batching=BatchingOptions(
-                max_batch_size=batching.get("max_batch_size", 32),
-                batch_timeout=batching.get("batch_timeout_micros", 0) / 1e6,
-                num_threads=batching.get("num_batch_threads", min(os.cpu_count() or 1, MAX_BATCH_THREADS)),
-            ),
-            max_request_sentences=args.max_request_sentences,
-            max_tokens_per_sentence=args.max_tokens_per_sentence or None,
-            max_request_tokens=args.max_request_tokens or None,
-            max_message_bytes=args.max_message_bytes,
-            file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
-            max_num_load_retries=args.max_num_load_retries,
-            load_retry_interval_micros=args.load_retry_interval_micros,
-            max_requests_in_flight=args.max_requests_in_flight,
-            grpc_max_threads=args.grpc_max_threads,
-            rest_api_num_threads=args.rest_api_num_threads,
-            rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
-            rest_api_max_body_bytes=args.rest_api_max_body_bytes,
-            rest_api_max_bytes_in_flight=args.rest_api_max_bytes_in_flight,
-            enable_model_warmup=args.enable_model_warmup,
-            allow_version_labels_for_unavailable_models=args.allow_version_labels_for_unavailable_models,
-            enable_grpc_healthcheck_service=args.enable_grpc_healthcheck_service,
-            **settings,
-        )
+        return ServerOptions(batching=BatchingOptions(**given), **server_option_values(args), **settings)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -1,11 +1,42 @@
-"""`ServerOptions`: the settings of the embedded model server, shared by its core, its fronts and its command line."""
+"""`ServerOptions`: the settings of the embedded model server, shared by its core, its fronts and its command line.
+
+Each setting that `elmo-tf serve` takes as a flag is one field made by `option`: its default, its help and its range
+live there once, and the command line (`elmo_tf.cli.serve_flags`) builds the flag, the default its help shows and the
+value it passes on from that field, as TF Serving's model_servers/main.cc binds each flag to one field of its Options.
+Imports neither TensorFlow nor gRPC, so the command line reads these fields before either loads.
+"""
 
 import dataclasses
+import typing
 
-from elmo_tf.serving.batching import BatchingOptions
-from elmo_tf.serving.budget import Limits
+from elmo_tf.bounds import Bounds
 from elmo_tf.serving.sizes import MAX_PORT, MiB
 from elmo_tf.serving.tls import SslConfig
+
+if typing.TYPE_CHECKING:
+    from elmo_tf.serving.batching import BatchingOptions
+
+PORT = Bounds(int, 0, MAX_PORT)  # a TCP port: 0 (the flag: none; the library: a free one) to 65535
+
+
+def option(default, help, bounds=None, *, off=None, **extra):
+    """A field that is also a flag of `elmo-tf serve` (`--` and the field's name, TF Serving's spelling).
+
+    Args:
+        default: the setting's default, the one place it is written.
+        help: the flag's help; "{default}" in it stands for the default as the flag writes it (true, 1, 8500).
+        bounds: the `Bounds` the flag's value is parsed within (a number flag).
+        off: the flag's value that stands for None (0: no TCP port, no limit; "": no socket).
+        extra: more for the command line (`port=True`: ASCII digits only, as TF Serving reads an int32;
+            `short="-v"`).
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "bounds": bounds, "off": off, **extra})
+
+
+def _batching_options():
+    from elmo_tf.serving.batching import BatchingOptions  # loads gRPC and TensorFlow: only once a server is built
+
+    return BatchingOptions()
 
 
 @dataclasses.dataclass
@@ -58,29 +89,60 @@ class ServerOptions:
             `client_verify`; None: plaintext. The REST port stays plaintext, as stock's.
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8500
-    grpc_socket_path: str = None
-    rest_api_port: int = None
-    enable_batching: bool = True
-    batching: BatchingOptions = dataclasses.field(default_factory=BatchingOptions)
-    max_request_sentences: int = Limits.max_request_sentences
-    max_tokens_per_sentence: int = Limits.max_tokens_per_sentence
-    max_request_tokens: int = Limits.max_request_tokens
-    max_message_bytes: int = 256 * MiB
-    max_requests_in_flight: int = 64
-    file_system_poll_wait_seconds: float = 1.0
-    max_num_load_retries: int = 5
-    load_retry_interval_micros: int = 60 * 1000 * 1000
-    grpc_max_threads: int = 64
+    host: str = option(
+        "127.0.0.1", "interface to bind ({default}; 0.0.0.0 for all, which the stock server always uses: see above)"
+    )
+    port: int = option(8500, "gRPC TCP port ({default}; 0: none, needs --grpc_socket_path)", PORT, off=0, port=True)
+    grpc_socket_path: str = option(None, "also serve gRPC on this UNIX socket (unix:PATH)", off="")
+    rest_api_port: int = option(
+        None, "REST port ({default}: no REST API; equal to --port: skipped)", PORT, off=0, port=True
+    )
+    enable_batching: bool = option(True, "merge concurrent requests (embedded: on by default; stock: off by default)")
+    batching: "BatchingOptions" = dataclasses.field(default_factory=_batching_options)
+    # the request budget (`Limits`, whose own defaults tests/serving/test_options.py holds equal to these)
+    max_request_sentences: int = option(256, "rows per request ({default})", Bounds(int, 1))
+    max_tokens_per_sentence: int = option(1000, "tokens per sentence ({default}; 0: no limit)", Bounds(int, 0), off=0)
+    max_request_tokens: int = option(
+        16384, "rows x tokens of a request ({default}; 0: no limit)", Bounds(int, 0), off=0
+    )
+    max_message_bytes: int = option(256 * MiB, "gRPC message size ({default})", Bounds(int, 1))
+    max_requests_in_flight: int = option(64, "Predict requests at once, gRPC and REST ({default})", Bounds(int, 1))
+    file_system_poll_wait_seconds: float = option(
+        1.0, "seconds between polls of the base path for new versions ({default})", Bounds(float, 0, open_low=True)
+    )
+    max_num_load_retries: int = option(5, "retries of a failed load ({default})", Bounds(int, 0))
+    load_retry_interval_micros: int = option(
+        60 * 1000 * 1000, "time between those retries ({default}: 1 min)", Bounds(int, 0)
+    )
+    grpc_max_threads: int = option(
+        64,
+        "threads running gRPC calls ({default}; calls waiting for their request hold none; 4x: open calls at most)",
+        Bounds(int, 1),
+    )
     grpc_request_receive_timeout_s: float = 30.0
-    rest_api_num_threads: int = 32
-    rest_api_timeout_in_ms: int = 30000
-    rest_api_max_body_bytes: int = None
-    rest_api_max_bytes_in_flight: int = None
-    enable_model_warmup: bool = True
-    allow_version_labels_for_unavailable_models: bool = False
-    enable_grpc_healthcheck_service: bool = False
+    rest_api_num_threads: int = option(32, "REST handler threads ({default})", Bounds(int, 1))
+    rest_api_timeout_in_ms: int = option(30000, "REST request deadline ({default})", Bounds(int, 1))
+    # None: rest_front's DEFAULT_MAX_BODY_BYTES and DEFAULT_MAX_BYTES_IN_FLIGHT (tests/cli/test_serve_flags.py holds
+    # the help's numbers equal to them)
+    rest_api_max_body_bytes: int = option(None, f"REST request body ({8 * MiB})", Bounds(int, 1))
+    rest_api_max_bytes_in_flight: int = option(
+        None, f"REST bodies and responses held at once ({64 * MiB})", Bounds(int, 1)
+    )
+    enable_model_warmup: bool = option(
+        True,
+        "replay the export's warmup file at load, and run signatures it leaves out once ({default}); false: nothing "
+        "runs at load, the first requests pay the graph's first runs",
+    )
+    allow_version_labels_for_unavailable_models: bool = option(
+        False,
+        "take the version_labels of --model_config_file although no version is loaded yet ({default}: a config "
+        "with labels is refused at start-up, as stock refuses it)",
+    )
+    enable_grpc_healthcheck_service: bool = option(
+        False,
+        "serve grpc.health.v1.Health ('', ModelService, PredictionService): SERVING once every model has a "
+        "version, NOT_SERVING before and while draining ({default})",
+    )
     prometheus_path: str = None
     ssl: SslConfig = None
 
@@ -129,6 +191,9 @@ class ServerOptions:
 
     @property
     def limits(self):
+        """The request budget, a `budget.Limits`."""
+        from elmo_tf.serving.budget import Limits  # loads TensorFlow: only once a server is built
+
         return Limits(
             max_request_sentences=self.max_request_sentences,
             max_tokens_per_sentence=self.max_tokens_per_sentence,
