@@ -27,7 +27,8 @@ import sys
 import tempfile
 import time
 
-from sentences import REPO, load_sentences, write_sentences
+from common import REPO, ensure_weights
+from sentences import load_sentences, write_sentences
 
 RESULTS = os.path.join(REPO, "bench", "results")
 
@@ -39,16 +40,6 @@ def command(args, env):
     if result.returncode != 0:
         raise SystemExit(f"failed ({result.returncode}): {' '.join(map(str, args))}\n{result.stderr[-3000:]}")
     return seconds
-
-
-def ensure_weights(preset, seed, directory, env):
-    if not os.path.isfile(os.path.join(directory, "weights.hdf5")):
-        code = (
-            "import keras, sys\nfrom elmo_tf.config import get_config\nfrom elmo_tf.models import ELMo, save_elmo\n"
-            f"keras.utils.set_random_seed({seed})\nsave_elmo(ELMo(get_config({preset!r})), {directory!r})"
-        )
-        command(["-c", code], env)
-    return os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
 
 
 def compare(embed_path, merged_path):
@@ -84,7 +75,7 @@ def main(argv=None):
     weights_dir = args.weights_dir or os.path.join(RESULTS, "cache", f"{preset}-seed{args.seed}")
     os.makedirs(weights_dir, exist_ok=True)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    options, weights = ensure_weights(preset, args.seed, weights_dir, env)
+    options, weights = ensure_weights(weights_dir, preset, args.seed)
     model = ["--options", options, "--weights", weights, "--batch-size", args.batch_size]
     sentences = load_sentences(n)
     rows = []

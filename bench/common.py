@@ -1,11 +1,36 @@
-"""Small helpers shared by the benchmark scripts (flag parsing, provenance, padded batches and a model compiled as
-each Keras backend's users compile one). Importing it loads neither TensorFlow nor Keras (bench/gpu_embed.py runs it
-where TensorFlow is not installed)."""
+"""The harness every benchmark script uses: flag parsing; the worker process (`run_measured`, `run_worker`,
+`serve_worker`: one protocol, `SCRIPT --worker MODE --result PATH ...`, the worker's JSON back with its wall time,
+peak RSS and CPU); random weights written once (`ensure_weights`); the matmul roofline (`matmul_roofline`, and the
+`worker_matmul` mode that measures it in a fresh process); the fields of every result JSON (`result_fields`,
+`write_result`); padded batches and a model compiled as each Keras backend's users compile one. Importing it loads
+neither TensorFlow nor Keras (bench/gpu_embed.py runs it where TensorFlow is not installed)."""
 
 import argparse
+import json
+import os
+import platform
 import subprocess
+import sys
+import tempfile
+import time
 
 import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "bench", "results")
+CACHE = os.path.join(RESULTS, "cache")
+KIM_FILTERS = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
+PTB_5M = dict(  # the 5.28M PTB model of bench/pretrain_ptb.py, trained by bench/train_throughput.py too
+    char_embedding_dim=15,
+    filters=KIM_FILTERS,
+    num_highway=1,
+    lstm_dim=384,
+    projection_dim=192,
+    num_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    use_skip_connections=True,
+)
 
 
 def parse_list(text, kind, name):
@@ -28,6 +53,125 @@ def git_commit(repo):
     except (OSError, subprocess.CalledProcessError):
         return None
 
+
+# ------------------------------------------------------------------------------------------------ worker processes
+
+# Runs argv[2:] and writes "<wait status> <ru_maxrss KiB> <CPU seconds>" of it to argv[1]. Linux starts a child's
+# ru_maxrss at the high-water RSS of the process that exec'd it (the exec'd-over memory counts: kernel/exit.c,
+# fs/exec.c setmax_mm_hiwater_rss), so a child of a benchmark would report at least the benchmark's own peak (15 GB
+# once the float16 comparison of bench/embed_resume.py had run, for every later run); a fresh launcher keeps that
+# floor at its own ~10 MB.
+_LAUNCHER = """import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{status} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
+"""
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed: its exit status and the tail of its stderr."""
+
+
+def run_measured(command, cwd=REPO, backend=None, env=None, timeout=None):
+    """Runs a subprocess (with `env` as its environment, else this one's; under `KERAS_BACKEND=backend` when given);
+    returns (exit code, stdout, stderr, wall seconds, peak RSS MiB, CPU seconds). The peak RSS and CPU are the
+    command's own, through a small launcher process (see `_LAUNCHER`). subprocess.TimeoutExpired past `timeout`."""
+    env = dict(os.environ if env is None else env, **({"KERAS_BACKEND": backend} if backend else {}))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "usage")
+        launcher = [sys.executable, "-S", "-c", _LAUNCHER, report, *map(str, command)]
+        start = time.perf_counter()
+        subprocess.run(launcher, cwd=cwd, stdout=out, stderr=err, check=True, env=env, timeout=timeout)
+        wall = time.perf_counter() - start
+        with open(report) as f:
+            status, maxrss_kib, cpu = f.read().split()
+        out.seek(0)
+        err.seek(0)
+        return (
+            os.waitstatus_to_exitcode(int(status)),
+            out.read().decode("utf-8", "replace"),
+            err.read().decode("utf-8", "replace"),
+            wall,
+            int(maxrss_kib) / 1024,
+            float(cpu),
+        )
+
+
+def run_worker(script, mode, options, work, python=None, backend=None, pythonpath=None, timeout=None):
+    """Runs `python SCRIPT --worker MODE --result PATH *options` in its own process (under `KERAS_BACKEND=backend`;
+    with `pythonpath` first on PYTHONPATH and as its directory, for another commit's tree) and returns the JSON the
+    worker wrote to PATH (`serve_worker`), with the process's `process_seconds`, `peak_rss_mib`, `cpu_seconds` and
+    `cpu_utilization`. WorkerError naming the mode, with the tail of its stderr, when it fails."""
+    result_path = os.path.join(work, f"{mode}-{time.monotonic_ns()}.json")
+    command = [python or sys.executable, os.path.abspath(script), "--worker", mode, "--result", result_path, *options]
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        rc, _, err, wall, rss, cpu = run_measured(command, pythonpath or REPO, backend, env, timeout)
+    except subprocess.TimeoutExpired:
+        raise WorkerError(f"worker {mode}: no result within {timeout} s") from None
+    if rc != 0 or not os.path.isfile(result_path):
+        raise WorkerError(f"worker {mode} failed with exit status {rc}:\n{err[-4000:]}")
+    with open(result_path, encoding="utf-8") as f:
+        result = json.load(f)
+    result.update(process_seconds=wall, peak_rss_mib=rss, cpu_seconds=cpu, cpu_utilization=cpu / wall)
+    return result
+
+
+def add_worker_flags(parser, modes):
+    """The worker side's hidden flags: `--worker MODE` (one of `modes`) and `--result PATH`."""
+    parser.add_argument("--worker", choices=sorted(modes), help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+
+
+def serve_worker(workers, args):
+    """The worker side of `run_worker`: runs `workers[args.worker](args)` and writes the dict it returns to
+    `args.result` as JSON; returns the exit status (0)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    result = workers[args.worker](args)
+    with open(args.result, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    return 0
+
+
+def set_threads(threads):
+    """TensorFlow's intra-op and inter-op pools at `threads` each (TF's default when 0 or None); returns `tf`."""
+    import tensorflow as tf
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    return tf
+
+
+# ------------------------------------------------------------------------------------------------ weights
+
+_WRITE_WEIGHTS = """import json, sys, keras
+from elmo_tf.config import BiLMConfig, get_config
+from elmo_tf.models import ELMo, save_elmo
+keras.utils.set_random_seed(int(sys.argv[2]))
+config = get_config(sys.argv[1]) if sys.argv[1] else BiLMConfig(**json.loads(sys.argv[3]))
+save_elmo(ELMo(config), sys.argv[4])
+"""
+
+
+def ensure_weights(directory, preset=None, seed=0, config=None, python=None):
+    """Random weights (seeded Keras initializers) of the BiLMConfig `preset`, or of `config` (a dict of BiLMConfig
+    arguments), written once with `save_elmo` into `directory` in a subprocess (no TensorFlow here) and reused after;
+    returns `(options.json path, weights.hdf5 path)`. RuntimeError with the writer's stderr when it fails."""
+    options, weights = os.path.join(directory, "options.json"), os.path.join(directory, "weights.hdf5")
+    if os.path.isfile(options) and os.path.isfile(weights):
+        return options, weights
+    arguments = [preset or "", str(seed), json.dumps(config or {}), directory]
+    rc, _, err, *_ = run_measured([python or sys.executable, "-c", _WRITE_WEIGHTS, *arguments])
+    if rc != 0:
+        raise RuntimeError(f"writing random weights to {directory} failed ({rc}):\n{err[-4000:]}")
+    return options, weights
+
+
+# ------------------------------------------------------------------------------------------------ roofline
 
 MATMUL_SIZES = (1024, 2048, 4096)
 
@@ -56,6 +200,46 @@ def matmul_roofline(sizes=MATMUL_SIZES, repeats=5, dtype="float32"):
     return {"sizes": result, "repeats": repeats, "best_gflops": max(v["best_gflops"] for v in result.values())}
 
 
+def model_flops(options, num_sampled=0):
+    """Forward matmul FLOP (2 per multiply-add) per token position of a biLM given its options.json dict, by part:
+    `char_cnn` (convolutions VALID over the chars, highway gate and transform, projection), `lstm` (one layer, both
+    directions: `[x, h] W` + `m W_P`), `layers`, `softmax` (`num_sampled` + 1 logits, both directions)."""
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    chars, char_dim = cnn.get("max_characters_per_token", 50), cnn["embedding"]["dim"]
+    n_filters = sum(n for _, n in cnn["filters"])
+    units, proj = lstm["dim"], lstm["projection_dim"]
+    char_cnn = sum(2 * (chars - w + 1) * w * char_dim * n for w, n in cnn["filters"])
+    char_cnn += cnn.get("n_highway", 0) * 2 * (2 * n_filters * n_filters)
+    char_cnn += 2 * n_filters * proj if n_filters != proj else 0
+    return {
+        "char_cnn": char_cnn,
+        "lstm": 2 * (2 * (proj + proj) * 4 * units + 2 * units * proj),
+        "layers": lstm["n_layers"],
+        "softmax": 2 * 2 * (num_sampled + 1) * proj,
+    }
+
+
+def worker_matmul(args):
+    """The `matmul` worker mode: `matmul_roofline` with `args.threads` threads and `args.matmul_repeats` repeats,
+    and in `args.matmul_precision` too where that is not float32 (under its name)."""
+    set_threads(args.threads)
+    repeats = getattr(args, "matmul_repeats", 5)
+    result = dict(matmul_roofline(MATMUL_SIZES, repeats), threads=args.threads)
+    precision = getattr(args, "matmul_precision", "float32")
+    if precision != "float32":
+        result[precision] = matmul_roofline(MATMUL_SIZES, repeats, dtype=precision)
+    return result
+
+
+def matmul_sizes_text(matmul):
+    """The best GFLOP/s of each size over the roofline measurements `matmul` (before, after): "1024^3 148/171; ..."."""
+    sizes = matmul[0].get("sizes") or {}
+    return "; ".join(f"{n}^3 " + "/".join(f"{m['sizes'][n]['best_gflops']:.0f}" for m in matmul) for n in sizes)
+
+
+# ------------------------------------------------------------------------------------------------ result JSON
+
+
 def provenance():
     """What a benchmark's JSON records about its run beside the commit: `{"date": "YYYY-MM-DD", "cpu": ...}` (the
     local date the run ended, `elmo_tf.machine.cpu_description()`)."""
@@ -64,6 +248,28 @@ def provenance():
     from elmo_tf.machine import cpu_description
 
     return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description()}
+
+
+def result_fields(load_before=None, load_after=None):
+    """The fields every benchmark's result JSON carries beside its measurements: the commit (`git_commit`), the
+    `date` and `cpu` that bench/tables.py record names the run by, the platform, the CPU count and, given the
+    load averages before the run (`os.getloadavg()`), those before and after (now, unless given)."""
+    fields = {"git_commit": git_commit(REPO), **provenance(), "platform": platform.platform()}
+    fields.update(processor=platform.processor(), cpu_count=os.cpu_count())
+    if load_before is not None:
+        fields.update(load_average_before=load_before, load_average_after=load_after or os.getloadavg())
+    return fields
+
+
+def write_result(path, result):
+    """Writes a benchmark's `result` dict to `path` as indented JSON (its folder made) and says so on stdout."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")
+
+
+# ------------------------------------------------------------------------------------------------ batches
 
 
 def padded_batches(mapping, sentences, batch_size, bucket, sort=True):

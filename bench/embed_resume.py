@@ -12,9 +12,9 @@ Spec (targets in brackets):
      AllenNLP test fixture weights (../shared/data/elmo_fixtures/allennlp) on the fixture's sentences; beside it,
      the error bfloat16 would give (float32 rounded to bfloat16 here, round to nearest even): why it is not offered.
   3. memory: peak RSS (`ru_maxrss` of the process, from `os.wait4`, through a small launcher process: see
-     `run_measured`, a child's ru_maxrss starts at its exec'ing parent's peak) of embed over --rss-lines lines (the
-     GMB sentences, repeated with a number in front: every line distinct), with `--layers top --dtype float16` to keep
-     the disk small [100,000 within 10% of 1,000]. What grows is the format's own: sentence_to_index holds every
+     `common.run_measured`, a child's ru_maxrss starts at its exec'ing parent's peak) of embed over --rss-lines lines
+     (the GMB sentences, repeated with a number in front: every line distinct), with `--layers top --dtype float16` to
+     keep the disk small [100,000 within 10% of 1,000]. What grows is the format's own: sentence_to_index holds every
      line's key (one JSON string), and HDF5 keeps some metadata per dataset (measured apart, writing 100,000 small
      datasets after `import tensorflow`: +30 MiB without keys, +85 MiB with 90-byte keys, over 611 MiB).
 Every run is a subprocess: `python -m elmo_tf embed --threads T ...` with random weights of --config (seeded,
@@ -37,8 +37,7 @@ import sys
 import tempfile
 
 import numpy as np
-from common import git_commit, parse_list
-from embed_throughput import run_measured
+from common import ensure_weights, git_commit, parse_list, run_measured
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -55,33 +54,6 @@ TINY = dict(  # the smoke model (the tests' shape)
 log = logging.getLogger("embed_resume")
 
 
-def write_weights(config, seed, directory):
-    """Random weights of `config` ("tiny" or a preset) saved with save_elmo, in a subprocess (no TF here)."""
-    if os.path.isfile(os.path.join(directory, "weights.hdf5")):
-        return
-    code = (
-        "import sys, keras; from elmo_tf.config import BiLMConfig, get_config; from elmo_tf.models import ELMo, "
-        "save_elmo; keras.utils.set_random_seed(int(sys.argv[2])); "
-        f"config = BiLMConfig(**{TINY!r}) if sys.argv[1] == 'tiny' else get_config(sys.argv[1]); "
-        "save_elmo(ELMo(config), sys.argv[3])"
-    )
-    rc, _, err, *_ = run_measured([sys.executable, "-c", code, config, str(seed), directory])
-    if rc != 0:
-        raise RuntimeError(f"writing the weights failed ({rc}):\n{err[-4000:]}")
-
-
-def run_env(command, env):
-    """`run_measured` (bench/embed_throughput.py) with `env` as the child's environment."""
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        return run_measured(command)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def embed(args, model, input_path, output, *extra, fault=None):
     """One `python -m elmo_tf embed` run with `model` (a directory of options.json + weights.hdf5, or a pair of
     paths): {wall_s, peak_rss_mib, cpu_s, rc}."""
@@ -94,7 +66,7 @@ def embed(args, model, input_path, output, *extra, fault=None):
     env.pop("ELMO_TF_FAULT", None)
     if fault:
         env["ELMO_TF_FAULT"] = fault
-    rc, _, err, wall, rss, cpu = run_env(command, env)
+    rc, _, err, wall, rss, cpu = run_measured(command, env=env)
     if rc != 0 and not fault:
         raise RuntimeError(f"embed failed ({rc}): {' '.join(command)}\n{err[-4000:]}")
     return {"wall_s": wall, "peak_rss_mib": rss, "cpu_s": cpu, "rc": rc}
@@ -306,7 +278,8 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="elmo_embed_resume_")
     load_before = os.getloadavg()
     try:
-        write_weights(args.config, args.seed, model_dir)
+        tiny = args.config == "tiny"
+        ensure_weights(model_dir, None if tiny else args.config, args.seed, TINY if tiny else None)
         result = {
             "config": args.config,
             "threads": args.threads,

@@ -51,7 +51,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import git_commit  # bench/common.py, beside this script
+from common import PTB_5M, git_commit  # bench/common.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb"))
@@ -59,18 +59,6 @@ DEFAULT_OUT = os.path.join(REPO, "bench", "results", "pretrain_ptb.json")
 DEFAULT_RUN_DIR = os.path.join(REPO, "bench", "results", "pretrain_ptb_run")
 log = logging.getLogger("pretrain_ptb")
 
-KIM_FILTERS = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
-PTB_5M = dict(
-    char_embedding_dim=15,
-    filters=KIM_FILTERS,
-    num_highway=1,
-    lstm_dim=384,
-    projection_dim=192,
-    num_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    use_skip_connections=True,
-)
 ANCHORS = [
     {"model": "Kim et al. 2016 LSTM-Char-Small (forward)", "params": 5.0e6, "valid": None, "test": 92.3, "epochs": 25},
     {"model": "Zaremba et al. 2014 medium LSTM (forward)", "params": 20e6, "valid": 86.2, "test": 82.7, "epochs": 39},

@@ -52,12 +52,23 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import git_commit, matmul_roofline, parse_list, provenance  # bench/common.py, beside this script
-from pretrain_ptb import PTB_5M  # the PTB model of bench/pretrain_ptb.py
+from common import (
+    PTB_5M,
+    REPO,
+    RESULTS,
+    WorkerError,
+    add_worker_flags,
+    git_commit,
+    model_flops,
+    parse_list,
+    provenance,
+    run_worker,
+    serve_worker,
+    worker_matmul,
+)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb", "ptb.train.txt"))
-DEFAULT_OUT = os.path.join(REPO, "bench", "results", "train_throughput.json")
+DEFAULT_OUT = os.path.join(RESULTS, "train_throughput.json")
 DEFAULT_BASELINE = "97bf9b2"
 SETTINGS = {
     "ptb5m": {"num_sampled": 2048, "max_tokens": 100, "steps": 30, "quick_steps": 3},
@@ -73,26 +84,9 @@ def bilm_config(name):
     return BiLMConfig(**PTB_5M) if name == "ptb5m" else get_config(name)
 
 
-def flops(options, num_sampled):
-    """Forward matmul FLOP (2 per multiply-add) per position, by part: `char_cnn` (convolutions, highway,
-    projection), `lstm` (per layer, both directions), `softmax` (sampled logits, both directions)."""
-    cnn, lstm = options["char_cnn"], options["lstm"]
-    chars, char_dim = cnn["max_characters_per_token"], cnn["embedding"]["dim"]
-    n_filters = sum(n for _, n in cnn["filters"])
-    units, proj = lstm["dim"], lstm["projection_dim"]
-    char_cnn = sum(2 * (chars - w + 1) * w * char_dim * n for w, n in cnn["filters"])
-    char_cnn += cnn.get("n_highway", 0) * 2 * (2 * n_filters * n_filters)
-    char_cnn += 2 * n_filters * proj if n_filters != proj else 0
-    return {
-        "char_cnn": char_cnn,
-        "lstm": 2 * (2 * (proj + proj) * 4 * units + 2 * units * proj),
-        "layers": lstm["n_layers"],
-        "softmax": 2 * 2 * (num_sampled + 1) * proj,
-    }
-
-
 def flops_per_target(options, num_sampled):
-    part = flops(options, num_sampled)
+    """Forward matmul FLOP per target: the char CNN, every LSTM layer, the sampled softmax."""
+    part = model_flops(options, num_sampled)
     return part["char_cnn"] + part["layers"] * part["lstm"] + part["softmax"]
 
 
@@ -146,8 +140,8 @@ def make_trainer(args, tmp):
     return trainer, train_step, dataset, vocab, corpus
 
 
-def worker(args):
-    """One setting in this process: prints one JSON line."""
+def worker_train(args):
+    """The `train` worker mode: one setting in this process; returns its measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         trainer, train_step, dataset, vocab, corpus = make_trainer(args, tmp)
         iterator = iter(dataset)
@@ -189,8 +183,7 @@ def worker(args):
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "parts": parts,
     }
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
+    return result
 
 
 def profile_parts(args, trainer, vocab, corpus):
@@ -221,7 +214,7 @@ def profile_parts(args, trainer, vocab, corpus):
     rows, length = (int(n) for n in batch["token_ids"].shape)
     targets = int(tf.reduce_sum(tf.cast(batch["token_ids"] > 0, tf.int32))) + rows
     positions = rows * (length + 2)  # what the LSTMs and the char CNN compute on (padding included)
-    part_flops = flops(model.config.to_options(), model.num_sampled)
+    part_flops = model_flops(model.config.to_options(), model.num_sampled)
 
     def sync(result):
         flat = tf.nest.flatten(result, expand_composites=True)
@@ -353,35 +346,21 @@ def profile_parts(args, trainer, vocab, corpus):
     return {"rows": rows, "length": length, "targets": targets, "positions": positions, "parts": parts}
 
 
-def worker_matmul(args):
-    import tensorflow as tf
-
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    result = matmul_roofline(repeats=3)
-    if args.matmul_precision != "float32":
-        result[args.matmul_precision] = matmul_roofline(repeats=3, dtype=args.matmul_precision)
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
+WORKERS = {"train": worker_train, "matmul": worker_matmul}
 
 
 # ---------------------------------------------------------------------------------------------- driver
 
 
-def run_worker(args, extra, pythonpath=None):
-    cmd = [sys.executable, os.path.abspath(__file__), "--data", args.data, "--threads", str(args.threads), *extra]
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=pythonpath or REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        log.error("worker %s failed (exit %d):\n%s", extra[:4], proc.returncode, proc.stderr[-3000:])
-        return {"error": proc.stderr[-3000:], "returncode": proc.returncode}
-    result = json.loads(lines[-1][len("RESULT ") :])
-    result["process_seconds"] = time.perf_counter() - t0
-    return result
+def run_train_worker(args, mode, extra, work, pythonpath=None):
+    """`common.run_worker` of this script's worker `mode` (with `pythonpath`: another commit's elmo_tf); a failed
+    worker is logged and returned as `{"error": ...}`, so the run goes on."""
+    options = ["--data", args.data, "--threads", str(args.threads), *extra]
+    try:
+        return run_worker(__file__, mode, options, work, pythonpath=pythonpath, timeout=args.timeout)
+    except WorkerError as e:
+        log.error("%s", e)
+        return {"error": str(e)}
 
 
 def extract_commit(rev, into):
@@ -425,7 +404,8 @@ def build_parser():
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--worker-config", help=argparse.SUPPRESS)
     p.add_argument("--worker-replicas", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--worker-matmul", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--matmul-repeats", type=int, default=3, help="timed matmuls per size of the roofline (3)")
+    add_worker_flags(p, WORKERS)
     return p
 
 
@@ -440,10 +420,8 @@ def main(argv=None):
     if not os.path.isfile(args.data):
         log.error("--data: no such file: %s", args.data)
         return 2
-    if args.worker_matmul:
-        return worker_matmul(args)
-    if args.worker_config:
-        return worker(args)
+    if args.worker:
+        return serve_worker(WORKERS, args)
     for name in args.configs:
         if name not in SETTINGS:
             log.error("--configs: unknown setting %r (choose from %s)", name, ", ".join(SETTINGS))
@@ -466,15 +444,15 @@ def main(argv=None):
             except ValueError as e:
                 log.error("%s", e)
                 return 2
-        return run_all(args, baseline)
+        return run_all(args, baseline, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_all(args, baseline):
+def run_all(args, baseline, work):
     load_before = os.getloadavg()
     precision = ["--matmul-precision", args.matmul_precision]
-    matmul = [run_worker(args, ["--worker-matmul", *precision])]
+    matmul = [run_train_worker(args, "matmul", precision, work)]
     log.info("matmul roofline before: %.0f GFLOP/s", matmul[0].get("best_gflops", float("nan")))
     results = []
     for name in args.configs:
@@ -497,9 +475,11 @@ def run_all(args, baseline):
             for k in range(args.rounds):
                 for who in ("baseline", "ours") if baseline else ("ours",):
                     log.info("%s x%d, %s, round %d: %d + %d steps", name, replicas, who, k + 1, warmup, steps)
-                    r = run_worker(
+                    r = run_train_worker(
                         args,
+                        "train",
                         extra + (ours_extra + (profile if k == 0 else []) if who == "ours" else []),
+                        work,
                         pythonpath=baseline["path"] if who == "baseline" else None,
                     )
                     if "error" not in r:
@@ -526,12 +506,33 @@ def run_all(args, baseline):
             if "ours" in row and "baseline" in row:
                 row["speedup"] = row["ours"]["targets_per_s"] / row["baseline"]["targets_per_s"]
             results.append(row)
-    matmul.append(run_worker(args, ["--worker-matmul", *precision]))
+    matmul.append(run_train_worker(args, "matmul", precision, work))
     load_after = os.getloadavg()
     roofline = max(m.get("best_gflops", 0.0) for m in matmul)
     report(args, baseline, results, matmul, roofline, load_before, load_after)
     failed = any("error" in r for row in results for runs in row["rounds"].values() for r in runs)
     return 1 if failed else 0
+
+
+def print_profiles(results, roofline):
+    """The profile of one step of each setting that has one: ms, GFLOP/s and share of the roofline per part."""
+    for row in results:
+        if not row.get("parts"):
+            continue
+        prof = row["parts"]
+        print()
+        print(
+            f"profile of one step, {row['config']}: batch of {prof['rows']} sentences x {prof['length']} tokens "
+            f"({prof['targets']} targets, {prof['positions']} positions with <S>/</S> and padding); forward + backward"
+        )
+        print("| part | ms | GFLOP/s | % roofline |")
+        print("|---|---:|---:|---:|")
+        for part in prof["parts"]:
+            gflops = part["gflops"]
+            print(
+                f"| {part['part']} | {part['ms']:.1f} | {'-' if gflops is None else f'{gflops:.1f}'} | "
+                f"{'-' if gflops is None else f'{gflops / roofline:.0%}'} |"
+            )
 
 
 def report(args, baseline, results, matmul, roofline, load_before, load_after):
@@ -566,23 +567,7 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
             f"{ours['peak_rss_mb']:.0f} / {base['peak_rss_mb'] if base else float('nan'):.0f} | "
             f"{ours['bucket_width']} / {base['bucket_width'] if base else '-'} |"
         )
-    for row in results:
-        if not row.get("parts"):
-            continue
-        prof = row["parts"]
-        print()
-        print(
-            f"profile of one step, {row['config']}: batch of {prof['rows']} sentences x {prof['length']} tokens "
-            f"({prof['targets']} targets, {prof['positions']} positions with <S>/</S> and padding); forward + backward"
-        )
-        print("| part | ms | GFLOP/s | % roofline |")
-        print("|---|---:|---:|---:|")
-        for part in prof["parts"]:
-            gflops = part["gflops"]
-            print(
-                f"| {part['part']} | {part['ms']:.1f} | {'-' if gflops is None else f'{gflops:.1f}'} | "
-                f"{'-' if gflops is None else f'{gflops / roofline:.0%}'} |"
-            )
+    print_profiles(results, roofline)
     low_roofline = None
     if args.matmul_precision != "float32":
         low_roofline = max(m.get(args.matmul_precision, {}).get("best_gflops", 0.0) for m in matmul) or None

@@ -6,8 +6,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
+
+from elmo_tf.machine import cpu_description
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
@@ -15,6 +18,8 @@ HISTORY = os.path.join(BENCH, "results", "history")
 
 
 def _load_tables():
+    if BENCH not in sys.path:  # tables.py imports its neighbours (history.py, table_render.py, ...) as a script does
+        sys.path.append(BENCH)
     spec = importlib.util.spec_from_file_location("bench_tables", os.path.join(BENCH, "tables.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -75,6 +80,58 @@ def test_every_table_renders_with_a_caption_naming_the_rerun_command():
         text = tables.render(table_id, HISTORY)
         assert text.startswith("| "), table_id
         assert "Rerun: `" in text or table_id == "durations" or table_id.endswith("_durations"), table_id
+
+
+def test_every_table_id_is_in_a_marked_region():
+    """So test_every_marked_region_equals_its_table compares every table with the Markdown committed before."""
+    used = set()
+    for path in tables.marked_files(REPO):
+        with open(path, encoding="utf-8") as f:
+            used |= {m["id"] for m in tables.MARKER.finditer(f.read())}
+    assert used == set(tables.TABLES)
+
+
+# A line of each table, from each history file: the data-driven renderers (bench/speed_tables.py, corpus_tables.py,
+# quality_tables.py) print what the hand-written renderers before them printed, to the character.
+KEY_LINES = {
+    "embed_throughput_full": "| 64, sorted, +cache | 869 | - | - | (1.07x the default) | 2,173 | 99% |",
+    "embed_backends": "| 32, sorted | TensorFlow, the Embedder |",
+    "embed_throughput_history": "| all | - | - |",
+    "serving_latency": "*Model: ",
+    "serving_latency_grid": "| model | clients | in-process p50 ms / sent/s | gRPC p50 ms / sent/s |",
+    "serving_latency_before_after": "*Before:* *Commit ",
+    "serving_latency_quick": "| date | run | transport | clients | sent/s / in-process |",
+    "serving_metrics": "| one scrape (timeit) | - |",
+    "train_throughput": "| ptb5m | 5.28M | 2,048 | 5,722 | 2,690 | **2.13x** | 42% / 20% | 1,354 / 1,857 |",
+    "train_throughput_bf16": "| original | - | - | 694 | 266 | **2.60x** | 93% / 54% (97bf9b2 36%) |",
+    "train_throughput_history": "| date | session | commit | rounds | roofline | ptb5m (ours / 97bf9b2 targets/s) |",
+    "train_throughput_ab": "| date | commit | change | against | config | speed-up | per round |",
+    "train_throughput_profile": "| part | ptb5m ms (GFLOP/s, % of roofline) |",
+    "pretrain_ptb": "| 2026-11-23 | 1de75fd | 5 | 110 min | 5.28M | 6,231 | 9.48 | 110 | 1,335 | 120.7 / 118.7 /",
+    "pretrain_ptb_curve": "| train perplexity |",
+    "ner_quality": "| CoNLL-2003 |",
+    "ner_quality_runs": "| WNUT-17 | **gain** | +12.37 | **+11.32** |  |  |",
+    "ner_quality_history": "| date | commit | biLM | dataset | test F1 without -> with ELMo | gain |",
+    "ner_quality_per_type": "| dataset | type | no ELMo | ELMo |",
+    "lm_score": "| date | commit | run | sentences | embed sentences/s | score sentences/s |",
+    "peer_parity": "| 2026-11-24 | 17b0980 | fixture_bilm_tf | AllenNLP cannot load it |  |  |  |",
+    "embed_resume": "| 2026-11-26 | c27ba06 | 20,000 | **0.54** | 37.0 / 68.0 | 5.8 | yes |",
+    "embed_resume_float16": "*Target: float16 / float32 size <= ",
+    "embed_resume_rss": "| 2026-11-26 | c587b26 | TF_ENABLE_ONEDNN_OPTS=0 | 1.125 | 1,033 / 918 |",
+    "beam_throughput": "| 2026-11-26 | c587b26 | marginal | 1.01 | 877 / 869 |  |",
+    "durations": "| `peer_parity.py` | about a minute (44 s, session 10) |",
+}
+
+
+@pytest.mark.parametrize("table_id", sorted(KEY_LINES))
+def test_each_table_renders_its_key_numbers(table_id):
+    assert KEY_LINES[table_id] in tables.render(table_id, HISTORY)
+
+
+def test_every_history_renders_its_durations():
+    for name in tables.history_names(HISTORY):
+        text = tables.render(f"{name}_durations", HISTORY)
+        assert text.startswith("| script, mode | one run | from |\n|---|---|---|\n| `"), name
 
 
 def test_the_headline_is_the_latest_full_run_against_allennlp():
@@ -241,7 +298,7 @@ def test_record_serving_latency(tmp_path, history):
     run = tables.record("serving_latency", str(path), history)
     assert run["commit"] == _short(_head()) and run["roofline_gflops"] is None and run["kind"] == "full"
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"])
-    assert run["cpu"] == tables.cpu_description() and run["cpu"].startswith(f"{os.cpu_count()}-core ")
+    assert run["cpu"] == cpu_description() and run["cpu"].startswith(f"{os.cpu_count()}-core ")
     embed, _, grpc = run["rows"]
     assert embed["clients"] is None and embed["of_embed"] == 1.0
     assert (grpc["clients"], grpc["p50_ms"], grpc["of_embed"], grpc["p50_over_in_process"]) == (32, 6500.0, 1.104, 0.65)
