@@ -10,6 +10,18 @@ Content-Length, Range (206 + Content-Range) and If-Range, as S3 and GCS answer. 
     stall_after=N      send N bytes, then nothing until the server stops (the client's timeout has to act)
     rate=B             at most B bytes per second (a download long enough to be killed)
     then=S             once the file has been answered once, answer status S (a call cut short by a fault ends)
+    validators=V       "strong" (default: a strong ETag and Last-Modified), "weak" (the weak ETag W/"v1", the same
+                       whatever the bytes, and Last-Modified), "last-modified" (no ETag) or "none"; If-Range is
+                       compared as a careless server does (equal strings, weak or not, dates included)
+    etag_every_response=True  a new strong ETag on every answer (a server that changes the file on every resume)
+    drop_fresh_after=N  an answer to a GET without Range is cut after N bytes, every time
+    gone_after=N       once N requests have reached the file, answer 404 (ends a test of a loop that should have)
+    location=L         answer every request with a 302 to L (another scheme, another host)
+    no_length=True     no Content-Length: the body ends when the connection closes
+    endless=N          no Content-Length, and N bytes of zeros after the file's bytes (a body without end, cut short
+                       only so that a client without a bound still finishes)
+    content_length=N   declare Content-Length N whatever the body, and close the connection after it
+    chunked_length=N   send the body chunked and also declare Content-Length N (urllib3 reads the chunks)
 and reads `requests` (a list of (path, Range header or None)). Every wait is bounded: the server stops with the test.
 """
 
@@ -30,6 +42,7 @@ class FileServer:
         self.faults = {}
         self.requests = []
         self.etags = {}
+        self._responses = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         server = self
@@ -77,6 +90,12 @@ class FileServer:
         query = urllib.parse.parse_qs(parts.query)
         fault = self.faults.get(path, {})
         hop = int(query.get("hop", ["0"])[0])
+        if fault.get("location"):
+            handler.send_response(302)
+            handler.send_header("Location", fault["location"])
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
         if hop < fault.get("redirects", 0):
             handler.send_response(302)
             handler.send_header("Location", f"/{path}?hop={hop + 1}")
@@ -89,6 +108,11 @@ class FileServer:
             status = statuses.pop(0) if statuses else None
             if status is None and fault.get("answered") and fault.get("then"):
                 status = fault["then"]
+            if status is None and fault.get("gone_after") is not None:
+                reached = sum(1 for p, _ in self.requests if p == path)
+                status = 404 if reached > fault["gone_after"] else None
+            self._responses += 1
+            serial = self._responses
             if status is None and path in self.files:
                 fault["answered"] = True
         if status is not None or path not in self.files:
@@ -100,11 +124,16 @@ class FileServer:
             handler.wfile.write(body)
             return
         data = self.files[path]
-        etag = self.etag(path)
+        validators = fault.get("validators", "strong")
+        etag = {"strong": self.etag(path), "weak": 'W/"v1"'}.get(validators)
+        if etag and fault.get("etag_every_response"):
+            etag = f'"response-{serial}"'
+        modified = None if validators == "none" else email.utils.formatdate(1_700_000_000, usegmt=True)
         start = 0
         rng = handler.headers.get("Range")
         if_range = handler.headers.get("If-Range")
-        if rng and not fault.get("ignore_range") and (if_range in (None, etag) or fault.get("ignore_if_range")):
+        matches = if_range is None or if_range in (etag, modified)
+        if rng and not fault.get("ignore_range") and (matches or fault.get("ignore_if_range")):
             start = int(rng.split("=")[1].split("-")[0])
             if start >= len(data):
                 handler.send_response(416)
@@ -117,19 +146,41 @@ class FileServer:
         else:
             handler.send_response(200)
         body = data[start:]
-        handler.send_header("Content-Length", str(len(body)))
-        handler.send_header("ETag", etag)
-        handler.send_header("Last-Modified", email.utils.formatdate(1_700_000_000, usegmt=True))
+        if fault.get("endless") is not None:
+            body += bytes(fault["endless"])
+        closing = any(fault.get(k) is not None for k in ("no_length", "endless", "content_length"))
+        if fault.get("chunked_length") is not None:
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.send_header("Content-Length", str(fault["chunked_length"]))
+        elif fault.get("content_length") is not None:
+            handler.send_header("Content-Length", str(fault["content_length"]))
+        elif not closing:
+            handler.send_header("Content-Length", str(len(body)))
+        if closing:
+            handler.send_header("Connection", "close")
+            handler.close_connection = True
+        if etag:
+            handler.send_header("ETag", etag)
+        if modified:
+            handler.send_header("Last-Modified", modified)
         handler.send_header("Accept-Ranges", "none" if fault.get("ignore_range") else "bytes")
         handler.end_headers()
-        self._send(handler, path, body, fault)
+        if fault.get("chunked_length") is not None:
+            for i in range(0, len(body), 1 << 16):
+                piece = body[i : i + (1 << 16)]
+                handler.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            handler.wfile.write(b"0\r\n\r\n")
+            return
+        self._send(handler, path, body, fault, fresh=rng is None)
 
-    def _send(self, handler, path, body, fault):
+    def _send(self, handler, path, body, fault, fresh=True):
         cut = None
         with self._lock:
             if fault.get("drop_after") is not None and fault.get("drops", 1) > 0:
                 fault["drops"] = fault.get("drops", 1) - 1
                 cut = fault["drop_after"]
+            if fresh and fault.get("drop_fresh_after") is not None:
+                cut = fault["drop_fresh_after"]
         stall = fault.get("stall_after")
         rate = fault.get("rate")
         sent, step = 0, 4096 if rate else 1 << 16

@@ -1,4 +1,4 @@
-"""Unpacking a downloaded archive (a .zip, a .tar or .tar.gz) without trusting it.
+"""Unpacking a downloaded archive (a .zip, a .tar or .tar.gz / .tar.bz2 / .tar.xz) without trusting it.
 
 Refused, before a byte is written: a member whose name is absolute, has a drive, or climbs out with `..`; a link
 (symbolic or hard), a device, a FIFO; more members than `max_members`; declared sizes that add up to more than
@@ -6,8 +6,17 @@ Refused, before a byte is written: a member whose name is absolute, has a drive,
 about its sizes (a zip bomb) stops there too. Nothing is executed or interpreted: members are only copied out, with
 permissions 0644 / 0755 (no set-id bits, no owners). `zipfile` and `tarfile` read the formats; the checks are ours
 (tarfile's `filter="data"` covers part of them for tar, zipfile has none).
+
+A tar's decompressed stream is read through `_Bounded`, which never lets it go past the bound: the headers, the
+members' data and what follows the end-of-archive blocks together stay within `max_bytes` plus a small allowance per
+member for headers; one read (tarfile reads a long name's or a pax header's data whole, into memory) is at most
+`MAX_READ`. After the end-of-archive blocks only zeros may follow (a tar's padding to its record size), at most
+`MAX_TRAILING_BYTES` of them and no more than what is left of `max_bytes`; they are read (bounded) so that gzip, bz2
+and xz check their trailers. A zip is read from its central directory, member by member, each bounded by what it
+declares: what lies outside its members is never decompressed.
 """
 
+import bz2
 import contextlib
 import gzip
 import lzma
@@ -18,11 +27,15 @@ import tarfile
 import zipfile
 import zlib
 
-from elmo_tf.errors import ElmoTFError
+from elmo_tf.errors import ElmoTFError, one_line
 
 MAX_BYTES = 8 << 30  # the largest released ELMo archive unpacks to well under 1 GiB
 MAX_MEMBERS = 10_000
+MAX_TRAILING_BYTES = 16 << 20  # zeros after a tar's end: its padding to a record (10 KiB by default, 1 MiB at -b 2048)
+MAX_READ = 4 << 20  # one read of a tar's stream: a header's data (long names, pax records) is read whole
+_HEADER_ALLOWANCE = 4 * 512  # per member, beyond its data: its header, a pax or long-name header, the padding
 _COPY = 1 << 20
+_MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
 
 
 class ArchiveError(ElmoTFError):
@@ -68,21 +81,22 @@ def _copy(archive, source, target, room):
 
 
 def extract(archive, dest, max_bytes=MAX_BYTES, max_members=MAX_MEMBERS):
-    """Unpacks `archive` (zip or tar, any compression tarfile reads) into the existing empty directory `dest`.
+    """Unpacks `archive` (zip, or tar plain or compressed with gzip, bz2 or xz) into the existing empty directory
+    `dest`.
 
     Raises:
         ArchiveError: an unsafe or unreadable archive (`dest` may hold part of it: callers unpack into a temporary
-            directory and remove it).
+            directory and remove it). The message names `archive`, never `dest`.
     """
     if zipfile.is_zipfile(archive):
         return _extract_zip(archive, dest, max_bytes, max_members)
     try:
-        is_tar = tarfile.is_tarfile(archive)
-    except (OSError, EOFError, tarfile.TarError) as e:  # gzip's EOFError: cut off before its first tar header
+        with open(archive, "rb") as f:
+            magic = f.read(6)
+    except OSError as e:
         raise ArchiveError(f"{archive}: not a readable archive: {e}", path=archive) from None
-    if is_tar:
-        return _extract_tar(archive, dest, max_bytes, max_members)
-    raise ArchiveError(f"{archive}: neither a zip nor a tar archive", path=archive)
+    opener = next((opener for prefix, opener in _MAGIC if magic.startswith(prefix)), open)
+    return _extract_tar(archive, opener, dest, max_bytes, max_members)
 
 
 def _extract_zip(archive, dest, max_bytes, max_members):
@@ -134,30 +148,104 @@ def _clash(archive, name):
         ) from None
 
 
-def _read_to_end(archive, fileobj):
-    """Reads a compressed tar's stream past the end-of-archive block, so gzip / bz2 / xz check their trailer
-    (CRC, size): tarfile stops at the last header and a corrupted or truncated archive would unpack silently."""
-    while fileobj.read(_COPY):
-        pass
+class _Bounded:
+    """The decompressed stream of a tar archive as tarfile reads it (`read`, `seek`, `tell`), never past `limit`
+    bytes from its start, and never more than `MAX_READ` bytes in one read: a stream that would go further raises
+    `ArchiveError` before it is decompressed (or, for one read, allocated)."""
+
+    def __init__(self, archive, raw, limit):
+        self.archive, self.raw, self.limit = archive, raw, limit
+        self.name = os.fspath(archive)
+        self.last = (0, b"")  # the position and bytes of the last read: the end-of-archive block, once listed
+
+    def _over(self, what):
+        return ArchiveError(
+            f"{self.archive}: {what} past the bound of {self.limit} bytes of its unpacked stream: refused",
+            path=self.archive,
+        )
+
+    def tell(self):
+        return self.raw.tell()
+
+    def seek(self, offset, whence=os.SEEK_SET):
+        if whence == os.SEEK_SET and offset > self.limit:
+            raise self._over(f"a member's data reaches byte {offset}")
+        return self.raw.seek(offset, whence)
+
+    def read(self, size=-1):
+        if size is None or size < 0 or size > MAX_READ:
+            raise ArchiveError(
+                f"{self.archive}: a header asks for {size} bytes at once (a long name or pax records; at most "
+                f"{MAX_READ}): refused",
+                path=self.archive,
+            )
+        position = self.raw.tell()
+        data = self.raw.read(min(size, self.limit - position + 1))
+        if position + len(data) > self.limit:
+            raise self._over("it goes on")
+        self.last = (position, data)
+        return data
 
 
-def _extract_tar(archive, dest, max_bytes, max_members):
+def _check_trailer(archive, stream, end, room):
+    """Reads what follows the end of the archive (`end`: the first end-of-archive block, where tarfile stopped), at
+    most `room` bytes, all zeros (the end blocks and a tar's padding to its record size). Reading it to its end also
+    makes gzip / bz2 / xz check their trailers (CRC, size): tarfile stops at the last header, and a corrupted or
+    truncated archive would unpack silently."""
+    start, data = stream.last
+    position = stream.tell()
+    if start <= end <= position == start + len(data):
+        tail = data[end - start :]  # read already, while tarfile looked for a next header
+    else:
+        stream.seek(end)
+        tail = b""
+    seen = 0
+    while True:
+        if tail.count(0) != len(tail):
+            raise ArchiveError(f"{archive}: data after the end of the tar archive: refused", path=archive)
+        seen += len(tail)
+        if seen > room:
+            raise ArchiveError(
+                f"{archive}: more than {room} zero bytes after the end of the tar archive (its padding: at most "
+                f"{MAX_TRAILING_BYTES}, and within the bound on unpacked bytes): refused",
+                path=archive,
+            )
+        tail = stream.read(min(_COPY, room + 1 - seen))
+        if not tail:
+            return
+
+
+def _extract_tar(archive, opener, dest, max_bytes, max_members):
+    limit = max_bytes + _HEADER_ALLOWANCE * max_members + MAX_TRAILING_BYTES
     try:
-        with tarfile.open(archive) as t:
-            members = []
-            for member in t:  # streams through a .tar.gz once to list it
-                members.append(member)
-                _budget(archive, sum(m.size for m in members), len(members), max_bytes, max_members)
-                if not (member.isreg() or member.isdir()):
-                    raise ArchiveError(
-                        f"{archive}: member {member.name!r} is a link or a special file: refused", path=archive
-                    )
-                _check_name(archive, member.name, member.isdir())
-            _read_to_end(archive, t.fileobj)
-            plan = [(m.name, m.isdir(), m.size, lambda m=m: t.extractfile(m)) for m in members]
-            _write_members(archive, dest, plan, max_bytes)
+        with opener(archive, "rb") as raw:
+            stream = _Bounded(archive, raw, limit)
+            try:
+                t = tarfile.open(fileobj=stream, mode="r:")
+            except tarfile.ReadError:
+                if opener is open:
+                    raise ArchiveError(f"{archive}: neither a zip nor a tar archive", path=archive) from None
+                raise
+            with t:
+                members = []
+                for member in t:  # streams through a .tar.gz once to list it
+                    members.append(member)
+                    _budget(archive, sum(m.size for m in members), len(members), max_bytes, max_members)
+                    if not (member.isreg() or member.isdir()):
+                        raise ArchiveError(
+                            f"{archive}: member {member.name!r} is a link or a special file: refused", path=archive
+                        )
+                    _check_name(archive, member.name, member.isdir())
+                room = max(max_bytes - sum(m.size for m in members), tarfile.RECORDSIZE)  # one record: the format's
+                _check_trailer(archive, stream, t.offset, min(room, MAX_TRAILING_BYTES))
+                plan = [(m.name, m.isdir(), m.size, lambda m=m: t.extractfile(m)) for m in members]
+                _write_members(archive, dest, plan, max_bytes)
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
-        raise ArchiveError(f"{archive}: not a readable tar archive: {e}", path=archive) from None
+        raise ArchiveError(f"{archive}: not a readable tar archive: {one_line(e)}", path=archive) from None
+    except OSError as e:
+        if e.filename is not None or e.errno is not None:
+            raise  # the file system's (a full disk while writing a member): as it is
+        raise ArchiveError(f"{archive}: not a readable tar archive: {one_line(e)}", path=archive) from None
 
 
 def model_root(directory, marker):

@@ -211,7 +211,7 @@ def _ensure_converted(preset, root, directory, quiet, timeout, retries):
                     path=target,
                 ) from None
         return
-    from elmo_tf.convert import convert
+    from elmo_tf.convert import ConvertError, convert
     from elmo_tf.io.atomic import remove_stale_temps, temp_name
     from elmo_tf.presets.archive import ArchiveError, extract, model_root, remove_tree
 
@@ -255,7 +255,23 @@ def _ensure_converted(preset, root, directory, quiet, timeout, retries):
         if os.path.isdir(directory):
             remove_tree(directory)  # a directory without a manifest: an earlier conversion never finished
         os.rename(converted, directory)
+    except (ArchiveError, ConvertError) as e:
+        raise _name_archive(e, f"{what} ({spec.url})", archive, unpacked, converted) from None
     finally:
         remove_tree(unpacked)
         remove_tree(converted)
     remove_tree(downloads)  # the conversion (and the archive's checksum, in its manifest) is what is kept
+
+
+def _name_archive(error, what, archive, unpacked, converted):
+    """`error` (an ArchiveError or ConvertError of unpacking `archive` into `unpacked` or converting it into
+    `converted`) with a message that names the archive (`what`: the model, the file and its URL) and the member,
+    never those temporary directories: they are removed once the error leaves. Its `path` is the archive's (kept,
+    verified, in the downloads directory) when it was inside them."""
+    message = str(error)
+    for temporary, name in ((unpacked, "member "), (converted, "the conversion's ")):
+        message = message.replace(temporary + os.sep, name).replace(temporary, name.strip())
+    error.args = (f"{what}: {message}",)
+    if error.path is not None and os.fspath(error.path).startswith((unpacked, converted)):
+        error.path = archive
+    return error

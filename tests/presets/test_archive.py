@@ -8,6 +8,7 @@ import re
 import stat
 import struct
 import tarfile
+import time
 import warnings
 import zipfile
 
@@ -420,3 +421,90 @@ def test_model_root_skips_macosx(tmp_path):
     touch(tmp_path / "__MACOSX" / "model" / "options.json")  # macOS Archive Utility's resource-fork shadows
     touch(tmp_path / "__MACOSX" / "options.json")
     assert model_root(str(tmp_path), "options.json") == os.path.join(str(tmp_path), "model")
+
+
+# -- what follows the end of a tar archive, and headers that ask for memory -------------------------------------------
+
+
+def tar_bytes(members):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as t:  # ends with two zero blocks, padded to 10240-byte records
+        for info, data in members:
+            t.addfile(info, data)
+    return buffer.getvalue()
+
+
+def compressed(raw, suffix):
+    import bz2
+    import gzip
+    import lzma
+
+    return {".tar": lambda b: b, ".tar.gz": gzip.compress, ".tar.bz2": bz2.compress, ".tar.xz": lzma.compress}[suffix](
+        raw
+    )
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tar.bz2", ".tar.xz", ".tar"])
+def test_zeros_after_the_end_of_a_tar_count_against_the_bound(dest, tmp_path, suffix):
+    """Megabytes of zeros after the end-of-archive blocks (gigabytes in the review: unbounded CPU) stop at the bound
+    (the time it costs: test_the_default_bound_on_trailing_zeros_is_cheap)."""
+    raw = tar_bytes([tar_member("model/w.bin", b"x" * 1000)])
+    archive = tmp_path / "src" / f"padded{suffix}"
+    archive.write_bytes(compressed(raw + bytes(4 << 20), suffix))
+    with pytest.raises(ArchiveError, match=rf"^{re.escape(str(archive))}: .*after the end of the tar archive") as e:
+        extract(archive, dest, max_bytes=100_000)
+    assert "\n" not in str(e.value) and e.value.path == archive
+    assert outside(dest) == []
+
+
+def test_zeros_after_the_end_within_the_bound_are_the_tars_padding(dest, tmp_path):
+    raw = tar_bytes([tar_member("model/w.bin", b"x" * 1000)])
+    archive = tmp_path / "src" / "padded.tar.gz"
+    archive.write_bytes(compressed(raw + bytes(30_000), ".tar.gz"))
+    extract(archive, dest, max_bytes=100_000)
+    assert (dest / "model" / "w.bin").read_bytes() == b"x" * 1000
+
+
+def test_the_default_bound_on_trailing_zeros_is_cheap(dest, tmp_path):
+    """The trailing zeros also have their own small bound, so that the default 8 GiB bound is not what a few
+    megabytes of gzip'd zeros cost."""
+    from elmo_tf.presets.archive import MAX_TRAILING_BYTES
+
+    raw = tar_bytes([tar_member("model/w.bin", b"x" * 1000)])
+    archive = tmp_path / "src" / "padded.tar.gz"
+    archive.write_bytes(compressed(raw + bytes(MAX_TRAILING_BYTES + (4 << 20)), ".tar.gz"))
+    start = time.process_time()
+    with pytest.raises(ArchiveError, match="after the end of the tar archive"):
+        extract(archive, dest)
+    assert time.process_time() - start < 2.0
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tar"])
+def test_data_after_the_end_of_a_tar_is_refused(dest, tmp_path, suffix):
+    raw = tar_bytes([tar_member("model/w.bin", b"x" * 1000)])
+    archive = tmp_path / "src" / f"trailing{suffix}"
+    archive.write_bytes(compressed(raw + b"hidden payload" + bytes(1000), suffix))
+    with pytest.raises(ArchiveError, match=rf"^{re.escape(str(archive))}: data after the end of the tar archive"):
+        extract(archive, dest)
+    assert outside(dest) == []
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE])
+def test_a_header_whose_data_is_huge_is_refused_before_it_is_read(dest, tmp_path, kind):
+    """A GNU long name or a pax header declaring gigabytes: tarfile reads a header's data whole into memory (here
+    32 MB of the 3 GiB declared are there: what is allocated shows whether it was read)."""
+    import tracemalloc
+
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = kind, 3 << 30
+    block = header.tobuf(format=tarfile.GNU_FORMAT if kind == tarfile.GNUTYPE_LONGNAME else tarfile.USTAR_FORMAT)
+    archive = tmp_path / "src" / "long.tar.gz"
+    archive.write_bytes(compressed(block + bytes(32 << 20), ".tar.gz"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveError, match=rf"^{re.escape(str(archive))}: "):
+            extract(archive, dest)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20

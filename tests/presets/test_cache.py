@@ -284,3 +284,39 @@ def test_a_tf_hub_tarball_converts_as_the_module_directory_does(env, server, tmp
     directory = preset_dir(url)
     convert("tf-hub", str(module), str(tmp_path / "by_hand"))
     assert_same_conversion(directory, tmp_path / "by_hand")
+
+
+def test_a_conversion_error_names_the_archive_and_its_member_not_a_removed_temporary(env, server):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as t:
+        for name, data in [("module/tfhub_module.pb", b"garbage"), ("module/variables/variables.index", b"junk")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    server.files["google/broken/1"] = buffer.getvalue()
+    url = server.url("google/broken/1") + "?tf-hub-format=compressed"
+    from elmo_tf.convert import ConvertError
+
+    with pytest.raises(ConvertError) as e:
+        preset_dir(url)
+    message = str(e.value)
+    assert "\n" not in message and ".tmp-" not in message and "unpacked" not in message
+    assert url in message and "module/variables/variables.index" in message
+    assert e.value.path is None or os.path.exists(e.value.path)  # never a path already removed
+    assert os.listdir(env / "urls") == []  # nothing cached, no temporaries left
+
+
+def test_an_unsafe_archive_error_names_the_url(env, server, tmp_path, monkeypatch):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as t:
+        info = tarfile.TarInfo("module/tfhub_module.pb")
+        t.addfile(info, io.BytesIO(b""))
+    import gzip
+
+    server.files["google/padded/1"] = gzip.compress(raw.getvalue() + b"payload")
+    url = server.url("google/padded/1") + "?tf-hub-format=compressed"
+    from elmo_tf.presets.archive import ArchiveError
+
+    with pytest.raises(ArchiveError, match="data after the end of the tar archive") as e:
+        preset_dir(url)
+    assert url in str(e.value) and os.path.exists(e.value.path)
