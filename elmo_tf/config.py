@@ -45,6 +45,25 @@ OPTION_KEYS = {
     "always_project": ("char_cnn.always_project", False, False),
 }
 VOCABULARY_FILES = {"char_vocabulary": "char_vocab.tsv", "word_vocabulary": "word_vocab.tsv"}
+
+# The ceilings of a biLM's sizes, checked from the options alone, before anything is built: an options.json from the
+# internet must not make the layers allocate and randomly initialise tens of GB (lstm.dim 10**9) or build layers for
+# minutes (lstm.n_layers 10**6). Far above any released ELMo: the original has LSTM 4096, projection 512, 2 layers,
+# 7 filter widths of 2048 filters in all, 2 highway layers, 93.6M parameters; ELMoForManyLangs' models are smaller;
+# the largest LSTM language models of that line (Jozefowicz et al. 2016) are 8192 wide with projections of 1024.
+MAX_DIM = 2**16  # lstm.dim, lstm.projection_dim, the char and word embedding dims, each filter count: 16x 4096
+MAX_LAYERS = 32  # lstm.n_layers: 16x the original's 2
+MAX_HIGHWAY = 16  # char_cnn.n_highway: 8x the original's 2
+MAX_FILTER_WIDTHS = 64  # entries of char_cnn.filters: the original has 7
+MAX_PARAMETERS = 2**31  # every weight of the char CNN and both LSTM stacks: 8 GiB of float32, 23x the original's
+_SIZE_NOTE = "elmo_tf's ceiling, far above any released ELMo"
+_CEILINGS = {  # field -> (lowest, highest)
+    "char_embedding_dim": (1, MAX_DIM),
+    "lstm_dim": (1, MAX_DIM),
+    "projection_dim": (1, MAX_DIM),
+    "num_layers": (1, MAX_LAYERS),
+    "num_highway": (0, MAX_HIGHWAY),
+}
 _REQUIRED = ", ".join(path for path, required, _ in OPTION_KEYS.values() if required)
 
 
@@ -133,13 +152,13 @@ class BiLMConfig:
         def put(name, value):
             object.__setattr__(self, name, value)
 
-        for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "num_layers", "num_highway"):
-            value, low = getattr(self, name), 0 if name == "num_highway" else 1
+        for name, (low, high) in _CEILINGS.items():
+            value = getattr(self, name)
             if not _is_int(value) or value < low:
                 sign = "non-negative" if low == 0 else "positive"
                 raise ConfigError(f"must be a {sign} int, got {_show(value)}", name)
-            if value > INT32_MAX:  # a dimension or a count of layers: TensorFlow's shapes are int32 here
-                raise ConfigError(f"must be <= {INT32_MAX} (int32), got {_show(value)}", name)
+            if value > high:
+                raise ConfigError(f"must be <= {high} ({_SIZE_NOTE}), got {_show(value)}", name)
             put(name, int(value))
         if not _is_int(self.max_characters_per_token) or self.max_characters_per_token != MAX_CHARS:
             raise ConfigError(
@@ -165,6 +184,36 @@ class BiLMConfig:
         if self.use_skip_connections not in (True, False) or not isinstance(self.use_skip_connections, (bool, int)):
             raise ConfigError(f"must be true or false, got {_show(self.use_skip_connections)}", "use_skip_connections")
         put("use_skip_connections", bool(self.use_skip_connections))
+        self._check_parameter_count()
+
+    def parameter_parts(self):
+        """`{field: weights}` of the biLM these options describe, by the field that sizes each part most: "lstm_dim"
+        (both LSTM stacks), "filters" (convolutions, highway, projection), "num_characters" (the char embedding),
+        "num_words" (ELMoForManyLangs' word embedding). Computed from the options alone (Python ints, nothing
+        built); `sum(...)` is the model's count of char CNN and biLM weights."""
+        embed, filters = self.char_embedding_dim, self.num_filters
+        token_dim = filters + self.word_embedding_dim  # what the projection reads
+        convolutions = sum(width * embed * n + n for width, n in self.filters)
+        cnn = convolutions + self.num_highway * 2 * (filters * filters + filters)  # carry and transform
+        if self.always_project or token_dim != self.projection_dim:
+            cnn += token_dim * self.projection_dim + self.projection_dim
+        dim, projection = self.lstm_dim, self.projection_dim
+        lstm = 2 * self.num_layers * (2 * projection * 4 * dim + 4 * dim + dim * projection)
+        words = (self.num_words + 1) * self.word_embedding_dim if self.word_embedding_dim else 0
+        return {"lstm_dim": lstm, "filters": cnn, "num_characters": self.num_characters * embed, "num_words": words}
+
+    def _check_parameter_count(self):
+        parts = self.parameter_parts()
+        total = sum(parts.values())
+        if total <= MAX_PARAMETERS:
+            return
+        field = max(parts, key=parts.get)  # named: the field that sizes the largest part
+        value = f"{self.num_filters} filters in all" if field == "filters" else getattr(self, field)
+        raise ConfigError(
+            f"is {value}: the biLM would hold {total:,} weights ({parts[field]:,} in the part it sizes), more than "
+            f"{MAX_PARAMETERS:,} (8 GiB of float32; {_SIZE_NOTE})",
+            field,
+        )
 
     def _check_byte_characters(self):
         if self.num_characters == NUM_CHAR_IDS - 1 and _is_int(self.num_characters):
@@ -185,8 +234,10 @@ class BiLMConfig:
         put("char_vocabulary", _entry_ids(self.char_vocabulary, rows - 1, "char_vocabulary"))
         put("char_special_ids", _special_ids(self.char_special_ids, CHAR_SPECIALS, rows - 1, "char_special_ids"))
         dim = self.word_embedding_dim
-        if not _is_int(dim) or dim < 0 or dim > INT32_MAX:
+        if not _is_int(dim) or dim < 0:
             raise ConfigError(f"must be a non-negative int, got {_show(dim)}", "word_embedding_dim")
+        if dim > MAX_DIM:
+            raise ConfigError(f"must be <= {MAX_DIM} ({_SIZE_NOTE}), got {_show(dim)}", "word_embedding_dim")
         if dim == 0:
             if self.word_vocabulary is not None or self.word_special_ids is not None:
                 raise ConfigError("must be > 0 with a word vocabulary", "word_embedding_dim")
@@ -202,6 +253,11 @@ class BiLMConfig:
         filters = self.filters
         if isinstance(filters, (str, bytes, dict)) or not hasattr(filters, "__iter__"):
             raise ConfigError(f"must be a list of [width, num_filters] pairs, got {_show(filters)}", "filters")
+        if hasattr(filters, "__len__") and len(filters) > MAX_FILTER_WIDTHS:  # before walking a list of 10**7
+            raise ConfigError(
+                f"must list at most {MAX_FILTER_WIDTHS} [width, num_filters] pairs ({_SIZE_NOTE}), got {len(filters)}",
+                "filters",
+            )
         filters = list(filters)
         if not filters:
             raise ConfigError("must list at least one [width, num_filters] pair, got []", "filters")
@@ -210,8 +266,10 @@ class BiLMConfig:
             if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2:
                 raise ConfigError(f"must be a [width, num_filters] pair, got {_show(pair)}", f"filters[{k}]")
             width, n = pair
-            if _is_int(n) and n > INT32_MAX:
-                raise ConfigError(f"num_filters must be <= {INT32_MAX} (int32), got {_show(pair)}", f"filters[{k}]")
+            if _is_int(n) and n > MAX_DIM:
+                raise ConfigError(
+                    f"num_filters must be <= {MAX_DIM} ({_SIZE_NOTE}), got {_show(pair)}", f"filters[{k}]"
+                )
             if not (_is_int(width) and _is_int(n) and 1 <= width <= self.max_characters_per_token and n >= 1):
                 raise ConfigError(
                     f"must be [width, num_filters] with ints 1 <= width <= {self.max_characters_per_token} "

@@ -14,13 +14,12 @@ Layout (the released ELMo files):
                                                  then [word; filters]
 """
 
-import os
-
 import h5py
 import numpy as np
 
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
+from elmo_tf.io.hdf5_safety import HDF5ReferenceError, open_self_contained
 from elmo_tf.layers.bilm import DIRECTIONS
 
 # what h5py raises for a damaged file (a bad object header, an unreadable chunk, an unsupported type)
@@ -32,22 +31,21 @@ class WeightFileError(ElmoTFError):
     file and the dataset."""
 
 
+class WeightFileReferenceError(WeightFileError, HDF5ReferenceError):
+    """A weight file that points outside itself (an external or soft link, a virtual dataset, external storage, a
+    filter plugin: `elmo_tf.io.hdf5_safety`); refused before any dataset is read."""
+
+
 def open_hdf5(path, what="weight file"):
-    """`h5py.File(path, "r")`, or `WeightFileError` naming the file when it is missing, a directory, truncated
-    or not HDF5 at all."""
-    if os.path.isdir(path):
-        raise WeightFileError(f"{path}: is a directory, not an HDF5 {what}")
-    if not os.path.exists(path):
-        raise WeightFileError(f"{path}: no such {what}")
-    try:
-        return h5py.File(path, "r")
-    except _H5_ERRORS as e:
-        raise WeightFileError(f"{path}: cannot read the {what} (truncated, or not HDF5): {one_line(e)}") from None
+    """`h5py.File(path, "r")` of a file that holds its data itself (`elmo_tf.io.hdf5_safety.check_self_contained`),
+    or `WeightFileError` naming the file when it is missing, a directory, truncated or not HDF5 at all, and
+    `WeightFileReferenceError` (a `WeightFileError` too) naming the dataset when it points outside itself."""
+    return open_self_contained(path, what, error_class=WeightFileError, reference_class=WeightFileReferenceError)
 
 
-def read_dataset(f, name, expected_shapes, path):
-    """The array of dataset `name` of the open file `f`, checked: it exists, is a dataset of real numbers, has
-    one of `expected_shapes`, reads, and holds no NaN or inf. Raises `WeightFileError` naming `path` and `name`."""
+def dataset_header(f, name, expected_shapes, path):
+    """The `h5py.Dataset` `name` of the open file `f`, its metadata checked (no data read): it exists, is a dataset
+    of real numbers and has one of `expected_shapes`. Raises `WeightFileError` naming `path` and `name`."""
     expected = " or ".join(str(s) for s in expected_shapes)
     try:
         obj = f.get(name)
@@ -63,6 +61,13 @@ def read_dataset(f, name, expected_shapes, path):
         raise WeightFileError(f"{path}: dataset {name!r} holds {held}, expected floating-point numbers")
     if shape not in expected_shapes:
         raise WeightFileError(f"{path}: dataset {name!r} has shape {shape}, expected {expected} from the options")
+    return obj
+
+
+def read_dataset(f, name, expected_shapes, path):
+    """The array of dataset `name` of the open file `f`, checked: `dataset_header`'s checks, then it reads and holds
+    no NaN or inf. Raises `WeightFileError` naming `path` and `name`."""
+    obj = dataset_header(f, name, expected_shapes, path)
     try:
         data = obj[...]
     except _H5_ERRORS as e:
@@ -131,44 +136,72 @@ def weight_map(model):
     return entries
 
 
-def _expected_file_shape(name, variables):
-    shapes = [tuple(v.shape) for v in variables]
-    if name in ("char_embed", "word_embed"):
-        return (shapes[0][0] - 1, shapes[0][1])
-    if name.startswith("CNN/W_cnn_"):
-        return (1,) + shapes[0]
-    if name.endswith("/W_0"):  # the layer's kernels are transposed (see weight_map)
-        return (shapes[0][1] + shapes[1][1], shapes[0][0])
-    if name.endswith("/W_P_0"):
-        return shapes[0][::-1]
-    return shapes[0]
+def file_shapes(config):
+    """`{dataset name: accepted shapes}` of the weight file of a `BiLMConfig`, from the options alone (nothing is
+    built): what `load_bilm_weights` reads and `check_weight_file` compares, in the order of `weight_map`.
+
+    The first accepted shape is the file's layout; `char_embed` may also hold the zero padding row already
+    (`num_characters` rows instead of `num_characters - 1`).
+    """
+    shapes = {"char_embed": ((config.num_characters - 1, config.char_embedding_dim),)}
+    shapes["char_embed"] += ((config.num_characters, config.char_embedding_dim),)
+    for k, (width, n) in enumerate(config.filters):
+        shapes[f"CNN/W_cnn_{k}"] = ((1, width, config.char_embedding_dim, n),)
+        shapes[f"CNN/b_cnn_{k}"] = ((n,),)
+    filters = config.num_filters
+    for k in range(config.num_highway):
+        for name in ("carry", "transform"):
+            shapes[f"CNN_high_{k}/W_{name}"] = ((filters, filters),)
+            shapes[f"CNN_high_{k}/b_{name}"] = ((filters,),)
+    if config.word_embedding_dim:  # ELMoForManyLangs: the file holds no zero row 0 ("no token")
+        shapes["word_embed"] = ((config.num_words, config.word_embedding_dim),)
+    token_dim, projection = filters + config.word_embedding_dim, config.projection_dim
+    if config.always_project or token_dim != projection:  # as CharCNN.use_projection
+        shapes["CNN_proj/W_proj"] = ((token_dim, projection),)
+        shapes["CNN_proj/b_proj"] = ((projection,),)
+    for d in range(len(DIRECTIONS)):
+        for layer in range(config.num_layers):
+            prefix = _lstm_prefix(d, layer)
+            shapes[f"{prefix}/W_0"] = ((2 * projection, 4 * config.lstm_dim),)  # [input; recurrent] rows
+            shapes[f"{prefix}/B"] = ((4 * config.lstm_dim,),)
+            shapes[f"{prefix}/W_P_0"] = ((config.lstm_dim, projection),)
+    return shapes
+
+
+def check_weight_file(config, weights_path):
+    """Raises `WeightFileError` naming the file and the first dataset that `config` implies and the weight file does
+    not hold with that shape (or holds as strings), from the file's metadata only: no data is read and nothing is
+    built, so options too big for their weight file never allocate a model (`elmo_tf.models.load_elmo`). Also
+    refuses a file that points outside itself (`open_hdf5`)."""
+    with open_hdf5(weights_path) as f:
+        for name, shapes in file_shapes(config).items():
+            dataset_header(f, name, shapes, weights_path)
 
 
 def load_bilm_weights(model, weights_path):
     """Loads a bilm-tf/AllenNLP `weights.hdf5` into an `ELMo` model, checking every dataset's shape.
 
     Raises:
-        WeightFileError: a missing, truncated, corrupt or non-HDF5 file, a missing dataset, a dataset of strings,
-            NaN/inf values, or a shape that disagrees with the model built from the options (the message names
-            the file, the dataset, the expected and found shapes). No variable changes unless all is well.
+        WeightFileError: a missing, truncated, corrupt or non-HDF5 file, one that points outside itself
+            (`WeightFileReferenceError`: an external or soft link, a virtual dataset, external storage, a filter
+            plugin), a missing dataset, a dataset of strings, NaN/inf values, or a shape that disagrees with the
+            model's options (the message names the file, the dataset, the expected and found shapes). No variable
+            changes unless all is well.
     """
-    entries = weight_map(model)
-
-    def read(f, name, variables):
-        expected = _expected_file_shape(name, variables)
-        # a char_embed that already holds the zero padding row (262 rows) is taken as is
-        padded = tuple(variables[0].shape) if name == "char_embed" else None
-        data = read_dataset(f, name, [expected] + ([padded] if padded else []), weights_path)
-        return data, padded
+    entries, shapes = weight_map(model), file_shapes(model.config)
+    if [name for name, *_ in entries] != list(shapes):
+        raise ValueError(f"the variables of {type(model).__name__} are not those of its config: {list(shapes)[:3]}...")
 
     with open_hdf5(weights_path) as f:
         # pass 1 reads and checks every dataset, one at a time (memory: the largest dataset, not the whole file),
         # so no variable changes unless all is well; pass 2 reads each again and assigns it
-        for name, variables, _, _ in entries:
-            read(f, name, variables)
+        for name, _, _, _ in entries:
+            read_dataset(f, name, shapes[name], weights_path)
         for name, variables, _, from_file in entries:
-            data, padded = read(f, name, variables)
-            for var, array in zip(variables, [data] if data.shape == padded else from_file(data)):
+            data = read_dataset(f, name, shapes[name], weights_path)
+            padded = name == "char_embed" and data.shape == tuple(variables[0].shape)  # the zero row already there
+            arrays = [data] if padded else from_file(data)
+            for var, array in zip(variables, arrays):
                 var.assign(array.astype(var.dtype, copy=False))
 
 

@@ -89,8 +89,9 @@ def softmax_shapes(path):
     """`((V, P), (V,))` as the softmax file at `path` declares them, read without loading the arrays.
 
     Raises:
-        WeightFileError: not HDF5, a missing dataset, a dataset of another rank or of strings, or W and b of
-            different row counts (the message names the file and the dataset).
+        WeightFileError: not HDF5, a file that points outside itself (`elmo_tf.io.hdf5_safety`), a missing dataset,
+            a dataset of another rank or of strings, or W and b of different row counts (the message names the file
+            and the dataset).
     """
     with open_hdf5(path, what="softmax file") as f:
         shapes = {}

@@ -199,7 +199,9 @@ def load_token_embeddings(path, vocabulary, projection_dim=None):
     Returns:
         float32 `(V, P)`, without the zero padding row that bilm-tf prepends.
     Raises:
-        TokenEmbeddingError: naming `path` and what is wrong: a missing, truncated or non-HDF5 file; no dataset
+        TokenEmbeddingError: naming `path` and what is wrong: a missing, truncated or non-HDF5 file; one that points
+            outside itself (an external or soft link, a virtual dataset, external storage, a filter plugin:
+            `elmo_tf.io.hdf5_safety`, refused before any data is read); no dataset
             `embedding`; one that is not 2-D, not floating point, with a row count other than V or a width other
             than `projection_dim`, unreadable, or with NaN/inf values; or a `vocabulary_sha256` attribute (files
             without it, as the bilm-tf/AllenNLP ones, are accepted) that is not the vocabulary's: the message

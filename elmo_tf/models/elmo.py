@@ -10,7 +10,7 @@ from keras import ops
 
 from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.config import BiLMConfig
-from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
+from elmo_tf.io.bilm_hdf5 import check_weight_file, load_bilm_weights, save_bilm_weights
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.scalar_mix import ScalarMix
@@ -299,7 +299,9 @@ class ELMo(keras.Model):
         from elmo_tf.presets import preset_files
 
         files = preset_files(preset, cache_dir=cache_dir, quiet=quiet)
-        model = cls(BiLMConfig.from_json(files["options"]), **kwargs)
+        config = BiLMConfig.from_json(files["options"])
+        check_weight_file(config, files["weights"])  # the file's shapes (metadata) before any tensor is allocated
+        model = cls(config, **kwargs)
         load_bilm_weights(model, files["weights"])
         mix_path = os.path.join(os.path.dirname(files["options"]), "scalar_mix.json")
         if os.path.isfile(mix_path) and "elmo" in model.mixes:
@@ -327,8 +329,10 @@ def load_elmo(options_path, weights_path=None, **elmo_kwargs):
     once, verified, cached).
 
     Raises:
-        ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file. Both are
-            ValueErrors whose message names the file and the key or dataset.
+        ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file, one that points
+            outside itself, or one whose dataset shapes are not those the options imply (checked from the file's
+            metadata before the model is built). Both are ValueErrors whose message names the file and the key or
+            dataset.
 
     Example:
         elmo = load_elmo("options.json", "weights.hdf5")
@@ -340,7 +344,10 @@ def load_elmo(options_path, weights_path=None, **elmo_kwargs):
 
         if os.path.isdir(options_path) or is_preset(options_path):
             return ELMo.from_preset(options_path, **elmo_kwargs)
-    model = ELMo(BiLMConfig.from_json(options_path), **elmo_kwargs)
+    config = BiLMConfig.from_json(options_path)
+    if weights_path is not None:
+        check_weight_file(config, weights_path)  # the file's shapes (metadata) before any tensor is allocated
+    model = ELMo(config, **elmo_kwargs)
     if weights_path is not None:
         load_bilm_weights(model, weights_path)
     return model

@@ -25,6 +25,7 @@ import numpy as np
 
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_path
+from elmo_tf.io.hdf5_safety import HDF5ReferenceError, check_self_contained
 from elmo_tf.ner.features import SentenceTooLongError
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,16 @@ DATASET_OVERHEAD = 4096  # bytes reserved per dataset beyond its data (about 380
 
 class FeatureCacheError(ElmoTFError):
     """A cache path that cannot be used or written; the message names the path and why, in one line."""
+
+
+class FeatureCacheReferenceError(FeatureCacheError, HDF5ReferenceError):
+    """A cache file that points outside itself (an external or soft link, a virtual dataset, external storage, a
+    filter plugin: `elmo_tf.io.hdf5_safety`): refused, not rebuilt, before any of its data is read (a file made to
+    look like ours would otherwise have another file's bytes read, or copied into the next cache)."""
+
+
+# what h5py raises for a damaged cache (rebuilt); FeatureCacheReferenceError, a ValueError, is re-raised before
+_DAMAGED = (OSError, RuntimeError, KeyError, ValueError)
 
 
 def is_feature_cache(path):
@@ -118,12 +129,17 @@ class FeatureCache:
         check_cache_path(self.path)
 
     def read(self, key, digest, count, probe=None):
-        """The arrays of `key`, or None when absent, made for other inputs, or the file is damaged (logged)."""
+        """The arrays of `key`, or None when absent, made for other inputs, or the file is damaged (logged).
+
+        Raises:
+            FeatureCacheReferenceError: the file points outside itself (checked before any data is read).
+        """
         if not os.path.exists(self.target):
             return None
         check_cache_path(self.target)
         try:
             with h5py.File(self.target, "r") as f:
+                check_self_contained(f, self.path, FeatureCacheReferenceError)
                 if f.attrs.get("format_version") != CACHE_VERSION:
                     logger.info("feature cache %s: another format version; recomputing", self.path)
                     return None
@@ -137,7 +153,9 @@ class FeatureCache:
                     logger.info("feature cache %s: %r was made by another biLM (probe); recomputing it", self.path, key)
                     return None
                 return [group[str(i)][...] for i in range(count)]
-        except (OSError, KeyError, ValueError) as e:
+        except HDF5ReferenceError:
+            raise
+        except _DAMAGED as e:
             logger.warning("feature cache %s is damaged (%s: %s); rebuilding it", self.path, type(e).__name__, e)
             return None
 
@@ -148,6 +166,7 @@ class FeatureCache:
             return names, size, datasets
         try:
             with h5py.File(self.target, "r") as f:
+                check_self_contained(f, self.path, FeatureCacheReferenceError)
                 if f.attrs.get("format_version") != CACHE_VERSION:
                     return [], 0, 0
                 for name, group in f.items():
@@ -157,7 +176,9 @@ class FeatureCache:
                     for dataset in group.values():
                         size += dataset.id.get_storage_size()
                         datasets += 1
-        except (OSError, KeyError, ValueError):
+        except HDF5ReferenceError:
+            raise
+        except _DAMAGED:
             return [], 0, 0
         return names, size, datasets
 
@@ -166,7 +187,8 @@ class FeatureCache:
 
         Raises:
             FeatureCacheError: the file cannot be written (a full disk: ENOSPC, EFBIG, EDQUOT); the previous cache is
-                unchanged and the temporary removed.
+                unchanged and the temporary removed. FeatureCacheReferenceError: the previous cache points outside
+                itself (it is kept, nothing is written).
         """
         check_cache_path(self.target)
         kept, kept_bytes, kept_datasets = self._kept_groups(key)
@@ -180,6 +202,7 @@ class FeatureCache:
                 with h5py.File(tmp, "r+") as f:
                     if kept:
                         with h5py.File(self.target, "r") as old:
+                            check_self_contained(old, self.path, FeatureCacheReferenceError)  # as _kept_groups saw it
                             for name in kept:
                                 old.copy(old[name], f, name)
                     group = f.create_group(key)

@@ -5,11 +5,9 @@ import dataclasses
 import logging
 import os
 
-import h5py
-
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.atomic import atomic_hdf5, write_json
-from elmo_tf.io.bilm_hdf5 import load_bilm_weights, save_bilm_weights
+from elmo_tf.io.bilm_hdf5 import check_weight_file, load_bilm_weights, open_hdf5, save_bilm_weights
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.models.bilm_pretrainer import BiLMPretrainer
 
@@ -25,7 +23,9 @@ def save_softmax(model, path):
 
 
 def load_softmax(model, path):
-    with h5py.File(path, "r") as f:
+    """Assigns `softmax/W` and `softmax/b` of the hdf5 at `path` to a `BiLMPretrainer`'s softmax, their shapes checked
+    first; a file that points outside itself is refused before any data is read (`WeightFileError`)."""
+    with open_hdf5(path, what="softmax file") as f:
         for name, var in (("softmax/W", model.softmax_kernel), ("softmax/b", model.softmax_bias)):
             if name not in f:
                 raise ValueError(f"softmax file {path!r} has no dataset {name!r}")
@@ -53,7 +53,9 @@ def load_model_dir(model_dir):
         if not os.path.isfile(os.path.join(model_dir, name)):
             raise ValueError(f"model dir {model_dir!r} has no {name}")
     vocab = Vocabulary.load(os.path.join(model_dir, "vocab.txt"))
-    model = BiLMPretrainer(BiLMConfig.from_json(os.path.join(model_dir, "options.json")), len(vocab), dropout=0.0)
+    config = BiLMConfig.from_json(os.path.join(model_dir, "options.json"))
+    check_weight_file(config, os.path.join(model_dir, "weights.hdf5"))  # its shapes, before the model is built
+    model = BiLMPretrainer(config, len(vocab), dropout=0.0)
     load_bilm_weights(model, os.path.join(model_dir, "weights.hdf5"))
     load_softmax(model, os.path.join(model_dir, "softmax.hdf5"))
     return model, vocab
