@@ -11,11 +11,30 @@ budget needs, so that no parse holds the GIL (the loop's too) much longer than i
 60 MB Predict of 20M strings, parsed on the loop, stopped every other call for 1.44 s; gRPC's own copy of a message
 into bytes, on the loop, is left: about 1 ms per MB). The work of a call (reading TensorProtos, the
 model) runs on a pool of `grpc_max_threads` threads; a client that cancels is seen by the core (`cancelled`). At
-most `4 x grpc_max_threads` calls that have their request are open at once (being parsed on the pool, or at work),
-and at most `MAX_WAITING_CALLS` calls waiting for it, each for at most `grpc_request_receive_timeout_s` (then
-DEADLINE_EXCEEDED); past either bound a call is refused (RESOURCE_EXHAUSTED). Clients that never send fill the
-waiting places only (`_CallPlaces`, `_ReceiveBounded`). A connection must complete its HTTP/2 handshake within
+most `4 x grpc_max_threads` calls that have their request are open at once (being parsed on the pool, or at work;
+past that bound a call is refused, RESOURCE_EXHAUSTED), and at most `MAX_WAITING_CALLS` calls waiting for it, each for
+at most `grpc_request_receive_timeout_s` (then DEADLINE_EXCEEDED). Clients that never send fill the waiting places
+only (`_CallPlaces`, `_ReceiveBounded`). A connection must complete its HTTP/2 handshake within
 `grpc_request_receive_timeout_s` and is closed after `MAX_CONNECTION_IDLE_S` without calls.
+
+A waiting place is never refused (issue 49: calls that never sent their request, from one address, held its share of
+the places, and a complete Predict from the same address, a client behind the same proxy or NAT, was refused at once).
+grpc.aio starts a handler on a call's headers, before its message, so every call takes a waiting place first; stock's
+server dispatches a unary call once its message has arrived, and calls that never send never refuse one that did.
+Here, when a newcomer puts its connection past `CONNECTION_SHARE` of the waiting places, else its address past
+`ADDRESS_SHARE`, else the server past `MAX_WAITING_CALLS`, the call that has waited longest in that group (for the
+server: in the address holding the most waiting places) gives its place up, as slow-client defences drop the slowest:
+it ends RESOURCE_EXHAUSTED, naming the share (`_CallPlaces.wait`). So:
+- memory stays bounded: at most `MAX_WAITING_CALLS` waiting calls in all, a share per connection and per address;
+- a call whose message has arrived is served: a call leaves the waiting places when its read ends, one whose read has
+  ended is never evicted (and one evicted while its message was being delivered is served all the same), and the
+  newcomer, the newest of every group, is never the one evicted. A call could lose its place only if its whole
+  connection's (or address's) share of newer calls came after it while its message, sent with its headers by every
+  ordinary client, was still on its way: 256 calls by default, while its read takes one pass of the event loop;
+- fairness: a client evicts its own calls first (its connection's, then its address's oldest), and when the server is
+  full, the address holding the most places gives up its oldest; an attacker at its address's share never evicts the
+  slow calls of another address holding fewer, but clients behind the same address share its places, whoever opened
+  them: an attacker there can evict a slow honest upload, never a complete call.
 
 Before anything is built from a request: gRPC refuses a message above `max_message_bytes` (RESOURCE_EXHAUSTED,
 gRPC's own message); a message with more protobuf entries than any request within the budget needs is refused before
@@ -135,10 +154,10 @@ async def _run_working(pool, places, context, method, work, cancelled=None):
     Event) is set when the client cancels or its deadline passes. RESOURCE_EXHAUSTED without a place, UNAVAILABLE
     once the pool is shut down."""
     peer = context.peer()
-    refused = places.refusal("working", peer)
+    refused = places.refusal(peer)
     if refused:
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-    places.take("working", peer)
+    places.take(peer)
     loop = asyncio.get_running_loop()
     try:
         future = pool.submit(_outcome, method, work)
@@ -243,8 +262,9 @@ MAX_WAITING_CALLS = 1024  # calls waiting for their request message at once (eac
 
 
 # the shares of the places that one connection and one peer address may hold (issue 38: 1,045 calls that never sent
-# their request, from 11 connections of one address, held every waiting place and the server refused everyone else)
-KINDS = ("waiting", "working")
+# their request, from 11 connections of one address, held every waiting place and the server refused everyone else).
+# Past a share of the working places a call is refused; past a share of the waiting places (or the total), the call of
+# that connection or address that has waited longest gives its place up (issue 49: `_CallPlaces.wait`)
 CONNECTION_SHARE = {"waiting": 0.25, "working": 0.5}
 ADDRESS_SHARE = {"waiting": 0.5, "working": 0.75}
 
@@ -258,69 +278,163 @@ def peer_address(peer):
     return peer
 
 
+def _share(total, kind, shares):
+    return max(1, int(total * shares[kind]))
+
+
 class _CallPlaces:
     """The open calls' places, counted on the event loop's thread: `waiting` calls whose request message has not
-    arrived (at most `max_waiting`, each for at most `timeout` seconds), `working` calls whose work is on the thread
-    pool (at most `max_working`, until that work has ended: `_Servicer._call`). Past either bound a call is refused
-    at once (RESOURCE_EXHAUSTED), so clients that never send fill the waiting places only, never the places of calls
-    that have their request. Of each kind, one connection (a gRPC peer: address and port) holds at most
-    `CONNECTION_SHARE` and one address (all its connections) at most `ADDRESS_SHARE`, so that one client cannot take
-    them all; the refusal names the share it met."""
+    arrived (at most `max_waiting`, each for at most `timeout` seconds: `wait`), `working` calls whose work is on the
+    thread pool (at most `max_working`, until that work has ended: `_Servicer._call`). Of each kind, one connection (a
+    gRPC peer: address and port) holds at most `CONNECTION_SHARE` and one address (all its connections) at most
+    `ADDRESS_SHARE`, so that one client cannot take them all.
+
+    Past a bound of the working places a call is refused at once (RESOURCE_EXHAUSTED naming the share it met). The
+    waiting places never refuse a newcomer, whose message may well have come with its headers (issue 49): the call
+    that has waited longest in the group that the newcomer overfills gives its place up instead (`wait`), as
+    slow-client defences drop the slowest. Calls that never send fill the waiting places only, never the working ones.
+    """
 
     def __init__(self, max_waiting, max_working, timeout):
         self.max_waiting, self.max_working, self.timeout = max_waiting, max_working, timeout
-        self._open = collections.Counter()  # kind -> places taken
-        self._held = {kind: {"connection": collections.Counter(), "address": collections.Counter()} for kind in KINDS}
+        self.most_waiting = 0  # the most calls ever waiting at once (never above max_waiting)
+        self._working = 0
+        self._held = {"connection": collections.Counter(), "address": collections.Counter()}  # working places
+        # waiting calls in the order they came (dicts keep it), in all and per connection and per address
+        self._queue = {}
+        self._waiting = {"connection": {}, "address": {}}
+        self._sizes = {}  # n -> {address: None} of the addresses with n waiting calls, in the order they reached n
 
     @property
     def waiting(self):
-        return self._open["waiting"]
+        return len(self._queue)
 
     @property
     def working(self):
-        return self._open["working"]
+        return self._working
 
     @staticmethod
     def _keys(peer):
         return (("connection", peer, CONNECTION_SHARE), ("address", peer_address(peer), ADDRESS_SHARE))
 
-    def refusal(self, kind, peer):
-        """Why a call of `peer` may not take a `kind` place now (the limit it meets), or None."""
-        total = self.max_waiting if kind == "waiting" else self.max_working
-        if self._open[kind] >= total:
+    def refusal(self, peer):
+        """Why a call of `peer` may not take a working place now (the limit it meets), or None."""
+        total = self.max_working
+        if self._working >= total:
             return "Concurrent RPC limit exceeded!"  # stock's message for its own call cap
-        what = "calls waiting for their request message" if kind == "waiting" else "calls at work"
         for whose, key, shares in self._keys(peer):
-            share = max(1, int(total * shares[kind]))
-            if self._held[kind][whose][key] >= share:
+            share = _share(total, "working", shares)
+            if self._held[whose][key] >= share:
                 return (
-                    f"too many {what} from this {whose} ({share}, {shares[kind]:.0%} of the server's {total}): a "
-                    f"client's share of the places is bounded"
+                    f"too many calls at work from this {whose} ({share}, {shares['working']:.0%} of the server's "
+                    f"{total}): a client's share of the places is bounded"
                 )
         return None
 
-    def take(self, kind, peer):
-        self._open[kind] += 1
+    def take(self, peer):
+        self._working += 1
         for whose, key, _ in self._keys(peer):
-            self._held[kind][whose][key] += 1
+            self._held[whose][key] += 1
 
-    def leave(self, kind, peer):
-        self._open[kind] -= 1
+    def release(self, peer):
+        self._working -= 1
         for whose, key, _ in self._keys(peer):
-            held = self._held[kind][whose]
+            held = self._held[whose]
             held[key] -= 1
             if not held[key]:
                 del held[key]
 
-    def release(self, peer):
-        self.leave("working", peer)
+    def wait(self, call):
+        """Gives `call` (a `_Waiting`) a waiting place, never refusing it. Where that puts its connection past its
+        share, else its address past its share, else the server past `max_waiting`, the call that has waited longest
+        in that group (for the server: in the address holding the most waiting calls, of several the first to hold
+        that many) gives its place up: `evict(reason)` is called on it. A call whose read has ended (`done_waiting()`:
+        its message is in hand) is not waiting: it leaves its place without being evicted, and the next oldest is
+        looked at. The newcomer is the newest of every group, and every share is at least 1, so it is never the one
+        evicted. Cost: O(1) per call, but for the number of distinct counts the addresses hold."""
+        self._queue[call] = None
+        for whose, key, _ in self._keys(call.peer):
+            group = self._waiting[whose].setdefault(key, {})
+            group[call] = None
+            if whose == "address":
+                self._resize(key, len(group) - 1, len(group))
+        while True:
+            victim, reason = self._overfilled(call)
+            if victim is None:
+                break
+            self.leave(victim)
+            if not victim.done_waiting():
+                victim.evict(reason)
+        self.most_waiting = max(self.most_waiting, len(self._queue))
+
+    def _overfilled(self, call):
+        """(the call that has waited longest in the first group that `call` overfills, the reason), or (None, None)."""
+        for whose, key, shares in self._keys(call.peer):
+            group = self._waiting[whose][key]
+            share = _share(self.max_waiting, "waiting", shares)
+            if len(group) > share:
+                return next(iter(group)), (
+                    f"request message not received: of the calls waiting for theirs from this {whose} ({share}, "
+                    f"{shares['waiting']:.0%} of the server's {self.max_waiting}), this one had waited longest, and "
+                    f"gave its place to a newer call: a client's share of the places is bounded"
+                )
+        if len(self._queue) <= self.max_waiting:
+            return None, None
+        most = max(self._sizes)  # at most ~sqrt(2 x max_waiting) sizes: cheap for any number of addresses
+        victim = next(iter(self._waiting["address"][next(iter(self._sizes[most]))]))
+        return victim, (
+            f"request message not received: the server's {self.max_waiting} places for calls waiting for their "
+            f"request message were full, and this one had waited longest in the address holding the most ({most}), "
+            f"and gave its place to a newer call"
+        )
+
+    def leave(self, call):
+        """Frees `call`'s waiting place (nothing if it holds none: evicted, or left already)."""
+        if call not in self._queue:
+            return
+        del self._queue[call]
+        for whose, key, _ in self._keys(call.peer):
+            group = self._waiting[whose][key]
+            del group[call]
+            if whose == "address":
+                self._resize(key, len(group) + 1, len(group))
+            if not group:
+                del self._waiting[whose][key]
+
+    def _resize(self, address, before, after):
+        if before:
+            addresses = self._sizes[before]
+            del addresses[address]
+            if not addresses:
+                del self._sizes[before]
+        if after:
+            self._sizes.setdefault(after, {})[address] = None
+
+
+class _Waiting:
+    """A call waiting for its request message: its `peer`, the read of its message (`read`, an asyncio task), and
+    `evicted` (a future whose result is the reason, set by `evict`)."""
+
+    __slots__ = ("peer", "read", "evicted")
+
+    def __init__(self, peer, read):
+        self.peer, self.read = peer, read
+        self.evicted = asyncio.get_running_loop().create_future()
+
+    def done_waiting(self):
+        return self.read.done()
+
+    def evict(self, reason):
+        if not self.evicted.done():
+            self.evicted.set_result(reason)
 
 
 class _ReceiveBounded(grpc.GenericRpcHandler):
     """A generated service's unary-unary handlers, each served as a stream-unary handler of raw bytes that waits at
-    most `places.timeout` seconds for the request message (a unary handler would wait for it without end), parses
-    it (`_Parser`: off the event loop in a working place unless it is small), then runs the unary handler with it;
-    `_CallPlaces` bounds each stage."""
+    most `places.timeout` seconds for the request message (a unary handler would wait for it without end) in a
+    waiting place (`_CallPlaces.wait`: never refused; evicted calls end RESOURCE_EXHAUSTED), parses it (`_Parser`: off
+    the event loop in a working place unless it is small), then runs the unary handler with it; `_CallPlaces` bounds
+    each stage."""
 
     def __init__(self, handler, places, parser):
         self._handler = handler
@@ -336,25 +450,27 @@ class _ReceiveBounded(grpc.GenericRpcHandler):
         method = handler_call_details.method
 
         async def receive_then_run(request_iterator, context):
-            peer = context.peer()
-            refused = places.refusal("waiting", peer)
-            if refused:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-            places.take("waiting", peer)
+            call = _Waiting(context.peer(), asyncio.ensure_future(request_iterator.__anext__()))
+            places.wait(call)  # never refused: past a share, the call that has waited longest gives its place up
             try:
-                data = await asyncio.wait_for(request_iterator.__anext__(), places.timeout)
-            except TimeoutError:
-                data = None
-            except StopAsyncIteration:  # half-closed without a message
-                data = False
+                await asyncio.wait(
+                    (call.read, call.evicted), timeout=places.timeout, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                places.leave("waiting", peer)
-            if data is None:
+                places.leave(call)
+                if not call.read.done():  # timed out, evicted, or the client cancelled
+                    call.read.cancel()
+            if call.read.done():  # the message (served even when evicted in the meantime), or the end of the stream
+                try:
+                    data = call.read.result()
+                except StopAsyncIteration:  # half-closed without a message
+                    await context.abort(grpc.StatusCode.INTERNAL, "No request message received")
+            elif call.evicted.done():
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, call.evicted.result())
+            else:
                 await context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED, f"request message not received within {places.timeout:g} s"
                 )
-            if data is False:
-                await context.abort(grpc.StatusCode.INTERNAL, "No request message received")
             request = await parser.parse(context, method, data, message_class)
             return await unary(request, context)
 
@@ -481,6 +597,7 @@ class GrpcServer:
             ],
         )  # no maximum_concurrent_rpcs: grpc.aio's counts calls still waiting for their message (_CallPlaces)
         places = _CallPlaces(MAX_WAITING_CALLS, 4 * options.grpc_max_threads, options.grpc_request_receive_timeout_s)
+        self._places = places
         parser = _Parser(self._parse_pool, places, self._parse_limits)
         registry = _BoundedRegistry(self._server, places, parser)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(

@@ -431,7 +431,8 @@ def test_calls_whose_request_never_arrives_cannot_fill_the_call_cap(base_path, m
 
 
 def test_waiting_calls_are_capped(base_path, monkeypatch):
-    """The waiting places are bounded too: past `MAX_WAITING_CALLS` a call is refused at once (RESOURCE_EXHAUSTED)."""
+    """The waiting places are bounded too: past `MAX_WAITING_CALLS` the call that has waited longest gives its place
+    up (RESOURCE_EXHAUSTED; issue 49: before, the newcomer was refused)."""
     from elmo_tf.serving import grpc_front
 
     monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 3)
@@ -454,8 +455,8 @@ def test_waiting_calls_are_capped(base_path, monkeypatch):
 def test_one_connection_and_one_address_hold_a_share_of_the_waiting_places(base_path, model, monkeypatch, tmp_path):
     """Issue 38: 1,045 calls that never sent their request, from 11 connections of one address, held all 1,024 waiting
     places, and every other client was refused. Now one connection holds at most a quarter of them and one address
-    (all its connections) at most half, each refusal naming its share; a client from another address (here the UNIX
-    socket) still gets a place, and its valid Predict is answered."""
+    (all its connections) at most half, each call evicted past a share naming it; a client from another address (here
+    the UNIX socket) still gets a place, and its valid Predict is answered."""
     from elmo_tf.serving import grpc_front
 
     monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 8)  # shares: 2 per connection, 4 per address
@@ -492,7 +493,7 @@ def test_one_connection_and_one_address_hold_a_share_of_the_waiting_places(base_
 
 
 def test_call_places_count_each_connection_and_address(monkeypatch):
-    """The bookkeeping behind the shares, for working places too: a connection at half the places is refused, another
+    """The bookkeeping behind the shares of the working places: a connection at half the places is refused, another
     connection of the same address until three quarters, another address up to the whole; leaving frees them."""
     from elmo_tf.serving.grpc_front import _CallPlaces, peer_address
 
@@ -501,18 +502,83 @@ def test_call_places_count_each_connection_and_address(monkeypatch):
     places = _CallPlaces(max_waiting=4, max_working=8, timeout=1.0)
     a1, a2, b = "ipv4:10.0.0.1:1", "ipv4:10.0.0.1:2", "ipv4:10.0.0.2:1"
     for _ in range(4):
-        assert places.refusal("working", a1) is None
-        places.take("working", a1)
-    assert "from this connection (4, 50% of the server's 8)" in places.refusal("working", a1)
+        assert places.refusal(a1) is None
+        places.take(a1)
+    assert "from this connection (4, 50% of the server's 8)" in places.refusal(a1)
     for _ in range(2):
-        places.take("working", a2)
-    assert "from this address (6, 75% of the server's 8)" in places.refusal("working", a2)
-    places.take("working", b)
-    places.take("working", b)
-    assert places.refusal("working", b) == "Concurrent RPC limit exceeded!"
+        places.take(a2)
+    assert "from this address (6, 75% of the server's 8)" in places.refusal(a2)
+    places.take(b)
+    places.take(b)
+    assert places.refusal(b) == "Concurrent RPC limit exceeded!"
     for peer in (a1, a2, b):
         places.release(peer)
-    assert places.working == 5 and places.refusal("working", a2) is None
+    assert places.working == 5 and places.refusal(a2) is None
+
+
+class _FakeWaiting:
+    """A `grpc_front._Waiting` without a call: `done` when its message is in hand, `reason` once evicted."""
+
+    def __init__(self, name, peer, done=False):
+        self.name, self.peer, self.done, self.reason = name, peer, done, None
+
+    def done_waiting(self):
+        return self.done
+
+    def evict(self, reason):
+        assert self.reason is None, f"{self.name} evicted twice"
+        self.reason = reason
+
+
+def test_waiting_places_evict_the_longest_waiting_of_the_overfilled_group():
+    """Issue 49, the policy of `_CallPlaces.wait` (8 places: 2 per connection, 4 per address): a newcomer always gets a
+    place; past its connection's share the oldest call of that connection gives its place up, past its address's share
+    the oldest of that address (any of its connections), past the total the oldest of the address holding the most;
+    a call whose message is in hand leaves without being evicted; the count never exceeds the bound."""
+    from elmo_tf.serving.grpc_front import _CallPlaces
+
+    places = _CallPlaces(max_waiting=8, max_working=8, timeout=1.0)
+    calls = {}
+
+    def wait(name, peer, done=False):
+        calls[name] = _FakeWaiting(name, peer, done)
+        places.wait(calls[name])
+        assert places.waiting <= 8
+        return calls[name]
+
+    def evicted():
+        return sorted(name for name, call in calls.items() if call.reason is not None)
+
+    a1, a2, a3, b1, b2, c1 = (
+        "ipv4:10.0.0.1:1",
+        "ipv4:10.0.0.1:2",
+        "ipv4:10.0.0.1:3",
+        "ipv4:10.0.0.2:1",
+        "ipv4:10.0.0.2:2",
+        "unix:",
+    )
+    wait("a1-0", a1), wait("a1-1", a1)
+    wait("a1-2", a1)  # the connection's share is 2: its oldest gives its place up
+    assert evicted() == ["a1-0"] and "from this connection (2, 25% of the server's 8)" in calls["a1-0"].reason
+    assert "had waited longest" in calls["a1-0"].reason and "gave its place to a newer call" in calls["a1-0"].reason
+    wait("a2-0", a2), wait("a2-1", a2)
+    wait("a3-0", a3)  # the address's share is 4: its oldest (on another connection) gives its place up
+    assert evicted() == ["a1-0", "a1-1"] and "from this address (4, 50% of the server's 8)" in calls["a1-1"].reason
+    wait("b1-0", b1), wait("b1-1", b1), wait("c1-0", c1)
+    assert places.waiting == 7 and evicted() == ["a1-0", "a1-1"]
+    wait("b2-0", b2)  # 8 of 8
+    wait("c1-1", c1)  # past the total: the oldest of the address holding the most (10.0.0.1: 4)
+    assert evicted() == ["a1-0", "a1-1", "a1-2"] and "places for calls waiting" in calls["a1-2"].reason
+    calls["a2-0"].done = True  # its message is in hand (the handler has not run yet): it leaves, not evicted
+    wait("a3-1", a3)
+    assert evicted() == ["a1-0", "a1-1", "a1-2"] and places.waiting == 8
+    wait("b2-1", b2)  # past the total: 10.0.0.2 now holds the most (4) and gives up its oldest
+    assert evicted() == ["a1-0", "a1-1", "a1-2", "b1-0"]
+    for call in calls.values():
+        places.leave(call)
+        places.leave(call)  # twice: nothing more
+    assert places.waiting == 0 and places.most_waiting == 8
+    assert places._waiting == {"connection": {}, "address": {}} and places._sizes == {}
 
 
 def test_cancelled_calls_keep_their_place_until_their_work_has_ended(base_path, monkeypatch):
@@ -580,4 +646,68 @@ def test_connections_that_send_nothing_are_closed(base_path, monkeypatch):
         silent.close()
         idle.close()
         channel.close()
+        server.stop(grace=1.0)
+
+
+def _honest_calls(channel, model):
+    """A complete Predict and GetModelStatus on `channel`, each within 5 s; their time in seconds."""
+    from tensorflow_serving.apis import model_service_pb2_grpc
+
+    start = time.monotonic()
+    response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(_predict_request(), timeout=5)
+    status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "elmo"}), timeout=5
+    )
+    elapsed = time.monotonic() - start
+    assert_parity(reference_sentences(model, ["a"]), {a: tf.make_ndarray(p) for a, p in response.outputs.items()})
+    assert status.model_version_status[0].state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    return elapsed
+
+
+def test_a_call_whose_request_arrived_is_never_refused_for_calls_still_waiting(base_path, model, monkeypatch, tmp_path):
+    """Issue 49: 1,045 calls that never sent their request, from 11 connections of one address, held that address's
+    share of the waiting places, and a complete Predict or GetModelStatus from the same address (clients behind one
+    proxy or NAT) was then refused at once (RESOURCE_EXHAUSTED "too many calls waiting for their request"). Stock
+    dispatches a unary call once its message has arrived, so calls that never send never refuse one that did. Now a
+    newcomer is never refused a waiting place: past a share (or the total) the call of that group that has waited
+    longest gives its place up (RESOURCE_EXHAUSTED naming the share). Here 2 x 20 such calls from 4 connections of
+    127.0.0.1 and 2 x 6 from the UNIX socket (another address) are past the connection's share (2), the address's (4)
+    and the total (8); complete calls on an attacker's connection and on a new one of its address are answered within
+    5 s each time, and the server never holds more than 8 waiting calls."""
+    from elmo_tf.serving import grpc_front
+
+    monkeypatch.setattr(grpc_front, "MAX_WAITING_CALLS", 8)  # shares: 2 per connection, 4 per address
+    socket_path = tmp_path / "grpc.sock"
+    server = start_server(base_path, grpc_request_receive_timeout_s=6.0, grpc_socket_path=str(socket_path))
+    release = threading.Event()
+    own = [("grpc.use_local_subchannel_pool", 1)]  # else channels to one target share one connection
+    attackers = [grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}", options=own) for _ in range(4)]
+    local = grpc.insecure_channel(f"unix:{socket_path}")
+    fresh = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}", options=own)
+    attack, times = [], []
+    try:
+        for _ in range(2):  # the attacker opens its calls again once the first have been answered
+            for channel in attackers:
+                attack += _never_sending_calls(channel, 5, release)
+            attack += _never_sending_calls(local, 6, release)
+            time.sleep(0.5)  # the calls are open on the server
+            times += [_honest_calls(attackers[0], model), _honest_calls(fresh, model)]
+        print(f"\n[never-sending calls from the same address] complete calls answered in {max(times):.2f} s at most")
+        places = server._grpc._places
+        assert places.waiting <= 8 and places.most_waiting <= 8, (places.waiting, places.most_waiting)
+        details = {}
+        for call in attack:
+            with pytest.raises(grpc.RpcError) as info:
+                call.result(timeout=15)
+            details.setdefault(info.value.code(), []).append(info.value.details())
+        assert set(details) <= {EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED}, details
+        assert len(details.get(grpc.StatusCode.DEADLINE_EXCEEDED, [])) <= 8, details  # those still waiting at the end
+        evicted = details[EXHAUSTED]
+        assert len(evicted) >= len(attack) - 8, details
+        assert all("had waited longest" in d and "gave its place to a newer call" in d for d in evicted), evicted
+        assert any("from this address (4, 50% of the server's 8)" in d for d in evicted), evicted
+    finally:
+        release.set()
+        for channel in [*attackers, local, fresh]:
+            channel.close()
         server.stop(grace=1.0)
