@@ -3,6 +3,10 @@
 Each record holds `tokens` (the line split on ASCII whitespace, decoded as UTF-8 with invalid bytes as lone surrogates,
 as `embed`'s keys), `forward_log_probs` and `backward_log_probs` (n + 1 values each, `sentence_log_probs`'s order),
 and with a top k, `forward_top_k` / `backward_top_k`: per position a list of `[word, log_prob]`, most likely first.
+A line longer than `max_tokens` (default `elmo_tf.io.sentences.DEFAULT_MAX_SENTENCE_TOKENS`) is scored on its first
+`max_tokens` tokens, and its record says so: `"truncated": true` and `"line_tokens"`, the line's own count (splitting
+it, as embed does, would score each piece's first word as a sentence's first and put several boundaries in one
+record; a cut line's record is a true score of the tokens it lists).
 The input is read once, as a stream; batches are scored in file order and written, as they are done, in shards of
 about `shard_tokens` tokens to the run's journal beside the output (`elmo_tf.io.journal.RunJournal`:
 `.<output name>.partial/`, each shard complete and fsync'd before it counts); at the end the shards are concatenated
@@ -24,10 +28,18 @@ from elmo_tf.embed import FINGERPRINT_SHOWN
 from elmo_tf.embed.embedder import runtime_fingerprint
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
-from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
-from elmo_tf.io.sentences import iter_sentences
+from elmo_tf.io.journal import (
+    JournalMismatch,
+    RunJournal,
+    check_unchanged,
+    fault_point,
+    file_digest,
+    file_state,
+)
+from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS, iter_sentences
 from elmo_tf.models.elmo import model_fingerprint
 from elmo_tf.models.language_model import DIRECTIONS
+from elmo_tf.preprocessing.tokenizer import split_tokens
 
 DEFAULT_BATCH_SIZE = 32
 SHARD_TOKENS = 50_000  # positions (tokens + 1 per line) per shard of score_file's journal
@@ -74,6 +86,8 @@ def records(outputs, sentences, top_k, path=None):
         end = len(sentence.tokens) + 1
         _check_finite(outputs, row, end, sentence, path)
         record = {"tokens": [_text(t) for t in sentence.tokens]}
+        if sentence.truncated:
+            record.update(truncated=True, line_tokens=len(split_tokens(sentence.line)))
         for direction in DIRECTIONS:
             record[f"{direction}_log_probs"] = outputs[f"{direction}_log_probs"][row, :end].tolist()
         if top_k:
@@ -154,6 +168,26 @@ def _finished_lines(journal):
     return found
 
 
+def _check_shard(path, sentences):
+    """Raises `JournalMismatch` unless the finished shard at `path` holds a record per `Sentence` of `sentences` (the
+    plan's for that shard), in order, each of that sentence's tokens."""
+    count = 0
+    with open(path, "rb") as f:
+        for k, line in enumerate(f):
+            count = k + 1
+            if k >= len(sentences):
+                raise JournalMismatch(path, f"holds more than the {len(sentences)} records this run's plan gives it")
+            try:
+                tokens = json.loads(line)["tokens"]
+            except (ValueError, KeyError, TypeError):
+                raise JournalMismatch(path, f"record {k + 1} is not a record of this command") from None
+            sentence = sentences[k]
+            if tokens != [_text(t) for t in sentence.tokens]:
+                raise JournalMismatch(path, f"record {k + 1} is not of input line {sentence.index + 1}")
+    if count != len(sentences):
+        raise JournalMismatch(path, f"holds {count} records where this run's plan gives it {len(sentences)}")
+
+
 def _write_shard(path, run, group, top_k, input_path, progress):
     with atomic_path(path, durable=True) as tmp:
         with open(tmp, "w", encoding="utf-8") as out:
@@ -184,7 +218,7 @@ def score_file(
     batch_size=DEFAULT_BATCH_SIZE,
     max_batch_tokens=None,
     progress=None,
-    max_tokens=None,
+    max_tokens=DEFAULT_MAX_SENTENCE_TOKENS,
     resume=False,
     shard_tokens=SHARD_TOKENS,
     on_start=None,
@@ -198,7 +232,8 @@ def score_file(
         lm: a `LanguageModel` with a vocabulary attached (`load_language_model`).
         batch_size: sentences per model call; max_batch_tokens: cap on rows x the longest sentence (None: none).
         progress: optional callable(sentences done), after each batch scored in this run.
-        max_tokens: cut longer lines to their first `max_tokens` tokens (None: never).
+        max_tokens: cut longer lines to their first `max_tokens` tokens, their records marked (see the module
+            docstring; None: never, and a line is one model call however long).
         resume: continue the partial run of the same call into `output_path`, if there is one.
         shard_tokens: positions (tokens + 1 per line) per shard: at most that much work is lost to a kill.
         on_start: optional callable(total lines, lines a resumed run already has), once before the first batch.
@@ -206,7 +241,7 @@ def score_file(
     Raises:
         elmo_tf.io.text.TextFileError: an unreadable input line, or an input changed while read (the message names
             it); WriteError: a full disk (the temporary is removed, an existing output kept, finished shards too);
-            ScoreError: NaN or inf scores (naming the line); ResumeRefused, JournalBusy, NotAJournal
+            ScoreError: NaN or inf scores (naming the line); ResumeRefused, JournalBusy, NotAJournal, JournalMismatch
             (`elmo_tf.io.journal`).
     """
     from elmo_tf.io.text import TextFileError
@@ -221,11 +256,12 @@ def score_file(
     except OSError as e:
         raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
     settings = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, max_sentence_tokens=max_tokens)
+    settings["long_sentences"] = "truncated" if max_tokens is not None else "whole"
     fingerprint = run_fingerprint(lm, digest, **settings, shard_tokens=shard_tokens)
     notes = {"input": str(input_path), **(notes or {})}
     shown = {**FINGERPRINT_SHOWN, "softmax": FINGERPRINT_SHOWN["model"], "vocab": FINGERPRINT_SHOWN["model"]}
     run = scorer(lm)
-    stats = {"sentences": 0, "tokens": 0, "shards": 0}
+    stats = {"sentences": 0, "tokens": 0, "shards": 0, "truncated": 0}
     try:
         with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=shown, suffix=".jsonl") as journal:
             finished = _finished_lines(journal)
@@ -235,12 +271,15 @@ def score_file(
             numbered = _numbered(batches(counted, batch_size, max_batch_tokens), shard_tokens)
             for number, group in itertools.groupby(numbered, key=lambda item: item[0]):
                 stats["shards"] = number + 1
-                if number in finished:
-                    for _ in group:  # read past it: the batches go on as in the first run
-                        pass
+                if number in finished:  # read past it (the batches go on as in the first run), checking its records
+                    _check_shard(journal.shard_path(number), [s for _, batch in group for s in batch])
                     continue
                 _write_shard(journal.shard_path(number), run, group, lm.top_k, input_path, progress)
                 fault_point("shard")
+            extra = sorted(number for number in finished if number >= stats["shards"])
+            if extra:
+                last = f"is past this run's last shard ({stats['shards']} in all)"
+                raise JournalMismatch(journal.shard_path(extra[0]), last)
             check_unchanged(input_path, before)
             _concatenate([journal.shard_path(k) for k in range(stats["shards"])], output_path)
     except OSError as e:
@@ -253,4 +292,5 @@ def _counted(sentences, stats):
     for sentence in sentences:
         stats["sentences"] += 1
         stats["tokens"] += len(sentence.tokens)
+        stats["truncated"] += sentence.truncated
         yield sentence

@@ -220,17 +220,22 @@ def existing_dir(name):
 
 
 def check_output_file(flag, path, inputs=()):
-    """Raises `UsageError` unless `path` can be written as a file: its directory exists and is writable, it is
-    not a directory, and it is not (a link to) one of `inputs` (`(flag, path)` pairs). Checked before any work."""
+    """Raises `UsageError` unless `path` can be written as a file: its directory exists (a directory, not a file) and
+    is writable, it is not a directory nor an existing read-only file, and it is not (a link to) one of `inputs`
+    (`(flag, path)` pairs). Checked before any work; each message says which of these it is."""
     if os.path.isdir(path):
         raise UsageError(f"{flag}: is a directory: {path!r}")
     if isinstance(path, str) and path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
         raise UsageError(f"{flag}: {path!r} ends with a separator, as a directory would; give a file name")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
+        if os.path.exists(parent):
+            raise UsageError(f"{flag}: {parent!r} is not a directory, so {path!r} cannot be written in it")
         raise UsageError(f"{flag}: the directory {parent!r} does not exist")
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{flag}: the directory {parent!r} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag}: {path!r} is read-only; make it writable or give another file")
     for input_flag, input_path in inputs:
         if input_path and os.path.exists(path) and os.path.exists(input_path) and os.path.samefile(path, input_path):
             raise UsageError(f"{flag}: {path!r} is the same file as {input_flag} {input_path!r}; it would be destroyed")

@@ -24,6 +24,7 @@ from elmo_tf.cli import (
 )
 from elmo_tf.cli.models import MODEL_HELP, resolve_model
 from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
+from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS
 
 PROG = "elmo-tf embed"
 DUMP_PROG = "elmo-tf dump-token-embeddings"
@@ -48,9 +49,13 @@ average; "sentence_to_index": a JSON string {key: "line index"} (AllenNLP's form
 --no-sentence-index). A key is the line decoded as UTF-8 with ASCII whitespace stripped from its ends: AllenNLP's
 key for UTF-8 lines; invalid bytes become lone surrogates ("\\udcXX" in the JSON; key.encode("utf-8",
 "surrogateescape") gives the bytes back), so two lines with different tokens never share a key.
-Empty lines give a dataset with 0 tokens. Long sentences are embedded whole unless --max-sentence-tokens cuts
-them. Short sentences share a packed row (each between its own <S> and </S>, the LSTM state reset between
-them): outputs are stateless, a sentence gets the same vectors whatever it is batched with.
+Empty lines give a dataset with 0 tokens. A line of more than --max-sentence-tokens tokens is split into
+consecutive pieces of that many, each embedded as a sentence of its own (between its own <S> and </S>); its
+dataset holds every token's vector, the pieces' in order (the file's attributes max_sentence_tokens and
+long_sentences="split" say so). A model call holds at most --max-batch-tokens positions (or one piece), so memory
+and the wait of SIGTERM do not grow with a line. Short sentences share a packed row (each between its own <S>
+and </S>, the LSTM state reset between them): outputs are stateless, a sentence gets the same vectors whatever
+it is batched with.
 resume: the work is written as it is done, in shards of about --shard-tokens tokens, to a hidden directory
 beside the output (.<output name>.partial/); the output is built from them at the end and the directory removed.
 An interrupted run (kill -9, SIGTERM: exit 143, Ctrl-C: exit 130, a full disk: exit 1) leaves an existing output
@@ -115,8 +120,9 @@ def add_embed_flags(parser, output_help, remote_paths=False):
     parser.add_argument(
         "--max-sentence-tokens",
         type=size_int("--max-sentence-tokens"),
-        default=None,
-        help="cut longer sentences to this many tokens (default: never cut)",
+        default=DEFAULT_MAX_SENTENCE_TOKENS,
+        help="split a longer line into consecutive pieces of this many tokens, each embedded as a sentence of its "
+        f"own; every token keeps its vector ({DEFAULT_MAX_SENTENCE_TOKENS})",
     )
     parser.add_argument(
         "--no-sort",
@@ -288,6 +294,7 @@ FINGERPRINT_FLAGS = {
     "max_batch_tokens": "--max-batch-tokens",
     "sort": "--no-sort",
     "max_sentence_tokens": "--max-sentence-tokens",
+    "long_sentences": "elmo-tf's version (long lines were handled otherwise)",
     "sentence_index": "--no-sentence-index",
     "shard_tokens": "--shard-tokens",
     "threads": "--threads",
@@ -361,7 +368,8 @@ def main(argv=None, prog=PROG):
         )
     seconds = time.perf_counter() - start
     log.info(
-        "%d sentences, %d tokens (%d embedded in this run) in %.1f s (%.0f tokens/s); %d empty, %d cut; "
+        "%d sentences, %d tokens (%d embedded in this run) in %.1f s (%.0f tokens/s); %d empty, %d split in pieces "
+        "of %d tokens; "
         "%d of %d shards resumed; %d distinct tokens per batch through the char CNN, %d from the cache; wrote %s",
         stats["sentences"],
         stats["tokens"],
@@ -369,7 +377,8 @@ def main(argv=None, prog=PROG):
         seconds,
         stats["computed_tokens"] / max(seconds, 1e-9),
         stats["empty"],
-        stats["truncated"],
+        stats["split"],
+        args.max_sentence_tokens,
         stats["resumed_shards"],
         stats["shards"],
         stats["distinct"] - stats["cached"],

@@ -130,12 +130,13 @@ def resume_hint(output):
 @contextlib.contextmanager
 def journaled_run(output, log, flags, progress):
     """Runs the body of a journaled command (`embed`, `score`) under the CLI contract: a refused resume names each
-    difference by its flag (`flags`), another run's journal or a foreign one is a usage error naming --output, an
+    difference by its flag (`flags`), a journal whose shards do not fit the run a usage error naming --resume,
+    another run's journal or a foreign one is a usage error naming --output, an
     input changed or unreadable a data error naming --input, a full disk a data error naming --output; after a full
     disk (in its error line), Ctrl-C or SIGTERM (a warning), `resume_hint` says where the finished shards are kept.
     `progress` is closed at the end."""
     from elmo_tf.io.atomic import WriteError
-    from elmo_tf.io.journal import JournalBusy, NotAJournal, ResumeRefused
+    from elmo_tf.io.journal import JournalBusy, JournalMismatch, NotAJournal, ResumeRefused
     from elmo_tf.io.text import TextFileError
 
     try:
@@ -144,6 +145,8 @@ def journaled_run(output, log, flags, progress):
         raise refused_resume(e, output, flags) from None
     except (JournalBusy, NotAJournal) as e:  # another run's journal, or files no run wrote: pick another output
         raise UsageError(f"--output: {e}") from None
+    except JournalMismatch as e:  # shards the plan has no place for: the journal is kept, the line says what to do
+        raise UsageError(f"--resume: {e}") from None
     except TextFileError as e:
         raise DataError(f"--input: {e}") from None
     except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too

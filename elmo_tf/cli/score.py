@@ -25,6 +25,7 @@ from elmo_tf.cli import (
 )
 from elmo_tf.cli.models import resolve_model
 from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
+from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS
 
 PROG = "elmo-tf score"
 MAX_TOP_K = 1000  # words per position and direction: a JSON line holds 2 x (n + 1) x k pairs
@@ -44,7 +45,9 @@ input: one whitespace-tokenized sentence per line (as embed reads it). output: o
    "backward_log_probs": [log p(w_1|w_2..w_n </S>), ..., log p(w_n|</S>), log p(<S>|w_1..w_n </S>)],
    "forward_top_k": [[[word, log_prob], ... k] per position], "backward_top_k": ...}   (with --top-k)
 natural logs; entry i - 1 is about word i in both directions, entry n about the sentence boundary. Words not in the
-vocabulary are scored as <UNK>. A sentence's perplexity is exp(-mean(forward_log_probs)) (as evaluate-lm counts it).
+vocabulary are scored as <UNK>. A line of more than --max-sentence-tokens tokens is scored on its first
+that many, and its record says so: "truncated": true, "line_tokens": its own count (a piece scored apart would
+start as a sentence does). A sentence's perplexity is exp(-mean(forward_log_probs)) (as evaluate-lm counts it).
 The full softmax is computed a slice of the vocabulary at a time, so an 800k-word softmax needs no (positions x
 800k) array.
 resume: the lines are written as they are scored, in shards of about --shard-tokens tokens, to a hidden directory
@@ -96,8 +99,9 @@ def build_parser(prog=PROG):
     p.add_argument(
         "--max-sentence-tokens",
         type=size_int("--max-sentence-tokens"),
-        default=None,
-        help="cut longer lines to this many tokens (default: never)",
+        default=DEFAULT_MAX_SENTENCE_TOKENS,
+        help='score a longer line on its first this many tokens, its record marked "truncated" '
+        f"({DEFAULT_MAX_SENTENCE_TOKENS})",
     )
     p.add_argument(
         "--threads",
@@ -174,6 +178,7 @@ FINGERPRINT_FLAGS = {
     "batch_size": "--batch-size",
     "max_batch_tokens": "--max-batch-tokens",
     "max_sentence_tokens": "--max-sentence-tokens",
+    "long_sentences": "elmo-tf's version (long lines were handled otherwise)",
     "shard_tokens": "--shard-tokens",
     "threads": "--threads",
     "tensorflow": "TensorFlow version",
@@ -215,11 +220,14 @@ def main(argv=None, prog=PROG):
         )
     seconds = time.perf_counter() - start
     log.info(
-        "%d sentences, %d tokens in %.1f s (%.1f sentences/s in this run); %d of %d shards resumed; wrote %s",
+        "%d sentences, %d tokens in %.1f s (%.1f sentences/s in this run); %d cut to %d tokens; %d of %d shards "
+        "resumed; wrote %s",
         stats["sentences"],
         stats["tokens"],
         seconds,
         (stats["sentences"] - stats["resumed_sentences"]) / max(seconds, 1e-9),
+        stats["truncated"],
+        args.max_sentence_tokens,
         stats["resumed_shards"],
         stats["shards"],
         args.output,

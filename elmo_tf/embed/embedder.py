@@ -15,7 +15,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.embed.packing import BOUNDARIES, ROW_LENGTH, pack_rows, packed_layout
+from elmo_tf.embed.packing import BOUNDARIES, ROW_LENGTH, pack_rows, packed_layout, piece_batches
 from elmo_tf.errors import check_int
 from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.models.elmo import elmo_activations
@@ -214,6 +214,21 @@ class Embedder:
             results.append(out[:, k : k + n] if self.layers == "all" else out[k : k + n])
             k += n
         return results
+
+    def shape_of(self, n_tokens):
+        """The shape of a sentence's array: `(L+1, n_tokens, 2P)` for "all" layers, `(n_tokens, 2P)` otherwise."""
+        shape = list(self.empty_shape)
+        shape[-2] = n_tokens
+        return tuple(shape)
+
+    def embed_pieces(self, tokens, max_sentence_tokens, batch_size=64, max_batch_tokens=None):
+        """Embeds a long sentence (`tokens`, at least one) split into consecutive pieces of `max_sentence_tokens`
+        tokens, each embedded as a sentence of its own (between its own `<S>` and `</S>`): yields the float32 array
+        of each piece, in order (their concatenation along the token axis -2 is the sentence's array), computed in
+        calls of at most `batch_size` pieces and `max_batch_tokens` positions (`piece_batches`), so that no model
+        call grows with the sentence."""
+        for call in piece_batches(len(tokens), max_sentence_tokens, batch_size, max_batch_tokens):
+            yield from self.embed_rows([[tokens[start:stop]] for start, stop in call])
 
     def embed_batch(self, sentences):
         """`sentences`: list of token lists (bytes or str). Returns one float32 array per sentence (empty ones

@@ -40,13 +40,15 @@ def cast_embedding(array, dtype, index=None):
     return out
 
 
-def write_embedding_file(path, embedded, dtype="float32", sentence_index=True, durable=False):
-    """Writes `embedded`, `(Sentence, array)` pairs (`embed_sentences`), as a valid embed output for those sentences:
-    a dataset per sentence named by its index, and `sentence_to_index` for them (keys in line order, so the last of
-    equal lines wins, as in a whole file). Atomic (`EmbeddingWriter`); `durable`: fsync'd before and after the
-    rename. Returns the number of datasets written."""
+def write_embedding_file(path, embedded, dtype="float32", sentence_index=True, durable=False, attrs=None):
+    """Writes `embedded`, `(Sentence, array)` pairs (`embed_sentences`; an array may be an `ArrayPieces`, written a
+    piece at a time), as a valid embed output for those sentences: a dataset per sentence named by its index, and
+    `sentence_to_index` for them (keys in line order, so the last of equal lines wins, as in a whole file). Atomic
+    (`EmbeddingWriter`); `durable`: fsync'd before and after the rename; `attrs`: the file's root attributes
+    (`elmo_tf.io.sentences.content_attrs`: how long lines were handled). Returns the number of datasets written."""
     lines = []
-    with EmbeddingWriter(path, index=sentence_index, dtype=check_dtype(dtype), durable=durable) as writer:
+    writer = EmbeddingWriter(path, index=sentence_index, dtype=check_dtype(dtype), durable=durable, attrs=attrs)
+    with writer:
         for sentence, array in embedded:
             writer.write(sentence.index, array)
             if sentence_index:

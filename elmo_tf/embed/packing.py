@@ -159,23 +159,61 @@ def packed_layout(row_lengths, token_rows):
     return table_rows, starts, positions
 
 
-def iter_plan(sentences, batch_size=64, max_batch_tokens=None, sort=True, row_length=ROW_LENGTH):
+def is_long(sentence, max_sentence_tokens):
+    """Whether `sentence` (a `Sentence`) has more than `max_sentence_tokens` tokens (None: no bound), and is split."""
+    return max_sentence_tokens is not None and len(sentence.tokens) > max_sentence_tokens
+
+
+def piece_batches(n_tokens, max_sentence_tokens, batch_size=64, max_batch_tokens=None):
+    """The pieces of a line of `n_tokens` tokens split into consecutive pieces of `max_sentence_tokens` tokens (the
+    last one shorter), grouped into model calls: yields lists of `(start, stop)` token ranges, each call at most
+    `batch_size` pieces and, when `max_batch_tokens` is given, at most that many positions (pieces x (their tokens +
+    2)), never fewer than one piece."""
+    piece = check_int("max_sentence_tokens", max_sentence_tokens, 1)
+    batch_size = check_int("batch_size", batch_size, 1)
+    per_call = batch_size
+    if max_batch_tokens is not None:
+        per_call = max(1, min(batch_size, max_batch_tokens // (min(piece, n_tokens) + BOUNDARIES)))
+    starts = range(0, n_tokens, piece)
+    for k in range(0, len(starts), per_call):
+        yield [(start, min(start + piece, n_tokens)) for start in starts[k : k + per_call]]
+
+
+def iter_plan(
+    sentences, batch_size=64, max_batch_tokens=None, sort=True, row_length=ROW_LENGTH, max_sentence_tokens=None
+):
     """The work for a stream of `elmo_tf.io.sentences.Sentence`s, in the one order a run follows: yields
     `(empties, batch)`, the empty sentences read since the previous item and a batch (a list of rows, each a list of
     `Sentence`s; `iter_batches` plans them); the last item's batch is None (the empty lines read last, maybe none).
+    A sentence longer than `max_sentence_tokens` (`is_long`) is not packed: it comes alone, as a batch `[[sentence]]`
+    of its own, once the sentences read before it are planned (their last batch may be incomplete: memory never holds
+    more than one window, whatever the number of long lines); the caller splits it (`piece_batches`).
     The same stream and settings give the same items, however much of it is computed: what makes a resumed run
     follow the uninterrupted one batch for batch."""
-    empties, pending = [], {}
+    max_sentence_tokens = check_int("max_sentence_tokens", max_sentence_tokens, 1, allow_none=True)
+    stream = iter(sentences)
+    empties, pending, state = [], {}, {"long": None, "done": False}
 
-    def items():
-        for sentence in sentences:
+    def segment():  # the sentences up to the next long one (kept in `state`) or the end
+        for sentence in stream:
             if not sentence.tokens:
                 empties.append(sentence)
-                continue
-            pending[sentence.index] = sentence
-            yield sentence.index, len(sentence.tokens)
+            elif is_long(sentence, max_sentence_tokens):
+                state["long"] = sentence
+                return
+            else:
+                pending[sentence.index] = sentence
+                yield sentence.index, len(sentence.tokens)
+        state["done"] = True
 
-    for batch in iter_batches(items(), batch_size, max_batch_tokens, sort, row_length=row_length):
-        read, empties[:] = list(empties), []
-        yield read, [[pending.pop(i) for i in row] for row in batch]
+    def read():
+        got, empties[:] = list(empties), []
+        return got
+
+    while not state["done"]:
+        for batch in iter_batches(segment(), batch_size, max_batch_tokens, sort, row_length=row_length):
+            yield read(), [[pending.pop(i) for i in row] for row in batch]
+        if state["long"] is not None:
+            sentence, state["long"] = state["long"], None
+            yield read(), [[sentence]]
     yield list(empties), None

@@ -14,7 +14,6 @@ How a file is run (`embed_file`), resumable:
     their global line indices) into a valid embed output: the pieces a distributed job is made of.
 """
 
-import collections
 import hashlib
 import itertools
 import logging
@@ -25,10 +24,25 @@ import numpy as np
 from elmo_tf.embed.embedder import CNN_WIDTH_PER_TOKEN, Embedder, runtime_fingerprint
 from elmo_tf.embed.malloc import release_free_memory
 from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, write_embedding_file
-from elmo_tf.embed.packing import ROW_LENGTH, iter_plan
+from elmo_tf.embed.packing import ROW_LENGTH, is_long, iter_plan, piece_batches
 from elmo_tf.errors import check_int
-from elmo_tf.io.journal import RunJournal, check_unchanged, fault_point, file_digest, file_state
-from elmo_tf.io.sentences import INDEX_DATASET, LineKeys, iter_sentences
+from elmo_tf.io.hdf5_safety import HDF5ReferenceError, check_self_contained
+from elmo_tf.io.journal import (
+    JournalMismatch,
+    RunJournal,
+    check_unchanged,
+    fault_point,
+    file_digest,
+    file_state,
+)
+from elmo_tf.io.sentences import (
+    DEFAULT_MAX_SENTENCE_TOKENS,
+    INDEX_DATASET,
+    ArrayPieces,
+    LineKeys,
+    content_attrs,
+    iter_sentences,
+)
 from elmo_tf.io.text import TextFileError
 from elmo_tf.models.elmo import model_fingerprint
 
@@ -40,12 +54,45 @@ SHARD_TOKENS = 50_000  # tokens per shard of embed_file's journal: about a minut
 INDEX_WARNING_BYTES = 256 << 20
 
 
-def _embed_items(embedder, items, dtype, progress=None):
-    """(Sentence, array as `dtype`) for every sentence of the `(empties, batch)` items, in their order."""
+class _Plan:
+    """How `_embed_items` computes a plan's batches: the bound on a sentence (None: none) and the budget of a call
+    of its pieces."""
+
+    def __init__(self, max_sentence_tokens=None, batch_size=64, max_batch_tokens=None):
+        self.max_sentence_tokens = max_sentence_tokens
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+
+
+def _pieces(embedder, sentence, dtype, plan, progress):
+    """The arrays (as `dtype`) of the pieces of the long `sentence`, computed as they are read; `progress(1)` after
+    the last."""
+    tokens = sentence.tokens
+    for call in piece_batches(len(tokens), plan.max_sentence_tokens, plan.batch_size, plan.max_batch_tokens):
+        arrays = embedder.embed_rows([[tokens[start:stop]] for start, stop in call])
+        for array in arrays:
+            yield cast_embedding(array, dtype, sentence.index)
+        fault_point("batch")
+    if progress:
+        progress(1)
+
+
+def _embed_items(embedder, items, dtype, progress=None, plan=None):
+    """(Sentence, array as `dtype`) for every sentence of the `(empties, batch)` items, in their order. A sentence
+    longer than `plan.max_sentence_tokens` (a batch of its own: `iter_plan`) gets an `ArrayPieces`, whose pieces are
+    computed as it is read (before the next pair)."""
+    plan = plan or _Plan()
     for empties, batch in items:
         for sentence in empties:
             yield sentence, np.zeros(embedder.empty_shape, dtype)
         done = len(empties)
+        if batch and is_long(batch[0][0], plan.max_sentence_tokens):
+            if progress and done:
+                progress(done)
+            sentence = batch[0][0]
+            shape = embedder.shape_of(len(sentence.tokens))
+            yield sentence, ArrayPieces(shape, dtype, _pieces(embedder, sentence, dtype, plan, progress))
+            continue
         if batch:
             flat = [s for row in batch for s in row]
             arrays = embedder.embed_rows([[s.tokens for s in row] for row in batch])
@@ -58,16 +105,29 @@ def _embed_items(embedder, items, dtype, progress=None):
 
 
 def embed_sentences(
-    embedder, sentences, batch_size=64, max_batch_tokens=None, sort=True, row_length=ROW_LENGTH, dtype="float32"
+    embedder,
+    sentences,
+    batch_size=64,
+    max_batch_tokens=None,
+    sort=True,
+    row_length=ROW_LENGTH,
+    dtype="float32",
+    max_sentence_tokens=DEFAULT_MAX_SENTENCE_TOKENS,
 ):
     """Yields `(sentence, array)` for each `Sentence` of `sentences` (any iterable: a file's `iter_sentences`, a set of
     lines of a larger input keeping their global `index`), packed and batched as `embed_file` does (`iter_plan`), as
     soon as each batch is done; empty sentences get `(L+1, 0, 2P)` zeros. `array` has `dtype` ("float32" or
-    "float16"). What a worker of a distributed job calls on its lines before `write_embedding_file`."""
+    "float16"). A sentence longer than `max_sentence_tokens` (None: no bound) is split into consecutive pieces of
+    that many tokens, each embedded as a sentence of its own, and gets an `elmo_tf.io.sentences.ArrayPieces` (every
+    token's vector, computed piece by piece as it is read, before the next pair: `write_embedding_file` writes it a
+    piece at a time, `np.asarray` makes it whole). What a worker of a distributed job calls on its lines before
+    `write_embedding_file` (give it `content_attrs(max_sentence_tokens, "split")` as `attrs`)."""
     dtype = check_dtype(dtype)
     if max_batch_tokens is None:
         max_batch_tokens = batch_size * 128
-    yield from _embed_items(embedder, iter_plan(sentences, batch_size, max_batch_tokens, sort, row_length), dtype)
+    plan = _Plan(max_sentence_tokens, batch_size, max_batch_tokens)
+    items = iter_plan(sentences, batch_size, max_batch_tokens, sort, row_length, max_sentence_tokens)
+    yield from _embed_items(embedder, items, dtype, plan=plan)
 
 
 def _numbered_shards(items, shard_tokens):
@@ -124,11 +184,12 @@ def run_fingerprint(embedder, digest, **settings):
     }
 
 
-def _count_sentences(sentences, counts, keys):
+def _count_sentences(sentences, counts, keys, max_sentence_tokens):
     for sentence in sentences:
         counts["sentences"] += 1
         counts["tokens"] += len(sentence.tokens)
         counts["truncated"] += sentence.truncated
+        counts["split"] += is_long(sentence, max_sentence_tokens)
         counts["empty"] += not sentence.tokens
         if keys is not None:
             keys.add(sentence.line)
@@ -136,16 +197,49 @@ def _count_sentences(sentences, counts, keys):
 
 
 def _finished_shards(journal):
-    """`{number: sentences}` of the journal's finished shards; one that cannot be read is removed (written again)."""
+    """`{number: sentences}` of the journal's finished shards; one that cannot be read is removed (written again). A
+    shard that points outside itself (`elmo_tf.io.hdf5_safety`) is refused (`HDF5ReferenceError`), never read."""
     found = {}
     for number, path in sorted(journal.done.items()):
         try:
             with h5py.File(path, "r") as f:
+                check_self_contained(f, path)
                 found[number] = sum(1 for name in f if name != INDEX_DATASET)
+        except HDF5ReferenceError:
+            raise
         except (OSError, ValueError) as e:
             logger.warning("shard %s cannot be read (%s): it is computed again", path, e)
             journal.discard(number)
     return found
+
+
+def _check_shard(path, sentences, shape_of, dtype):
+    """Raises `JournalMismatch` unless the finished shard at `path` holds exactly the datasets the plan gives it: one
+    per `Sentence` of `sentences`, of shape `shape_of(tokens)` and `dtype` (so its lines are where a merge expects
+    them, each once)."""
+    expected = {str(s.index): s for s in sentences}
+    with h5py.File(path, "r") as f:
+        names = [name for name in f if name != INDEX_DATASET]
+        for name in names:
+            sentence = expected.get(name)
+            if sentence is None:
+                held = "line index" if name.isdigit() else "dataset"
+                raise JournalMismatch(path, f"holds {held} {name}, which this run's plan puts in another shard")
+            dataset = f[name]
+            shape = shape_of(len(sentence.tokens))
+            if not isinstance(dataset, h5py.Dataset) or dataset.shape != shape or dataset.dtype != dtype:
+                got = f"{dataset.shape} {dataset.dtype}" if isinstance(dataset, h5py.Dataset) else "a group"
+                raise JournalMismatch(path, f"holds line index {name} as {got}, where this run writes {shape} {dtype}")
+        if len(names) != len(expected):
+            missing = min(set(expected) - set(names), key=int)
+            raise JournalMismatch(path, f"lacks line index {missing}, which this run's plan puts in it")
+
+
+def _check_no_more_shards(journal, shards):
+    """Raises `JournalMismatch` for a finished shard numbered past the plan's last (`shards` in all)."""
+    extra = sorted(number for number in journal.done if number >= shards)
+    if extra:
+        raise JournalMismatch(journal.shard_path(extra[0]), f"is past this run's last shard ({shards} in all)")
 
 
 def embed_file(
@@ -156,7 +250,7 @@ def embed_file(
     layers="all",
     max_batch_tokens=None,
     sort=True,
-    max_sentence_tokens=None,
+    max_sentence_tokens=DEFAULT_MAX_SENTENCE_TOKENS,
     progress=None,
     token_embeddings=None,
     sentence_index=True,
@@ -189,6 +283,12 @@ def embed_file(
         sort: pack sentences of similar length together within windows of `50 * batch_size` sentences; without
             it, batches follow the file with one batch of look-ahead.
         max_batch_tokens: cap on rows x steps of a batch (default `128 * batch_size`).
+        max_sentence_tokens: a line of more tokens is split into consecutive pieces of this many (the last one
+            shorter), each embedded as a sentence of its own (between its own `<S>` and `</S>`), in model calls of
+            at most `max_batch_tokens` positions (one piece at least): its dataset holds every token's vector, the
+            pieces' put back in order, written piece by piece (memory and the time of one model call do not grow
+            with a line). None: no bound (a line is one model call, however long). The output's root attributes
+            say it: `max_sentence_tokens` and `long_sentences` = "split" (`elmo_tf.io.sentences.content_attrs`).
         progress: optional callable `progress(n_sentences_done)` called after each batch computed in this run.
         token_embeddings: optional `(vocabulary, array)` or `TokenCache` (see `Embedder`).
         sentence_index: write `sentence_to_index` (AllenNLP's map from sentence to dataset name).
@@ -199,10 +299,11 @@ def embed_file(
             (the input's line count, and how many lines a resumed run already has).
         notes: `{fingerprint name: text}` shown beside a differing value when a resume is refused (file names).
     Returns:
-        dict of counts: sentences, tokens, empty, truncated (of the whole input); shards, resumed_shards,
+        dict of counts: sentences, tokens, empty, split (lines split in pieces), truncated (always 0: nothing is
+        cut) (of the whole input); shards, resumed_shards,
         resumed_sentences; computed_tokens and the embedder's other stats (of the batches computed in this run).
     Raises:
-        ResumeRefused, JournalBusy (`elmo_tf.io.journal`); `elmo_tf.io.atomic.WriteError`;
+        ResumeRefused, JournalBusy, JournalMismatch (`elmo_tf.io.journal`); `elmo_tf.io.atomic.WriteError`;
         `elmo_tf.io.text.TextFileError`.
     """
     dtype = check_dtype(dtype)
@@ -210,7 +311,8 @@ def embed_file(
     embedder = Embedder(model, layers, token_embeddings=token_embeddings, row_length=row_length)
     if max_batch_tokens is None:
         max_batch_tokens = batch_size * 128
-    sentences = iter_sentences(input_path, max_sentence_tokens)  # checks max_sentence_tokens now
+    max_sentence_tokens = check_int("max_sentence_tokens", max_sentence_tokens, 1, allow_none=True)
+    sentences = iter_sentences(input_path)  # never cut: a long line is split (`iter_plan`, `_embed_items`)
     try:
         before = file_state(input_path)
         digest = file_digest(input_path)
@@ -224,9 +326,12 @@ def embed_file(
         max_batch_tokens=max_batch_tokens,
         sort=bool(sort),
         max_sentence_tokens=max_sentence_tokens,
+        long_sentences="split" if max_sentence_tokens is not None else "whole",
         sentence_index=bool(sentence_index),
         shard_tokens=shard_tokens,
     )
+    attrs = content_attrs(max_sentence_tokens, "split")
+    plan_settings = _Plan(max_sentence_tokens, batch_size, max_batch_tokens)
     if sentence_index and digest["size"] >= INDEX_WARNING_BYTES:
         logger.warning(
             "%s is %.2f GB: its sentence_to_index (every line's key in one JSON string) takes about as much memory at "
@@ -236,25 +341,29 @@ def embed_file(
             digest["size"] / 1e9,
         )
     notes = {"input": str(input_path), **(notes or {})}
-    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0}
+    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0, "split": 0}
     keys = LineKeys(input_path) if sentence_index else None
     with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=FINGERPRINT_SHOWN) as journal:
         finished = _finished_shards(journal)
         if on_start:
             on_start(digest["lines"], sum(finished.values()))
-        plan = iter_plan(_count_sentences(sentences, counts, keys), batch_size, max_batch_tokens, sort, row_length)
+        counted = _count_sentences(sentences, counts, keys, max_sentence_tokens)
+        plan = iter_plan(counted, batch_size, max_batch_tokens, sort, row_length, max_sentence_tokens)
         shards = 0
         for number, group in itertools.groupby(_numbered_shards(plan, shard_tokens), key=lambda item: item[0]):
             shards = number + 1
             items = ((empties, batch) for _, empties, batch in group)
-            if number in finished:
-                collections.deque(items, maxlen=0)  # read past it: the plan goes on as in the first run
+            if number in finished:  # read past it (the plan goes on as in the first run), checking it holds its lines
+                planned = [s for empties, batch in items for s in [*empties, *(s for row in batch or () for s in row)]]
+                _check_shard(journal.shard_path(number), planned, embedder.shape_of, np.dtype(dtype))
                 continue
             embedder.reset_memo()
-            embedded = _embed_items(embedder, items, dtype, progress)
-            write_embedding_file(journal.shard_path(number), embedded, dtype, sentence_index, durable=True)
+            embedded = _embed_items(embedder, items, dtype, progress, plan_settings)
+            path = journal.shard_path(number)
+            write_embedding_file(path, embedded, dtype, sentence_index, durable=True, attrs=attrs)
             release_free_memory()
             fault_point("shard")
+        _check_no_more_shards(journal, shards)
         check_unchanged(input_path, before)
         merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
     counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")

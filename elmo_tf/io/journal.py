@@ -66,6 +66,20 @@ class ResumeRefused(ElmoTFError):
         super().__init__(f"cannot resume the partial run in {path}: {shown}", key="resume", path=path)
 
 
+class JournalMismatch(ElmoTFError):
+    """A finished shard of the journal is not what the run's plan gives that shard (`path`: the shard file): a
+    manifest edited by hand, a shard put there from another run, a shard the plan has no place for. Nothing is
+    removed: the journal is kept as it is, and the message says how to go on."""
+
+    def __init__(self, shard_path, what):
+        super().__init__(
+            f"{shard_path} {what}: the journal does not match its shards (edited, or a shard of another run); "
+            f"it is kept as it is: remove that shard and resume, or run without --resume to start over",
+            key="resume",
+            path=shard_path,
+        )
+
+
 class JournalBusy(ElmoTFError):
     """Another live process holds the journal (`path`): two runs into one output would mix their shards."""
 
@@ -235,7 +249,9 @@ class RunJournal:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             except FileExistsError:
                 raise NotAJournal(f"{self.path} exists and is not a directory", path=self.path) from None
-            except FileNotFoundError:
+            except FileNotFoundError as e:
+                if not os.path.isdir(os.path.dirname(self.path)):  # no directory to make it in: say so
+                    raise write_error(self.path, e) from None
                 continue  # removed between the two calls by the run that ended
             except OSError as e:
                 raise (write_error(self.path, e) or e) from None
@@ -363,6 +379,7 @@ def _remove(path):
 __all__ = [
     "FAULT_ENV",
     "JournalBusy",
+    "JournalMismatch",
     "NotAJournal",
     "ResumeRefused",
     "RunJournal",

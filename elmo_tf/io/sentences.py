@@ -37,9 +37,6 @@ import io
 import json
 from typing import NamedTuple
 
-import h5py
-import numpy as np
-
 from elmo_tf.errors import check_int
 from elmo_tf.io.atomic import HDF5Sink, atomic_path
 from elmo_tf.io.text import TextFileError, raw_lines
@@ -48,6 +45,32 @@ from elmo_tf.preprocessing.tokenizer import split_tokens
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"  # what bytes.split() / tf.strings.split split on, and nothing else
 _WHITESPACE_BYTES = ASCII_WHITESPACE.encode("ascii")
 INDEX_DATASET = "sentence_to_index"
+# The default bound on one sentence's tokens, for embed, score and beam-embed (their --max-sentence-tokens). Real
+# sentences stay far below it (the longest of the treebanks and news corpora ELMo is used on hold a few hundred
+# tokens), and an LSTM's context beyond a few hundred tokens changes its outputs little; what it bounds is one model
+# call: a piece of 1,000 tokens is 1,002 positions of a packed row, under the default batch budget (128 x 64 rows =
+# 8,192 positions), so no call, and no wait of SIGTERM for one, grows with a line (a 1,000,000-token line ran one
+# call of 387 s and 3.96 GB before). embed splits a longer line into pieces, score cuts it (see each command).
+DEFAULT_MAX_SENTENCE_TOKENS = 1000
+# How a sentence longer than the bound is handled, as the outputs' metadata says it (the `long_sentences` root
+# attribute of an embed output): "split" (embed: consecutive pieces of at most `max_sentence_tokens` tokens, each
+# embedded as a sentence of its own, their vectors put back together: every token keeps its vector), "truncated"
+# (cut to the first `max_sentence_tokens` tokens) or "whole" (no bound).
+LONG_SENTENCES = ("split", "truncated", "whole")
+# The root attributes of an embed output that describe its content (`EmbeddingWriter(attrs=...)`), the same for every
+# shard of one run: a file built from shards (`EmbeddingWriter.copy`) takes them from the first shard it copies from.
+CONTENT_ATTRS = ("max_sentence_tokens", "long_sentences")
+
+
+def content_attrs(max_sentence_tokens, long_sentences):
+    """The `CONTENT_ATTRS` of an embed output written with the bound `max_sentence_tokens` (None: no bound) and the
+    behaviour `long_sentences` ("split" or "truncated"): `{"max_sentence_tokens": N, "long_sentences": ...}`, or
+    `{"long_sentences": "whole"}` without a bound."""
+    if max_sentence_tokens is None:
+        return {"long_sentences": "whole"}
+    if long_sentences not in LONG_SENTENCES[:2]:
+        raise ValueError(f"long_sentences must be one of {LONG_SENTENCES[:2]}, got {long_sentences!r}")
+    return {"max_sentence_tokens": int(max_sentence_tokens), "long_sentences": long_sentences}
 
 
 def sentence_key(line):
@@ -68,6 +91,28 @@ def key_to_line(key):
     if not isinstance(key, str):
         raise TypeError(f"key must be str, got {type(key).__name__}")
     return key.encode("utf-8", "surrogateescape")
+
+
+class ArrayPieces:
+    """The array of one long line, split into pieces (`elmo_tf.embed`): `shape` and `dtype` of the whole, and
+    `pieces`, an iterable of arrays that follow one another along the token axis (-2) and make it up, computed as
+    they are read. `EmbeddingWriter.write` writes them into the dataset one by one, so memory holds one piece, never
+    the line's whole array; `np.asarray(pieces)` gives the whole (once: the iterable is consumed)."""
+
+    def __init__(self, shape, dtype, pieces):
+        import numpy as np
+
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.pieces = pieces
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        whole = np.concatenate(list(self.pieces), axis=-2) if self.shape[-2] else np.zeros(self.shape, self.dtype)
+        if whole.shape != self.shape:
+            raise ValueError(f"the pieces make an array of shape {whole.shape}, not {self.shape}")
+        return whole.astype(dtype or self.dtype, copy=False)
 
 
 class Sentence(NamedTuple):
@@ -144,6 +189,8 @@ class EmbeddingWriter:
             nearest float16).
         durable: the file is on the disk (fsync'd, as is its directory entry) once the block has ended
             (`elmo_tf.io.atomic.atomic_path`).
+        attrs: optional `{name: value}` written as the file's root attributes (`content_attrs`: how long sentences
+            were handled). Without them, the first `copy` takes the `CONTENT_ATTRS` of the file it copies from.
     Attributes:
         written: how many sentence datasets `write` created.
     The temporary is `.<output name>.tmp-<pid>-<random>` beside the output (`elmo_tf.io.atomic.atomic_path`, which
@@ -154,8 +201,11 @@ class EmbeddingWriter:
     in memory until the end (one JSON string, as AllenNLP writes it): it grows with the number of distinct keys.
     """
 
-    def __init__(self, output_path, index=True, dtype="float32", durable=False):
+    def __init__(self, output_path, index=True, dtype="float32", durable=False, attrs=None):
+        import numpy as np
+
         self.output_path = output_path
+        self.attrs = dict(attrs or {})
         self.index = bool(index)
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.float32, np.float16):
@@ -164,11 +214,14 @@ class EmbeddingWriter:
         self.written = 0
         self._keys = {}
         self._index_written = False
+        self._attrs_taken = False
         self._file = None
         self._sink = None
         self._stack = None
 
     def __enter__(self):
+        import h5py
+
         if self._stack is not None:
             raise RuntimeError(f"EmbeddingWriter for {self.output_path!r} is already open")
         with contextlib.ExitStack() as stack:
@@ -176,10 +229,13 @@ class EmbeddingWriter:
             self._sink = stack.enter_context(HDF5Sink(tmp, self.output_path))  # closed after the file, on any exit
             self._file = stack.enter_context(h5py.File(self._sink, "w", libver=LIBVER))
             cap_metadata_cache(self._file)
+            for name, value in self.attrs.items():
+                self._file.attrs[name] = value
             self._stack = stack.pop_all()
         self.written = 0
         self._keys = {}
         self._index_written = False
+        self._attrs_taken = bool(self.attrs)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -223,16 +279,47 @@ class EmbeddingWriter:
 
     def write(self, index, array):
         """Creates the dataset `str(index)` holding `array` as `dtype` (any shape: `(L+1, tokens, 2P)` for all
-        layers, `(tokens, 2P)` for one). Each index is written once."""
+        layers, `(tokens, 2P)` for one). Each index is written once. An `ArrayPieces` is written piece by piece
+        (memory holds one piece); its pieces must make up its shape exactly (ValueError otherwise)."""
+        import numpy as np
+
+        if isinstance(array, ArrayPieces):
+            made = []
+            self._create(index, lambda name: made.append(self._file.create_dataset(name, array.shape, self.dtype)))
+            self._write_pieces(made[0], array)
+            return
         array = np.asarray(array, dtype=self.dtype)
         self._create(index, lambda name: self._file.create_dataset(name, data=array))
+
+    def _write_pieces(self, dataset, array):
+        import numpy as np
+
+        at, total = 0, array.shape[-2]
+        for piece in array.pieces:
+            piece = np.asarray(piece, dtype=self.dtype)
+            n = piece.shape[-2]
+            if piece.shape[:-2] + piece.shape[-1:] != array.shape[:-2] + array.shape[-1:] or at + n > total:
+                raise ValueError(f"a piece of shape {piece.shape} does not fit {array.shape} at token {at}")
+            if n:
+                dataset[..., at : at + n, :] = piece
+            at += n
+            self._sink.check()
+        if at != total:
+            raise ValueError(f"the pieces of dataset {dataset.name} hold {at} tokens, not {total}")
 
     def copy(self, source, name):
         """Copies the dataset `name` (a line index, as `write` names it) of `source`, an open h5py file (another
         embed output, a shard), into this file. Stored in the writer's dtype already, it is copied as stored, in one
         HDF5 call (H5Ocopy: no array goes through Python; about 2.7x as fast on 20,000 datasets); else it is read
         and written cast, as `write` does."""
+        import h5py
+
         index = int(name)
+        if not self._attrs_taken:  # the first file copied from says how its content was made
+            self._attrs_taken = True
+            for attr in CONTENT_ATTRS:
+                if attr in source.attrs and attr not in self._file.attrs:
+                    self._file.attrs[attr] = source.attrs[attr]
         if h5py.h5d.open(source.id, name.encode()).dtype != self.dtype:
             self.write(index, source[name][...])
             return
@@ -260,6 +347,9 @@ class EmbeddingWriter:
             self._write_index(text)
 
     def _write_index(self, text):
+        import h5py
+        import numpy as np
+
         self._file.create_dataset(INDEX_DATASET, data=np.array([text], dtype=object), dtype=h5py.string_dtype())
         self._index_written = True
         self._sink.check()
@@ -275,6 +365,8 @@ def first_and_last(digests, values):
     """For n entries, each a 16-byte digest (`digests`: their concatenation, in order) and an int (`values`):
     `(first, last)`: bool `(n,)`, True at the first entry of each digest, and int64 `(n,)`, at those entries, the
     largest value among the digest's entries (its last line, when the values are line indices)."""
+    import numpy as np
+
     n = len(values)
     words = np.frombuffer(digests, dtype="<u8").reshape(n, 2)
     order = np.lexsort((words[:, 1], words[:, 0]))  # stable: equal digests stay in entry order
@@ -331,6 +423,8 @@ class LineKeys:
 
     def json_text(self):
         """The JSON text of the map (see the class), as UTF-8 bytes (ASCII: `json.dumps` escapes the rest)."""
+        import numpy as np
+
         n, size = len(self), self.DIGEST_SIZE
         first, last = first_and_last(self._digests, np.arange(n)) if n else (None, None)
         out = io.BytesIO()
@@ -355,6 +449,11 @@ class LineKeys:
 
 __all__ = [
     "ASCII_WHITESPACE",
+    "ArrayPieces",
+    "CONTENT_ATTRS",
+    "DEFAULT_MAX_SENTENCE_TOKENS",
+    "LONG_SENTENCES",
+    "content_attrs",
     "EmbeddingWriter",
     "METADATA_CACHE_BYTES",
     "LineKeys",

@@ -184,3 +184,23 @@ def test_a_softmax_that_overflows_is_one_line_not_invalid_json(damaged, text, tm
     assert code == 1 and len(lines) == 1, err
     assert lines[0].startswith(f"{PROG} {text}:1: the model's") and "not finite" in lines[0], lines[0]
     assert not out.exists()
+
+
+def test_a_line_longer_than_the_bound_is_scored_cut_and_its_record_says_so(model_dir, tmp_path, capsys):
+    """--max-sentence-tokens (default DEFAULT_MAX_SENTENCE_TOKENS): a longer line is scored on its first N tokens
+    (each in its own context: a piece scored apart would start as a sentence does), its record marked."""
+    from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS
+
+    path = tmp_path / "in.txt"
+    path.write_text("the cat sat on the mat\nthe cat\n")
+    out, whole = tmp_path / "cut.jsonl", tmp_path / "whole.jsonl"
+    code, err = score(capsys, "--model", model_dir, "--input", path, "--output", out, "--max-sentence-tokens", "3")
+    assert code == 0, err
+    cut, short = [json.loads(line) for line in out.read_text().splitlines()]
+    assert cut["tokens"] == ["the", "cat", "sat"] and cut["truncated"] is True and cut["line_tokens"] == 6
+    assert len(cut["forward_log_probs"]) == 4 and "truncated" not in short
+    code, err = score(capsys, "--model", model_dir, "--input", path, "--output", whole)
+    assert code == 0, err
+    first = json.loads(whole.read_text().splitlines()[0])
+    assert "truncated" not in first and len(first["tokens"]) == 6 < DEFAULT_MAX_SENTENCE_TOKENS
+    assert first["forward_log_probs"][:3] == pytest.approx(cut["forward_log_probs"][:3], abs=1e-5)

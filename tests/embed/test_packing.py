@@ -82,3 +82,26 @@ def test_plan_rejects_bad_arguments():
     with pytest.raises(ValueError, match="lengths"):
         plan_batches([1, -2], batch_size=2)
     assert plan_batches([0, 0], batch_size=2) == []
+
+
+def test_a_long_sentence_comes_alone_after_the_sentences_before_it_and_is_cut_into_bounded_calls():
+    """`iter_plan(max_sentence_tokens=N)`: a sentence of more than N tokens is a batch `[[sentence]]` of its own,
+    once those read before it are planned (memory never holds more than a window, whatever the long lines);
+    `piece_batches` cuts it into calls of at most `max_batch_tokens` positions (one piece at least)."""
+    from elmo_tf.embed.packing import iter_plan, piece_batches
+    from elmo_tf.io.sentences import Sentence
+
+    lengths = [3, 5, 40, 2, 0, 41, 1]
+    sentences = [Sentence(i, b"", [b"w"] * n, False) for i, n in enumerate(lengths)]
+    items = list(iter_plan(iter(sentences), batch_size=2, max_batch_tokens=None, sort=True, max_sentence_tokens=10))
+    batches = [[[s.index for s in row] for row in batch] for _, batch in items if batch]
+    longs = [k for k, batch in enumerate(batches) if batch in ([[2]], [[5]])]
+    assert [batches[k] for k in longs] == [[[2]], [[5]]]
+    flat = sorted(i for batch in batches for row in batch for i in row)
+    assert flat == [0, 1, 2, 3, 5, 6]  # every non-empty sentence once
+    before_2 = {i for batch in batches[: longs[0]] for row in batch for i in row}
+    assert before_2 == {0, 1}  # the sentences read before the long one are planned first
+    assert [s.index for empties, _ in items for s in empties] == [4]
+    assert list(piece_batches(25, 10, batch_size=64, max_batch_tokens=24)) == [[(0, 10), (10, 20)], [(20, 25)]]
+    assert list(piece_batches(25, 10, batch_size=64, max_batch_tokens=5)) == [[(0, 10)], [(10, 20)], [(20, 25)]]
+    assert list(piece_batches(5, 10, batch_size=1)) == [[(0, 5)]]

@@ -88,13 +88,26 @@ def test_results_do_not_depend_on_batching_or_order(tiny_elmo, input_file, tmp_p
             np.testing.assert_allclose(other[key], array, atol=1e-5, rtol=0, err_msg=key)
 
 
-def test_max_sentence_tokens_cuts_before_embedding(tiny_elmo, input_file, tmp_path, to_char_ids):
-    stats = embed_file(tiny_elmo, input_file, tmp_path / "cut.hdf5", max_sentence_tokens=3)
-    assert stats["truncated"] == 3
-    arrays, _ = read_output(tmp_path / "cut.hdf5")
-    assert arrays["3"].shape == (L + 1, 3, 2 * P) and arrays["2"].shape == (L + 1, 1, 2 * P)
-    alone = tiny_elmo(to_char_ids([LINES[3].split()[:3]]))["activations"]
-    np.testing.assert_allclose(arrays["3"], np.stack([np.asarray(a)[0] for a in alone]), atol=1e-5, rtol=0)
+def test_max_sentence_tokens_splits_a_long_line_into_pieces(tiny_elmo, input_file, tmp_path, to_char_ids):
+    """A line of more than `max_sentence_tokens` tokens is split into consecutive pieces of that many, each embedded
+    as a sentence of its own; its dataset holds every token, the pieces' vectors in order; the file says so."""
+    stats = embed_file(tiny_elmo, input_file, tmp_path / "split.hdf5", max_sentence_tokens=3, batch_size=2)
+    assert stats["split"] == sum(len(line.split()) > 3 for line in LINES) == 3 and stats["truncated"] == 0
+    arrays, _ = read_output(tmp_path / "split.hdf5")
+    for i, line in enumerate(LINES):
+        tokens = line.split()
+        assert arrays[str(i)].shape == (L + 1, len(tokens), 2 * P)
+        pieces = [tokens[k : k + 3] for k in range(0, len(tokens), 3)]
+        if pieces:
+            alone = [np.stack([np.asarray(a)[0] for a in tiny_elmo(to_char_ids([p]))["activations"]]) for p in pieces]
+            np.testing.assert_allclose(arrays[str(i)], np.concatenate(alone, axis=1), atol=1e-5, rtol=0)
+    with h5py.File(tmp_path / "split.hdf5", "r") as f:
+        assert dict(f.attrs) == {"max_sentence_tokens": 3, "long_sentences": "split"}
+    whole = embed_file(tiny_elmo, input_file, tmp_path / "whole.hdf5", max_sentence_tokens=None)
+    assert whole["split"] == 0
+    with h5py.File(tmp_path / "whole.hdf5", "r") as f:
+        assert dict(f.attrs) == {"long_sentences": "whole"}
+    np.testing.assert_allclose(read_output(tmp_path / "whole.hdf5")[0]["2"], arrays["2"], atol=1e-6)  # 1 token
 
 
 def test_a_large_input_is_warned_of_its_sentence_index(tiny_elmo, input_file, tmp_path, monkeypatch, caplog):

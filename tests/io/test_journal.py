@@ -203,3 +203,20 @@ def test_a_malformed_fault_spec_is_ignored_not_a_traceback(monkeypatch, spec):
 
     monkeypatch.setenv(FAULT_ENV, spec)
     fault_point("shard")  # used to raise ValueError / AttributeError from the middle of a run
+
+
+def test_a_journal_in_a_missing_directory_is_a_write_error_that_says_so(tmp_path):
+    """Not "keeps being removed and made again by other runs" (issue 49): that is said only when it happened."""
+    from elmo_tf.io.atomic import WriteError
+
+    with pytest.raises(WriteError) as info:
+        with RunJournal(tmp_path / "nope" / "out.hdf5", PRINT):
+            pass
+    message = str(info.value)
+    assert "No such file or directory" in message and str(tmp_path / "nope") in message, message
+    assert "removed and made again" not in message
+    under_a_file = tmp_path / "file"
+    under_a_file.write_text("x")
+    with pytest.raises(WriteError, match="Not a directory"):
+        with RunJournal(under_a_file / "out.hdf5", PRINT):
+            pass
