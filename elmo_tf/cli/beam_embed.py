@@ -34,7 +34,10 @@ EXAMPLES = """examples:
 
 output: PREFIX-SSSSS-of-NNNNN.hdf5, each the `elmo-tf embed` output of a contiguous range of the input's lines:
 datasets named by the line index in the whole input, sentence_to_index of its own lines (see `elmo-tf embed
---help` for the layout). Paths may be local or of any Beam filesystem (gs://, s3://, hdfs://, ...).
+--help` for the layout). Each shard's root attributes say the bound on a sentence (max_sentence_tokens,
+long_sentences="split": a longer line is split as embed splits it), the run's fingerprint (run.model, run.layers,
+run.dtype, run.precision, run.input, the settings) and its place (shard.index, shard.count), which merge-shards
+checks. Paths may be local or of any Beam filesystem (gs://, s3://, hdfs://, ...).
 Every other flag goes to Beam's PipelineOptions: --runner (DirectRunner by default), --direct_num_workers,
 --direct_running_mode, --project, --region, --temp_location, --flink_master, --spark_master_url, ...
 """

@@ -6,6 +6,13 @@ whole input ("0", "1", ...), and `sentence_to_index` for its own lines. Shard k 
 `i * NNNNN // total == k`, so the shards in order hold the lines in order (a shard may be empty when there are more
 shards than lines).
 
+Each shard also carries, as root attributes (`shard_attrs`), its run's fingerprint, one attribute per entry named
+`run.<entry>` holding the entry's JSON text (`run.model`, `run.layers`, `run.dtype`, `run.precision`, `run.input`,
+the settings...: see `elmo_tf.beam.pipeline.shard_fingerprint`), and its place in the set: `shard.index` and
+`shard.count`. `merge_shards` refuses, in one line naming the file, the attribute and both values, shards whose
+fingerprints differ (two runs), a set that is not complete (a shard missing, the same index twice, counts that
+disagree), and shards without a fingerprint (written before shards carried one: run beam-embed again).
+
 Example:
     with open_shards("out/emb") as shards:          # out/emb-00000-of-00004.hdf5 ... (or a list of paths)
         vectors = shards["12"]                       # read from its shard when asked, nothing loaded before
@@ -25,6 +32,7 @@ import h5py
 import numpy as np
 
 from elmo_tf.errors import ElmoTFError
+from elmo_tf.io.hdf5_safety import check_self_contained
 from elmo_tf.io.journal import fault_point
 from elmo_tf.io.sentences import (
     INDEX_DATASET,
@@ -38,6 +46,11 @@ from elmo_tf.io.sentences import (
 OPEN_FILES = 32  # shard files an EmbeddingShards keeps open at once
 PROGRESS_EVERY = 1000  # datasets copied between two calls of write_shards' progress
 SHARD_PATTERN = re.compile(r"^(?P<prefix>.*)-(?P<shard>\d{5})-of-(?P<count>\d{5})\.hdf5$")
+FINGERPRINT_PREFIX = "run."  # a root attribute per entry of the run's fingerprint: its JSON text
+SHARD_INDEX = "shard.index"  # the shard's place in its set (0-based) ...
+SHARD_COUNT = "shard.count"  # ... of this many shards
+# the entries named first when two fingerprints differ (the others follow in name order)
+FINGERPRINT_ORDER = ("model", "layers", "dtype", "precision", "input", "token_embeddings")
 
 
 class ShardError(ElmoTFError):
@@ -48,6 +61,16 @@ class ShardError(ElmoTFError):
 def shard_path(prefix, shard, num_shards):
     """`PREFIX-SSSSS-of-NNNNN.hdf5` (Beam's default shard name template, with the .hdf5 suffix)."""
     return f"{prefix}-{shard:05d}-of-{num_shards:05d}.hdf5"
+
+
+def shard_attrs(fingerprint, shard, num_shards):
+    """The root attributes of shard `shard` of `num_shards` of a run whose fingerprint is `fingerprint` (a dict of
+    JSON-serializable values): `run.<entry>` (the entry's JSON text, keys sorted) for each entry, `shard.index` and
+    `shard.count` (ints)."""
+    attrs = {FINGERPRINT_PREFIX + key: json.dumps(value, sort_keys=True) for key, value in fingerprint.items()}
+    attrs[SHARD_INDEX] = int(shard)
+    attrs[SHARD_COUNT] = int(num_shards)
+    return attrs
 
 
 def find_shards(prefix):
@@ -81,16 +104,20 @@ class EmbeddingShards(collections.abc.Mapping):
 
     Args:
         paths: the shard files (any order: they are ordered by their first line index).
+        require_fingerprint: refuse shards without their run's fingerprint (`shard_attrs`); otherwise a set where no
+            shard has one (written before shards carried one, or by `write_embedding_file` alone) is read unchecked.
     Raises:
-        ShardError: a line index in two shards, an index missing between 0 and the largest, shards with and without
+        ShardError: shards of two runs or an incomplete set (`check_shard_set`: the file, the attribute and both
+            values), a line index in two shards, an index missing between 0 and the largest, shards with and without
             `sentence_to_index`, a file that is not hdf5 or holds a name that is not a line index; when an array is
             read, an object of that name that is not a dataset.
     """
 
-    def __init__(self, paths):
+    def __init__(self, paths, require_fingerprint=False):
         self.paths = [os.fspath(p) for p in paths]
         if not self.paths:
             raise ShardError("no shard files given")
+        self.require_fingerprint = bool(require_fingerprint)
         self._open_files = collections.OrderedDict()  # shard number -> h5py.File, least recently used first
         try:
             self._open()
@@ -99,11 +126,13 @@ class EmbeddingShards(collections.abc.Mapping):
             raise
 
     def _open(self):
-        found, with_index = [], []  # per file: its line indices (int64), whether it has sentence_to_index
+        found, with_index, places = [], [], []  # per file: line indices (int64), sentence_to_index?, shard_place
         for path in self.paths:
             with _open_shard(path) as f:
+                places.append(shard_place(f, path))
                 found.append(_line_indices(f, path))
                 with_index.append(INDEX_DATASET in f)
+        check_shard_set(self.paths, places, self.require_fingerprint)
         self._shard_of = self._check_lines(found)
         if any(with_index) and not all(with_index):
             path = self.paths[with_index.index(False)]
@@ -202,20 +231,112 @@ class EmbeddingShards(collections.abc.Mapping):
         return False
 
 
-def open_shards(shards):
+def open_shards(shards, require_fingerprint=False):
     """An `EmbeddingShards` over `shards`: a prefix (`find_shards`) or a list of shard files."""
     paths = find_shards(os.fspath(shards)) if isinstance(shards, (str, os.PathLike)) else list(shards)
-    return EmbeddingShards(paths)
+    return EmbeddingShards(paths, require_fingerprint=require_fingerprint)
+
+
+def shard_place(f, path):
+    """`(fingerprint, index, count)` of the shard `f` (open h5py file at `path`) from its root attributes
+    (`shard_attrs`): `{entry: JSON text}` ({} without one), `shard.index` and `shard.count` (None when absent);
+    ShardError for an attribute of the wrong type."""
+    fingerprint, place = {}, {}
+    for name, value in f.attrs.items():
+        if name.startswith(FINGERPRINT_PREFIX):
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if not isinstance(value, str):
+                raise ShardError(f"{path}: attribute {name!r} is not text (a JSON value): {value!r}")
+            fingerprint[name[len(FINGERPRINT_PREFIX) :]] = value
+        elif name in (SHARD_INDEX, SHARD_COUNT):
+            if not (np.ndim(value) == 0 and np.issubdtype(np.asarray(value).dtype, np.integer)):
+                raise ShardError(f"{path}: attribute {name!r} is not an integer: {value!r}")
+            place[name] = int(value)
+    return fingerprint, place.get(SHARD_INDEX), place.get(SHARD_COUNT)
+
+
+def _entries_in_order(*fingerprints):
+    names = set().union(*fingerprints)
+    return [n for n in FINGERPRINT_ORDER if n in names] + sorted(names - set(FINGERPRINT_ORDER))
+
+
+def _shown(value):
+    return "absent" if value is None else str(value)
+
+
+def _missing_shard_name(paths, index, count):
+    """The file name shard `index` of `count` would have beside the first of `paths` named `PREFIX-SSSSS-of-NNNNN`."""
+    for path in paths:
+        match = SHARD_PATTERN.match(path)
+        if match:
+            return shard_path(match["prefix"], index, count)
+    return None
+
+
+def check_shard_set(paths, places, require_fingerprint=True):
+    """Raises `ShardError`, one line naming the first mismatch (the file, the attribute, both values), unless the
+    shards `paths` (their `shard_place`s, in the same order) are one run's complete set: the same fingerprint
+    everywhere, the same `shard.count`, every `shard.index` from 0 to count - 1 exactly once. Without
+    `require_fingerprint`, a set where no shard has a fingerprint nor a place passes unchecked."""
+    marked = [bool(fingerprint) and index is not None and count is not None for fingerprint, index, count in places]
+    if not any(marked) and not require_fingerprint:
+        return
+    for path, ok in zip(paths, marked):
+        if not ok:
+            reason = (
+                "other shards have one: shards of different runs"
+                if any(marked)
+                else "written before beam-embed marked its shards: run beam-embed again"
+            )
+            raise ShardError(
+                f"{path}: no run fingerprint ({FINGERPRINT_PREFIX}* and {SHARD_INDEX}/{SHARD_COUNT} attributes); "
+                + reason
+            )
+    (first_fingerprint, _, first_count), first = places[0], paths[0]
+    for path, (fingerprint, _index, count) in zip(paths[1:], places[1:]):
+        for entry in _entries_in_order(first_fingerprint, fingerprint):
+            if fingerprint.get(entry) != first_fingerprint.get(entry):
+                raise ShardError(
+                    f"{path}: attribute {FINGERPRINT_PREFIX + entry!r} is {_shown(fingerprint.get(entry))}, "
+                    f"{first} has {_shown(first_fingerprint.get(entry))}: shards of different runs"
+                )
+        if count != first_count:
+            raise ShardError(
+                f"{path}: attribute {SHARD_COUNT!r} is {count}, {first} has {first_count}: shards of different sets"
+            )
+    seen = {}
+    for path, (_fingerprint, index, count) in zip(paths, places):
+        if not 0 <= index < count:
+            raise ShardError(f"{path}: attribute {SHARD_INDEX!r} is {index}, not in 0..{count - 1} ({SHARD_COUNT})")
+        if index in seen:
+            raise ShardError(f"{path}: attribute {SHARD_INDEX!r} is {index}, as in {seen[index]}: the same shard twice")
+        seen[index] = path
+    missing = [k for k in range(first_count) if k not in seen]
+    if missing:
+        k = missing[0]
+        name = _missing_shard_name(paths, k, first_count)
+        given = ", ".join(str(i) for i in sorted(seen)[:8]) + (", ..." if len(seen) > 8 else "")
+        raise ShardError(
+            f"{name + ': ' if name else ''}shard {k} of {first_count} is missing: the {len(paths)} files given have "
+            f"{SHARD_INDEX} {given} of {SHARD_COUNT} {first_count} ({len(missing)} missing)"
+        )
 
 
 def _open_shard(path):
-    """`path` open for reading, its metadata cache capped; ShardError when it is not an hdf5 file."""
+    """`path` open for reading, its metadata cache capped; ShardError when it is not an hdf5 file; an
+    `elmo_tf.io.hdf5_safety` error when it refers to other files or outside storage (`check_self_contained`)."""
     try:
         f = h5py.File(path, "r")
     except OSError as e:  # an OS error (no such file, too many open files) has an errno; not hdf5 has none
         what = f"cannot be opened: {os.strerror(e.errno)}" if e.errno else "not an hdf5 file"
         raise ShardError(f"{path}: {what} ({e})") from None
-    cap_metadata_cache(f)
+    try:
+        check_self_contained(f, path)
+        cap_metadata_cache(f)
+    except BaseException:
+        f.close()
+        raise
     return f
 
 
@@ -311,13 +432,15 @@ def merge_shards(shards, output_path, progress=None, on_start=None):
     every dataset, copied as stored (`write_shards`; in the dtype of the first, which all shards of one run share).
     Memory: about 30 bytes a line while checking the shards, then the keys' text. Optional: `on_start(total)` once
     the shards are checked (the number of lines), `progress(n)` as datasets are copied (see `write_shards`).
-    Returns the number of datasets written.
+    Returns the number of datasets written. Nothing is written unless the shards are one run's complete set, each
+    with its fingerprint (`check_shard_set`).
 
     Raises:
-        ShardError: see `EmbeddingShards`, and shards whose arrays are not float32 or float16; WriteError: a full
-        disk (the temporary is removed).
+        ShardError: see `EmbeddingShards` (with `require_fingerprint`), and shards whose arrays are not float32 or
+        float16; WriteError: a full disk (the temporary is removed); OSError: the output's temporary cannot be
+        created beside it (its directory missing, not writable, not a directory).
     """
-    with open_shards(shards) as source:
+    with open_shards(shards, require_fingerprint=True) as source:
         resolved = {os.path.realpath(p) for p in source.paths}
         if os.path.realpath(output_path) in resolved:
             raise ShardError(f"{output_path}: is one of the shards; it would be destroyed")
@@ -332,12 +455,18 @@ def merge_shards(shards, output_path, progress=None, on_start=None):
 
 __all__ = [
     "EmbeddingShards",
+    "FINGERPRINT_PREFIX",
+    "SHARD_COUNT",
+    "SHARD_INDEX",
     "SHARD_PATTERN",
     "ShardError",
+    "check_shard_set",
     "find_shards",
     "merge_shards",
     "merged_index_text",
     "open_shards",
+    "shard_attrs",
     "shard_path",
+    "shard_place",
     "write_shards",
 ]

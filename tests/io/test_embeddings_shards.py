@@ -1,5 +1,7 @@
 """elmo_tf/io/embeddings_shards.py: shard sets read as one mapping, merged into one embed output, refused when they
-overlap or leave a gap (no TensorFlow, no Beam: shards written here with embed's EmbeddingWriter)."""
+overlap or leave a gap, when they are not one run's complete set (their fingerprints and places), or when a shard
+points outside itself (no TensorFlow, no Beam: shards written here with embed's EmbeddingWriter and marked with
+`shard_attrs` as beam-embed marks them)."""
 
 import json
 
@@ -8,11 +10,13 @@ import numpy as np
 import pytest
 
 from elmo_tf.io.embeddings_shards import (
+    SHARD_PATTERN,
     ShardError,
     find_shards,
     merge_shards,
     merged_index_text,
     open_shards,
+    shard_attrs,
     shard_path,
 )
 from elmo_tf.io.sentences import EmbeddingWriter
@@ -24,11 +28,25 @@ def array_of(index):
     return np.random.default_rng(index).standard_normal([3, index % 4, 2]).astype(np.float32)
 
 
-def write(path, indices):
-    with EmbeddingWriter(path) as writer:
+FINGERPRINT = {"model": "0" * 64, "layers": "all", "dtype": "float32", "input": {"lines_sha256": "1" * 64}}
+
+
+def mark(path, shard, count, **changes):
+    """Marks `path` as shard `shard` of `count` of the run `FINGERPRINT` (with `changes`), as beam-embed does."""
+    with h5py.File(path, "r+") as f:
+        f.attrs.update(shard_attrs({**FINGERPRINT, **changes}, shard, count))
+
+
+def write(path, indices, place=None, dtype="float32"):
+    """An embed output of lines `indices`, marked as the shard its name says (or `place`: `(shard, count)`)."""
+    with EmbeddingWriter(path, dtype=dtype) as writer:
         for i in indices:
             writer.add_key(i, LINES[i])
             writer.write(i, array_of(i))
+    match = SHARD_PATTERN.match(str(path))
+    place = place or (match and (int(match["shard"]), int(match["count"])))
+    if place:
+        mark(path, *place, dtype=dtype)
 
 
 @pytest.fixture
@@ -142,10 +160,7 @@ def test_gaps_are_counted_below_the_largest_index(tmp_path):
 def test_merge_copies_float16_as_stored_and_refuses_other_arrays(tmp_path):
     prefix = str(tmp_path / "h")
     for k, indices in enumerate([range(0, 2), range(2, 4)]):
-        with EmbeddingWriter(shard_path(prefix, k, 2), dtype="float16") as writer:
-            for i in indices:
-                writer.add_key(i, LINES[i])
-                writer.write(i, array_of(i))
+        write(shard_path(prefix, k, 2), indices, dtype="float16")
     assert merge_shards(prefix, tmp_path / "m.hdf5") == 4
     with h5py.File(tmp_path / "m.hdf5", "r") as f:
         assert {f[str(i)].dtype for i in range(4)} == {np.dtype(np.float16)}
@@ -153,6 +168,7 @@ def test_merge_copies_float16_as_stored_and_refuses_other_arrays(tmp_path):
         assert json.loads(f["sentence_to_index"][0]) == {"a b": "3", "": "1", LINES[2].decode(): "2"}
     with h5py.File(tmp_path / "ints.hdf5", "w") as f:
         f["0"] = np.zeros([1, 1, 1], np.int32)
+    mark(tmp_path / "ints.hdf5", 0, 1)
     with pytest.raises(ShardError, match=r"ints.hdf5: arrays of int32, not float32 or float16"):
         merge_shards([tmp_path / "ints.hdf5"], tmp_path / "m2.hdf5")
     assert not (tmp_path / "m2.hdf5").exists()
@@ -161,10 +177,11 @@ def test_merge_copies_float16_as_stored_and_refuses_other_arrays(tmp_path):
 def test_an_object_that_is_not_a_dataset_is_refused_when_read_or_merged(tmp_path):
     """Opening reads names only (no object: memory stays flat over many datasets); a group named like a line is
     refused, naming the file and the name, when it is read or merged, and nothing is written."""
-    write(tmp_path / "a.hdf5", [0, 1])
+    write(tmp_path / "a.hdf5", [0, 1], place=(0, 2))
     with h5py.File(tmp_path / "b.hdf5", "w") as f:
         f.create_group("2")
         f["sentence_to_index"] = np.array(['{"z": "2"}'], dtype=object).astype(h5py.string_dtype())
+    mark(tmp_path / "b.hdf5", 1, 2)
     paths = [tmp_path / "a.hdf5", tmp_path / "b.hdf5"]
     with open_shards(paths) as view:
         np.testing.assert_array_equal(view[1], array_of(1))
@@ -206,3 +223,54 @@ def test_thousands_of_shards_stay_within_the_open_files_limit(tmp_path, monkeypa
     assert result.returncode == 0 and result.stdout.strip() == str(len(LINES)), result.stderr[-2000:]
     with h5py.File(out, "r") as f:
         np.testing.assert_array_equal(f["6"][...], array_of(6))
+
+
+def test_open_shards_checks_marked_sets_and_merge_requires_marks(tmp_path):
+    """open_shards reads a set where no shard is marked (as `write_embedding_file` alone writes them) unchecked;
+    merge_shards refuses it. A marked set is checked by both: the first mismatch in file order, then in entry order
+    (model, layers, dtype, precision, input, token_embeddings, the rest by name)."""
+    a, b = tmp_path / "a.hdf5", tmp_path / "b.hdf5"
+    write(a, [0, 1], place=False)
+    write(b, [2], place=False)
+    with open_shards([a, b]) as view:
+        assert len(view) == 3
+    with pytest.raises(ShardError, match=r"a.hdf5: no run fingerprint .*run beam-embed again$"):
+        merge_shards([a, b], tmp_path / "m.hdf5")
+    mark(a, 0, 2)
+    with pytest.raises(ShardError, match=r"b.hdf5: no run fingerprint .*other shards have one"):
+        open_shards([a, b])
+    mark(b, 1, 2, layers="top", dtype="float16", zzz=1)
+    with pytest.raises(ShardError, match=r"""b.hdf5: attribute 'run.layers' is "top", .*a.hdf5 has "all": """):
+        open_shards([a, b])
+    mark(b, 1, 2, zzz=1)
+    with pytest.raises(ShardError, match=r"b.hdf5: attribute 'run.zzz' is 1, .*a.hdf5 has absent: "):
+        open_shards([a, b])
+    with h5py.File(b, "r+") as f:
+        del f.attrs["run.zzz"]
+        f.attrs["shard.index"] = 2
+    with pytest.raises(ShardError, match=r"b.hdf5: attribute 'shard.index' is 2, not in 0..1"):
+        open_shards([a, b])
+    with h5py.File(b, "r+") as f:
+        f.attrs["shard.index"] = "1"
+    with pytest.raises(ShardError, match=r"b.hdf5: attribute 'shard.index' is not an integer"):
+        open_shards([a, b])
+    mark(b, 1, 2)
+    assert merge_shards([b, a], tmp_path / "m.hdf5") == 3  # any order: the lines place them
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+
+
+def test_a_shard_that_points_outside_itself_is_refused_before_anything_is_written(tmp_path):
+    """An external link named like a line (`elmo_tf.io.hdf5_safety.check_self_contained`): one line naming it, when
+    the set is opened; nothing written."""
+    from elmo_tf.errors import ElmoTFError
+
+    prefix = str(tmp_path / "e")
+    write(shard_path(prefix, 0, 2), [0, 1])
+    write(shard_path(prefix, 1, 2), [2])
+    with h5py.File(tmp_path / "other.hdf5", "w") as f:
+        f["secret"] = np.full([3, 1, 2], 7, np.float32)
+    with h5py.File(shard_path(prefix, 1, 2), "r+") as f:
+        f["3"] = h5py.ExternalLink(str(tmp_path / "other.hdf5"), "secret")
+    with pytest.raises(ElmoTFError, match=r"e-00001-of-00002.hdf5: '3' is an external link"):
+        merge_shards(prefix, tmp_path / "m.hdf5")
+    assert not (tmp_path / "m.hdf5").exists()
