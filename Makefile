@@ -54,7 +54,7 @@ test-torch: venv
 # The tests whose numbers depend on the CPU's vector instructions (bfloat16 and float16 matmuls, oneDNN's kernels, the
 # recorded outputs of the original code), under an emulated AVX2-only CPU (an AMD EPYC-Milan in QEMU's user mode:
 # .ci/emulate-avx2, which needs qemu-user 7.2+). 6:44 on this 2-core AVX512_BF16 machine, 147 passed, 7 skipped.
-AVX2_TESTS := tests/layers/test_recurrence.py tests/layers/test_matmul_precision.py tests/layers/test_bilm.py \
+AVX2_TESTS := tests/layers/backends/test_tensorflow_recurrence.py tests/layers/test_matmul_precision.py tests/layers/test_bilm.py \
 	tests/models/test_bilm_pretrainer_fast_step.py tests/pretraining/test_loop.py tests/test_machine.py \
 	tests/test_fixture_parity.py tests/embed/test_output.py tests/io/test_torch_pickle.py tests/backends
 test-avx2: venv

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from elmo_tf.layers.ops_recurrence import MATMUL_DTYPES, reverse_sequences
+from elmo_tf.layers.lstm_constants import MATMUL_DTYPES
+from elmo_tf.layers.ops_recurrence import reverse_sequences
 from elmo_tf.layers.projected_lstm import IMPLEMENTATIONS, ProjectedLSTMCell, check_implementation, run_cells
 
 __all__ = ["BiLM", "DIRECTIONS", "IMPLEMENTATIONS", "MATMUL_DTYPES"]
@@ -32,12 +33,12 @@ class BiLM(keras.layers.Layer):
         use_skip_connections: residual connections from layer 1 on.
         dropout: rate on each layer's input, in training only.
         implementation: the loop, as `keras.layers.LSTM(use_cudnn=)` chooses its own: "auto" (default) runs the
-            hand-written backward pass (`recurrence.fast_gradient_scan`: same values; a layer's forward + backward
-            1.3-1.5x as fast, bench/train_throughput.py --profile) in training (`training=True`, no `gate_chunk`) and
-            the plain scan otherwise; "scan" always the plain scan, with TF's automatic gradient (the reference the
-            fast one is tested against); "fast_gradient" always the hand-written one (no `gate_chunk`); "ops" the loop
-            written in `keras.ops` (`ops_recurrence.ops_lstm_scan`), the one loop of the JAX and PyTorch backends
-            (where "auto" means it, and "scan" and "fast_gradient" are refused).
+            hand-written backward pass (`backends.tensorflow_recurrence.fast_gradient_scan`: same values; a layer's
+            forward + backward 1.3-1.5x as fast, bench/train_throughput.py --profile) in training (`training=True`,
+            no `gate_chunk`) and the plain scan otherwise; "scan" always the plain scan, with TF's automatic gradient
+            (the reference the fast one is tested against); "fast_gradient" always the hand-written one (no
+            `gate_chunk`); "ops" the loop written in `keras.ops` (`ops_recurrence.ops_lstm_scan`), the one loop of the
+            JAX and PyTorch backends (where "auto" means it, and "scan" and "fast_gradient" are refused).
         matmul_dtype: None, "float32" or "bfloat16": the dtype of the matmuls of `fast_gradient_scan`, where it runs
             (with "auto": training only; not with "scan"); the weights, the cell state and the element-wise math
             stay float32, the products (and so the outputs) hold bfloat16's precision. With "auto", inference and

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.backend import is_tensorflow_backend
+from elmo_tf.layers import backends
 from elmo_tf.layers.highway import Highway
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS, PAD
 
@@ -19,11 +19,6 @@ def _padding_row_zero(initializer):
     return init
 
 
-# `encode_tokens` cuts the char positions to a width rounded up to a multiple of this (the extra positions are padding
-# windows, whose value the max takes anyway): TensorFlow's oneDNN convolutions compile and keep a primitive per input
-# shape, and the exact width (longest token + widest filter - 1: about 40 values) multiplied the shapes a long run
-# meets (with it, 600 chunks of random words grew the RSS by 100 MiB before leveling off; 23 MiB at one width).
-CUT_WIDTH_MULTIPLE = 4
 ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
@@ -159,7 +154,8 @@ class CharCNN(keras.layers.Layer):
 
     def window_span(self, longest):
         """Char positions the convolutions need over tokens of at most `longest` positions: `longest + widest - 1`,
-        at most `max_chars` (`encode_tokens` runs at this, rounded up to `CUT_WIDTH_MULTIPLE`)."""
+        at most `max_chars` (TensorFlow's `encode_tokens` runs at this, rounded up to
+        `backends.tensorflow_fast_paths.CUT_WIDTH_MULTIPLE`)."""
         return min(int(longest) + self.widest - 1, self.max_chars)
 
     def _check_ids(self, char_ids, rank):
@@ -210,36 +206,10 @@ class CharCNN(keras.layers.Layer):
         but padding chars after its end keeps the whole width. On JAX and PyTorch every position is convolved (the
         same values; shapes that do not depend on the ids).
         """
-        if not is_tensorflow_backend():
+        try:
+            return backends.encode_tokens(self, char_ids)
+        except NotImplementedError:
             return self._encode_rows(self._check_ids(char_ids, 2))
-        import tensorflow as tf
-
-        char_ids = tf.convert_to_tensor(char_ids)
-        word_ids = char_ids[:, self.max_chars] if self.word_vocab_size else None
-        char_ids = char_ids[:, : self.max_chars]
-        pad = self.pad_id
-        widest = self.widest
-        real = tf.reduce_any(char_ids > 0, axis=1)  # (n,)
-        used = tf.reduce_any(tf.logical_and(tf.not_equal(char_ids, pad), real[:, None]), axis=0)  # (max_chars,)
-        longest = tf.reduce_max(tf.where(used, tf.range(1, self.max_chars + 1), 0))
-        cut = longest <= self.max_chars - widest
-        exact = tf.maximum(longest, 1) + widest - 1
-        step = CUT_WIDTH_MULTIPLE
-        rounded = tf.minimum((exact + step - 1) // step * step, self.max_chars)
-        kept = tf.where(cut, rounded, self.max_chars)
-        # the last row is one all-padding token: its max is the value of an all-padding window
-        ids = tf.concat([char_ids[:, :kept], tf.fill([1, kept], tf.constant(pad, char_ids.dtype))], axis=0)
-        add_padding_window = tf.logical_and(cut, real)[:, None]
-        x = ops.take(self.char_embedding, ids, axis=0)  # (n + 1, kept, dim)
-        pooled = []
-        for kernel, bias in zip(self.conv_kernels, self.conv_biases):
-            conv = ops.max(tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias, axis=1)
-            tokens = tf.where(add_padding_window, tf.maximum(conv[:-1], conv[-1:]), conv[:-1])
-            pooled.append(self.activation(tokens))
-        h = self.highway(ops.concatenate(pooled, axis=-1))
-        if word_ids is not None:  # ELMoForManyLangs: [word vector; highway(char CNN)] -> projection
-            h = ops.concatenate([ops.take(self.word_embedding, word_ids, axis=0), h], axis=-1)
-        return self.projection(h) if self.use_projection else h
 
     def encode_distinct(self, char_ids):
         """The token vectors of `call`, computing each distinct token once: int char ids `(..., max_chars)` ->
@@ -252,33 +222,17 @@ class CharCNN(keras.layers.Layer):
         occurrences (the gather's gradient). Same values as `call` within float rounding. On JAX and PyTorch every
         row is encoded (no distinct rows: shapes that do not depend on the ids).
         """
-        if not is_tensorflow_backend():
+        try:
+            return backends.encode_distinct(self, char_ids)
+        except NotImplementedError:
             return self._encode_all(self._check_ids(char_ids, None))
-        import tensorflow as tf
-
-        char_ids = tf.cast(char_ids, tf.int32)
-        if char_ids.shape.rank is not None and char_ids.shape[-1] not in (None, self.input_width):
-            raise ValueError(f"CharCNN inputs must have shape (..., {self.input_width}), got {char_ids.shape}")
-        flat = tf.reshape(char_ids, [-1, self.input_width])
-        distinct, index = tf.raw_ops.UniqueV2(x=flat, axis=tf.constant([0], tf.int64))
-        vectors = tf.gather(self.encode_tokens(distinct), index)
-        vectors *= tf.cast(tf.reduce_any(flat > 0, axis=1), vectors.dtype)[:, None]
-        shape = tf.concat([tf.shape(char_ids)[:-1], [self.projection_dim]], axis=0)
-        return tf.reshape(vectors, shape)
 
     def call(self, inputs):
         char_ids = self._check_ids(inputs, 3)
-        if not is_tensorflow_backend():
+        try:  # TensorFlow: only the real tokens are encoded
+            return backends.encode_real_tokens(self, char_ids)
+        except NotImplementedError:
             return self._encode_all(char_ids)
-        import tensorflow as tf
-
-        mask = tf.reduce_any(char_ids > 0, axis=-1)
-        # encode only real tokens, then scatter back: padding costs nothing
-        where = tf.where(mask)
-        # (encode_tokens adds its own all-padding token, so the convolutions' batch is never empty)
-        encoded = self.encode_tokens(tf.gather_nd(char_ids, where))
-        shape = tf.concat([tf.shape(char_ids, out_type=tf.int64)[:2], [self.projection_dim]], axis=0)
-        return tf.scatter_nd(where, encoded, shape)
 
     def compute_mask(self, inputs, mask=None):
         return ops.any(ops.greater(inputs, 0), axis=-1)

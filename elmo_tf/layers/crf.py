@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.backend import is_tensorflow_backend
+from elmo_tf.layers import backends
 from elmo_tf.layers.ops_recurrence import scan_carries
 
 NEG_INF = -1e4  # score of a forbidden transition: exp() underflows to 0, no NaN from inf - inf
@@ -18,34 +18,31 @@ def _if_more_than_one_step(potentials, scan, no_scan):
 
     A scan over no steps is avoided on every backend: in a TensorFlow graph stacking no steps fails when run, and
     PyTorch's Keras scan stacks a list (none to stack). So the branch is taken in Python when the time dimension is
-    known (always on JAX and PyTorch), and by `tf.cond` when it is not (a TensorFlow graph without a fixed shape).
+    known (always on JAX and PyTorch), and when the graph runs where it is not (a TensorFlow graph without a fixed
+    shape: `backends.cond_more_than_one_step`).
     """
     steps = potentials.shape[1]
     if steps is not None:
         return scan() if steps > 1 else no_scan()
-    import tensorflow as tf  # an unknown dimension exists in TensorFlow graphs only
-
-    return tf.cond(tf.shape(potentials)[1] > 1, scan, no_scan)
+    return backends.cond_more_than_one_step(potentials, scan, no_scan)
 
 
 def _argmax(x, axis):
-    """int32 argmax: `tf.argmax` on TensorFlow, where Keras's argmax fails on an empty batch (its tie handling takes
-    a max of the empty tensor)."""
-    if is_tensorflow_backend():
-        import tensorflow as tf
-
-        return tf.argmax(x, axis=axis, output_type=tf.int32)
-    return ops.cast(ops.argmax(x, axis=axis), "int32")
+    """int32 argmax; TensorFlow's own where Keras's argmax fails on an empty batch (its tie handling takes a max of the
+    empty tensor)."""
+    try:
+        return backends.argmax(x, axis)
+    except NotImplementedError:
+        return ops.cast(ops.argmax(x, axis=axis), "int32")
 
 
 def _max(x, axis):
-    """`ops.max`, as `tf.reduce_max` on TensorFlow, where Keras's max asserts that the tensor is not empty (a batch of
-    no sentences is)."""
-    if is_tensorflow_backend():
-        import tensorflow as tf
-
-        return tf.reduce_max(x, axis=axis)
-    return ops.max(x, axis=axis)
+    """`ops.max`; TensorFlow's own where Keras's max asserts that the tensor is not empty (a batch of no sentences
+    is)."""
+    try:
+        return backends.reduce_max(x, axis)
+    except NotImplementedError:
+        return ops.max(x, axis=axis)
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")

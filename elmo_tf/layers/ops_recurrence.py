@@ -1,24 +1,24 @@
 """The projected-LSTM loop in `keras.ops`: the recurrence of every Keras backend (TensorFlow, JAX, PyTorch).
 
-`ops_lstm_scan` is `recurrence.projected_lstm_scan` (same arguments, same values to float rounding) written with
-`keras.ops.scan` (JAX: `lax.scan`, compiled under `jax.jit`; PyTorch: a Python loop; TensorFlow: a while loop), so a
-biLM runs, trains (each backend's automatic gradient: `jax.grad`, `loss.backward()`) and saves on any backend.
-Layers reach it through `projected_lstm.run_cells` with `implementation="ops"`, which "auto" means on every backend
-but TensorFlow; TensorFlow keeps its own loops (`recurrence`: feature-major matmuls, a hand-written gradient).
+`ops_lstm_scan` is `backends.tensorflow_recurrence.projected_lstm_scan` (same arguments, same values to float
+rounding) written with `keras.ops.scan` (JAX: `lax.scan`, compiled under `jax.jit`; PyTorch: a Python loop;
+TensorFlow: a while loop), so a biLM runs, trains (each backend's automatic gradient: `jax.grad`, `loss.backward()`)
+and saves on any backend. Layers reach it through `projected_lstm.run_cells` with `implementation="ops"`, which
+"auto" means on every backend but TensorFlow; TensorFlow keeps its own loops (`backends.tensorflow_recurrence`:
+feature-major matmuls, a hand-written gradient).
 
 Layout: batch-major, `(D, batch, features)`: the D directions (a biLM layer's forward and backward stacks) advance
 stacked, one batched matmul per product and one set of element-wise ops per step for all of them. The input gates
 `x W_x + b` of all steps are one batched matmul before the loop; only the recurrent part runs per step.
 
-This module imports TensorFlow only where Keras runs on it (`reverse_sequences`).
+Where a TensorFlow op does better than Keras's in graphs (`tf.scan`, `tf.reverse_sequence`), it comes through the
+door `elmo_tf.layers.backends`; this module imports no TensorFlow.
 """
 
 from keras import ops
 
-from elmo_tf.backend import is_tensorflow_backend
-
-FORGET_BIAS = 1.0  # added to the forget gate at run time, never stored in the weights (TF1 LSTMCell)
-MATMUL_DTYPES = (None, "float32", "bfloat16")  # the dtypes a layer's `matmul_dtype` may name
+from elmo_tf.layers import backends
+from elmo_tf.layers.lstm_constants import FORGET_BIAS
 
 
 def scan_carries(step, init, xs, reverse=False):
@@ -26,12 +26,10 @@ def scan_carries(step, init, xs, reverse=False):
     and the carries of every step, stacked. On TensorFlow it is `tf.scan`: Keras's TensorFlow scan fails in a graph
     where the number of steps is unknown and there are several inputs (it asserts on the static length, None there).
     Needs at least one step (the final carry is the last one stacked there)."""
-    if not is_tensorflow_backend():
+    try:
+        return backends.scan_carries(step, init, xs, reverse)
+    except NotImplementedError:
         return ops.scan(step, init, xs, reverse=reverse)
-    import tensorflow as tf
-
-    carries = tf.scan(lambda carry, x: step(carry, x)[0], xs, initializer=init, reverse=reverse)
-    return tf.nest.map_structure(lambda c: c[0] if reverse else c[-1], carries), carries
 
 
 def reverse_by_lengths(x, lengths):
@@ -54,11 +52,10 @@ def reverse_by_lengths(x, lengths):
 
 def reverse_sequences(x, lengths):
     """`reverse_by_lengths`, as `tf.reverse_sequence` itself on the TensorFlow backend."""
-    if is_tensorflow_backend():
-        import tensorflow as tf
-
-        return tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)
-    return reverse_by_lengths(x, lengths)
+    try:
+        return backends.reverse_sequences(x, lengths)
+    except NotImplementedError:
+        return reverse_by_lengths(x, lengths)
 
 
 def _matmul(a, b, matmul_dtype=None):
@@ -151,15 +148,9 @@ def ops_lstm_scan(
         return (c, h), ops.where(kept, m, ops.zeros_like(m))
 
     xs = (gates, keep) if fresh is None else (gates, keep, fresh)
-    if is_tensorflow_backend():
-        # `scan_carries` (tf.scan) stacks carries only: each step's output rides in the carry, its c stacked beside
-        # (TensorFlow's own loops are `recurrence`'s; this one runs there only as the reference of the others)
-        def carried(carry, x):
-            (c, h), out = step(carry[:2], x)
-            return (c, h, out), (c, h, out)
-
-        (c, h, _), (_, _, outs) = scan_carries(carried, (c0, h0, ops.zeros_like(h0)), xs)
-    else:
+    try:  # on TensorFlow (where its own loops run, this one only as their reference): `tf.scan`
+        (c, h), outs = backends.scan_with_outputs(step, (c0, h0), xs, ops.zeros_like(h0))
+    except NotImplementedError:
         (c, h), outs = ops.scan(step, (c0, h0), xs)
     outs = ops.cast(outs, dtype)  # (time, D, batch, proj)
     return (

@@ -2,25 +2,21 @@
 
 As keras/src/layers/rnn/lstm.py pairs `LSTMCell` (weights, one step) with `LSTM` (the loop), this file pairs
 `ProjectedLSTMCell` (weights, kernels, one step) with `ProjectedLSTM` (one cell over a sequence). Both `BiLM` and
-`ProjectedLSTM` run their cells with `run_cells`, which picks the loop of `recurrence` by the layer's `implementation`.
+`ProjectedLSTM` run their cells with `run_cells`, which runs TensorFlow's compiled loops (`backends.projected_lstms`) or
+the `keras.ops` one (`ops_recurrence.ops_lstm_scan`) by the layer's `implementation`.
 """
 
 import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.backend import is_tensorflow_backend
-from elmo_tf.layers.ops_recurrence import (
-    MATMUL_DTYPES,
-    lstm_update,
-    ops_lstm_scan,
-    reverse_sequences,
-)
+from elmo_tf.layers import backends
+from elmo_tf.layers.lstm_constants import MATMUL_DTYPES, TENSORFLOW_IMPLEMENTATIONS
+from elmo_tf.layers.ops_recurrence import lstm_update, ops_lstm_scan, reverse_sequences
 
 KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
 # the loop `run_cells` runs (a layer argument, like use_cudnn)
 IMPLEMENTATIONS = ("auto", "scan", "fast_gradient", "ops")
-TENSORFLOW_IMPLEMENTATIONS = ("scan", "fast_gradient")  # the loops of `recurrence`, on the TensorFlow backend only
 # the arguments of ProjectedLSTMCell, which ProjectedLSTM takes too and reads through (both configs hold them)
 CELL_ARGUMENTS = ("units", "projection_dim", "cell_clip", "proj_clip", "dropout")
 
@@ -60,7 +56,11 @@ def check_implementation(implementation, matmul_dtype):
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if matmul_dtype not in MATMUL_DTYPES:
         raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {matmul_dtype!r}")
-    if implementation in TENSORFLOW_IMPLEMENTATIONS and not is_tensorflow_backend():
+    try:
+        offered = backends.recurrence_implementations()
+    except NotImplementedError:
+        offered = ()
+    if implementation in TENSORFLOW_IMPLEMENTATIONS and implementation not in offered:
         raise ValueError(
             f"implementation {implementation!r} runs on the TensorFlow backend only (Keras runs on "
             f"{keras.config.backend()!r}): use 'auto' or 'ops'"
@@ -96,9 +96,10 @@ def run_cells(
         initial_c, initial_h: D tensors `(batch, units)` and `(batch, projection_dim)`.
         resets: None, or D bool `(time, batch)`: where True a step starts from the zero state (a new segment).
         training: applies the cells' dropout; with "auto", selects the training loop.
-        implementation: on the TensorFlow backend, "auto": `fast_gradient_scan` (the hand-written backward pass) when
-            `training` is True and there is no `gate_chunk`, else `projected_lstm_scan`; "scan": always
-            `projected_lstm_scan` (TF's automatic gradient: the reference the other is tested against);
+        implementation: on the TensorFlow backend (`backends.projected_lstms`), "auto": `fast_gradient_scan` (the
+            hand-written backward pass) when `training` is True and there is no `gate_chunk`, else
+            `projected_lstm_scan`; "scan": always `projected_lstm_scan` (TF's automatic gradient: the reference the
+            other is tested against);
             "fast_gradient": always `fast_gradient_scan` (same values to float rounding; all steps' gates at once, so
             no `gate_chunk`). "ops": `ops_recurrence.ops_lstm_scan` (keras.ops, any backend), what "auto" runs on
             every other backend.
@@ -108,10 +109,9 @@ def run_cells(
     Returns:
         D outputs `(time, batch, projection_dim)`, D final c `(batch, units)`, D final h `(batch, projection_dim)`.
     """
-    if gate_chunk is not None and (implementation in ("fast_gradient", "ops") or not is_tensorflow_backend()):
+    if gate_chunk is not None and implementation in ("fast_gradient", "ops"):
         raise ValueError(
             f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with {implementation!r}"
-            + ("" if is_tensorflow_backend() else f" on the {keras.config.backend()!r} backend")
         )
     first = cells[0]
     w_x, bias, w_h, w_p = zip(*(cell.kernels() for cell in cells))
@@ -127,21 +127,19 @@ def run_cells(
         first.cell_clip,
         first.proj_clip,
     )
-    if implementation == "ops" or not is_tensorflow_backend():
-        use_matmul_dtype = implementation == "ops" or training is True
-        return ops_lstm_scan(*args, resets=resets, matmul_dtype=matmul_dtype if use_matmul_dtype else None)
-    from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
-
-    if implementation == "fast_gradient" or (implementation == "auto" and training is True and gate_chunk is None):
-        outs, cs, hs = fast_gradient_scan(*args, resets=resets, matmul_dtype=matmul_dtype)
-    else:
-        stacked = stack_directions(first.units, first.projection_dim)
-        outs, cs, hs = projected_lstm_scan(*args, resets=resets, chunk=gate_chunk, stack_directions=stacked)
-    for out, c, h in zip(outs, cs, hs):  # the compiled loop may relax static dims
-        out.set_shape([None, None, first.projection_dim])
-        c.set_shape([None, first.units])
-        h.set_shape([None, first.projection_dim])
-    return outs, cs, hs
+    try:  # TensorFlow's compiled loops, unless `implementation="ops"`
+        return backends.projected_lstms(
+            args, first.units, first.projection_dim, resets, training, implementation, gate_chunk, matmul_dtype
+        )
+    except NotImplementedError:
+        pass
+    if gate_chunk is not None:
+        raise ValueError(
+            f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with {implementation!r} "
+            f"on the {keras.config.backend()!r} backend"
+        )
+    use_matmul_dtype = implementation == "ops" or training is True
+    return ops_lstm_scan(*args, resets=resets, matmul_dtype=matmul_dtype if use_matmul_dtype else None)
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -190,8 +188,11 @@ class ProjectedLSTMCell(keras.layers.Layer):
         # dropout's random stream on JAX and PyTorch (TensorFlow's loops draw with tf.nn.dropout, as before); only with
         # a dropout, so a model's variables are the same on every backend otherwise
         self.seed_generator = None
-        if self.dropout > 0 and not is_tensorflow_backend():
-            self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
+        if self.dropout > 0:
+            try:
+                self.seed_generator = backends.dropout_seed_generator()
+            except NotImplementedError:
+                self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
 
     @property
     def state_size(self):
@@ -241,20 +242,18 @@ class ProjectedLSTMCell(keras.layers.Layer):
         """The inputs with this cell's dropout applied (in training only)."""
         if not (training and self.dropout > 0):
             return x
-        if is_tensorflow_backend():
-            import tensorflow as tf
-
-            return tf.nn.dropout(x, rate=self.dropout)
-        return keras.random.dropout(x, self.dropout, seed=self.seed_generator)
+        try:
+            return backends.dropout(x, self.dropout)
+        except NotImplementedError:
+            return keras.random.dropout(x, self.dropout, seed=self.seed_generator)
 
     def kernels(self):
         """`(input_kernel, bias, recurrent_kernel, projection_kernel)` as tensors, in the scans' argument order."""
         weights = (self.input_kernel, self.bias, self.recurrent_kernel, self.projection_kernel)
-        if is_tensorflow_backend():  # tensors, not the variables Keras's convert_to_tensor gives back there
-            import tensorflow as tf
-
-            return [tf.convert_to_tensor(w) for w in weights]
-        return [ops.convert_to_tensor(w) for w in weights]
+        try:  # tensors, not the variables Keras's TensorFlow convert_to_tensor gives back
+            return backends.read_variables(weights)
+        except NotImplementedError:
+            return [ops.convert_to_tensor(w) for w in weights]
 
     def zero_state(self, batch_size, dtype="float32"):
         return [ops.zeros((batch_size, self.units), dtype), ops.zeros((batch_size, self.projection_dim), dtype)]

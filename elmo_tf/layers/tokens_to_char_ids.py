@@ -4,8 +4,24 @@
 import keras
 import numpy as np
 
-from elmo_tf.backend import is_tensorflow_backend
-from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, vocabulary_mapping
+from elmo_tf.layers import backends
+from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, VocabularyRows, vocabulary_arguments
+
+
+def vocabulary_mapping(*arguments):
+    """A char vocabulary's mapping (`VocabularyRows`' arguments): on the TensorFlow backend
+    `char_vocabulary.VocabularyCharMapping` (lookup tables a SavedModel carries, `backends.vocabulary_char_mapping`),
+    elsewhere `VocabularyRows` (NumPy)."""
+    try:
+        return backends.vocabulary_char_mapping(*arguments)
+    except NotImplementedError:
+        return VocabularyRows(*arguments)
+
+
+def char_mapping(config):
+    """The char mapping of a `BiLMConfig`: `BYTE_MAPPING` (bilm-tf), or its vocabulary's (`vocabulary_mapping`). Both
+    map Python strings in NumPy (`.numpy(tokens)`, every backend); on TensorFlow they map tf.string tensors too."""
+    return BYTE_MAPPING if config.char_vocabulary is None else vocabulary_mapping(*vocabulary_arguments(config))
 
 
 def _pairs(value):
@@ -33,7 +49,9 @@ class TokensToCharIds(keras.layers.Layer):
     def __init__(self, char_vocabulary=None, special_ids=None, word_vocabulary=None, word_special_ids=None, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
-        if not is_tensorflow_backend():  # strings reach `call` as they are (keras-hub's preprocessing layers do so)
+        try:
+            backends.accepts_string_tensors()  # TensorFlow: Keras converts strings to tf.string tensors
+        except NotImplementedError:  # strings reach `call` as they are (keras-hub's preprocessing layers do so)
             self._convert_input_args = False
             self._allow_non_tensor_positional_args = True
         self.char_vocabulary = None if char_vocabulary is None else [tuple(p) for p in char_vocabulary]
@@ -61,11 +79,12 @@ class TokensToCharIds(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        if is_tensorflow_backend():
-            return self.mapping(inputs)
-        tokens = np.asarray(inputs, dtype=object)
-        ids = self.mapping.numpy(tokens.reshape(-1).tolist()).reshape(tokens.shape + (self.mapping.width,))
-        return keras.ops.convert_to_tensor(ids)
+        try:
+            return backends.string_char_ids(self.mapping, inputs)
+        except NotImplementedError:
+            tokens = np.asarray(inputs, dtype=object)
+            ids = self.mapping.numpy(tokens.reshape(-1).tolist()).reshape(tokens.shape + (self.mapping.width,))
+            return keras.ops.convert_to_tensor(ids)
 
     def compute_output_spec(self, inputs):
         return keras.KerasTensor(tuple(inputs.shape) + (self.mapping.width,), dtype="int32")

@@ -5,9 +5,9 @@ import tensorflow as tf
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.layers.matmul_precision import low_precision_matmul
+from elmo_tf.layers.tokens_to_char_ids import char_mapping
 from elmo_tf.models.elmo import build_bilm_layers
 from elmo_tf.models.lm_states import lm_states  # noqa: F401 (long imported from here too)
-from elmo_tf.preprocessing.char_vocabulary import char_mapping
 
 
 def sampled_softmax_loss(

@@ -8,13 +8,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.bilm_hdf5 import check_weight_file, load_bilm_weights, save_bilm_weights
+from elmo_tf.layers import backends
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.scalar_mix import ScalarMix
-from elmo_tf.preprocessing.char_rows import char_mapping, sentences_to_char_ids
+from elmo_tf.layers.tokens_to_char_ids import char_mapping
+from elmo_tf.preprocessing.char_rows import sentences_to_char_ids
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 
 
@@ -167,11 +168,13 @@ class ELMo(keras.Model):
         if vocabulary is None and embedding is None:
             self._token_cache = None
             return
-        if not is_tensorflow_backend():
+        try:
+            backends.accepts_string_tensors()  # the cache's lookup table is TensorFlow's
+        except NotImplementedError:
             raise ValueError(
                 f"use_token_embeddings needs the TensorFlow backend (its lookup table is TensorFlow's); Keras runs on "
                 f"{keras.config.backend()!r}"
-            )
+            ) from None
         from elmo_tf.io.token_cache import TokenCache
 
         value = vocabulary if embedding is None else (vocabulary, embedding)
@@ -203,13 +206,8 @@ class ELMo(keras.Model):
         else:
             if self.token_cache is None:
                 raise ValueError("token_ids given but no token-embedding cache is attached (use_token_embeddings)")
-            import tensorflow as tf  # a cache exists on the TensorFlow backend only (use_token_embeddings)
-
-            ids = tf.pad(tf.cast(token_ids, tf.int32) * tf.cast(mask, tf.int32), [[0, 0], [1, 1]])  # boundaries: 0
-            hit = ids > 0
-            # the char CNN encodes only rows with a non-zero char id: cached words are zeroed out of its input
-            tokens = self.char_cnn.encode_distinct(tf.where(hit[:, :, None], 0, with_bounds))
-            tokens += self.token_cache.gather(ids)
+            # a cache exists on the TensorFlow backend only (use_token_embeddings)
+            tokens = backends.encode_cached_tokens(self.char_cnn, self.token_cache, with_bounds, token_ids, mask)
         result = self.bilm(
             tokens, mask=mask_bounds, initial_state=initial_state, return_state=return_state, training=training
         )
@@ -243,9 +241,7 @@ class ELMo(keras.Model):
         """Calls the model on a tf.string `(batch, tokens)` tensor padded with "" (through the attached token cache,
         if any). On JAX and PyTorch: on tokens as Python strings, a list of sentences (lists of `str`/`bytes`, of any
         lengths) or a NumPy array padded with "", mapped by `char_mapping.numpy`."""
-        if not is_tensorflow_backend():
-            return self(self.tokens_to_char_ids(tokens), **kwargs)
-        if self.token_cache is not None and "token_ids" not in kwargs:
+        if self.token_cache is not None and "token_ids" not in kwargs:  # never off TensorFlow (use_token_embeddings)
             kwargs["token_ids"] = self.token_ids(tokens)
         return self(self.tokens_to_char_ids(tokens), **kwargs)
 
@@ -254,9 +250,10 @@ class ELMo(keras.Model):
         mapping (`elmo_tf.preprocessing.tokens_to_char_ids`), or a converted ELMoForManyLangs model's vocabulary
         lookup (`elmo_tf.preprocessing.char_vocabulary`). On JAX and PyTorch: Python strings, as `embed_tokens` takes
         them -> int32 NumPy `(batch, tokens, input width)`."""
-        if is_tensorflow_backend():
-            return self.char_mapping(tokens)
-        return sentences_to_char_ids(self.char_mapping, tokens)
+        try:
+            return backends.string_char_ids(self.char_mapping, tokens)
+        except NotImplementedError:
+            return sentences_to_char_ids(self.char_mapping, tokens)
 
     def get_config(self):
         config = super().get_config()

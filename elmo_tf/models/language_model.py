@@ -5,22 +5,23 @@
 is that code path for any model holding a `char_cnn`, a `bilm` and a `softmax_kernel` / `softmax_bias`, so
 `elmo_tf.pretraining.evaluate_perplexity` computes its perplexities from it too.
 
-On JAX and PyTorch the same numbers come from `keras.ops`: the vocabulary's chunks in a Python loop, every position
-scored (masked after), the vocabulary as a Python dict and the words as Python strings.
+TensorFlow's fast paths (a `tf.while_loop` over the vocabulary, only the real positions scored, the vocabulary on a
+lookup table) come through the door `elmo_tf.layers.backends` (`tensorflow_language_model`). Where it declines (JAX,
+PyTorch) the same numbers come from `keras.ops` here: the vocabulary's chunks in a Python loop, every position scored
+(masked after), the vocabulary as a Python dict and the words as Python strings (`WordVocabulary`).
 """
-
-import math
 
 import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.config import BiLMConfig
 from elmo_tf.errors import ElmoTFError, check_int
+from elmo_tf.layers import backends
+from elmo_tf.layers.tokens_to_char_ids import char_mapping
 from elmo_tf.models.elmo import build_bilm_layers
 from elmo_tf.models.lm_states import lm_states
-from elmo_tf.preprocessing.char_rows import char_mapping, sentences_to_char_ids
+from elmo_tf.preprocessing.char_rows import sentences_to_char_ids
 from elmo_tf.preprocessing.chars import token_bytes
 
 DIRECTIONS = ("forward", "backward")
@@ -44,60 +45,10 @@ def full_softmax(states, targets, kernel, bias, chunk_size=DEFAULT_CHUNK_SIZE, t
         dict: `log_probs` float `(N,)`; with `top_k`, `top_k_log_probs` float `(N, k)` (decreasing) and
         `top_k_ids` int32 `(N, k)`.
     """
-    if not is_tensorflow_backend():
+    try:
+        return backends.full_softmax(states, targets, kernel, bias, chunk_size, top_k)
+    except NotImplementedError:
         return _full_softmax_ops(states, targets, kernel, bias, chunk_size, top_k)
-    import tensorflow as tf
-
-    vocab = int(kernel.shape[0])
-    chunk_size = min(chunk_size, vocab)
-    states = tf.convert_to_tensor(states)
-    kernel = tf.convert_to_tensor(kernel)  # a read of a variable, not a copy
-    bias = tf.cast(bias, kernel.dtype)
-    targets = tf.cast(targets, tf.int32)
-    n = tf.shape(states)[0]
-    neg_inf = tf.constant(-np.inf, states.dtype)
-
-    def body(i, running_max, running_sum, target_logit, top_values, top_ids):
-        start = i * chunk_size
-        size = tf.minimum(chunk_size, vocab - start)
-        weights = tf.slice(kernel, [start, 0], [size, -1])
-        logits = tf.matmul(states, weights, transpose_b=True) + tf.slice(bias, [start], [size])
-        new_max = tf.maximum(running_max, tf.reduce_max(logits, axis=1))
-        running_sum = running_sum * tf.exp(running_max - new_max) + tf.reduce_sum(
-            tf.exp(logits - new_max[:, None]), axis=1
-        )
-        local = targets - start
-        inside = (local >= 0) & (local < size)
-        picked = tf.gather(logits, tf.clip_by_value(local, 0, size - 1)[:, None], batch_dims=1)[:, 0]
-        target_logit = tf.where(inside, picked, target_logit)
-        if top_k:
-            padded = tf.pad(logits, [[0, 0], [0, tf.maximum(top_k - size, 0)]], constant_values=-np.inf)
-            values, ids = tf.math.top_k(padded, top_k)
-            values, order = tf.math.top_k(tf.concat([top_values, values], axis=1), top_k)
-            top_ids = tf.gather(tf.concat([top_ids, ids + start], axis=1), order, batch_dims=1)
-            top_values = values
-        return i + 1, new_max, running_sum, target_logit, top_values, top_ids
-
-    k = max(top_k, 1)
-    start = (
-        tf.constant(0),
-        tf.fill([n], neg_inf),
-        tf.zeros([n], states.dtype),
-        tf.zeros([n], states.dtype),
-        tf.fill([n, k], neg_inf),
-        tf.zeros([n, k], tf.int32),
-    )
-    chunks = math.ceil(vocab / chunk_size)
-    # parallel_iterations=1: one chunk's logits at a time (the next matmul does not wait on the running values)
-    _, running_max, running_sum, target_logit, top_values, top_ids = tf.while_loop(
-        lambda i, *_: i < chunks, body, start, parallel_iterations=1, maximum_iterations=chunks
-    )
-    log_norm = running_max + tf.math.log(running_sum)
-    result = {"log_probs": target_logit - log_norm}
-    if top_k:
-        result["top_k_log_probs"] = top_values - log_norm[:, None]
-        result["top_k_ids"] = top_ids
-    return result
 
 
 def _full_softmax_ops(states, targets, kernel, bias, chunk_size, top_k):
@@ -172,61 +123,99 @@ def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
     )
     keep = out["weights"] > 0  # (batch, T + 1): positions 0..n
     lengths = ops.sum(ops.cast(keep, "int32"), axis=1) - 1
-    if not is_tensorflow_backend():
-        return _dense_log_probs(model, out, keep, lengths, chunk_size, top_k)
-    import tensorflow as tf
-
-    where = tf.where(keep)
-    states = [tf.gather_nd(out[d], where) for d in DIRECTIONS]
-    targets = [tf.gather_nd(out[f"targets_{d}"], where) for d in DIRECTIONS]
-    count = tf.shape(where)[0]
-    scored = full_softmax(
-        tf.concat(states, axis=0),
-        tf.concat(targets, axis=0),
+    scored = score_positions(
+        [out[d] for d in DIRECTIONS],
+        [out[f"targets_{d}"] for d in DIRECTIONS],
+        keep,
         model.softmax_kernel,
         model.softmax_bias,
-        chunk_size=chunk_size,
-        top_k=top_k,
+        chunk_size,
+        top_k,
     )
-    shape = tf.shape(keep, out_type=tf.int64)
     result = {"sequence_len": lengths}
-    for index, direction in enumerate(DIRECTIONS):
-        rows = slice(None, count) if index == 0 else slice(count, None)
-        parts = {"log_probs": scored["log_probs"][rows]}
-        if top_k:
-            parts.update(top_k_ids=scored["top_k_ids"][rows], top_k_log_probs=scored["top_k_log_probs"][rows])
-        for key, values in parts.items():
-            full_shape = shape if values.shape.rank == 1 else tf.concat([shape, tf.constant([top_k], tf.int64)], axis=0)
-            dense = tf.scatter_nd(where, values, full_shape)
-            if direction == "backward":
-                dense = _backward_order(dense, lengths)
-            result[f"{direction}_{key}"] = dense
+    for direction, parts in zip(DIRECTIONS, scored):
+        for key, dense in parts.items():
+            result[f"{direction}_{key}"] = _backward_order(dense, lengths) if direction == "backward" else dense
     return result
 
 
-def _dense_log_probs(model, out, keep, lengths, chunk_size, top_k):
-    """`sentence_log_probs`'s outputs off TensorFlow: every position scored (shapes that do not depend on the data,
-    as `jax.jit` needs), then zeros past each sentence's n + 1, as TensorFlow's gather and scatter leave them."""
+def score_positions(states, targets, keep, kernel, bias, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
+    """`full_softmax` of every direction's states at the positions where `keep` is True, zeros elsewhere.
+
+    On TensorFlow only those positions are scored (`backends.score_positions`: gathered, one pass over the vocabulary
+    for all directions, scattered back); elsewhere every position is (shapes that do not depend on the data, as
+    `jax.jit` needs), then masked.
+
+    Args:
+        states: per direction, float `(batch, T, P)`; targets: per direction, int `(batch, T)`.
+        keep: bool `(batch, T)`.
+        kernel, bias, chunk_size, top_k: `full_softmax`'s.
+    Returns:
+        per direction, a dict of `full_softmax`'s keys -> float or int32 `(batch, T)` (`(batch, T, k)` for the top k).
+    """
+    try:
+        return backends.score_positions(states, targets, keep, kernel, bias, chunk_size, top_k)
+    except NotImplementedError:
+        pass
     batch, steps = ops.shape(keep)[0], ops.shape(keep)[1]
-    p = model.bilm.projection_dim
+    p = states[0].shape[-1]
     scored = full_softmax(
-        ops.concatenate([ops.reshape(out[d], (-1, p)) for d in DIRECTIONS], axis=0),
-        ops.concatenate([ops.reshape(out[f"targets_{d}"], (-1,)) for d in DIRECTIONS], axis=0),
-        model.softmax_kernel,
-        model.softmax_bias,
+        ops.concatenate([ops.reshape(s, (-1, p)) for s in states], axis=0),
+        ops.concatenate([ops.reshape(t, (-1,)) for t in targets], axis=0),
+        kernel,
+        bias,
         chunk_size=chunk_size,
         top_k=top_k,
     )
-    result = {"sequence_len": lengths}
     count = batch * steps
-    for index, direction in enumerate(DIRECTIONS):
-        rows = slice(None, count) if index == 0 else slice(count, None)
+    directions = []
+    for index in range(len(states)):
+        rows = slice(index * count, (index + 1) * count)
+        dense = {}
         for key, values in scored.items():
             values = ops.reshape(values[rows], (batch, steps) + tuple(values.shape[1:]))
             kept = keep if len(values.shape) == 2 else keep[:, :, None]
-            dense = ops.where(kept, values, ops.zeros_like(values))
-            result[f"{direction}_{key}"] = _backward_order(dense, lengths) if direction == "backward" else dense
-    return result
+            dense[key] = ops.where(kept, values, ops.zeros_like(values))
+        directions.append(dense)
+    return directions
+
+
+class WordVocabulary:
+    """A language model's vocabulary in NumPy, where the backend has no lookup table (`backends.word_vocabulary`:
+    TensorFlow's): row j = word j; a dict of the words' bytes (as TensorFlow's table compares) -> a word's first row,
+    the words as str; sentences of Python strings in.
+
+    Args:
+        words: the V words of the softmax's rows (str or bytes).
+        unk_id: the id of words not in the vocabulary.
+    """
+
+    def __init__(self, words, unk_id):
+        self.words = np.array([token_bytes(w).decode("utf-8", "replace") for w in words], object)
+        self.table = {token_bytes(w): i for i, w in reversed(list(enumerate(words)))}
+        self.unk_id = unk_id
+
+    def token_ids(self, tokens):
+        """Sentences of Python strings (any lengths) -> int32 NumPy `(batch, longest)`, 0 past each sentence."""
+        sentences = [[token_bytes(t) for t in sentence if len(t)] for sentence in tokens]
+        ids = np.zeros([len(sentences), max(map(len, sentences), default=0)], np.int32)
+        for k, sentence in enumerate(sentences):
+            ids[k, : len(sentence)] = [self.table.get(t, self.unk_id) for t in sentence]
+        return ids
+
+    def words_of(self, ids):
+        """int ids -> a NumPy array of str."""
+        return self.words[ops.convert_to_numpy(ids)]
+
+    def model_inputs(self, char_mapping, tokens):
+        """Sentences of Python strings -> `(char ids, word ids)` NumPy, the language model's inputs."""
+        return sentences_to_char_ids(char_mapping, tokens), self.token_ids(tokens)
+
+    def top_k_words(self, ids, sequence_len):
+        """Top-k ids `(batch, T + 1, k)` -> their words, "" past each sentence's n + 1 (`sequence_len` n)."""
+        steps = ops.shape(ids)[1]
+        valid = np.arange(steps)[None, :, None] <= ops.convert_to_numpy(sequence_len)[:, None, None]
+        return np.where(valid, self.words_of(ids), "")
 
 
 class LMInputError(ElmoTFError):
@@ -297,7 +286,7 @@ class LanguageModel(keras.Model):
             name="softmax_kernel", shape=(vocab_size, config.projection_dim), initializer="zeros"
         )
         self.softmax_bias = self.add_weight(name="softmax_bias", shape=(vocab_size,), initializer="zeros")
-        self._words = self._table = None
+        self._vocabulary = None  # `use_vocabulary`
         self.built = True
 
     def call(self, inputs, training=None):
@@ -306,84 +295,52 @@ class LanguageModel(keras.Model):
     # ------------------------------------------------------------------------------------------ strings in
 
     def use_vocabulary(self, words):
-        """Attaches the vocabulary (V words, row j = word j) for `score_tokens` and the top-k words; its table is
-        created now, outside any traced function. Not part of the config (vocabularies are assets)."""
+        """Attaches the vocabulary (V words, row j = word j) for `score_tokens` and the top-k words: TensorFlow's lookup
+        table (`backends.word_vocabulary`, created now, outside any traced function), else a `WordVocabulary`. Not part
+        of the config (vocabularies are assets)."""
         words = list(words)
         if len(words) != self.vocab_size:
             raise LMInputError(f"the vocabulary has {len(words)} words, the softmax {self.vocab_size} rows")
-        if not is_tensorflow_backend():  # a dict of the words' bytes (as TensorFlow's table compares), words as str
-            self._words = np.array([token_bytes(w).decode("utf-8", "replace") for w in words], object)
-            self._table = {token_bytes(w): i for i, w in reversed(list(enumerate(words)))}  # a word's first row
-            return
-        import tensorflow as tf
-
-        with tf.init_scope():
-            self._words = tf.constant(words, tf.string)
-            self._table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(self._words, tf.range(len(words), dtype=tf.int32)),
-                default_value=self.unk_id,
-            )
+        try:
+            self._vocabulary = backends.word_vocabulary(words, self.unk_id)
+        except NotImplementedError:
+            self._vocabulary = WordVocabulary(words, self.unk_id)
 
     @property
     def vocabulary_table(self):
-        """The attached `tf.lookup.StaticHashTable` word -> id (unknown words -> `unk_id`), or None; an export
-        tracks it."""
-        return self._table
+        """The attached vocabulary's table word -> id (unknown words -> `unk_id`): a `tf.lookup.StaticHashTable`,
+        which an export tracks (on JAX and PyTorch a dict), or None."""
+        return None if self._vocabulary is None else self._vocabulary.table
+
+    def _attached(self, method):
+        if self._vocabulary is None:
+            raise LMInputError(f"{method} needs a vocabulary: call use_vocabulary first")
+        return self._vocabulary
 
     def token_ids(self, tokens):
         """tf.string `(...)` -> int32 word ids (`unk_id` for words not in the vocabulary). On JAX and PyTorch:
         sentences of Python strings (any lengths) -> int32 NumPy `(batch, longest)`, 0 past each sentence."""
-        if self._table is None:
-            raise LMInputError("token_ids needs a vocabulary: call use_vocabulary first")
-        if not is_tensorflow_backend():
-            sentences = [[token_bytes(t) for t in sentence if len(t)] for sentence in tokens]
-            ids = np.zeros([len(sentences), max(map(len, sentences), default=0)], np.int32)
-            for k, sentence in enumerate(sentences):
-                ids[k, : len(sentence)] = [self._table.get(t, self.unk_id) for t in sentence]
-            return ids
-        import tensorflow as tf
-
-        return self._table.lookup(tf.convert_to_tensor(tokens, tf.string))
+        return self._attached("token_ids").token_ids(tokens)
 
     def top_k_words(self, ids):
         """int ids -> tf.string words of the attached vocabulary (on JAX and PyTorch: a NumPy array of str)."""
-        if self._words is None:
-            raise LMInputError("top_k_words needs a vocabulary: call use_vocabulary first")
-        if not is_tensorflow_backend():
-            return self._words[ops.convert_to_numpy(ids)]
-        import tensorflow as tf
-
-        return tf.gather(self._words, ids)
+        return self._attached("top_k_words").words_of(ids)
 
     def score_tokens(self, tokens):
         """Scores tf.string tokens `(batch, T)` padded with "" (after each sentence's real tokens); returns
         `score`'s outputs. On JAX and PyTorch: sentences of Python strings, as `ELMo.embed_tokens` takes them."""
-        if not is_tensorflow_backend():
-            return self.score(sentences_to_char_ids(self.char_mapping, tokens), self.token_ids(tokens))
-        import tensorflow as tf
-
-        tokens = tf.convert_to_tensor(tokens, tf.string)
-        return self.score(self.char_mapping(tokens), self.token_ids(tokens))
+        return self.score(*self._attached("token_ids").model_inputs(self.char_mapping, tokens))
 
     def score(self, char_ids, token_ids):
         """The outputs of `call` on char ids `(batch, T, 50)` and word ids `(batch, T)`, with, for a top k,
         `{direction}_top_k_words` tf.string `(batch, T + 1, k)` beside the ids ("" past a sentence's n + 1; on JAX
         and PyTorch a NumPy array of str)."""
         out = self({"char_ids": char_ids, "token_ids": token_ids}, training=False)
-        if self.top_k and not is_tensorflow_backend():
-            steps = ops.shape(out["forward_log_probs"])[1]
-            valid = np.arange(steps)[None, :, None] <= ops.convert_to_numpy(out["sequence_len"])[:, None, None]
-            for direction in DIRECTIONS:
-                words = self.top_k_words(out[f"{direction}_top_k_ids"])
-                out[f"{direction}_top_k_words"] = np.where(valid, words, "")
-            return out
         if self.top_k:
-            import tensorflow as tf
-
-            valid = tf.sequence_mask(out["sequence_len"] + 1, tf.shape(out["forward_log_probs"])[1])[:, :, None]
+            vocabulary = self._attached("top_k_words")
             for direction in DIRECTIONS:
-                words = self.top_k_words(out[f"{direction}_top_k_ids"])
-                out[f"{direction}_top_k_words"] = tf.where(valid, words, "")
+                words = vocabulary.top_k_words(out[f"{direction}_top_k_ids"], out["sequence_len"])
+                out[f"{direction}_top_k_words"] = words
         return out
 
     def get_config(self):
@@ -417,10 +374,12 @@ def load_language_model(options_path, weights_path, softmax_path, vocab_path, el
         `(words, projection_dim)`, or not readable), `LMVocabularyError` (a vocabulary without `<S>`, `</S>`,
         `<UNK>`, or unreadable).
     """
-    from elmo_tf.io.bilm_hdf5 import load_bilm_weights
+    from elmo_tf.io.bilm_hdf5 import check_weight_file, load_bilm_weights
     from elmo_tf.io.softmax import LMVocabulary, check_softmax, load_softmax_weights
 
     config = elmo.config if elmo is not None else BiLMConfig.from_json(options_path)
+    if elmo is None:
+        check_weight_file(config, weights_path)  # the file's shapes (metadata) before any tensor is allocated
     vocab = LMVocabulary.load(vocab_path)
     check_softmax(softmax_path, len(vocab), config.projection_dim, vocab_path)  # before any big allocation
     layers = (elmo.char_cnn, elmo.bilm) if elmo is not None else None

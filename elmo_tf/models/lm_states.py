@@ -1,8 +1,10 @@
 """The biLM's top states and the word each one predicts: the forward pass that `BiLMPretrainer` trains and
-`LanguageModel` scores, in `keras.ops` (every Keras backend; the dropout of training is TensorFlow's)."""
+`LanguageModel` scores, in `keras.ops` (every Keras backend; the dropout of training TensorFlow's where it runs)."""
 
+import keras
 from keras import ops
 
+from elmo_tf.layers import backends
 from elmo_tf.preprocessing.chars import add_sentence_boundaries
 
 
@@ -31,9 +33,10 @@ def lm_states(char_cnn, bilm, inputs, bos_id, eos_id, training=None, dropout=0.0
     mask_b = ops.any(with_bounds > 0, axis=-1)
     top = bilm(char_cnn.encode_distinct(with_bounds), mask=mask_b, training=training)[-1]
     if training and dropout > 0:
-        import tensorflow as tf  # pretraining runs on TensorFlow
-
-        top = tf.nn.dropout(top, rate=dropout)
+        try:
+            top = backends.dropout(top, dropout)
+        except NotImplementedError:
+            top = keras.random.dropout(top, dropout)
     p = bilm.projection_dim
     # ids with boundaries: <S> w_1 .. w_n </S> pad...
     column = ops.zeros((ops.shape(token_ids)[0], 1), "int32")  # (a slice of token_ids has no column when T is 0)

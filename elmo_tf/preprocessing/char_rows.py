@@ -9,7 +9,6 @@ holds the TensorFlow twin, the lookup tables a SavedModel carries, and builds it
 
 import numpy as np
 
-from elmo_tf.backend import is_tensorflow_backend
 from elmo_tf.preprocessing.chars import BOS_CHAR_IDS, BOW, EOS_CHAR_IDS, EOW, MAX_CHARS, PAD, tokens_to_char_ids_numpy
 
 CHAR_SPECIALS = ("bow", "eow", "pad", "oov", "bos", "eos")
@@ -113,22 +112,6 @@ def vocabulary_arguments(config):
         dict(config.word_special_ids) if config.word_special_ids else None,
         config.max_characters_per_token,
     )
-
-
-def vocabulary_mapping(*arguments):
-    """A char vocabulary's mapping (`VocabularyRows`' arguments): on the TensorFlow backend
-    `char_vocabulary.VocabularyCharMapping` (lookup tables a SavedModel carries), elsewhere `VocabularyRows`."""
-    if is_tensorflow_backend():
-        from elmo_tf.preprocessing.char_vocabulary import VocabularyCharMapping
-
-        return VocabularyCharMapping(*arguments)
-    return VocabularyRows(*arguments)
-
-
-def char_mapping(config):
-    """The char mapping of a `BiLMConfig`: `BYTE_MAPPING` (bilm-tf), or its vocabulary's (`vocabulary_mapping`). Both
-    map Python strings in NumPy (`.numpy(tokens)`, every backend); on TensorFlow they map tf.string tensors too."""
-    return BYTE_MAPPING if config.char_vocabulary is None else vocabulary_mapping(*vocabulary_arguments(config))
 
 
 def sentences_to_char_ids(mapping, sentences):

@@ -26,7 +26,6 @@ from elmo_tf.preprocessing.char_rows import (  # noqa: F401 (the names long impo
     WORD_SPECIALS,
     ByteCharMapping,
     VocabularyRows,
-    char_mapping,
 )
 from elmo_tf.preprocessing.chars import MAX_CHARS
 

@@ -84,6 +84,6 @@ class TrainConfig:
 
 def matmul_precisions():
     """The values of `TrainConfig.matmul_precision`: the dtypes BiLM's training scan takes (float32, bfloat16)."""
-    from elmo_tf.layers.recurrence import MATMUL_DTYPES  # deferred: the layers import TensorFlow
+    from elmo_tf.layers.lstm_constants import MATMUL_DTYPES  # deferred: elmo_tf.layers imports Keras
 
     return tuple(d for d in MATMUL_DTYPES if d)

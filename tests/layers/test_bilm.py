@@ -276,7 +276,7 @@ def test_gate_chunks_change_nothing(chunk, randomize):
 def test_stacked_and_per_direction_recurrences_agree(chunk, randomize):
     """Small kernels advance both directions as one stacked tensor, large ones one matmul per direction: both
     give the same outputs and final states, with segment resets too."""
-    from elmo_tf.layers import recurrence
+    from elmo_tf.layers.backends import tensorflow_recurrence as recurrence
 
     bilm = make_bilm(randomize)
     lstms = [bilm.get_lstm(d, 0) for d in DIRECTIONS]

@@ -151,7 +151,7 @@ def test_gradients_reach_every_weight(randomize, to_char_ids):
 
 # --- the convolutions run over the batch's longest token only (CharCNN.encode_tokens) ---
 
-from elmo_tf.layers.char_cnn import CUT_WIDTH_MULTIPLE  # noqa: E402
+from elmo_tf.layers.backends.tensorflow_fast_paths import CUT_WIDTH_MULTIPLE  # noqa: E402
 from elmo_tf.preprocessing.chars import PAD  # noqa: E402
 
 WIDEST = max(width for width, _ in FILTERS)

@@ -5,10 +5,10 @@ segments), padding. tests/backends/ runs the layers on it under JAX and PyTorch.
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_recurrence import _problem, _value_and_grads
+from test_tensorflow_recurrence import _problem, _value_and_grads
 
+from elmo_tf.layers.backends.tensorflow_recurrence import projected_lstm_scan
 from elmo_tf.layers.ops_recurrence import ops_lstm_scan, reverse_by_lengths
-from elmo_tf.layers.recurrence import projected_lstm_scan
 
 
 @pytest.mark.parametrize("clips", [(None, None), (0.5, 0.3)])

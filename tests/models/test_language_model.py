@@ -1,6 +1,7 @@
 """elmo_tf/models/language_model.py: the biLM with its softmax as a language model (per-token log-probabilities in
 both directions, top-k words), its chunked full softmax, the files it loads, and `evaluate_perplexity` on it."""
 
+import json
 import math
 
 import h5py
@@ -9,6 +10,7 @@ import pytest
 import tensorflow as tf
 from tiny_models import TINY, randomize_weights
 
+import elmo_tf.models.language_model as language_model_module
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io import WeightFileError, save_bilm_weights
 from elmo_tf.io import softmax as softmax_io
@@ -228,6 +230,22 @@ def test_a_vocabulary_without_a_special_word_names_its_file(released_files):
         f.write("\n".join(w for w in words if w != "<UNK>") + "\n")
     with pytest.raises(LMVocabularyError, match=f"^{files[3]}: has no <UNK>"):
         load_language_model(*files)
+
+
+def test_options_bigger_than_the_weight_file_build_nothing(released_files, monkeypatch):
+    files, *_ = released_files
+    options = json.loads(open(files[0]).read())
+    options["lstm"]["dim"] = 65536  # within the options' bounds, far beyond the file: 4 GiB of LSTM per direction
+    with open(files[0], "w") as f:
+        json.dump(options, f)
+
+    def built(*args, **kwargs):
+        raise AssertionError("layers were built for options the weight file cannot fill")
+
+    monkeypatch.setattr(language_model_module, "build_bilm_layers", built)
+    with pytest.raises(WeightFileError, match=r"has shape .*, expected .* from the options") as e:
+        load_language_model(*files)
+    assert str(e.value).startswith(files[1])
 
 
 # ---------------------------------------------------------------------------------------------------- perplexity

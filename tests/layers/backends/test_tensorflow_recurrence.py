@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan
+from elmo_tf.layers.backends.tensorflow_recurrence import fast_gradient_scan, projected_lstm_scan
 
 
 def _problem(seed, steps=7, batch=5, dim=6, units=8, proj=4, num=2, lengths=(7, 3, 5, 1, 0), kernel_scale=1.0):
@@ -132,7 +132,7 @@ def test_matmul_dtype_float32_named_is_exact():
 GATES_MEMORY_SCRIPT = """
 import numpy as np
 import tensorflow as tf
-from elmo_tf.layers.recurrence import projected_lstm_scan
+from elmo_tf.layers.backends.tensorflow_recurrence import projected_lstm_scan
 
 def rss_mib():
     with open("/proc/self/status") as f:

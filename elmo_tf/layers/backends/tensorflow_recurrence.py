@@ -1,8 +1,9 @@
-"""The loops that run projected LSTMs over time: functions of tensors (no layer, no weights).
+"""TensorFlow's loops that run projected LSTMs over time: functions of tensors (no layer, no weights).
 
 `projected_lstm_scan` (inference, and TF's automatic gradient) and `fast_gradient_scan` (training: the same values
-with a hand-written backward pass). Layers reach them through `projected_lstm.run_cells`, which picks one by the
-layer's `implementation` argument.
+with a hand-written backward pass). Layers reach them through `projected_lstm.run_cells`, which calls the door
+`elmo_tf.layers.backends.projected_lstms` (`tensorflow_fast_paths` picks a loop here by the layer's `implementation`);
+`ops_recurrence.ops_lstm_scan` is the `keras.ops` loop of every backend.
 
 The input-to-gates products `x W_x + b` are computed for many steps in one matmul (all steps, or chunks
 of `chunk` steps, which bounds the memory of the gates to `chunk` steps); only the recurrent part runs per
@@ -20,8 +21,8 @@ then gets exactly the outputs it gets alone in a row.
 
 import tensorflow as tf
 
+from elmo_tf.layers.lstm_constants import FORGET_BIAS
 from elmo_tf.layers.matmul_precision import round_to, rounds_to_nearest
-from elmo_tf.layers.ops_recurrence import FORGET_BIAS, MATMUL_DTYPES  # noqa: F401 (MATMUL_DTYPES: imported from here)
 
 # Below this many elements per recurrent kernel (4 * units * projection_dim) the directions advance as one stacked
 # tensor (one batched matmul and one set of element-wise ops per step: per-op overhead dominates small models,
