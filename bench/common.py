@@ -250,11 +250,12 @@ def provenance():
     return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_description()}
 
 
-def result_fields(load_before=None, load_after=None):
-    """The fields every benchmark's result JSON carries beside its measurements: the commit (`git_commit`), the
-    `date` and `cpu` that bench/tables.py record names the run by, the platform, the CPU count and, given the
-    load averages before the run (`os.getloadavg()`), those before and after (now, unless given)."""
-    fields = {"git_commit": git_commit(REPO), **provenance(), "platform": platform.platform()}
+def result_fields(load_before=None, load_after=None, commit=None):
+    """The fields every benchmark's result JSON carries beside its measurements: the commit (`git_commit`: read now,
+    unless a long run read it before it started, as `commit`), the `date` and `cpu` that bench/tables.py record names
+    the run by, the platform, the CPU count and, given the load averages before the run (`os.getloadavg()`), those
+    before and after (now, unless given)."""
+    fields = {"git_commit": commit or git_commit(REPO), **provenance(), "platform": platform.platform()}
     fields.update(processor=platform.processor(), cpu_count=os.cpu_count())
     if load_before is not None:
         fields.update(load_average_before=load_before, load_average_after=load_after or os.getloadavg())
@@ -267,6 +268,19 @@ def write_result(path, result):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {path}")
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def head_lines(path, n_lines, out):
+    """Writes the first `n_lines` lines of `path` to `out` (bytes as they are); returns `out`."""
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        for k, line in enumerate(src):
+            if k >= n_lines:
+                break
+            dst.write(line)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ batches

@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 import numpy as np
-from common import ensure_weights, git_commit, parse_list, run_measured
+from common import ensure_weights, parse_list, result_fields, run_measured, write_result
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -285,18 +285,14 @@ def main(argv=None):
             "threads": args.threads,
             "batch_size": args.batch_size,
             "smoke": args.smoke,
-            "commit": git_commit(REPO),
             "resume": bench_resume(args, model_dir, work) if "resume" in parts else None,
             "error_fixture_weights": bench_fixture_error(args, work) if "fixture" in parts else None,
             "rss": bench_rss(args, model_dir, work) if "rss" in parts else None,
-            "load_before": load_before,
-            "load_after": os.getloadavg(),
+            **result_fields(load_before),
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    write_result(args.out, result)
     resume, rss = result["resume"], result["rss"]
     print(f"| measure ({args.config}, {args.threads} threads) | value | target |")
     print("|---|---:|---:|")
@@ -325,7 +321,6 @@ def main(argv=None):
             f"({rss[str(max(args.rss_lines))]['peak_rss_mib']:.0f} / "
             f"{rss[str(min(args.rss_lines))]['peak_rss_mib']:.0f} MiB) | <= {TARGET_RSS} |"
         )
-    log.info("wrote %s", args.out)
     missed = bool(
         resume
         and (

@@ -15,6 +15,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HISTORY = os.path.join(HERE, "results", "history")
 REQUIRED_RUN_KEYS = ("date", "commit", "cpu", "roofline_gflops", "source")
+# The commit before the training work, bench/train_throughput.py's default --baseline: a training run against it is
+# of kind "vs_baseline" ("vs_baseline_bf16" with bfloat16 matmuls), its `baseline` field naming it; a run against any
+# other commit measures one change ("ab"), or bfloat16 against float32 at the same commit ("bf16_vs_fp32").
+REFERENCE_BASELINE = "97bf9b2"
 
 
 def load_history(name, history_dir=HISTORY):
@@ -155,8 +159,8 @@ def adapt_train_throughput(result):
     rev = baseline.get("rev") or ""
     precision = result.get("matmul_precision", "float32")
     low = result.get("low_precision_roofline_gflops")
-    if rev.startswith("97bf9b2"):
-        kind = "vs_97bf9b2" if precision == "float32" else "vs_97bf9b2_bf16"
+    if rev.startswith(REFERENCE_BASELINE):
+        kind, rev = "vs_baseline" if precision == "float32" else "vs_baseline_bf16", REFERENCE_BASELINE
     elif rev.upper() == "HEAD" and precision != "float32":
         kind = "bf16_vs_fp32"
     else:

@@ -13,14 +13,12 @@ Writes a table to stdout and JSON to --out (bench/results/lm_score[_quick].json)
 """
 
 import argparse
-import json
 import os
-import platform
 import resource
 import sys
 import time
 
-from common import git_commit  # bench/common.py, beside this script
+from common import result_fields, write_result  # bench/common.py, beside this script
 from sentences import REPO, load_sentences
 
 
@@ -134,8 +132,7 @@ def main(argv=None):
             "softmax_gflop_per_s_lower_bound": softmax_flops / score_seconds / 1e9,
         },
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "commit": git_commit(REPO),
-        "machine": platform.platform(),
+        **result_fields(),
     }
     print(
         f"{preset} biLM, softmax {vocab_size} x {config.projection_dim}, {len(token_lists)} sentences ({tokens} tokens)"
@@ -148,10 +145,7 @@ def main(argv=None):
         f"softmax {result['score']['softmax_gflop_per_s_lower_bound']:.0f} GFLOP/s (matmuls only), "
         f"peak RSS {result['max_rss_mib']:.0f} MiB"
     )
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {out_path}")
+    write_result(out_path, result)
     return 0
 
 

@@ -20,14 +20,13 @@ Writes the JSON record and prints a markdown table.
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import time
 
-from common import git_commit, parse_list  # bench/common.py, beside this script
+from common import parse_list, result_fields, write_result  # bench/common.py, beside this script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASETS = {
@@ -146,9 +145,8 @@ def mean_std(values):
     return (statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def check_args(parser, args):
+    """`parser.error` naming the first flag whose value cannot run."""
     for name in args.datasets:
         if name not in DATASETS:
             parser.error(f"--datasets: unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
@@ -165,9 +163,23 @@ def main(argv=None):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')}: must be >= 1, got {getattr(args, flag)}")
 
-    runs = {d: {v: {s: run_one(args, d, v, s) for s in args.seeds} for v in args.variants} for d in args.datasets}
-    if args.dry_run:
-        return 0
+
+def variant_summary(ms):
+    """Mean and std of the dev and test F1 over the seeds' metrics `ms`, their best epochs, minutes and per-type F1."""
+    minutes = [m["timing"]["wall_s"] / 60 for m in ms if "timing" in m]
+    return {
+        "dev_f1": mean_std([m["dev"]["f1"] for m in ms]),
+        "test_f1": mean_std([m["test"]["f1"] for m in ms]),
+        "best_epochs": [m["best_epoch"] for m in ms],
+        "wall_minutes_mean": statistics.mean(minutes) if minutes else None,
+        "per_type_test_f1": {
+            t: statistics.mean(m["test"]["per_type"][t]["f1"] for m in ms) for t in ms[0]["test"].get("per_type", {})
+        },
+    }
+
+
+def summarize(args, runs):
+    """Per dataset and variant `variant_summary`, and ELMo's gain where both variants ran; prints them as a table."""
     summary = {}
     print()
     print("| dataset | variant | seeds | dev F1 mean ± std | test F1 mean ± std | best epochs | min/run | paper test |")
@@ -176,23 +188,12 @@ def main(argv=None):
         summary[d] = {}
         for v in args.variants:
             ms = list(runs[d][v].values())
-            dev, test = mean_std([m["dev"]["f1"] for m in ms]), mean_std([m["test"]["f1"] for m in ms])
-            minutes = [m["timing"]["wall_s"] / 60 for m in ms if "timing" in m]
-            summary[d][v] = {
-                "dev_f1": dev,
-                "test_f1": test,
-                "best_epochs": [m["best_epoch"] for m in ms],
-                "wall_minutes_mean": statistics.mean(minutes) if minutes else None,
-                "per_type_test_f1": {
-                    t: statistics.mean(m["test"]["per_type"][t]["f1"] for m in ms)
-                    for t in ms[0]["test"].get("per_type", {})
-                },
-            }
-            paper = PAPER.get(d, {}).get(v)
+            one = summary[d][v] = variant_summary(ms)
+            dev, test, minutes, paper = one["dev_f1"], one["test_f1"], one["wall_minutes_mean"], PAPER.get(d, {}).get(v)
             print(
                 f"| {d} | {v} | {len(ms)} | {dev[0]:.2f} ± {dev[1]:.2f} | {test[0]:.2f} ± {test[1]:.2f} "
                 f"| {','.join(str(m['best_epoch']) for m in ms)} "
-                f"| {statistics.mean(minutes) if minutes else float('nan'):.1f} | {paper if paper else '-'} |"
+                f"| {minutes if minutes is not None else float('nan'):.1f} | {paper if paper else '-'} |"
             )
         if set(VARIANTS) <= set(args.variants):
             gain = {k: summary[d]["elmo"][k][0] - summary[d]["no-elmo"][k][0] for k in ("dev_f1", "test_f1")}
@@ -201,41 +202,53 @@ def main(argv=None):
                 f"| {d} | **ELMo gain** | | {gain['dev_f1']:+.2f} | {gain['test_f1']:+.2f} | | "
                 f"| {'+2.06' if d == 'conll2003' else '-'} |"
             )
-    bilm_info = {}
-    if args.bilm:
-        for name in ("options.json", "train_config.json", "metrics.json"):
-            path = os.path.join(args.bilm, name)
-            if os.path.exists(path):
-                with open(path) as f:
-                    bilm_info[name] = json.load(f)
+    return summary
+
+
+def bilm_files(bilm):
+    """The biLM's options.json, train_config.json and metrics.json (those present) of the directory `bilm`."""
+    info = {}
+    for name in ("options.json", "train_config.json", "metrics.json") if bilm else ():
+        path = os.path.join(bilm, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                info[name] = json.load(f)
+    return info
+
+
+SETTINGS = (
+    "datasets",
+    "variants",
+    "seeds",
+    "epochs",
+    "patience",
+    "lstm_units",
+    "batch_size",
+    "bilm",
+    "data",
+    "elmo_args",
+)
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    runs = {d: {v: {s: run_one(args, d, v, s) for s in args.seeds} for v in args.variants} for d in args.datasets}
+    if args.dry_run:
+        return 0
+    summary = summarize(args, runs)
     record = {
         "benchmark": "ner_quality",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "commit": git_commit(ROOT),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-        "settings": {
-            k: getattr(args, k)
-            for k in (
-                "datasets",
-                "variants",
-                "seeds",
-                "epochs",
-                "patience",
-                "lstm_units",
-                "batch_size",
-                "bilm",
-                "data",
-                "elmo_args",
-            )
-        },
-        "bilm": bilm_info,
+        **result_fields(),
+        "settings": {k: getattr(args, k) for k in SETTINGS},
+        "bilm": bilm_files(args.bilm),
         "summary": summary,
         "runs": {d: {v: {str(s): m for s, m in r.items()} for v, r in vs.items()} for d, vs in runs.items()},
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
-    print(f"\nwrote {args.out}")
+    print()
+    write_result(args.out, record)
     return 0
 
 

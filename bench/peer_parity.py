@@ -40,7 +40,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -49,7 +48,7 @@ import time
 
 import h5py
 import numpy as np
-from common import git_commit
+from common import result_fields, write_result
 from sentences import REPO, load_sentences, write_sentences
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
@@ -162,7 +161,7 @@ def compare(ours_path, peer_path, n_sentences, clip=None):
     return layers or [], problems
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--peer-python", default=DEFAULT_PEER_PYTHON, help=f"python of the AllenNLP venv ({DEFAULT_PEER_PYTHON})"
@@ -200,177 +199,95 @@ def main(argv=None):
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help=f"max |diff| allowed ({TOLERANCE})")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder with both outputs")
     parser.add_argument("--write-random-weights", metavar="DIR", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    return parser
 
-    if args.write_random_weights:
-        write_random_weights(
-            args.write_random_weights, args.random_preset, args.seed, args.lstm_scale, args.recurrent_scale
-        )
-        return 0
 
-    for path, flag in ((args.peer_python, "--peer-python"), (args.peer_script, "--peer-script")):
-        if not os.path.isfile(path):
-            print(f"error: {flag}: no such file: {path!r} (run ../shared/peer/setup_allennlp.sh)", file=sys.stderr)
-            return 2
-    wanted = [w.strip() for w in args.weight_sets.split(",") if w.strip()]
-    unknown = set(wanted) - {"fixture_allennlp", "fixture_bilm_tf", "random"}
-    if unknown:
-        print(f"error: --weight-sets: unknown {sorted(unknown)}", file=sys.stderr)
-        return 2
-
-    natural = load_sentences(args.n_sentences, args.data)
-    sentences = natural + ([] if args.no_edge_cases else edge_case_sentences(natural))
-    work = tempfile.mkdtemp(prefix="elmo_peer_parity_")
-    input_path = write_sentences(sentences, os.path.join(work, "sentences.txt"))
-    n_tokens = sum(len(s.split()) for s in sentences)
-    log.info(
-        "%d sentences (%d edge cases), %d tokens; work dir %s",
-        len(sentences),
-        len(sentences) - len(natural),
-        n_tokens,
-        work,
-    )
-
+def weight_sets_of(args, wanted, work):
+    """`(name, options.json, weights)` of each weight set to compare: the fixtures in `wanted`, each --trained DIR,
+    and the random model (written into `work` by a subprocess) when `wanted`. ValueError naming a --trained DIR
+    without its files."""
     weight_sets = []
-    if "fixture_allennlp" in wanted:
-        d = os.path.join(FIXTURES, "allennlp")
-        weight_sets.append(("fixture_allennlp", os.path.join(d, "options.json"), os.path.join(d, "lm_weights.hdf5")))
-    if "fixture_bilm_tf" in wanted:
-        d = os.path.join(FIXTURES, "bilm_tf", "model")
-        weight_sets.append(("fixture_bilm_tf", os.path.join(d, "options.json"), os.path.join(d, "lm_weights.hdf5")))
+    for name, folder in (("fixture_allennlp", ("allennlp",)), ("fixture_bilm_tf", ("bilm_tf", "model"))):
+        if name in wanted:
+            d = os.path.join(FIXTURES, *folder)
+            weight_sets.append((name, os.path.join(d, "options.json"), os.path.join(d, "lm_weights.hdf5")))
     for d in args.trained:
         files = [os.path.join(d, name) for name in ("options.json", "weights.hdf5")]
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
-            print(f"error: --trained: no {', '.join(map(repr, missing))}", file=sys.stderr)
-            return 2
+            raise ValueError(f"--trained: no {', '.join(map(repr, missing))}")
         weight_sets.append((f"trained_{os.path.basename(os.path.normpath(d))}", *files))
-    results = {}
-    status = 0
-    try:
-        if "random" in wanted:
-            d = os.path.join(work, f"random_{args.random_preset}")
-            subprocess.run(
-                [
-                    args.python,
-                    os.path.abspath(__file__),
-                    "--write-random-weights",
-                    d,
-                    "--random-preset",
-                    args.random_preset,
-                    "--seed",
-                    str(args.seed),
-                    "--lstm-scale",
-                    str(args.lstm_scale),
-                    "--recurrent-scale",
-                    str(args.recurrent_scale),
-                ],
-                check=True,
-                cwd=REPO,
-            )
-            weight_sets.append(
-                (f"random_{args.random_preset}", os.path.join(d, "options.json"), os.path.join(d, "weights.hdf5"))
-            )
-        for name, options, weights in weight_sets:
-            with open(options, encoding="utf-8") as f:
-                lstm_options = json.load(f)["lstm"]
-            ours_out, peer_out = os.path.join(work, f"ours_{name}.hdf5"), os.path.join(work, f"peer_{name}.hdf5")
-            t_ours = run_tool(
-                "ours",
-                [
-                    args.python,
-                    "-m",
-                    "elmo_tf",
-                    "embed",
-                    "--options",
-                    options,
-                    "--weights",
-                    weights,
-                    "--input",
-                    input_path,
-                    "--output",
-                    ours_out,
-                    "--layers",
-                    "all",
-                    "--batch-size",
-                    str(args.batch_size),
-                    "--threads",
-                    str(args.threads),
-                ],
-                REPO,
-            )
-            try:
-                t_peer = run_tool(
-                    "peer",
-                    [
-                        args.peer_python,
-                        args.peer_script,
-                        "--options",
-                        options,
-                        "--weights",
-                        weights,
-                        "--input",
-                        input_path,
-                        "--output",
-                        peer_out,
-                        "--batch-size",
-                        str(args.peer_batch_size),
-                        "--threads",
-                        str(args.threads),
-                    ],
-                    REPO,
-                )
-            except RuntimeError as e:
-                if PEER_NO_RESIDUAL not in str(e) or lstm_options.get("use_skip_connections"):
-                    raise
-                # AllenNLP refuses biLMs without residual connections: record that, and compare the same
-                # weights with the skip connections switched on in both tools instead
-                log.warning("peer: %s; comparing %s with use_skip_connections=true instead", PEER_NO_RESIDUAL, name)
-                results[name] = {
-                    "options": options,
-                    "weights": weights,
-                    "lstm": lstm_options,
-                    "passed": None,
-                    "peer_unsupported": f"AllenNLP: {PEER_NO_RESIDUAL}",
-                }
-                variant = os.path.join(work, f"{name}_with_skip")
-                os.makedirs(variant)
-                with open(options, encoding="utf-8") as f:
-                    all_options = json.load(f)
-                all_options["lstm"]["use_skip_connections"] = True
-                with open(os.path.join(variant, "options.json"), "w", encoding="utf-8") as f:
-                    json.dump(all_options, f)
-                weight_sets.append((f"{name}+skip", os.path.join(variant, "options.json"), weights))
-                continue
-            layers, problems = compare(ours_out, peer_out, len(sentences), lstm_options.get("proj_clip"))
-            worst = max((entry["max_abs_diff"] for entry in layers), default=float("inf"))
-            passed = not problems and bool(layers) and worst <= args.tolerance
-            results[name] = {
-                "options": options,
-                "weights": weights,
-                "lstm": lstm_options,
-                "layers": layers,
-                "problems": problems[:20],
-                "n_problems": len(problems),
-                "max_abs_diff": worst,
-                "passed": passed,
-                "seconds_ours": t_ours,
-                "seconds_peer": t_peer,
-            }
-            if not passed:
-                status = 1
-    except (RuntimeError, subprocess.CalledProcessError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if args.keep:
-            log.info("kept %s", work)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    if "random" in wanted:
+        d = os.path.join(work, f"random_{args.random_preset}")
+        flags = ("--random-preset", args.random_preset, "--seed", str(args.seed), "--lstm-scale", str(args.lstm_scale))
+        command = [args.python, os.path.abspath(__file__), "--write-random-weights", d, *flags]
+        subprocess.run([*command, "--recurrent-scale", str(args.recurrent_scale)], check=True, cwd=REPO)
+        weight_sets.append(
+            (f"random_{args.random_preset}", os.path.join(d, "options.json"), os.path.join(d, "weights.hdf5"))
+        )
+    return weight_sets
 
+
+def run_both(args, options, weights, input_path, ours_out, peer_out):
+    """Embeds `input_path` with both tools (ours length-sorted, the peer in corpus order); their seconds."""
+    model = ["--options", options, "--weights", weights, "--input", input_path]
+    ours = [args.python, "-m", "elmo_tf", "embed", *model, "--output", ours_out, "--layers", "all"]
+    t_ours = run_tool("ours", [*ours, "--batch-size", str(args.batch_size), "--threads", str(args.threads)], REPO)
+    peer = [args.peer_python, args.peer_script, *model, "--output", peer_out]
+    t_peer = run_tool("peer", [*peer, "--batch-size", str(args.peer_batch_size), "--threads", str(args.threads)], REPO)
+    return t_ours, t_peer
+
+
+def with_skip_connections(name, options, weights, work):
+    """The weight set `name` with use_skip_connections switched on (its options.json rewritten into `work`)."""
+    variant = os.path.join(work, f"{name}_with_skip")
+    os.makedirs(variant)
+    with open(options, encoding="utf-8") as f:
+        all_options = json.load(f)
+    all_options["lstm"]["use_skip_connections"] = True
+    with open(os.path.join(variant, "options.json"), "w", encoding="utf-8") as f:
+        json.dump(all_options, f)
+    return f"{name}+skip", os.path.join(variant, "options.json"), weights
+
+
+def compare_weight_sets(args, weight_sets, work, input_path, n_sentences):
+    """Per weight set, both tools' outputs compared (`compare`) against --tolerance; a set the peer refuses for its
+    missing residual connections is recorded as such and compared with them switched on in both tools instead.
+    RuntimeError or CalledProcessError when a tool cannot run."""
+    results = {}
+    for name, options, weights in weight_sets:  # grows by the "+skip" sets
+        with open(options, encoding="utf-8") as f:
+            lstm_options = json.load(f)["lstm"]
+        ours_out, peer_out = os.path.join(work, f"ours_{name}.hdf5"), os.path.join(work, f"peer_{name}.hdf5")
+        entry = {"options": options, "weights": weights, "lstm": lstm_options}
+        try:
+            t_ours, t_peer = run_both(args, options, weights, input_path, ours_out, peer_out)
+        except RuntimeError as e:
+            if PEER_NO_RESIDUAL not in str(e) or lstm_options.get("use_skip_connections"):
+                raise
+            log.warning("peer: %s; comparing %s with use_skip_connections=true instead", PEER_NO_RESIDUAL, name)
+            results[name] = dict(entry, passed=None, peer_unsupported=f"AllenNLP: {PEER_NO_RESIDUAL}")
+            weight_sets.append(with_skip_connections(name, options, weights, work))
+            continue
+        layers, problems = compare(ours_out, peer_out, n_sentences, lstm_options.get("proj_clip"))
+        worst = max((layer["max_abs_diff"] for layer in layers), default=float("inf"))
+        results[name] = dict(
+            entry,
+            layers=layers,
+            problems=problems[:20],
+            n_problems=len(problems),
+            max_abs_diff=worst,
+            passed=not problems and bool(layers) and worst <= args.tolerance,
+            seconds_ours=t_ours,
+            seconds_peer=t_peer,
+        )
+    return results
+
+
+def print_results(args, results, n_sentences, n_tokens):
+    """Per weight set and layer: max and mean |diff|, the worst sentence, the peer's values' scale, ok or FAIL."""
     print(
-        f"\nparity of elmo_tf embed vs AllenNLP: {len(sentences)} sentences, {n_tokens} tokens, "
+        f"\nparity of elmo_tf embed vs AllenNLP: {n_sentences} sentences, {n_tokens} tokens, "
         f"tolerance max |diff| <= {args.tolerance:g}"
     )
     print(
@@ -390,6 +307,52 @@ def main(argv=None):
         for problem in r.get("problems", []):
             print(f"{name:<22} problem: {problem}")
 
+
+def check_tools(args):
+    """The weight sets asked for; ValueError naming the flag when a tool is missing or a set unknown."""
+    for path, flag in ((args.peer_python, "--peer-python"), (args.peer_script, "--peer-script")):
+        if not os.path.isfile(path):
+            raise ValueError(f"{flag}: no such file: {path!r} (run ../shared/peer/setup_allennlp.sh)")
+    wanted = [w.strip() for w in args.weight_sets.split(",") if w.strip()]
+    unknown = set(wanted) - {"fixture_allennlp", "fixture_bilm_tf", "random"}
+    if unknown:
+        raise ValueError(f"--weight-sets: unknown {sorted(unknown)}")
+    return wanted
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    if args.write_random_weights:
+        write_random_weights(
+            args.write_random_weights, args.random_preset, args.seed, args.lstm_scale, args.recurrent_scale
+        )
+        return 0
+    natural = load_sentences(args.n_sentences, args.data)
+    sentences = natural + ([] if args.no_edge_cases else edge_case_sentences(natural))
+    n_tokens = sum(len(s.split()) for s in sentences)
+    work = tempfile.mkdtemp(prefix="elmo_peer_parity_")
+    try:
+        wanted = check_tools(args)
+        input_path = write_sentences(sentences, os.path.join(work, "sentences.txt"))
+        log.info(
+            "%d sentences (%d edge cases), %d tokens; work dir %s",
+            len(sentences),
+            len(sentences) - len(natural),
+            n_tokens,
+            work,
+        )
+        results = compare_weight_sets(args, weight_sets_of(args, wanted, work), work, input_path, len(sentences))
+    except (ValueError, RuntimeError, subprocess.CalledProcessError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if args.keep:
+            log.info("kept %s", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print_results(args, results, len(sentences), n_tokens)
+    passed = all(r["passed"] is not False for r in results.values())
     report = {
         "tolerance": args.tolerance,
         "n_sentences": len(sentences),
@@ -408,16 +371,13 @@ def main(argv=None):
             "recurrent_scale": args.recurrent_scale,
             "bias_std": BIAS_STD,
         },
-        "git_commit": git_commit(REPO),
-        "platform": platform.platform(),
-        "passed": status == 0,
+        **result_fields(),
+        "passed": passed,
         "weight_sets": results,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-    print(f"\n{'PASS' if status == 0 else 'FAIL'}; wrote {args.out}")
-    return status
+    print(f"\n{'PASS' if passed else 'FAIL'}")
+    write_result(args.out, report)
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

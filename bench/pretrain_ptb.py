@@ -40,10 +40,8 @@ Writes bench/results/pretrain_ptb.json (--out) and the model under bench/results
 
 import argparse
 import csv
-import json
 import logging
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -51,7 +49,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import PTB_5M, git_commit  # bench/common.py, beside this script
+from common import PTB_5M, git_commit, head_lines, result_fields, write_result  # bench/common.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb"))
@@ -90,13 +88,7 @@ def head_file(path, n_lines, tmp_dir):
     """`path` itself, or a temporary copy of its first `n_lines` lines (smoke runs)."""
     if not n_lines:
         return path
-    out = os.path.join(tmp_dir, f"head{n_lines}-{os.path.basename(path)}")
-    with open(path, "rb") as src, open(out, "wb") as dst:
-        for k, line in enumerate(src):
-            if k >= n_lines:
-                break
-            dst.write(line)
-    return out
+    return head_lines(path, n_lines, os.path.join(tmp_dir, f"head{n_lines}-{os.path.basename(path)}"))
 
 
 def session_rows(run_dir, first_step):
@@ -145,27 +137,14 @@ def build_parser():
     return p
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    commit = git_commit(REPO)  # the code that trains (read before the run: the checkout may change during it)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    files = {split: os.path.join(args.data, f"ptb.{split}.txt") for split in ("train", "valid", "test")}
-    missing = [f for f in files.values() if not os.path.isfile(f)]
-    if missing:
-        log.error("PTB files not found: %s", missing)
-        return 2
+def make_trainer(args, files):
+    """The Trainer of the PTB model on `files["train"]` with its Checkpoints in --run-dir (a fresh run unless
+    --resume): `(trainer, checkpoints, vocab)`. CheckpointMismatchError when --resume meets other settings."""
     import tensorflow as tf
 
     from elmo_tf.config import BiLMConfig
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretraining import (
-        CheckpointMismatchError,
-        Checkpoints,
-        TrainConfig,
-        Trainer,
-        evaluate_perplexity,
-        run_pretraining,
-    )
+    from elmo_tf.pretraining import Checkpoints, TrainConfig, Trainer
     from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
 
     if args.threads:
@@ -178,14 +157,12 @@ def main(argv=None):
     log.info("vocabulary: %d entries (%d word types + 3 specials)", len(vocab), len(vocab) - 3)
     if not args.resume and os.path.isdir(args.run_dir):
         shutil.rmtree(args.run_dir)
-    bilm_config = BiLMConfig(**PTB_5M)
-    lr = args.learning_rate or DEFAULT_LR[args.optimizer]
     train_config = TrainConfig(
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
         steps=args.steps or 10**9,
         optimizer=args.optimizer,
-        learning_rate=lr,
+        learning_rate=args.learning_rate or DEFAULT_LR[args.optimizer],
         clip_norm=args.clip_norm,
         dropout=args.dropout,
         num_sampled=args.num_sampled,
@@ -196,72 +173,89 @@ def main(argv=None):
         matmul_precision=args.matmul_precision,
         seed=args.seed,
     )
-    strategy = get_strategy("mirrored")
-    trainer = Trainer(strategy, bilm_config, train_config, vocab, [files["train"]])
+    trainer = Trainer(get_strategy("mirrored"), BiLMConfig(**PTB_5M), train_config, vocab, [files["train"]])
     checkpoints = Checkpoints(trainer, args.run_dir)
-    try:
-        checkpoints.restore()
-    except CheckpointMismatchError as e:  # --resume with other settings than the run's
-        log.error("--resume: %s", e)
-        return 2
-    model = trainer.model
-    params = {
+    checkpoints.restore()
+    return trainer, checkpoints, vocab
+
+
+def param_counts(model):
+    """The biLM's parameters in all and by part (softmax, char CNN, LSTMs)."""
+    return {
         "total": model.count_params(),
         "softmax": int(model.softmax_kernel.shape[0] * (model.softmax_kernel.shape[1] + 1)),
         "char_cnn": model.char_cnn.count_params(),
         "bilm_lstms": model.bilm.count_params(),
     }
+
+
+SENTENCES_PER_EPOCH = 42068  # ptb.train.txt lines; none is cut at --max-tokens 100
+TARGETS_PER_EPOCH = 887521 + SENTENCES_PER_EPOCH
+
+
+def train(args, trainer, checkpoints):
+    """Trains for --steps or --minutes from where the run stands; what the session did: first and last step, what
+    stopped it, wall and CPU seconds, targets/s after the first (tracing) step and the log's median, the last
+    sampled-softmax loss, epochs in all, hours for 25 epochs at this speed."""
+    from elmo_tf.pretraining import run_pretraining
+
     first_step = int(trainer.step.numpy())
+    params = param_counts(trainer.model)
     log.info(
         "%s parameters (softmax %s, char CNN %s, LSTMs %s); %d replicas; from step %d; budget %s",
-        f"{params['total']:,}",
-        f"{params['softmax']:,}",
-        f"{params['char_cnn']:,}",
-        f"{params['bilm_lstms']:,}",
-        strategy.num_replicas_in_sync,
+        *(f"{params[k]:,}" for k in ("total", "softmax", "char_cnn", "bilm_lstms")),
+        trainer.strategy.num_replicas_in_sync,
         first_step,
         f"{args.steps} steps" if args.steps else f"{args.minutes:g} min",
     )
-
     clock = make_clock(args.log_every)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     run = run_pretraining(
         trainer,
         checkpoints,
-        train_config.steps,
+        trainer.config.steps,
         callbacks=[clock],
         max_minutes=None if args.steps else args.minutes,
         progress=False,
     )
-    stopped = "budget" if run["stop_reason"] == "stop_training" else "steps"
-    train_wall, train_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     last_step = int(trainer.step.numpy())
-    steps_done = last_step - first_step
     rows = session_rows(args.run_dir, first_step)
     speeds = [float(r["tokens_per_s"]) for r in rows[1:]]  # the first window includes tracing
-    log_median = sorted(speeds)[len(speeds) // 2] if speeds else None
-    train_loss = float(rows[-1]["loss"]) if rows else None
-    sentences_per_epoch = 42068  # ptb.train.txt lines; none is cut at --max-tokens 100
-    targets_per_epoch = 887521 + sentences_per_epoch
     # speed after the first (tracing) step: sentences/s x the corpus's mean targets per sentence
     timed_steps = last_step - (last_step if clock.first_step is None else clock.first_step)
     timed_s = clock.last - clock.start if clock.start is not None else 0.0
     tokens_per_s = (
-        timed_steps * args.batch_size * targets_per_epoch / sentences_per_epoch / timed_s
+        timed_steps * args.batch_size * TARGETS_PER_EPOCH / SENTENCES_PER_EPOCH / timed_s
         if timed_steps > 0 and timed_s > 0
         else None
     )
-    epochs = last_step * args.batch_size / sentences_per_epoch
-    hours_for_25 = 25 * targets_per_epoch / tokens_per_s / 3600 if tokens_per_s else None
+    session = {
+        "params": params,
+        "stopped_by": "budget" if run["stop_reason"] == "stop_training" else "steps",
+        "steps": {"first": first_step, "last": last_step},
+        "epochs": last_step * args.batch_size / SENTENCES_PER_EPOCH,
+        "train_seconds": {"wall": wall, "cpu": cpu},
+        "targets_per_s": tokens_per_s,
+        "targets_per_s_log_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
+        "train_loss_sampled": float(rows[-1]["loss"]) if rows else None,
+        "hours_for_25_epochs": 25 * TARGETS_PER_EPOCH / tokens_per_s / 3600 if tokens_per_s else None,
+    }
     log.info(
         "trained %d steps (%s) in %.0f s wall, %.0f s CPU; %s targets/s; %.3f epochs in all",
-        steps_done,
-        stopped,
-        train_wall,
-        train_cpu,
+        last_step - first_step,
+        session["stopped_by"],
+        wall,
+        cpu,
         fmt(tokens_per_s, ".0f"),
-        epochs,
+        session["epochs"],
     )
+    return session
+
+
+def evaluate(args, model, vocab, files):
+    """Full-softmax perplexity of `model` on the valid and test splits (their first --eval-lines lines, when given)."""
+    from elmo_tf.pretraining import evaluate_perplexity
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,14 +270,16 @@ def main(argv=None):
             log.info(
                 "%s: forward %.2f backward %.2f average %.2f (%d targets, %.0f s)",
                 split,
-                results[split]["forward"],
-                results[split]["backward"],
-                results[split]["average"],
-                results[split]["tokens"],
-                results[split]["seconds"],
+                *(results[split][k] for k in ("forward", "backward", "average", "tokens", "seconds")),
             )
+    return results
 
-    name = f"elmo_tf biLM, {last_step} steps ({epochs:.2f} epochs)"
+
+def print_report(args, session, results):
+    """The perplexity table beside the anchors, and a line on the training session."""
+    steps, params, seconds = session["steps"], session["params"], session["train_seconds"]
+    wall, cpu = seconds["wall"], seconds["cpu"]
+    name = f"elmo_tf biLM, {steps['last']} steps ({session['epochs']:.2f} epochs)"
     print()
     print(
         "Penn Treebank, full-softmax perplexity" + (f" (first {args.eval_lines} lines only)" if args.eval_lines else "")
@@ -301,61 +297,59 @@ def main(argv=None):
             f"| {fmt(a['test'])} | - | - |"
         )
     print(
-        f"\ntraining: {steps_done} steps this session in {train_wall / 60:.1f} min wall ({train_cpu / 60:.1f} min "
-        f"CPU, the first step's tracing included), {fmt(tokens_per_s, '.0f')} targets/s after it, last train "
-        f"loss (sampled softmax) {fmt(train_loss, '.3f')}; 25 epochs at this speed: {fmt(hours_for_25, '.1f')} h"
+        f"\ntraining: {steps['last'] - steps['first']} steps this session in {wall / 60:.1f} min wall ({cpu / 60:.1f} "
+        f"min CPU, the first step's tracing included), {fmt(session['targets_per_s'], '.0f')} targets/s after it, last "
+        f"train loss (sampled softmax) {fmt(session['train_loss_sampled'], '.3f')}; 25 epochs at this speed: "
+        f"{fmt(session['hours_for_25_epochs'], '.1f')} h"
     )
+
+
+TRAIN_CONFIG_FIELDS = (
+    *("batch_size", "max_tokens", "optimizer", "learning_rate", "clip_norm", "dropout", "num_sampled"),
+    *("shuffle_buffer", "bucket_width", "matmul_precision", "seed"),
+)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    commit = git_commit(REPO)  # the code that trains (read before the run: the checkout may change during it)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    files = {split: os.path.join(args.data, f"ptb.{split}.txt") for split in ("train", "valid", "test")}
+    missing = [f for f in files.values() if not os.path.isfile(f)]
+    if missing:
+        log.error("PTB files not found: %s", missing)
+        return 2
+    from elmo_tf.pretraining import CheckpointMismatchError
+
+    try:
+        trainer, checkpoints, vocab = make_trainer(args, files)
+    except CheckpointMismatchError as e:  # --resume with other settings than the run's
+        log.error("--resume: %s", e)
+        return 2
+    session = train(args, trainer, checkpoints)
+    results = evaluate(args, trainer.model, vocab, files)
+    print_report(args, session, results)
+    import keras
+    import tensorflow as tf
 
     record = {
         "benchmark": "pretrain_ptb",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "commit": commit,
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(),
-            "tensorflow": tf.__version__,
-            "keras": keras.__version__,
-        },
-        "options": bilm_config.to_options(),
-        "params": params,
+        **result_fields(commit=commit),
+        "machine": {"load_average": os.getloadavg(), "tensorflow": tf.__version__, "keras": keras.__version__},
+        "options": trainer.model.config.to_options(),
         "vocab_size": len(vocab),
-        "train_config": {
-            k: getattr(train_config, k)
-            for k in (
-                "batch_size",
-                "max_tokens",
-                "optimizer",
-                "learning_rate",
-                "clip_norm",
-                "dropout",
-                "num_sampled",
-                "shuffle_buffer",
-                "bucket_width",
-                "matmul_precision",
-                "seed",
-            )
-        },
-        "replicas": strategy.num_replicas_in_sync,
-        "stopped_by": stopped,
+        "train_config": {k: getattr(trainer.config, k) for k in TRAIN_CONFIG_FIELDS},
+        "replicas": trainer.strategy.num_replicas_in_sync,
         "budget_minutes": None if args.steps else args.minutes,
-        "steps": {"first": first_step, "last": last_step},
-        "epochs": epochs,
-        "train_seconds": {"wall": train_wall, "cpu": train_cpu},
-        "targets_per_s": tokens_per_s,
-        "targets_per_s_log_median": log_median,
-        "train_loss_sampled": train_loss,
-        "hours_for_25_epochs": hours_for_25,
+        **session,
         "valid": results["valid"],
         "test": results["test"],
         "anchors": ANCHORS,
         "run_dir": args.run_dir,
         "eval_note": "each sentence scored from <S> with zero state; anchors evaluate the test set as one stream",
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
-    log.info("wrote %s", args.out)
+    write_result(args.out, record)
     return 0
 
 

@@ -42,29 +42,21 @@ usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,orig
 """
 
 import argparse
-import json
 import logging
 import os
-import platform
-import shutil
-import socket
-import subprocess
 import sys
-import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(BENCH)
-
 import numpy as np  # noqa: E402
-from common import git_commit, parse_list, provenance  # noqa: E402
+from common import REPO, RESULTS, parse_list, result_fields, write_result  # noqa: E402
+from model_server import Server, ensure_export  # noqa: E402
+from request_load import close_callers, make_callers, measure, summarize  # noqa: E402
 from sentences import load_sentences  # noqa: E402
 
-DEFAULT_OUT = os.path.join(REPO, "bench", "results", "serving_latency.json")
-DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache", "serving")
-SERVE = os.path.join(REPO, "serving", "serve.py")
+DEFAULT_OUT = os.path.join(RESULTS, "serving_latency.json")
+DEFAULT_CACHE = os.path.join(RESULTS, "cache", "serving")
 TRANSPORTS = ("in-process", "grpc", "rest", "grpc-nobatch", "grpc-nometrics")
 # the server each served transport talks to: (batching, Prometheus metrics on)
 SERVER_OF = {"grpc": (True, True), "rest": (True, True), "grpc-nobatch": (False, True), "grpc-nometrics": (True, False)}
@@ -72,15 +64,8 @@ TARGET_GRPC_OVERHEAD = 1.10
 TARGET_OF_EMBED = {"grpc": 0.80, "rest": 0.60}  # issue 27, at the original shapes
 EMBED_BATCH = 32  # the embedded server's max_batch_size, and export/batching.config's
 BATCHING_CONFIG = os.path.join(REPO, "export", "batching.config")
-MONITORING = os.path.join(REPO, "export", "monitoring.config")  # the Prometheus metrics the runs read
 
 log = logging.getLogger("serving_latency")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_sentences(n, data):
@@ -94,131 +79,7 @@ def bench_sentences(n, data):
         return [" ".join(rng.choice(words, size=int(rng.integers(5, 45)))) for _ in range(n)], "synthetic"
 
 
-def ensure_export(preset, seed, cache):
-    """`<cache>/<preset>-seed<seed>/elmo` with version 1 (exported once; an export cached before the exports wrote TF
-    Serving's warmup file gets it added; one cached before the `packed` signature is exported again)."""
-    base = os.path.join(cache, f"{preset}-seed{seed}", "elmo")
-    if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
-        from elmo_tf.serving.servable import read_signature_defs
-        from elmo_tf.serving_contract import PACKED_SIGNATURE
-
-        if PACKED_SIGNATURE not in read_signature_defs(os.path.join(base, "1")):
-            log.info("the cached export %s has no %r signature: exported again", base, PACKED_SIGNATURE)
-            shutil.rmtree(base)
-    if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
-        from elmo_tf.export import warmup_requests
-        from elmo_tf.serving_warmup import warmup_path, write_warmup_requests
-
-        if not os.path.exists(warmup_path(os.path.join(base, "1"))):
-            write_warmup_requests(os.path.join(base, "1"), warmup_requests())
-        return base
-    import keras
-
-    from elmo_tf import ELMo, get_config
-    from elmo_tf.export import export_elmo
-
-    log.info("exporting a random %s model to %s (once)", preset, base)
-    keras.utils.set_random_seed(seed)
-    export_elmo(ELMo(get_config(preset)), base, version=1)
-    return base
-
-
 # ---------------------------------------------------------------------------------------------------- measuring
-
-
-def batch_at(sentences, request_batch, k, i):
-    """The i-th request of client k: `request_batch` consecutive sentences from a spread-out start."""
-    start = ((k * 7919 + i * 104729) * request_batch) % (len(sentences) - request_batch)
-    return sentences[start : start + request_batch]
-
-
-def _parallel(functions):
-    errors = []
-
-    def run(f):
-        try:
-            f()
-        except Exception as e:
-            errors.append(f"{type(e).__name__}: {e}")
-
-    threads = [threading.Thread(target=run, args=(f,), daemon=True) for f in functions]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return errors
-
-
-def make_callers(make_caller, concurrency, sentences, request_batch):
-    """`concurrency` callers (`make_caller() -> call(list_of_sentences)`, one connection each), each warmed up
-    with one untimed request, all at once."""
-    callers = [make_caller() for _ in range(concurrency)]
-    errors = _parallel([lambda k=k: callers[k](batch_at(sentences, request_batch, k, -1)) for k in range(concurrency)])
-    if errors:
-        raise RuntimeError(f"warm-up failed: {errors[:3]}")
-    return callers
-
-
-def close_callers(callers):
-    for call in callers:
-        close = getattr(call, "close", None)
-        if close is not None:
-            close()
-
-
-def measure(callers, requests, sentences, request_batch, offset=0):
-    """Runs `requests` timed requests spread over the callers, one thread each, started together.
-    Returns latencies (s), wall time (s) and errors."""
-    concurrency = len(callers)
-    per_thread = [requests // concurrency + (1 if k < requests % concurrency else 0) for k in range(concurrency)]
-    latencies, errors, tokens = [], [], []
-    lock = threading.Lock()
-    ready = threading.Barrier(concurrency + 1)
-    done = threading.Barrier(concurrency + 1)
-
-    def worker(k):
-        mine, failed, counted = [], [], 0
-        ready.wait()
-        for i in range(per_thread[k]):
-            batch = batch_at(sentences, request_batch, k, offset + i)
-            t0 = time.perf_counter()
-            try:
-                callers[k](batch)
-                mine.append(time.perf_counter() - t0)
-                counted += sum(len(s.split()) for s in batch)
-            except Exception as e:
-                failed.append(f"{type(e).__name__}: {e}")
-        with lock:
-            latencies.extend(mine)
-            errors.extend(failed)
-            tokens.append(counted)
-        done.wait()
-
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(concurrency)]
-    for t in threads:
-        t.start()
-    ready.wait()
-    t0 = time.perf_counter()
-    done.wait()
-    wall = time.perf_counter() - t0
-    for t in threads:
-        t.join()
-    return latencies, wall, errors, sum(tokens)
-
-
-def summarize(latencies, wall, errors, request_batch, tokens):
-    lat = np.asarray(latencies) * 1000.0
-    return {
-        "requests": int(lat.size),
-        "errors": len(errors),
-        "first_errors": errors[:3],
-        "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
-        "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
-        "mean_ms": float(lat.mean()) if lat.size else None,
-        "sentences_per_s": lat.size * request_batch / wall if wall > 0 else None,
-        "tokens_per_s": tokens / wall if wall > 0 else None,
-        "wall_s": wall,
-    }
 
 
 def measure_embed(preset, seed, sentences, batch_size, count, repeats=1):
@@ -250,198 +111,172 @@ def measure_embed(preset, seed, sentences, batch_size, count, repeats=1):
     }
 
 
-class Server:
-    """`serving/serve.py --embedded` as a subprocess on free ports."""
+def in_process_caller(base, output_filter):
+    """`make_caller` of the SavedModel's `default` signature called in this process, and the loaded model (kept
+    alive while it is measured)."""
+    import tensorflow as tf
 
-    def __init__(self, base, batching, log_path, extra=(), monitoring=True):
-        self.port, self.rest_port = free_port(), free_port()
-        self.log_file = open(log_path, "w")
-        command = [
-            sys.executable,
-            SERVE,
-            "--embedded",
-            "--model_base_path",
-            base,
-            "--model_name",
-            "elmo",
-            "--port",
-            str(self.port),
-            "--rest_api_port",
-            str(self.rest_port),
-            "--rest_api_num_threads",
-            "64",
-            f"--enable_batching={'true' if batching else 'false'}",
-            *(["--monitoring_config_file", str(MONITORING)] if monitoring else []),
-            *extra,
-        ]
-        log.info("starting %s", " ".join(command))
-        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT)
+    loaded = tf.saved_model.load(os.path.join(base, "1"))
+    function = loaded.signatures["default"]
+    wanted = set(output_filter) if output_filter else None
 
-    def wait(self, timeout):
-        from elmo_tf.serving.client import ElmoClient
+    def make_inprocess():
+        def call(batch):
+            out = function(sentences=tf.constant(batch))
+            return {k: v.numpy() for k, v in out.items() if wanted is None or k in wanted}
 
-        with ElmoClient(f"127.0.0.1:{self.port}", "elmo") as client:
-            client.wait_for_model(timeout=timeout)
+        return call
 
-    def metrics(self):
-        import urllib.request
+    return make_inprocess, loaded
 
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.rest_port}/monitoring/prometheus/metrics", timeout=10
-            ) as r:
-                text = r.read().decode()
-        except OSError:
-            return {}
-        totals = {}
-        for line in text.splitlines():
-            if line.startswith("elmo_serving_") and "_total{" in line:
-                name = line.split("{")[0][len("elmo_serving_") : -len("_total")]
-                totals[name] = totals.get(name, 0) + int(float(line.split()[-1]))
-        return totals
 
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log_file.close()
+def client_caller(server, rest, output_filter):
+    """`make_caller` of `ElmoRestClient.embed` (`rest`) or `ElmoClient.embed` against `server`, a client each."""
+    from elmo_tf.serving.client import ElmoClient, ElmoRestClient
+
+    def make():
+        client = (
+            ElmoRestClient(f"http://127.0.0.1:{server.rest_port}", "elmo", timeout=600)
+            if rest
+            else ElmoClient(f"127.0.0.1:{server.port}", "elmo", timeout=600)
+        )
+
+        def call(batch):
+            return client.embed(batch, output_filter=output_filter)
+
+        call.close = client.close
+        return call
+
+    return make
+
+
+def start_servers(args, preset, base, results_dir, servers):
+    """Starts the servers the asked transports talk to (into `servers`, keyed by `SERVER_OF`'s (batching,
+    metrics)), each waited for; returns `make_caller` per served transport."""
+    callers = {}
+    for (batching, monitoring), names in (
+        ((True, True), ("grpc", "rest")),
+        ((False, True), ("grpc-nobatch",)),
+        ((True, False), ("grpc-nometrics",)),
+    ):
+        if not set(names) & set(args.transports):
+            continue
+        kind = ("batch" if batching else "nobatch") + ("" if monitoring else "-nometrics")
+        log_path = os.path.join(results_dir, f"server-{preset}-{kind}.log")
+        flags = [*args.server_flags]
+        if batching and args.batching_config:
+            flags = ["--batching_parameters_file", args.batching_config, *flags]
+        server = servers[(batching, monitoring)] = Server(base, batching, log_path, flags, monitoring)
+        server.wait(args.server_timeout)
+        for name in (n for n in names if n in args.transports):
+            callers[name] = client_caller(server, name == "rest", args.output_filter or None)
+    return callers
+
+
+def measure_rounds(args, callers, servers, sentences, concurrency):
+    """Every transport at one concurrency, interleaved: --rounds rounds that each run a block of every transport in
+    turn; per transport the latencies, wall time, errors, server counters and tokens pooled over the rounds."""
+    names = [t for t in TRANSPORTS if t in callers]
+    pooled = {name: ([], 0.0, [], {}, 0) for name in names}
+    per_round = -(-requests_for(args, concurrency) // args.rounds)
+    ready = {name: make_callers(callers[name], concurrency, sentences, args.request_batch) for name in names}
+    for round_ in range(args.rounds):
+        for name in names:
+            server = servers.get(SERVER_OF[name]) if name != "in-process" else None
+            before = server.metrics() if server else {}
+            latencies, wall, errors, tokens = measure(
+                ready[name], per_round, sentences, args.request_batch, offset=round_ * per_round
+            )
+            after = server.metrics() if server else {}
+            lat, total, errs, counters, total_tokens = pooled[name]
+            lat.extend(latencies)
+            errs.extend(errors)
+            for k in after:
+                counters[k] = counters.get(k, 0) + after[k] - before.get(k, 0)
+            pooled[name] = (lat, total + wall, errs, counters, total_tokens + tokens)
+    for name in names:
+        close_callers(ready[name])
+    return pooled
+
+
+def transport_row(args, preset, name, concurrency, pooled):
+    """The result row of transport `name` at `concurrency` from its pooled measurements (logged)."""
+    lat, wall, errs, counters, tokens = pooled
+    row = {
+        "preset": preset,
+        "transport": name,
+        "concurrency": concurrency,
+        "request_batch": args.request_batch,
+        "rounds": args.rounds,
+        **summarize(lat, wall, errs, args.request_batch, tokens),
+    }
+    if name != "in-process":
+        row["server_counters"] = counters
+    log.info(
+        "%s %-12s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)",
+        *(preset, name, concurrency),
+        *(row[k] or float("nan") for k in ("p50_ms", "p99_ms", "sentences_per_s")),
+        row["errors"],
+    )
+    return row
+
+
+def embed_row(args, preset, embed_runs):
+    """The `embed` row: its runs before and after the servers pooled."""
+    wall = sum(r["wall_s"] for r in embed_runs)
+    return {
+        "preset": preset,
+        "transport": "embed",
+        "concurrency": 1,
+        "request_batch": args.embed_batch,
+        "rounds": len(embed_runs),
+        "requests": sum(-(-r["sentences"] // args.embed_batch) for r in embed_runs),
+        "errors": 0,
+        "first_errors": [],
+        "p50_ms": None,
+        "p99_ms": None,
+        "mean_ms": None,
+        "sentences_per_s": sum(r["sentences"] for r in embed_runs) / wall,
+        "tokens_per_s": sum(r["tokens"] for r in embed_runs) / wall,
+        "wall_s": wall,
+        "runs": embed_runs,
+    }
 
 
 def run_preset(args, preset, sentences, results_dir):
     """Measures every transport at every concurrency, interleaved: for each concurrency, `--rounds` rounds that
     each run a block of every transport in turn (both servers stay up, idle while not measured), so drifts of
-    the machine's load touch all transports alike. Latencies and wall times are pooled over the rounds."""
+    the machine's load touch all transports alike. Latencies and wall times are pooled over the rounds; `embed`
+    runs before the servers start and after they stop (its row first)."""
     base = ensure_export(preset, args.seed, args.cache)
-    output_filter = args.output_filter or None
-    servers, callers = {}, {}
-    loaded = None
-    embed_runs, rows = [], []
-    if args.embed_sentences:
-        embed_runs.append(measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences))
-        log.info("%s embed: %.1f tokens/s (before the servers)", preset, embed_runs[-1]["tokens_per_s"])
+    if not args.embed_sentences:
+        return run_served(args, preset, sentences, results_dir, base)
+    before = run_embed(args, preset, sentences, "before")
+    rows = run_served(args, preset, sentences, results_dir, base)
+    return [embed_row(args, preset, [before, run_embed(args, preset, sentences, "after")]), *rows]
+
+
+def run_embed(args, preset, sentences, when):
+    """`measure_embed` on --embed-sentences sentences, logged as `when` ("before"/"after") the servers."""
+    run = measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences)
+    log.info("%s embed: %.1f tokens/s (%s the servers)", preset, run["tokens_per_s"], when)
+    return run
+
+
+def run_served(args, preset, sentences, results_dir, base):
+    """The rows of every transport but `embed` at every concurrency (the servers up meanwhile)."""
+    servers, callers, loaded, rows = {}, {}, None, []
     try:
         if "in-process" in args.transports:
-            import tensorflow as tf
-
-            loaded = tf.saved_model.load(os.path.join(base, "1"))
-            function = loaded.signatures["default"]
-            wanted = set(output_filter) if output_filter else None
-
-            def make_inprocess():
-                def call(batch):
-                    out = function(sentences=tf.constant(batch))
-                    return {k: v.numpy() for k, v in out.items() if wanted is None or k in wanted}
-
-                return call
-
-            callers["in-process"] = make_inprocess
-        from elmo_tf.serving.client import ElmoClient, ElmoRestClient
-
-        for (batching, monitoring), names in (
-            ((True, True), ("grpc", "rest")),
-            ((False, True), ("grpc-nobatch",)),
-            ((True, False), ("grpc-nometrics",)),
-        ):
-            if not set(names) & set(args.transports):
-                continue
-            kind = ("batch" if batching else "nobatch") + ("" if monitoring else "-nometrics")
-            log_path = os.path.join(results_dir, f"server-{preset}-{kind}.log")
-            flags = [*args.server_flags]
-            if batching and args.batching_config:
-                flags = ["--batching_parameters_file", args.batching_config, *flags]
-            server = servers[(batching, monitoring)] = Server(base, batching, log_path, flags, monitoring)
-            server.wait(args.server_timeout)
-            for name in (n for n in names if n in args.transports):
-
-                def make(server=server, rest=name == "rest"):
-                    client = (
-                        ElmoRestClient(f"http://127.0.0.1:{server.rest_port}", "elmo", timeout=600)
-                        if rest
-                        else ElmoClient(f"127.0.0.1:{server.port}", "elmo", timeout=600)
-                    )
-
-                    def call(batch):
-                        return client.embed(batch, output_filter=output_filter)
-
-                    call.close = client.close
-                    return call
-
-                callers[name] = make
-        names = [t for t in TRANSPORTS if t in callers]
+            callers["in-process"], loaded = in_process_caller(base, args.output_filter or None)
+        callers.update(start_servers(args, preset, base, results_dir, servers))
         for c in args.concurrency:
-            pooled = {name: ([], 0.0, [], {}, 0) for name in names}
-            per_round = -(-requests_for(args, c) // args.rounds)
-            ready = {name: make_callers(callers[name], c, sentences, args.request_batch) for name in names}
-            for round_ in range(args.rounds):
-                for name in names:
-                    server = servers.get(SERVER_OF[name]) if name != "in-process" else None
-                    before = server.metrics() if server else {}
-                    latencies, wall, errors, tokens = measure(
-                        ready[name], per_round, sentences, args.request_batch, offset=round_ * per_round
-                    )
-                    after = server.metrics() if server else {}
-                    lat, total, errs, counters, total_tokens = pooled[name]
-                    lat.extend(latencies)
-                    errs.extend(errors)
-                    for k in after:
-                        counters[k] = counters.get(k, 0) + after[k] - before.get(k, 0)
-                    pooled[name] = (lat, total + wall, errs, counters, total_tokens + tokens)
-            for name in names:
-                close_callers(ready[name])
-                lat, wall, errs, counters, tokens = pooled[name]
-                row = {
-                    "preset": preset,
-                    "transport": name,
-                    "concurrency": c,
-                    "request_batch": args.request_batch,
-                    "rounds": args.rounds,
-                    **summarize(lat, wall, errs, args.request_batch, tokens),
-                }
-                if name != "in-process":
-                    row["server_counters"] = counters
-                rows.append(row)
-                log.info(
-                    "%s %-12s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)",
-                    preset,
-                    name,
-                    c,
-                    row["p50_ms"] or float("nan"),
-                    row["p99_ms"] or float("nan"),
-                    row["sentences_per_s"] or float("nan"),
-                    row["errors"],
-                )
+            pooled = measure_rounds(args, callers, servers, sentences, c)
+            rows += [transport_row(args, preset, name, c, pooled[name]) for name in pooled]
     finally:
         for server in servers.values():
             server.stop()
         del loaded
-    if args.embed_sentences:
-        embed_runs.append(measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences))
-        log.info("%s embed: %.1f tokens/s (after the servers)", preset, embed_runs[-1]["tokens_per_s"])
-        wall = sum(r["wall_s"] for r in embed_runs)
-        rows.insert(
-            0,
-            {
-                "preset": preset,
-                "transport": "embed",
-                "concurrency": 1,
-                "request_batch": args.embed_batch,
-                "rounds": len(embed_runs),
-                "requests": sum(-(-r["sentences"] // args.embed_batch) for r in embed_runs),
-                "errors": 0,
-                "first_errors": [],
-                "p50_ms": None,
-                "p99_ms": None,
-                "mean_ms": None,
-                "sentences_per_s": sum(r["sentences"] for r in embed_runs) / wall,
-                "tokens_per_s": sum(r["tokens"] for r in embed_runs) / wall,
-                "wall_s": wall,
-                "runs": embed_runs,
-            },
-        )
     return rows
 
 
@@ -591,87 +426,65 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def check_args(args):
+    """Parses the list flags and fills the --quick-dependent defaults in `args`; ValueError naming a bad flag."""
     try:
         args.concurrency = parse_list(args.concurrency, int, "--concurrency")
         args.transports = parse_list(args.transports, str, "--transports")
         args.presets = parse_list(args.presets or ("small" if args.quick else "small,original"), str, "--presets")
     except argparse.ArgumentTypeError as e:
-        print(f"serving_latency.py: error: {e}", file=sys.stderr)
-        return 2
+        raise ValueError(str(e)) from None
     unknown = set(args.transports) - set(TRANSPORTS)
     if unknown:
-        print(f"serving_latency.py: error: --transports: unknown {sorted(unknown)}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--transports: unknown {sorted(unknown)}")
     if args.request_batch < 1 or min(args.concurrency) < 1 or args.embed_batch < 1:
-        print(
-            "serving_latency.py: error: --request-batch, --embed-batch and --concurrency must be >= 1", file=sys.stderr
-        )
-        return 2
+        raise ValueError("--request-batch, --embed-batch and --concurrency must be >= 1")
+    from elmo_tf.config import PRESETS
+
+    for preset in args.presets:
+        if preset not in PRESETS:
+            raise ValueError(f"--presets: unknown {preset!r} (choose from {sorted(PRESETS)})")
     args.requests = args.requests or (24 if args.quick else 60)
     args.min_per_client = args.min_per_client or (2 if args.quick else 4)
     args.rounds = args.rounds or (2 if args.quick else 3)
     if args.embed_sentences is None:
         args.embed_sentences = 128 if args.quick else 640
     args.output_filter = [x for x in args.output_filter.split(",") if x]
-    from elmo_tf.config import PRESETS
 
-    for preset in args.presets:
-        if preset not in PRESETS:
-            print(
-                f"serving_latency.py: error: --presets: unknown {preset!r} (choose from {sorted(PRESETS)})",
-                file=sys.stderr,
-            )
-            return 2
+
+SETTINGS = (
+    *("presets", "concurrency", "request_batch", "requests", "min_per_client", "rounds", "transports"),
+    *("output_filter", "sentences", "server_flags", "batching_config", "embed_sentences", "embed_batch", "seed"),
+)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        check_args(args)
+    except ValueError as e:
+        print(f"serving_latency.py: error: {e}", file=sys.stderr)
+        return 2
     results_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(results_dir, exist_ok=True)
-    sentences, source = bench_sentences(max(args.n_sentences, 4 * args.request_batch), args.data)
-    load_before = os.getloadavg()
-    started = time.time()
-    rows = []
-    for preset in args.presets:
-        rows += run_preset(args, preset, sentences, results_dir)
-    ratios = overheads(rows)
-    targets = check_targets(rows)
+    sentences, args.sentences = bench_sentences(max(args.n_sentences, 4 * args.request_batch), args.data)
+    load_before, started = os.getloadavg(), time.time()
+    rows = [row for preset in args.presets for row in run_preset(args, preset, sentences, results_dir)]
+    ratios, targets = overheads(rows), check_targets(rows)
     print_table(rows, ratios, targets)
+    settings = {k: getattr(args, k) for k in SETTINGS}
     result = {
         "benchmark": "serving_latency",
-        "commit": git_commit(REPO),
-        **provenance(),  # date, cpu: what bench/tables.py record names the run by
+        **result_fields(load_before),  # git_commit, date, cpu: what bench/tables.py record names the run by
         "quick": args.quick,
-        "host": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg(),
-        },
-        "settings": {
-            "presets": args.presets,
-            "concurrency": args.concurrency,
-            "request_batch": args.request_batch,
-            "requests": args.requests,
-            "min_per_client": args.min_per_client,
-            "rounds": args.rounds,
-            "transports": args.transports,
-            "output_filter": args.output_filter or "all",
-            "sentences": source,
-            "server_flags": args.server_flags,
-            "batching_config": args.batching_config,
-            "embed_sentences": args.embed_sentences,
-            "embed_batch": args.embed_batch,
-            "seed": args.seed,
-        },
+        "settings": dict(settings, output_filter=args.output_filter or "all"),
         "duration_s": time.time() - started,
         "rows": rows,
         "overheads": ratios,
         "targets": targets,
     }
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {args.out}")
+    write_result(args.out, result)
     if any(r["errors"] for r in rows):
         log.error("some requests failed (see first_errors in %s)", args.out)
         return 1

@@ -305,11 +305,10 @@ SERVING_TABLES = {
 
 # ------------------------------------------------------------------------------------------------ train_throughput
 
-BASELINE = "97bf9b2"  # the commit the side-by-side training runs compare with
-
 
 def base_of(runs):
-    return runs[-1].get("baseline") or BASELINE
+    """The commit the newest of the side-by-side training runs `runs` compares with (its `baseline`)."""
+    return runs[-1]["baseline"]
 
 
 def per_round(run, r):
@@ -324,7 +323,7 @@ def roofline_shares(low_precision):
     if low_precision:
         return lambda run, r: (
             f"{pct(r['ours_fraction_of_roofline'])} / {pct(r.get('ours_fraction_of_low_precision_roofline'))}"
-            f" ({BASELINE} {pct(r['baseline_fraction_of_roofline'])})"
+            f" ({run['baseline']} {pct(r['baseline_fraction_of_roofline'])})"
         )
     return lambda run, r: pair(r["ours_fraction_of_roofline"], r["baseline_fraction_of_roofline"], ".0%")
 
@@ -332,7 +331,7 @@ def roofline_shares(low_precision):
 def side_by_side(kind, low_precision=False):
     """The newest training run of `kind` against the baseline commit: targets/s, speed-up, share of the roofline."""
     fraction = (
-        (lambda h, runs: f"% of float32 / bfloat16 roofline ({BASELINE} float32)")
+        (lambda h, runs: f"% of float32 / bfloat16 roofline ({base_of(runs)} float32)")
         if low_precision
         else (lambda h, runs: f"% roofline ours / {base_of(runs)}")
     )
@@ -400,8 +399,8 @@ def profile_cell(c):
 
 
 TRAIN_TABLES = {
-    "train_throughput": side_by_side("vs_97bf9b2"),
-    "train_throughput_bf16": side_by_side("vs_97bf9b2_bf16", low_precision=True),
+    "train_throughput": side_by_side("vs_baseline"),
+    "train_throughput_bf16": side_by_side("vs_baseline_bf16", low_precision=True),
     "train_throughput_history": Table(
         "train_throughput",
         [
@@ -410,11 +409,11 @@ TRAIN_TABLES = {
             COMMIT,
             Column("rounds", lambda run, r: str(run.get("rounds", DASH))),
             Column("roofline", lambda run, r: roof(run)),
-            Column(f"ptb5m (ours / {BASELINE} targets/s)", speedup_cell("ptb5m")),
-            Column(f"original (ours / {BASELINE} targets/s)", speedup_cell("original")),
+            Column(lambda h, runs: f"ptb5m (ours / {base_of(runs)} targets/s)", speedup_cell("ptb5m")),
+            Column(lambda h, runs: f"original (ours / {base_of(runs)} targets/s)", speedup_cell("original")),
             Column("what changed", what_changed, "l"),
         ],
-        runs=of_kinds("vs_97bf9b2", "vs_97bf9b2_bf16"),
+        runs=of_kinds("vs_baseline", "vs_baseline_bf16"),
         rows=lambda h, runs: [(run, {r["config"]: r for r in run["rows"]}) for run in runs],
     ),
     "train_throughput_ab": Table(
@@ -439,7 +438,7 @@ TRAIN_TABLES = {
     "train_throughput_profile": Table(
         "train_throughput",
         profile_columns,
-        runs=newest_with(lambda r: r.get("profile") and r.get("kind") == "vs_97bf9b2"),
+        runs=newest_with(lambda r: r.get("profile") and r.get("kind") == "vs_baseline"),
         rows=lambda h, runs: [(runs[-1], p) for p in runs[-1]["profile"]["rows"]],
         caption=lambda h, runs, pairs: [
             f"*Batch: {escape(runs[-1]['profile']['batch'])}.* " + the_run()(h, runs, pairs)[0]

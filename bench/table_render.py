@@ -1,6 +1,6 @@
 """How a benchmark table is rendered: a `Table` says which runs of a history it shows, which rows of them, its
 `Column`s (header, cell, alignment) and its caption; `render_table` turns one into Markdown. The tables themselves
-are data in bench/table_specs.py. The standard library only."""
+are data in bench/speed_tables.py, corpus_tables.py and quality_tables.py. The standard library only."""
 
 import dataclasses
 from collections.abc import Callable

@@ -17,14 +17,13 @@ Writes bench/results/trace_step.json.
 import argparse
 import collections
 import glob
-import json
 import os
 import re
 import tempfile
 import time
 
-import train_throughput  # bench/train_throughput.py, beside this script: the same Trainer set-up
-from common import git_commit  # bench/common.py
+from bilm_trainer import SETTINGS, make_trainer  # bench/bilm_trainer.py: the Trainer train_throughput.py drives
+from common import git_commit, write_result  # bench/common.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "trace_step.json")
@@ -43,12 +42,8 @@ def trace(args):
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    setting = train_throughput.SETTINGS[args.config]
-    worker_args = train_throughput.build_parser().parse_args([])
-    worker_args.worker_config, worker_args.worker_replicas = args.config, 1
-    worker_args.max_tokens, worker_args.num_sampled = setting["max_tokens"], setting["num_sampled"]
     with tempfile.TemporaryDirectory() as tmp:
-        _, train_step, dataset, _, _ = train_throughput.make_trainer(worker_args, tmp)
+        _, train_step, dataset, _, _ = make_trainer(tmp, args.config)
         iterator = iter(dataset)
         for _ in range(3):
             float(train_step(iterator)[0])
@@ -91,7 +86,7 @@ def trace(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="ptb5m", choices=sorted(train_throughput.SETTINGS))
+    p.add_argument("--config", default="ptb5m", choices=sorted(SETTINGS))
     p.add_argument("--steps", type=int, default=10, help="traced steps (after 3 untraced)")
     p.add_argument("--top", type=int, default=30, help="rows per table")
     p.add_argument("--out", default=DEFAULT_OUT)
@@ -109,10 +104,8 @@ def main(argv=None):
         print(f"\n| {title} | ms/step |\n|---|---:|")
         for name, ms in rows.items():
             print(f"| {name[:110]} | {ms:.1f} |")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"\nwrote {args.out}")
+    print()
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,8 @@ Writes bench/results/train_throughput.json.
 """
 
 import argparse
-import inspect
-import json
 import logging
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -52,98 +49,46 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bilm_trainer import DEFAULT_DATA, SETTINGS, flops_per_target, make_trainer
 from common import (
-    PTB_5M,
     REPO,
     RESULTS,
     WorkerError,
     add_worker_flags,
-    git_commit,
-    model_flops,
+    matmul_sizes_text,
     parse_list,
-    provenance,
+    result_fields,
     run_worker,
     serve_worker,
     worker_matmul,
+    write_result,
 )
+from train_step_parts import profile_parts
 
-DEFAULT_DATA = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "ptb", "ptb.train.txt"))
 DEFAULT_OUT = os.path.join(RESULTS, "train_throughput.json")
-DEFAULT_BASELINE = "97bf9b2"
-SETTINGS = {
-    "ptb5m": {"num_sampled": 2048, "max_tokens": 100, "steps": 30, "quick_steps": 3},
-    "small": {"num_sampled": 8192, "max_tokens": 50, "steps": 12, "quick_steps": 2},
-    "original": {"num_sampled": 8192, "max_tokens": 50, "steps": 10, "quick_steps": 2},
-}
+DEFAULT_BASELINE = "97bf9b2"  # bench/history.py's REFERENCE_BASELINE: runs against it are recorded as "vs_baseline"
 log = logging.getLogger("train_throughput")
-
-
-def bilm_config(name):
-    from elmo_tf.config import BiLMConfig, get_config
-
-    return BiLMConfig(**PTB_5M) if name == "ptb5m" else get_config(name)
-
-
-def flops_per_target(options, num_sampled):
-    """Forward matmul FLOP per target: the char CNN, every LSTM layer, the sampled softmax."""
-    part = model_flops(options, num_sampled)
-    return part["char_cnn"] + part["layers"] * part["lstm"] + part["softmax"]
 
 
 # ---------------------------------------------------------------------------------------------- workers
 
 
-def make_trainer(args, tmp):
-    """The Trainer of this process's `elmo_tf` (ours or the baseline's, told apart once, by its signature) on the
-    first --lines lines, with its compiled step and distributed dataset: `(trainer, train_step, dataset, vocab,
-    corpus)`."""
-    import tensorflow as tf
-
-    from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretraining import TrainConfig, Trainer
-    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
-
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    set_cpu_replicas(args.worker_replicas)
-    import keras
-
-    keras.utils.set_random_seed(0)
-    vocab = build_vocabulary(count_words([args.data]))
-    corpus = os.path.join(tmp, "train.txt")
-    with open(args.data, "rb") as src, open(corpus, "wb") as dst:
-        for k, line in enumerate(src):
-            if k >= args.lines:
-                break
-            dst.write(line)
-    pipeline = {}
-    if args.bucket_width and "bucket_width" in TrainConfig.__dataclass_fields__:  # not in a baseline's TrainConfig
-        pipeline["bucket_width"] = args.bucket_width
-    if args.matmul_precision != "float32":  # only ours has it; the driver passes it to ours only
-        pipeline["matmul_precision"] = args.matmul_precision
-    train_config = TrainConfig(
-        **pipeline,
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        steps=10**6,
-        num_sampled=args.num_sampled,
-        shuffle_buffer=args.lines,
-    )
-    strategy = get_strategy("mirrored")
-    config = bilm_config(args.worker_config)
-    if "output_dir" in inspect.signature(Trainer).parameters:  # a baseline's Trainer, which did I/O itself
-        trainer = Trainer(strategy, config, train_config, vocab, [corpus], os.path.join(tmp, "run"))
-        train_step, dataset = trainer._train_step, trainer._dataset(0)
-    else:
-        trainer = Trainer(strategy, config, train_config, vocab, [corpus])
-        train_step, dataset = trainer.train_step, trainer.distributed_dataset(0)
-    return trainer, train_step, dataset, vocab, corpus
-
-
 def worker_train(args):
     """The `train` worker mode: one setting in this process; returns its measurements."""
     with tempfile.TemporaryDirectory() as tmp:
-        trainer, train_step, dataset, vocab, corpus = make_trainer(args, tmp)
+        trainer, train_step, dataset, vocab, corpus = make_trainer(
+            tmp,
+            args.worker_config,
+            data=args.data,
+            lines=args.lines,
+            replicas=args.worker_replicas,
+            batch_size=args.batch_size,
+            threads=args.threads,
+            max_tokens=args.max_tokens,
+            num_sampled=args.num_sampled,
+            bucket_width=args.bucket_width,
+            matmul_precision=args.matmul_precision,
+        )
         iterator = iter(dataset)
         t0 = time.perf_counter()
         for _ in range(args.warmup):
@@ -156,7 +101,10 @@ def worker_train(args):
             targets += float(count)
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         params = trainer.model.count_params()
-        parts = profile_parts(args, trainer, vocab, corpus) if args.profile else None
+        repeats = args.profile_repeats
+        parts = (
+            profile_parts(trainer, vocab, corpus, args.batch_size, args.max_tokens, repeats) if args.profile else None
+        )
     options = trainer.model.config.to_options()
     num_sampled = min(args.num_sampled, len(vocab) - 1)
     fpt = flops_per_target(options, num_sampled)
@@ -184,166 +132,6 @@ def worker_train(args):
         "parts": parts,
     }
     return result
-
-
-def profile_parts(args, trainer, vocab, corpus):
-    """Milliseconds (median of --profile-repeats) and GFLOP/s of each part of one step, on one batch."""
-    import tensorflow as tf
-
-    from elmo_tf.layers.recurrence import fast_gradient_scan, projected_lstm_scan, stack_directions
-    from elmo_tf.models.bilm_pretrainer import sampled_softmax_loss
-    from elmo_tf.preprocessing.chars import add_sentence_boundaries
-    from elmo_tf.preprocessing.lm_dataset import lm_dataset, vocabulary_table
-
-    model, optimizer = trainer.model, trainer.optimizer
-    matmul_dtype = getattr(model, "matmul_dtype", None)  # the parts run their matmuls as the step does
-    ds = lm_dataset(
-        [corpus],
-        vocabulary_table(vocab.words),
-        args.batch_size,
-        max_tokens=args.max_tokens,
-        shuffle_buffer=1000,
-        bucket_width=trainer.config.bucket_width,
-    )
-    it = iter(ds)
-    t0 = time.perf_counter()
-    batches = [next(it) for _ in range(args.profile_repeats * 4)]
-    input_ms = (time.perf_counter() - t0) * 1000 / len(batches)
-    batches.sort(key=lambda b: int(b["token_ids"].shape[1]))
-    batch = batches[len(batches) // 2]
-    rows, length = (int(n) for n in batch["token_ids"].shape)
-    targets = int(tf.reduce_sum(tf.cast(batch["token_ids"] > 0, tf.int32))) + rows
-    positions = rows * (length + 2)  # what the LSTMs and the char CNN compute on (padding included)
-    part_flops = model_flops(model.config.to_options(), model.num_sampled)
-
-    def sync(result):
-        flat = tf.nest.flatten(result, expand_composites=True)
-        if any(t is None for t in flat):  # a part without all its gradients would time less than its work
-            raise RuntimeError("a profiled part returned a None gradient")
-        return [t.numpy() for t in flat]
-
-    def timed(fn, *inputs):
-        sync(fn(*inputs))
-        times = []
-        for _ in range(args.profile_repeats):
-            start = time.perf_counter()
-            sync(fn(*inputs))
-            times.append(time.perf_counter() - start)
-        return sorted(times)[len(times) // 2] * 1000
-
-    parts = [{"part": "input pipeline (per batch)", "ms": input_ms, "flop": 0}]
-    variables = model.trainable_variables
-
-    @tf.function
-    def whole(batch):
-        with tf.GradientTape() as tape:
-            fwd, bwd, count = model.losses_sum(batch, training=True)
-            loss = 0.5 * (fwd + bwd) / count
-        return loss, tape.gradient(loss, variables)
-
-    _, grads = whole(batch)
-
-    @tf.function
-    def apply(grads):
-        optimizer.apply_gradients(zip(grads, variables))
-        return tf.constant(0)
-
-    chars = add_sentence_boundaries(batch["char_ids"])
-    cnn_vars = model.char_cnn.trainable_variables
-    distinct = int(tf.shape(tf.raw_ops.UniqueV2(x=tf.reshape(chars, [-1, 50]), axis=tf.constant([0], tf.int64))[0])[0])
-
-    @tf.function
-    def char_cnn(chars):
-        with tf.GradientTape() as tape:
-            encode = getattr(model.char_cnn, "encode_distinct", None)
-            out = encode(chars) if encode is not None else model.char_cnn(chars)
-        return tape.gradient(out, cnn_vars)
-
-    parts.append(
-        {
-            "part": f"char CNN ({distinct} distinct of {positions} tokens)",
-            "ms": timed(char_cnn, chars),
-            "flop": 3 * part_flops["char_cnn"] * distinct,
-        }
-    )
-    bilm = model.bilm
-    units, proj = bilm.units, bilm.projection_dim
-    x = tf.random.normal([length + 2, rows, proj], stddev=0.5)
-    mask = tf.ones([length + 2, rows], tf.bool)
-
-    def lstm_part(lstms, scan):
-        """One layer's forward + backward, both directions, with the gradients of its weights and input. (Built in
-        a closure: variables passed to a `tf.function` as default arguments are not the ones the tape watches, so
-        their gradients came back None and the weight-gradient matmuls were pruned from the timing.)"""
-        lstm_vars = [v for lstm in lstms for v in lstm.trainable_variables]
-
-        @tf.function
-        def lstm_step(x):
-            zeros = [tf.zeros([rows, units]), tf.zeros([rows, units])], [tf.zeros([rows, proj])] * 2
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                w_x, b, w_h, w_p = zip(*(lstm.kernels() for lstm in lstms))
-                scan_args = (2 * [x], mask, list(w_x), list(b), list(w_h), list(w_p), *zeros, 3.0, 3.0)
-                if scan is None:
-                    outs, _, _ = projected_lstm_scan(*scan_args, stack_directions=stack_directions(units, proj))
-                else:
-                    outs, _, _ = scan(*scan_args, matmul_dtype=matmul_dtype)
-                loss = tf.reduce_sum(outs[0]) + tf.reduce_sum(outs[1])
-            return tape.gradient(loss, lstm_vars + [x])
-
-        return lstm_step
-
-    for layer in range(bilm.num_layers):
-        lstms = [bilm.get_lstm(d, layer) for d in ("forward", "backward")]
-        for name, scan in (("hand-written backward", fast_gradient_scan), ("TF automatic backward", None)):
-            lstm_step = lstm_part(lstms, scan)
-            parts.append(
-                {
-                    "part": f"LSTM layer {layer}, both directions ({name})",
-                    "ms": timed(lstm_step, x),
-                    "flop": 3 * part_flops["lstm"] * positions,
-                    "in_step": scan is not None,
-                }
-            )
-    states = tf.random.normal([targets, proj], stddev=0.3)
-    labels = tf.random.uniform([targets, 1], 0, model.vocab_size, tf.int64)
-
-    @tf.function
-    def softmax(states):
-        with tf.GradientTape() as tape:
-            tape.watch(states)
-            loss = 0.0
-            for _ in range(2):  # forward and backward LMs
-                loss += tf.reduce_sum(
-                    sampled_softmax_loss(
-                        weights=model.softmax_kernel.value,
-                        biases=model.softmax_bias.value,
-                        labels=labels,
-                        inputs=states,
-                        num_sampled=model.num_sampled,
-                        num_classes=model.vocab_size,
-                        matmul_dtype=matmul_dtype,
-                    )
-                )
-        return tape.gradient(loss, [model.softmax_kernel, model.softmax_bias, states])
-
-    parts.append(
-        {
-            "part": "sampled softmax, both directions",
-            "ms": timed(softmax, states),
-            "flop": 3 * part_flops["softmax"] * targets,
-        }
-    )
-    parts.append({"part": "optimizer update", "ms": timed(apply, grads), "flop": 0})
-    whole_ms = timed(lambda b: whole(b)[0], batch)
-    apply_ms = parts[-1]["ms"]
-    fpt = flops_per_target(model.config.to_options(), model.num_sampled)
-    parts.append(
-        {"part": "whole step (forward + backward + update)", "ms": whole_ms + apply_ms, "flop": 3 * fpt * targets}
-    )
-    for part in parts:
-        part["gflops"] = part["flop"] / part["ms"] / 1e6 if part["flop"] else None
-    return {"rows": rows, "length": length, "targets": targets, "positions": positions, "parts": parts}
 
 
 WORKERS = {"train": worker_train, "matmul": worker_matmul}
@@ -449,67 +237,104 @@ def main(argv=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def setting_options(args, name, replicas):
+    """The worker flags of setting `name` at `replicas` replicas: `(both, ours only)`; ours adds --bucket-width and
+    --matmul-precision where given (a baseline's TrainConfig may lack them)."""
+    setting = SETTINGS[name]
+    steps = args.steps or (setting["quick_steps"] if args.quick else setting["steps"])
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    both = [
+        *("--worker-config", name, "--worker-replicas", str(replicas), "--lines", str(args.lines)),
+        *("--batch-size", str(args.batch_size), "--max-tokens", str(args.max_tokens or setting["max_tokens"])),
+        *("--num-sampled", str(args.num_sampled or setting["num_sampled"]), "--steps", str(steps)),
+        *("--warmup", str(warmup)),
+    ]
+    ours = ["--bucket-width", str(args.bucket_width)] if args.bucket_width else []
+    if args.matmul_precision != "float32":
+        ours += ["--matmul-precision", args.matmul_precision]
+    return both, ours
+
+
+def pooled(runs):
+    """The median speed of a side's good `runs` (its rounds), their peak RSS, and the setting they ran; None when
+    every round failed."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return None
+    return {
+        "targets_per_s": median([r["targets_per_s"] for r in good]),
+        "gflops": median([r["gflops"] for r in good]),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in good),
+        "seconds_per_step": median([r["seconds_per_step"] for r in good]),
+        "params": good[0]["params"],
+        "num_sampled": good[0]["num_sampled"],
+        "max_tokens": good[0]["max_tokens"],
+        "bucket_width": good[0].get("bucket_width"),
+        "matmul_precision": good[0].get("matmul_precision", "float32"),
+    }
+
+
+def run_setting(args, baseline, work, name, replicas):
+    """--rounds rounds of the baseline then ours (ours alone without a baseline) at one setting: the row of the
+    results, with each round, each side pooled, our profile and the speed-up."""
+    both, ours_only = setting_options(args, name, replicas)
+    profile = ["--profile", "--profile-repeats", str(args.profile_repeats)] if args.profile else []
+    rounds = {"baseline": [], "ours": []}
+    for k in range(args.rounds):
+        for who in ("baseline", "ours") if baseline else ("ours",):
+            log.info("%s x%d, %s, round %d: %s", name, replicas, who, k + 1, " ".join(both[-4:]))
+            extra = both + (ours_only + (profile if k == 0 else []) if who == "ours" else [])
+            path = baseline["path"] if who == "baseline" else None
+            r = run_train_worker(args, "train", extra, work, pythonpath=path)
+            if "error" not in r:
+                log.info("  %.0f targets/s, %.1f GFLOP/s", r["targets_per_s"], r["gflops"])
+            rounds[who].append(r)
+    row = {"config": name, "replicas": replicas, "rounds": rounds}
+    for who, runs in rounds.items():
+        side = pooled(runs)
+        if side:
+            row[who] = side
+            parts = [r["parts"] for r in runs if "error" not in r and r.get("parts")]
+            if parts:
+                row["parts"] = parts[0]
+    if "ours" in row and "baseline" in row:
+        row["speedup"] = row["ours"]["targets_per_s"] / row["baseline"]["targets_per_s"]
+    return row
+
+
 def run_all(args, baseline, work):
     load_before = os.getloadavg()
     precision = ["--matmul-precision", args.matmul_precision]
     matmul = [run_train_worker(args, "matmul", precision, work)]
     log.info("matmul roofline before: %.0f GFLOP/s", matmul[0].get("best_gflops", float("nan")))
-    results = []
-    for name in args.configs:
-        setting = SETTINGS[name]
-        steps = args.steps or (setting["quick_steps"] if args.quick else setting["steps"])
-        warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
-        max_tokens = args.max_tokens or setting["max_tokens"]
-        num_sampled = args.num_sampled or setting["num_sampled"]
-        for replicas in args.replicas:
-            extra = [
-                *("--worker-config", name, "--worker-replicas", str(replicas), "--lines", str(args.lines)),
-                *("--batch-size", str(args.batch_size), "--max-tokens", str(max_tokens)),
-                *("--num-sampled", str(num_sampled), "--steps", str(steps), "--warmup", str(warmup)),
-            ]
-            ours_extra = ["--bucket-width", str(args.bucket_width)] if args.bucket_width else []
-            if args.matmul_precision != "float32":
-                ours_extra += ["--matmul-precision", args.matmul_precision]
-            profile = ["--profile", "--profile-repeats", str(args.profile_repeats)] if args.profile else []
-            rounds = {"baseline": [], "ours": []}
-            for k in range(args.rounds):
-                for who in ("baseline", "ours") if baseline else ("ours",):
-                    log.info("%s x%d, %s, round %d: %d + %d steps", name, replicas, who, k + 1, warmup, steps)
-                    r = run_train_worker(
-                        args,
-                        "train",
-                        extra + (ours_extra + (profile if k == 0 else []) if who == "ours" else []),
-                        work,
-                        pythonpath=baseline["path"] if who == "baseline" else None,
-                    )
-                    if "error" not in r:
-                        log.info("  %.0f targets/s, %.1f GFLOP/s", r["targets_per_s"], r["gflops"])
-                    rounds[who].append(r)
-            row = {"config": name, "replicas": replicas, "rounds": rounds}
-            for who, runs in rounds.items():
-                good = [r for r in runs if "error" not in r]
-                if good:
-                    row[who] = {
-                        "targets_per_s": median([r["targets_per_s"] for r in good]),
-                        "gflops": median([r["gflops"] for r in good]),
-                        "peak_rss_mb": max(r["peak_rss_mb"] for r in good),
-                        "seconds_per_step": median([r["seconds_per_step"] for r in good]),
-                        "params": good[0]["params"],
-                        "num_sampled": good[0]["num_sampled"],
-                        "max_tokens": good[0]["max_tokens"],
-                        "bucket_width": good[0].get("bucket_width"),
-                        "matmul_precision": good[0].get("matmul_precision", "float32"),
-                    }
-                    parts = [r["parts"] for r in good if r.get("parts")]
-                    if parts:
-                        row["parts"] = parts[0]
-            if "ours" in row and "baseline" in row:
-                row["speedup"] = row["ours"]["targets_per_s"] / row["baseline"]["targets_per_s"]
-            results.append(row)
+    results = [run_setting(args, baseline, work, name, r) for name in args.configs for r in args.replicas]
     matmul.append(run_train_worker(args, "matmul", precision, work))
-    load_after = os.getloadavg()
     roofline = max(m.get("best_gflops", 0.0) for m in matmul)
-    report(args, baseline, results, matmul, roofline, load_before, load_after)
+    low_roofline = None
+    if args.matmul_precision != "float32":  # None when its measurement failed (the workers' errors are in the JSON)
+        low_roofline = max(m.get(args.matmul_precision, {}).get("best_gflops", 0.0) for m in matmul) or None
+    print_table(args, baseline, results, matmul, roofline)
+    print_profiles(results, roofline)
+    print_low_precision(args, results, low_roofline)
+    load_after = os.getloadavg()
+    busy = max(load_before[0], load_after[0]) > 1.5
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}" + ("  (busy machine)" if busy else ""))
+    from importlib.metadata import version
+
+    record = {
+        "benchmark": "train_throughput",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **result_fields(load_before, load_after),  # git_commit, date, cpu: what bench/tables.py record names it by
+        "baseline": {k: baseline[k] for k in ("rev", "commit")} if baseline else None,
+        "machine": {"tensorflow": version("tensorflow")},
+        "roofline_gflops": roofline,
+        "matmul_precision": args.matmul_precision,
+        "low_precision_roofline_gflops": low_roofline,
+        "matmul": matmul,
+        "settings": {k: getattr(args, k) for k in ("batch_size", "lines", "data", "threads", "rounds", "quick")},
+        "results": results,
+    }
+    write_result(args.out, record)
     failed = any("error" in r for row in results for runs in row["rounds"].values() for r in runs)
     return 1 if failed else 0
 
@@ -535,15 +360,13 @@ def print_profiles(results, roofline):
             )
 
 
-def report(args, baseline, results, matmul, roofline, load_before, load_after):
-    sizes = ", ".join(
-        f"{n}^3 " + "/".join(f"{m['sizes'][n]['best_gflops']:.0f}" for m in matmul if "sizes" in m)
-        for n in (matmul[0].get("sizes") or {})
-    )
+def print_table(args, baseline, results, matmul, roofline):
+    """Ours beside the baseline per setting; sets each side's `fraction_of_roofline`."""
     print()
     print(
         f"biLM training throughput (forward + backward + Adagrad update), batch {args.batch_size} sentences, "
-        f"{os.cpu_count()} CPUs; roofline {roofline:.0f} GFLOP/s (TF float32 matmul, before/after: {sizes})"
+        f"{os.cpu_count()} CPUs; roofline {roofline:.0f} GFLOP/s (TF float32 matmul, before/after: "
+        f"{matmul_sizes_text([m for m in matmul if 'sizes' in m] or [{}])})"
     )
     base_name = baseline["rev"] if baseline else "-"
     print(
@@ -556,22 +379,22 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
         if not ours:
             print(f"| {row['config']} | - | {row['replicas']} | - | failed | | | | | | |")
             continue
-        ours["fraction_of_roofline"] = ours["gflops"] / roofline if roofline else None
-        if base:
-            base["fraction_of_roofline"] = base["gflops"] / roofline if roofline else None
+        for side in (ours, base) if base else (ours,):
+            side["fraction_of_roofline"] = side["gflops"] / roofline if roofline else None
+        nan = float("nan")
         print(
             f"| {row['config']} | {ours['params'] / 1e6:.2f}M | {row['replicas']} | {ours['num_sampled']} | "
-            f"{ours['targets_per_s']:.0f} | {base['targets_per_s'] if base else float('nan'):.0f} | "
-            f"{row.get('speedup', float('nan')):.2f}x | {ours['gflops']:.1f} | "
-            f"{ours['fraction_of_roofline']:.0%} / {base['fraction_of_roofline'] if base else float('nan'):.0%} | "
-            f"{ours['peak_rss_mb']:.0f} / {base['peak_rss_mb'] if base else float('nan'):.0f} | "
+            f"{ours['targets_per_s']:.0f} | {base['targets_per_s'] if base else nan:.0f} | "
+            f"{row.get('speedup', nan):.2f}x | {ours['gflops']:.1f} | "
+            f"{ours['fraction_of_roofline']:.0%} / {base['fraction_of_roofline'] if base else nan:.0%} | "
+            f"{ours['peak_rss_mb']:.0f} / {base['peak_rss_mb'] if base else nan:.0f} | "
             f"{ours['bucket_width']} / {base['bucket_width'] if base else '-'} |"
         )
-    print_profiles(results, roofline)
-    low_roofline = None
-    if args.matmul_precision != "float32":
-        low_roofline = max(m.get(args.matmul_precision, {}).get("best_gflops", 0.0) for m in matmul) or None
-    if low_roofline:  # None when its measurement failed (the workers' errors are in the JSON)
+
+
+def print_low_precision(args, results, low_roofline):
+    """Ours as a share of the bfloat16 roofline, where --matmul-precision is not float32 and it was measured."""
+    if low_roofline:
         print(
             f"ours ran its LSTM and softmax matmuls in {args.matmul_precision} (the baseline float32); "
             f"{args.matmul_precision} matmul roofline {low_roofline:.0f} GFLOP/s: ours at "
@@ -580,42 +403,6 @@ def report(args, baseline, results, matmul, roofline, load_before, load_after):
             )
             + " of it"
         )
-    busy = max(load_before[0], load_after[0]) > 1.5
-    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}" + ("  (busy machine)" if busy else ""))
-
-    from importlib.metadata import version
-
-    record = {
-        "benchmark": "train_throughput",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "commit": git_commit(REPO),
-        **provenance(),  # date, cpu: what bench/tables.py record names the run by
-        "baseline": {k: baseline[k] for k in ("rev", "commit")} if baseline else None,
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "tensorflow": version("tensorflow"),
-            "load_average_before": load_before,
-            "load_average_after": load_after,
-        },
-        "roofline_gflops": roofline,
-        "matmul_precision": args.matmul_precision,
-        "low_precision_roofline_gflops": low_roofline,
-        "matmul": matmul,
-        "settings": {
-            "batch_size": args.batch_size,
-            "lines": args.lines,
-            "data": args.data,
-            "threads": args.threads,
-            "rounds": args.rounds,
-            "quick": args.quick,
-        },
-        "results": results,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
-    log.info("wrote %s", args.out)
 
 
 if __name__ == "__main__":

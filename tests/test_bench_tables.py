@@ -353,9 +353,10 @@ def test_record_train_throughput(tmp_path, history):
         "2026-12-02",
         "2-core x86_64 (Test CPU)",
         490.0,
-        "vs_97bf9b2",
+        "vs_baseline",
         2,
     )
+    assert run["baseline"] == "97bf9b2"
     assert run["command"] == "bench/train_throughput.py --rounds 2"
     row = run["rows"][0]
     assert (row["params"], row["speedup"], row["ours_fraction_of_roofline"]) == ("5.28M", 2.0, 0.39)
