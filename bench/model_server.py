@@ -28,15 +28,15 @@ def ensure_export(preset, seed, cache):
     Serving's warmup file gets it added; one cached before the `packed` signature is exported again)."""
     base = os.path.join(cache, f"{preset}-seed{seed}", "elmo")
     if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
+        from elmo_tf.saved_model.contract import PACKED_SIGNATURE
         from elmo_tf.serving.servable import read_signature_defs
-        from elmo_tf.serving_contract import PACKED_SIGNATURE
 
         if PACKED_SIGNATURE not in read_signature_defs(os.path.join(base, "1")):
             log.info("the cached export %s has no %r signature: exported again", base, PACKED_SIGNATURE)
             shutil.rmtree(base)
     if os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
-        from elmo_tf.export import warmup_requests
-        from elmo_tf.serving_warmup import warmup_path, write_warmup_requests
+        from elmo_tf.saved_model.export import warmup_requests
+        from elmo_tf.saved_model.warmup import warmup_path, write_warmup_requests
 
         if not os.path.exists(warmup_path(os.path.join(base, "1"))):
             write_warmup_requests(os.path.join(base, "1"), warmup_requests())
@@ -44,7 +44,7 @@ def ensure_export(preset, seed, cache):
     import keras
 
     from elmo_tf import ELMo, get_config
-    from elmo_tf.export import export_elmo
+    from elmo_tf.saved_model.export import export_elmo
 
     log.info("exporting a random %s model to %s (once)", preset, base)
     keras.utils.set_random_seed(seed)

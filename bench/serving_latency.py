@@ -22,7 +22,7 @@ Targets: gRPC p50 under 1.10 x in-process at concurrency 1 (batch 8); batching r
 3% of the server without them (issue 40).
 
 How it is measured:
-  - the model is exported once per preset (seeded random weights, `elmo_tf.export.export_elmo`) into
+  - the model is exported once per preset (seeded random weights, `elmo_tf.saved_model.export.export_elmo`) into
     --cache (bench/results/cache/serving/<preset>-seed<seed>/elmo/1) and reused;
   - the server is a subprocess (`serving/serve.py --embedded`, its default threads, REST on; the batching server
     reads --batching-config, export/batching.config by default: the parameters shipped for stock TF Serving);

@@ -38,7 +38,7 @@ PRELOAD = (
     "elmo_tf.models",
     "elmo_tf.pretraining",
     "elmo_tf.embed",
-    "elmo_tf.export",
+    "elmo_tf.saved_model.export",
     "elmo_tf.score",
     "elmo_tf.ner",
     "elmo_tf.convert",

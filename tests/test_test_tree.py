@@ -6,7 +6,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "elmo_tf"
-# tests/export/ tests the export/ command-line directory and its C++ loader check, beside elmo_tf/export.py;
+# tests/export/ tests the export/ command-line directory and its C++ loader check (elmo_tf/saved_model/: in
+# tests/saved_model/);
 # tests/backends/ runs the layers and ELMo on the active Keras backend (make test: JAX; make test-torch: PyTorch)
 NOT_PACKAGES = {"export", "backends"}
 

@@ -1,6 +1,6 @@
 """Exports an ELMo model as a versioned SavedModel for TF Serving: `<base>/<version>/` (README, "Export").
 
-A thin command line over `elmo_tf.export.export_elmo`; the signatures are `elmo_tf.serving_contract`'s.
+A thin command line over `elmo_tf.saved_model.export.export_elmo`; the signatures are `elmo_tf.saved_model.contract`'s.
 """
 
 import argparse
@@ -193,8 +193,9 @@ def load_lm(args, model):
 def main(argv=None, prog=PROG):
     args = parse_args(argv, prog)
     setup_logging(verbose=args.verbose, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from elmo_tf.export import ExportError, export_elmo
     from elmo_tf.models import load_elmo
+    from elmo_tf.saved_model.export import export_elmo
+    from elmo_tf.saved_model.versions import ExportError
 
     logger.info("loading %s + %s", args.options, args.weights)
     try:

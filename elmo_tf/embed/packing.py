@@ -134,7 +134,7 @@ def iter_batches(items, batch_size=64, max_batch_tokens=None, sort=True, window=
 
 
 def packed_layout(row_lengths, token_rows):
-    """The packed-row inputs of `Embedder._run` (also the served `packed` signature's, `elmo_tf.serving_contract`):
+    """The packed-row inputs of `Embedder._run` (also the served `packed` signature's, `elmo_tf.saved_model.contract`):
     `row_lengths` is a list of rows, each a list of sentence lengths (tokens, at least 1 each); `token_rows` the
     vector-table row of every token, sentences in order (table rows 0, 1, 2 are padding, `<S>`, `</S>`). Returns
     `(table_rows, starts, positions)`: int32 `(rows, steps)` (each sentence as `<S> tokens </S>`, 0 past a row's

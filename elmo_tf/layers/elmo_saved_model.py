@@ -28,7 +28,7 @@ def _endpoint_output_keys(fn):
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
 class ELMoSavedModel(keras.layers.TFSMLayer):
-    """An exported ELMo SavedModel (`elmo_tf.export.export_elmo`) as a Keras 3 layer, frozen or fine-tuned.
+    """An exported ELMo SavedModel (`elmo_tf.saved_model.export.export_elmo`) as a Keras 3 layer, frozen or fine-tuned.
 
     A `keras.layers.TFSMLayer` whose weights are the SavedModel's own variables (shared, not copied: training the
     layer changes what the loaded endpoints compute), named without tf.Variable's ":0" suffix

@@ -69,7 +69,7 @@ def _char_cnn_options(config):
 def elmo_activations(word_emb, lstm_outputs):
     """ELMo's L+1 layers in order: the token layer `(..., P)` duplicated to `(..., 2P)` (both halves of the biLM read
     it), then each LSTM layer's `(..., 2P)` (forward and backward halves). The layout of `ELMo`'s `activations`, of
-    `embed --layers all` and of the SavedModel's outputs stacked (`serving_contract.activations_from_outputs`)."""
+    `embed --layers all` and of the SavedModel's outputs stacked (`contract.activations_from_outputs`)."""
     return [ops.concatenate([word_emb, word_emb], axis=-1), *lstm_outputs]
 
 

@@ -14,21 +14,21 @@ Both run the tagger as training and tagging assemble it (`elmo_tf.ner.pipeline.N
 (vocabulary lookup, lowercasing, char ids) is the training code's own layer, tracked in the graph, and the biLM
 (`InProcessFeatures.graph_activations`) runs inside the graph.
 Versioned like the ELMo export (`<base>/<version>/`, never overwritten), with TF Serving's warmup file
-(`assets.extra/tf_serving_warmup_requests`: the 8 sentences of `elmo_tf.serving_warmup.WARMUP_SENTENCES` to `tag`,
-`serving_default` and `featurize`).
+(`assets.extra/tf_serving_warmup_requests`: the 8 sentences of `elmo_tf.saved_model.warmup.WARMUP_SENTENCES` to
+`tag`, `serving_default` and `featurize`).
 """
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.export import publish_version
 from elmo_tf.ner.features import InProcessFeatures
 from elmo_tf.ner.featurizer import MASK
 from elmo_tf.ner.pipeline import NERPipeline
 from elmo_tf.preprocessing.tokenizer import make_tokenizer
-from elmo_tf.serving_contract import SENTENCES_SPEC, SEQUENCE_LEN, SERVING_DEFAULT, TOKENS
-from elmo_tf.serving_warmup import run_warmup_requests, sentence_requests, write_warmup_requests
+from elmo_tf.saved_model.contract import SENTENCES_SPEC, SEQUENCE_LEN, SERVING_DEFAULT, TOKENS
+from elmo_tf.saved_model.versions import publish_version
+from elmo_tf.saved_model.warmup import run_warmup_requests, sentence_requests, write_warmup_requests
 
 TAG_SIGNATURE = "tag"
 FEATURIZE_SIGNATURE = "featurize"

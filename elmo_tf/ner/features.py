@@ -30,7 +30,7 @@ from elmo_tf.embed import Embedder
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.models import load_elmo
 from elmo_tf.models.elmo import model_fingerprint
-from elmo_tf.serving_contract import activations_from_outputs, layer_keys
+from elmo_tf.saved_model.contract import activations_from_outputs, layer_keys
 
 logger = logging.getLogger(__name__)
 

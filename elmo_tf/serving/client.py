@@ -43,8 +43,8 @@ from tensorflow_serving.apis import (
 
 from elmo_tf.bounds import INT32_MAX
 from elmo_tf.errors import check_int
+from elmo_tf.saved_model.contract import SENTENCES, SENTENCES_SIGNATURE, SEQUENCE_LEN, TOKENS, TOKENS_SIGNATURE
 from elmo_tf.serving.status import GRPC_CODE_OF_HTTP, ServingError, status_code
-from elmo_tf.serving_contract import SENTENCES, SENTENCES_SIGNATURE, SEQUENCE_LEN, TOKENS, TOKENS_SIGNATURE
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 

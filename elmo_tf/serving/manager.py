@@ -47,11 +47,11 @@ import grpc
 import tensorflow as tf
 from tensorflow_serving.apis import get_model_status_pb2
 
+from elmo_tf.saved_model.warmup import WarmupError
 from elmo_tf.serving.batching import BatchScheduler
 from elmo_tf.serving.servable import load_servable
 from elmo_tf.serving.source import FileSystemSource, files_fingerprint
 from elmo_tf.serving.status import ServingError, not_found, redact_paths, status_code
-from elmo_tf.serving_warmup import WarmupError
 
 logger = logging.getLogger(__name__)
 

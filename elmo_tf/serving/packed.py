@@ -1,16 +1,16 @@
 """Packed merged calls: the sentences of several `default`/`tokens` requests run through the export's internal `packed`
-signature (`elmo_tf.serving_contract`) as `elmo-tf embed` runs them: several sentences per row, each between its own
+signature (`elmo_tf.saved_model.contract`) as `elmo-tf embed` runs them: several sentences per row, each between its own
 `<S>` and `</S>` with the biLM restarted at its start, and each distinct token through the char CNN once per call. A
 merged call of the `default`/`tokens` signatures pads every sentence to the longest and encodes every occurrence.
 
-The sentences are packed with embed's planning functions (`serving_contract.pack_token_lists`: `pack_rows`,
+The sentences are packed with embed's planning functions (`contract.pack_token_lists`: `pack_rows`,
 `group_rows`, `packed_layout`), `max_rows` rows per call, and each request's outputs are put back together exactly as
 its own signature gives them alone (same keys, shapes, dtypes and zeros at padded positions; values within float
 rounding): `word_emb`, `lstm_outputs*`, `elmo` `(batch, T, ...)`, `default` (the mean of `elmo` over the sentence's
 tokens), `sequence_len`, `mask`, with T the request's longest sentence (`default`) or its padded input's width
 (`tokens`), both cut to the export's `max_tokens`.
 
-What is packed: a signature whose outputs are exactly ELMo's (`serving_contract.output_keys`) and whose inputs are
+What is packed: a signature whose outputs are exactly ELMo's (`contract.output_keys`) and whose inputs are
 either one batch of sentences tokenized on whitespace (a `--tokenizer unicode_script` export's `default` is not packed:
 its tokenizer runs in the graph only) or padded tokens with their lengths. Anything else (`lm`, NER exports, an
 export without `packed`, a request whose `sequence_len` is out of range, a batch without a token) returns None and
@@ -24,11 +24,7 @@ import numpy as np
 
 from elmo_tf.preprocessing.chars import token_bytes
 from elmo_tf.preprocessing.tokenizer import split_tokens
-from elmo_tf.serving.budget import RequestBudget
-from elmo_tf.serving.signature import shape_text
-from elmo_tf.serving.status import resource_exhausted
-from elmo_tf.serving.tokens import WhitespaceCounter
-from elmo_tf.serving_contract import (
+from elmo_tf.saved_model.contract import (
     ACTIVATIONS,
     DEFAULT,
     ELMO,
@@ -43,6 +39,10 @@ from elmo_tf.serving_contract import (
     output_keys,
     pack_token_lists,
 )
+from elmo_tf.serving.budget import RequestBudget
+from elmo_tf.serving.signature import shape_text
+from elmo_tf.serving.status import resource_exhausted
+from elmo_tf.serving.tokens import WhitespaceCounter
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ model (`elmo_tf.serving.response_size`) and its function. Merged calls of severa
 
 Loading reads the SignatureDefs from `saved_model.pb` (or `.pbtxt`), loads the SavedModel with
 `tf.saved_model.load`, and warms it up: the requests of its warmup file (`assets.extra/tf_serving_warmup_requests`, as
-TF Serving replays it: `elmo_tf.serving_warmup`), then a small synthetic request to each signature the file did not
+TF Serving replays it: `elmo_tf.saved_model.warmup`), then a small synthetic request to each signature the file did not
 reach (every signature of an export without the file). A missing op, a broken graph or a bad warmup file fails the
 load, not the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves
 unknown. With warm-up off (`warmup=False`, stock's --enable_model_warmup=false: saved_model_bundle_source_adapter.cc
@@ -23,13 +23,13 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
+from elmo_tf.saved_model.warmup import iter_warmup_requests, predict_request, warmup_path
 from elmo_tf.serving.budget import Limits, RequestBudget, read_tensor_proto, softmax_position_cost
 from elmo_tf.serving.packed import attach_packed
 from elmo_tf.serving.response_size import ResponseSizes
 from elmo_tf.serving.signature import Signature
 from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
 from elmo_tf.serving.tokens import signature_op_types, token_counter
-from elmo_tf.serving_warmup import iter_warmup_requests, predict_request, warmup_path
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Servable:
         outputs teach the response size model the dims the SignatureDef leaves unknown.
 
         Raises:
-            WarmupError: a file TF Serving refuses (`elmo_tf.serving_warmup`).
+            WarmupError: a file TF Serving refuses (`elmo_tf.saved_model.warmup`).
             ServingError: a request of the file that fails (unknown signature, bad inputs, the model failed).
         """
         reached = set()

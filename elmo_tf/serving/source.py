@@ -5,7 +5,7 @@
       `strings::safe_strto64`): "007" is version 7; a number above 2**63 - 1 ("99999999999999999999") is not a
       version and is ignored. Stricter than `safe_strto64`: only ASCII digits count (it also takes a sign and
       surrounding spaces: "-1", " 7"); other names are ignored, each logged once while it stays on disk. The export
-      reads names the same way (`elmo_tf.export.parse_version`);
+      reads names the same way (`elmo_tf.saved_model.versions.parse_version`);
     - two names for one number ("7" and "007"): as `IndexChildrenByVersion`, the name that sorts last wins ("7",
       i.e. the fewest leading zeros), with one warning;
     - unlike TF Serving, a version counts only once it holds `saved_model.pb` (or `.pbtxt`), so a directory being
@@ -22,7 +22,7 @@ What the manager does with the candidates (load, retry, retire) is `elmo_tf.serv
 import logging
 import os
 
-from elmo_tf.export import parse_version
+from elmo_tf.saved_model.versions import parse_version
 from elmo_tf.serving.config_files import VersionPolicy
 
 logger = logging.getLogger(__name__)

@@ -123,7 +123,7 @@ def test_embed_matches_elmoformanylangs_at_every_layer(models, name):
 
 
 def test_savedmodel_matches_elmoformanylangs_at_every_layer(models, tmp_path):
-    from elmo_tf.export import export_elmo
+    from elmo_tf.saved_model.export import export_elmo
 
     expected = _expected("word")
     path = export_elmo(models["word"], str(tmp_path / "efml"), version=1)  # reloads and checks itself

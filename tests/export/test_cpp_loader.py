@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 from export_testlib import load_test_model
 
-import elmo_tf.export as ex
+import elmo_tf.saved_model.export as ex
 from elmo_tf.preprocessing.tokenizer import tf_text_op_library
-from elmo_tf.serving_contract import activations_from_outputs, pack_token_lists
+from elmo_tf.saved_model.contract import activations_from_outputs, pack_token_lists
 
 REPO = Path(__file__).resolve().parents[2]
 

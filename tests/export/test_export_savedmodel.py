@@ -21,8 +21,8 @@ from cli_testlib import assert_ends_with_one_error, run_limited
 from export_testlib import load_test_model
 from tiny_models import TINY
 
-import elmo_tf.export as ex
-from elmo_tf import serving_contract as contract
+import elmo_tf.saved_model.export as ex
+from elmo_tf.saved_model import contract, versions
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "export" / "export_savedmodel.py"
@@ -405,7 +405,7 @@ def test_versions_count_up_and_are_never_overwritten(tiny_model, tmp_path):
     assert first == str(base / "1")
     second = ex.export_elmo(tiny_model, str(base), check=False)
     assert second == str(base / "2")
-    assert ex.existing_versions(str(base)) == [1, 2] and ex.next_version(str(base)) == 3
+    assert versions.existing_versions(str(base)) == [1, 2] and versions.next_version(str(base)) == 3
     mode = stat.S_IMODE(os.stat(second).st_mode)
     assert mode & 0o005 == 0o005 & ~_umask(), f"version directory mode {oct(mode)} hides it from other users"
     before = sorted(os.listdir(second))
@@ -413,7 +413,7 @@ def test_versions_count_up_and_are_never_overwritten(tiny_model, tmp_path):
         ex.export_elmo(tiny_model, str(base), version=2, check=False)
     assert sorted(os.listdir(second)) == before
     assert ex.export_elmo(tiny_model, str(base), version=10, check=False) == str(base / "10")
-    assert ex.next_version(str(base)) == 11
+    assert versions.next_version(str(base)) == 11
     assert sorted(os.listdir(base)) == ["1", "10", "2", "notes"]  # no temporary directory left
 
 
@@ -614,15 +614,15 @@ def test_versions_are_numbered_as_the_model_server_reads_them(tmp_path):
     base = tmp_path / "elmo"
     for name in ("007", "99999999999999999999", "notes"):
         (base / name).mkdir(parents=True)
-    assert ex.existing_versions(str(base)) == [7] and ex.next_version(str(base)) == 8
+    assert versions.existing_versions(str(base)) == [7] and versions.next_version(str(base)) == 8
     with pytest.raises(FileExistsError):
-        ex.publish_version(str(base), 7, lambda tmp: None)
+        versions.publish_version(str(base), 7, lambda tmp: None)
     with pytest.raises(ValueError, match="2\\*\\*63"):
-        ex.publish_version(str(base), 2**63, lambda tmp: None)
-    assert ex.publish_version(str(base), None, lambda tmp: None) == str(base / "8")
+        versions.publish_version(str(base), 2**63, lambda tmp: None)
+    assert versions.publish_version(str(base), None, lambda tmp: None) == str(base / "8")
     (base / str(2**63 - 1)).mkdir()
     with pytest.raises(ex.ExportError, match="no version number is left"):
-        ex.publish_version(str(base), None, lambda tmp: None)
+        versions.publish_version(str(base), None, lambda tmp: None)
     assert sorted(os.listdir(base)) == sorted(["007", "8", "99999999999999999999", "notes", str(2**63 - 1)])
 
 
@@ -643,9 +643,9 @@ def test_an_export_published_meanwhile_gets_its_version_and_this_one_the_next(tm
 
     def slow(tmp):
         _fill(b"slow")(tmp)
-        assert ex.publish_version(str(base), None, _fill(b"fast")) == str(base / "1")
+        assert versions.publish_version(str(base), None, _fill(b"fast")) == str(base / "1")
 
-    assert ex.publish_version(str(base), None, slow) == str(base / "2")
+    assert versions.publish_version(str(base), None, slow) == str(base / "2")
     assert (base / "1" / "saved_model.pb").read_bytes() == b"fast"
     assert (base / "2" / "saved_model.pb").read_bytes() == b"slow"
     assert sorted(os.listdir(base)) == ["1", "2"]
@@ -667,7 +667,7 @@ def test_a_version_taken_between_the_check_and_the_rename_is_skipped(tmp_path, m
         return real_rename(src, dst)
 
     monkeypatch.setattr(os, "rename", racing_rename)
-    assert ex.publish_version(str(base), None, _fill(b"mine")) == str(base / "6")
+    assert versions.publish_version(str(base), None, _fill(b"mine")) == str(base / "6")
     assert calls == ["5", "6"]
     assert [(base / v / "saved_model.pb").read_bytes() for v in ("4", "5", "6")] == [b"four", b"other", b"mine"]
     assert sorted(os.listdir(base)) == ["4", "5", "6"]
@@ -678,10 +678,10 @@ def test_an_explicit_version_taken_meanwhile_is_refused_and_nothing_is_left(tmp_
 
     def slow(tmp):
         _fill(b"slow")(tmp)
-        ex.publish_version(str(base), 3, _fill(b"fast"))
+        versions.publish_version(str(base), 3, _fill(b"fast"))
 
     with pytest.raises(FileExistsError, match="version 3 already exists"):
-        ex.publish_version(str(base), 3, slow)
+        versions.publish_version(str(base), 3, slow)
     assert os.listdir(base) == ["3"] and (base / "3" / "saved_model.pb").read_bytes() == b"fast"
 
 

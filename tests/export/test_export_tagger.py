@@ -248,7 +248,7 @@ def test_the_warmup_file_asks_every_signature_and_runs(trained, loaded):
     protos: one PredictRequest per signature, the 8 warmup sentences, each run by the reloaded tagger."""
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from elmo_tf.serving_warmup import WARMUP_SENTENCES
+    from elmo_tf.saved_model.warmup import WARMUP_SENTENCES
 
     path = trained[-1]
     names = []

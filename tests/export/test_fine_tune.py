@@ -13,10 +13,10 @@ import tensorflow as tf
 from tiny_models import TINY
 
 from elmo_tf.config import BiLMConfig
-from elmo_tf.export import export_elmo
 from elmo_tf.layers import ELMoSavedModel
 from elmo_tf.layers.elmo_saved_model import keras_variable_name
 from elmo_tf.models import ELMo
+from elmo_tf.saved_model.export import export_elmo
 
 SENTENCES = ["the cat sat on the mat", "a dog barked", "birds sing", "it rained all day long", "no", "we ate cake"]
 LABELS = [0, 1, 0, 1, 1, 0]

@@ -1,6 +1,7 @@
-"""The `lm` signature of an export (elmo_tf/export.py, elmo_tf/serving_contract.py, elmo_tf/cli/export.py): written
-when a softmax and its vocabulary are given, equal to the in-process `LanguageModel`, served by the embedded server's
-servable (merged calls included) with its cost in the request budget."""
+"""The `lm` signature of an export (elmo_tf/saved_model/export.py, elmo_tf/saved_model/contract.py,
+elmo_tf/cli/export.py): written when a softmax and its vocabulary are given, equal to the in-process
+`LanguageModel`, served by the embedded server's servable (merged calls included) with its cost in the request
+budget."""
 
 import h5py
 import numpy as np
@@ -9,7 +10,7 @@ import tensorflow as tf
 from export_testlib import load_test_model
 from tiny_models import randomize_weights
 
-import elmo_tf.export as ex
+import elmo_tf.saved_model.export as ex
 from elmo_tf.cli import run
 from elmo_tf.cli.export import main as export_main
 from elmo_tf.models import load_language_model

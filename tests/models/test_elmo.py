@@ -6,12 +6,12 @@ import pytest
 import tensorflow as tf
 from layer_testlib import rewrite_keras_weights
 
-from elmo_tf import serving_contract as contract
 from elmo_tf.embed import Embedder
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.models import ELMo
 from elmo_tf.models.elmo import elmo_activations
 from elmo_tf.preprocessing.chars import tokens_to_char_ids_numpy
+from elmo_tf.saved_model import contract
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hi"], ["naïve", "日本語", "tokens", "here", "and", "more"]]
 P = 8  # projection_dim of the tiny config

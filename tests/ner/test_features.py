@@ -36,7 +36,7 @@ def served(tmp_path_factory):
     import keras
 
     from elmo_tf import BiLMConfig, ELMo
-    from elmo_tf.export import export_elmo
+    from elmo_tf.saved_model.export import export_elmo
     from elmo_tf.serving.client import ElmoClient
     from elmo_tf.serving.server import ModelServer, ServerOptions
 

@@ -434,7 +434,7 @@ def free_port():
 @pytest.fixture(scope="module")
 def elmo_server(elmo_head, tmp_path_factory):
     """The fixture ELMo exported (export_elmo) and served by serving/serve.py on 127.0.0.1: (address, client)."""
-    from elmo_tf.export import export_elmo
+    from elmo_tf.saved_model.export import export_elmo
     from elmo_tf.serving.client import ElmoClient
 
     base = tmp_path_factory.mktemp("served") / "elmo"

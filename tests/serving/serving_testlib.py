@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-import elmo_tf.export as ex
+import elmo_tf.saved_model.export as ex
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = str(REPO / "serving" / "serve.py")

@@ -32,10 +32,10 @@ from serving_testlib import (
 )
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
+from elmo_tf.saved_model.warmup import warmup_path, write_warmup_requests
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.manager import State
 from elmo_tf.serving.status import ServingError
-from elmo_tf.serving_warmup import warmup_path, write_warmup_requests
 
 SENTENCES = ["The cat sat on the mat .", "Dogs bark", ""]
 

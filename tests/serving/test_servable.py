@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 import elmo_tf.serving.servable as servable_module
+from elmo_tf.saved_model.warmup import WARMUP_SENTENCES, iter_warmup_requests, warmup_path, write_warmup_requests
 from elmo_tf.serving.servable import WARMUP_TOKEN, load_servable
 from elmo_tf.serving.status import ServingError
-from elmo_tf.serving_warmup import WARMUP_SENTENCES, iter_warmup_requests, warmup_path, write_warmup_requests
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The serving contract of an ELMo export: signature names, input and output keys, and the functions behind them.
 
-One definition, used by the export (`elmo_tf.export`), the embedded model server and the gRPC/REST clients
+One definition, used by the export (`elmo_tf.saved_model.export`), the embedded model server and the gRPC/REST clients
 (`elmo_tf.serving`), the NER feature source and tagger export (`elmo_tf.ner`), and the tests; the names are the TF
 Hub ELMo module's (README, "Export").
 

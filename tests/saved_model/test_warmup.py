@@ -1,4 +1,4 @@
-"""elmo_tf/serving_warmup.py: TF Serving's warmup file as the ELMo export writes it, read back with TF Serving's own
+"""elmo_tf/saved_model/warmup.py: TF Serving's warmup file as the ELMo export writes it, read back with TF Serving's own
 protos (`tensorflow_serving.apis.prediction_log_pb2`) and TensorFlow's TFRecord reader, each request run through the
 reloaded SavedModel against the Keras model's numbers; and the files TF Serving refuses
 (tensorflow_serving/servables/tensorflow/saved_model_warmup_util.cc), refused the same way."""
@@ -11,9 +11,9 @@ import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 from tiny_models import TINY
 
-import elmo_tf.export as ex
-from elmo_tf.serving_contract import pack_token_lists
-from elmo_tf.serving_warmup import (
+import elmo_tf.saved_model.export as ex
+from elmo_tf.saved_model.contract import pack_token_lists
+from elmo_tf.saved_model.warmup import (
     MAX_RECORDS,
     WARMUP_SENTENCES,
     WarmupError,
@@ -195,7 +195,7 @@ def test_a_record_declaring_more_bytes_than_the_file_holds_is_refused_before_ten
         f.write(length + struct.pack("<I", _masked_crc32c(length)) + b"x" * 16)
     script = (
         "import sys\n"
-        "from elmo_tf.serving_warmup import WarmupError, iter_warmup_requests\n"
+        "from elmo_tf.saved_model.warmup import WarmupError, iter_warmup_requests\n"
         "reader = iter_warmup_requests(sys.argv[1])\n"
         "print(next(reader).predict_log.request.model_spec.signature_name)\n"
         "try:\n"
