@@ -202,6 +202,14 @@ class BiLMConfig:
         words = (self.num_words + 1) * self.word_embedding_dim if self.word_embedding_dim else 0
         return {"lstm_dim": lstm, "filters": cnn, "num_characters": self.num_characters * embed, "num_words": words}
 
+    def multiply_adds_per_position(self):
+        """Multiply-adds one token position costs the char CNN and both LSTM stacks (inference; the convolutions at
+        each of the token's `max_characters_per_token` char positions, every other weight once): what bounds the
+        positions of one model call (`elmo_tf.embed.packing.default_batch_tokens`)."""
+        parts = self.parameter_parts()
+        convolutions = sum(width * self.char_embedding_dim * n for width, n in self.filters)
+        return parts["lstm_dim"] + parts["filters"] + convolutions * (self.max_characters_per_token - 1)
+
     def _check_parameter_count(self):
         parts = self.parameter_parts()
         total = sum(parts.values())

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from elmo_tf.embed import FINGERPRINT_SHOWN
 from elmo_tf.embed.embedder import runtime_fingerprint
+from elmo_tf.embed.packing import default_batch_tokens
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
 from elmo_tf.io.journal import (
@@ -230,7 +231,8 @@ def score_file(
 
     Args:
         lm: a `LanguageModel` with a vocabulary attached (`load_language_model`).
-        batch_size: sentences per model call; max_batch_tokens: cap on rows x the longest sentence (None: none).
+        batch_size: sentences per model call; max_batch_tokens: cap on rows x the longest sentence (None:
+            `elmo_tf.embed.packing.default_batch_tokens` with the softmax's cost; a longer sentence goes alone).
         progress: optional callable(sentences done), after each batch scored in this run.
         max_tokens: cut longer lines to their first `max_tokens` tokens, their records marked (see the module
             docstring; None: never, and a line is one model call however long).
@@ -248,6 +250,9 @@ def score_file(
 
     batch_size = check_int("batch_size", batch_size, 1)
     check_int("max_batch_tokens", max_batch_tokens, 1, allow_none=True)
+    if max_batch_tokens is None:  # both directions' full softmax on top of the biLM, at every position
+        softmax = 2 * lm.vocab_size * lm.config.projection_dim
+        max_batch_tokens = default_batch_tokens(batch_size, lm.config, extra_per_position=softmax)
     shard_tokens = check_int("shard_tokens", shard_tokens, 1)
     sentences = iter_sentences(input_path, max_tokens)  # checks max_tokens now
     try:

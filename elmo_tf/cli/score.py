@@ -93,8 +93,9 @@ def build_parser(prog=PROG):
     p.add_argument(
         "--max-batch-tokens",
         type=size_int("--max-batch-tokens"),
-        default=4096,
-        help="cap on sentences x the longest sentence per batch (4096); a longer sentence goes alone",
+        default=None,
+        help="cap on sentences x the longest sentence per batch (default 128 x batch size, fewer for a big model and "
+        "vocabulary: about 4 s of work, the time SIGTERM may wait); a longer sentence goes alone",
     )
     p.add_argument(
         "--max-sentence-tokens",

@@ -15,6 +15,23 @@ from elmo_tf.errors import check_int
 
 ROW_LENGTH = 64  # positions per packed row (a sentence of n tokens takes n + 2); longer sentences get a row each
 BOUNDARIES = 2  # <S> and </S> around every sentence
+# multiply-adds one model call may cost by default: about 4 s on this project's 2-core AVX-512 CPUs (the original
+# model: 2,905 positions per call; a call of 8,192 took 10.75 s there), so that SIGTERM, acted on between calls, ends
+# a command within 10 s with room for a slower CPU or a shared one
+CALL_MULTIPLY_ADDS = 3 * 10**11
+MIN_BATCH_TOKENS = 1024  # a floor for huge models: one call holds at least this many positions (or one piece)
+
+
+def default_batch_tokens(batch_size, config=None, extra_per_position=0):
+    """The default cap on one model call's positions (rows x steps): 128 per row, and at most `CALL_MULTIPLY_ADDS`
+    worth of the biLM's work (`config.multiply_adds_per_position()`, plus `extra_per_position`: a language model's
+    softmax), never fewer than `MIN_BATCH_TOKENS`. A model call is what SIGTERM waits for (TensorFlow finishes its op
+    before Python sees the signal)."""
+    positions = 128 * batch_size
+    if config is not None:
+        per_position = config.multiply_adds_per_position() + extra_per_position
+        positions = min(positions, max(MIN_BATCH_TOKENS, CALL_MULTIPLY_ADDS // per_position))
+    return positions
 
 
 def pack_rows(sizes, row_length=ROW_LENGTH):

@@ -24,7 +24,7 @@ import numpy as np
 from elmo_tf.embed.embedder import CNN_WIDTH_PER_TOKEN, Embedder, runtime_fingerprint
 from elmo_tf.embed.malloc import release_free_memory
 from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, write_embedding_file
-from elmo_tf.embed.packing import ROW_LENGTH, is_long, iter_plan, piece_batches
+from elmo_tf.embed.packing import ROW_LENGTH, default_batch_tokens, is_long, iter_plan, piece_batches
 from elmo_tf.errors import check_int
 from elmo_tf.io.hdf5_safety import HDF5ReferenceError, check_self_contained
 from elmo_tf.io.journal import (
@@ -124,7 +124,7 @@ def embed_sentences(
     `write_embedding_file` (give it `content_attrs(max_sentence_tokens, "split")` as `attrs`)."""
     dtype = check_dtype(dtype)
     if max_batch_tokens is None:
-        max_batch_tokens = batch_size * 128
+        max_batch_tokens = default_batch_tokens(batch_size, embedder.model.config)
     plan = _Plan(max_sentence_tokens, batch_size, max_batch_tokens)
     items = iter_plan(sentences, batch_size, max_batch_tokens, sort, row_length, max_sentence_tokens)
     yield from _embed_items(embedder, items, dtype, plan=plan)
@@ -282,7 +282,8 @@ def embed_file(
         batch_size: packed rows per batch (a row holds several short sentences).
         sort: pack sentences of similar length together within windows of `50 * batch_size` sentences; without
             it, batches follow the file with one batch of look-ahead.
-        max_batch_tokens: cap on rows x steps of a batch (default `128 * batch_size`).
+        max_batch_tokens: cap on rows x steps of a batch (default `default_batch_tokens`: `128 * batch_size`,
+            fewer for a model whose call would cost more than about 4 s).
         max_sentence_tokens: a line of more tokens is split into consecutive pieces of this many (the last one
             shorter), each embedded as a sentence of its own (between its own `<S>` and `</S>`), in model calls of
             at most `max_batch_tokens` positions (one piece at least): its dataset holds every token's vector, the
@@ -310,7 +311,7 @@ def embed_file(
     shard_tokens = check_int("shard_tokens", shard_tokens, 1)
     embedder = Embedder(model, layers, token_embeddings=token_embeddings, row_length=row_length)
     if max_batch_tokens is None:
-        max_batch_tokens = batch_size * 128
+        max_batch_tokens = default_batch_tokens(batch_size, model.config)
     max_sentence_tokens = check_int("max_sentence_tokens", max_sentence_tokens, 1, allow_none=True)
     sentences = iter_sentences(input_path)  # never cut: a long line is split (`iter_plan`, `_embed_items`)
     try:

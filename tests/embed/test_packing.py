@@ -105,3 +105,19 @@ def test_a_long_sentence_comes_alone_after_the_sentences_before_it_and_is_cut_in
     assert list(piece_batches(25, 10, batch_size=64, max_batch_tokens=24)) == [[(0, 10), (10, 20)], [(20, 25)]]
     assert list(piece_batches(25, 10, batch_size=64, max_batch_tokens=5)) == [[(0, 10)], [(10, 20)], [(20, 25)]]
     assert list(piece_batches(5, 10, batch_size=1)) == [[(0, 5)]]
+
+
+def test_a_call_of_a_big_model_is_bounded_by_its_work():
+    """One model call is what SIGTERM waits for: the default cap on its positions keeps the original model's call
+    near CALL_MULTIPLY_ADDS (2,905 positions, not 8,192: 10.75 s measured for 8,192), leaves small models at 128 a
+    row, and never goes below MIN_BATCH_TOKENS (an 800k-word softmax on top)."""
+    from elmo_tf.config import BiLMConfig, get_config
+    from elmo_tf.embed.packing import CALL_MULTIPLY_ADDS, MIN_BATCH_TOKENS, default_batch_tokens
+
+    original = BiLMConfig()
+    cap = default_batch_tokens(64, original)
+    assert cap == CALL_MULTIPLY_ADDS // original.multiply_adds_per_position() == 2905
+    assert (cap + 1) * original.multiply_adds_per_position() > CALL_MULTIPLY_ADDS
+    assert default_batch_tokens(64, get_config("small")) == default_batch_tokens(64) == 128 * 64
+    assert default_batch_tokens(8, original) == 128 * 8
+    assert default_batch_tokens(64, original, extra_per_position=2 * 793_471 * 512) == MIN_BATCH_TOKENS
