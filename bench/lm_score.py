@@ -1,5 +1,5 @@
 """Sentences scored per second by the biLM language model (`elmo-tf score`'s code path: `LanguageModel` +
-`elmo_tf.score.scorer`) at the original ELMo's shapes with an 800k-word softmax (random weights), beside `embed`'s
+`elmo_tf.embed.score.scorer`) at the original ELMo's shapes with an 800k-word softmax (random weights), beside `embed`'s
 speed (`elmo_tf.embed.Embedder`, layers "all") on the same sentences, in one process with the same threads.
 
 The softmax costs 2 directions x V x P multiply-adds per position (1.6 GFLOP at 800,000 x 512, about 8x the biLM's
@@ -79,7 +79,7 @@ def time_embed(elmo, token_lists, batch_size):
 
 
 def time_score(lm, token_lists, batch_size):
-    from elmo_tf.score import scorer
+    from elmo_tf.embed.score import scorer
 
     run = scorer(lm)
     run(token_lists[:batch_size])  # warm-up (tracing)

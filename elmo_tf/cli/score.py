@@ -1,5 +1,5 @@
 """`elmo-tf score`: per-token log-probabilities (and top-k words) of every line of a file under a biLM with its
-softmax, as JSON lines (`elmo_tf.score`).
+softmax, as JSON lines (`elmo_tf.embed.score`).
 
 Errors follow `elmo_tf.cli`: a bad flag, a missing file or an output that cannot be written exits 2 before anything is
 loaded; a bad options.json, weight, softmax or vocabulary file, or a bad input line exits 1; each with one line naming
@@ -197,7 +197,7 @@ def main(argv=None, prog=PROG):
     log = logging.getLogger("elmo_tf")
 
     from elmo_tf.embed.embedder import use_threads
-    from elmo_tf.score import score_file
+    from elmo_tf.embed.score import score_file
 
     use_threads(args.threads)
     lm = load(files, args.top_k)

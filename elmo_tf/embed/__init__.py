@@ -42,6 +42,7 @@ _names, __getattr__, __dir__ = _lazy.lazy_namespace(
             "write_embedding_file",
         ),
         "elmo_tf.embed.run": ("FINGERPRINT_SHOWN", "SHARD_TOKENS", "embed_file", "embed_sentences", "run_fingerprint"),
+        "elmo_tf.embed.score": ("ScoreError", "score_file", "scorer"),
     },
 )
 # `from elmo_tf.embed import *`, as before the package: BOUNDARIES and FINGERPRINT_SHOWN are importable by name only
@@ -51,6 +52,7 @@ __all__ = [
     "LAYER_CHOICES",
     "ROW_LENGTH",
     "SHARD_TOKENS",
+    "ScoreError",
     "cast_embedding",
     "check_dtype",
     "embed_file",
@@ -66,5 +68,7 @@ __all__ = [
     "plan_batches",
     "release_free_memory",
     "run_fingerprint",
+    "score_file",
+    "scorer",
     "write_embedding_file",
 ]

@@ -34,6 +34,8 @@ from elmo_tf.io.journal import (
     fault_point,
     file_digest,
     file_state,
+    input_fingerprint,
+    numbered_shards,
 )
 from elmo_tf.io.sentences import (
     DEFAULT_MAX_SENTENCE_TOKENS,
@@ -131,18 +133,16 @@ def embed_sentences(
 
 
 def _numbered_shards(items, shard_tokens):
-    """`(shard number, empties, batch)` for the `iter_plan` items: a shard ends with the batch that brings its tokens
-    to `shard_tokens` or more (a function of the plan alone, never of time). A last item without sentences is
-    dropped."""
-    number = tokens = 0
-    for empties, batch in items:
-        if batch is None and not empties:
-            return
+    """`(shard number, empties, batch)` for the `iter_plan` items (`numbered_shards`, counting the batches' tokens). A
+    last item without sentences is dropped."""
+    items = itertools.takewhile(lambda item: item[1] is not None or item[0], items)
+    for number, (empties, batch) in numbered_shards(items, shard_tokens, _batch_tokens):
         yield number, empties, batch
-        if batch is not None:
-            tokens += sum(len(s.tokens) for row in batch for s in row)
-            if tokens >= shard_tokens:
-                number, tokens = number + 1, 0
+
+
+def _batch_tokens(item):
+    _empties, batch = item
+    return 0 if batch is None else sum(len(s.tokens) for row in batch for s in row)
 
 
 def _cache_fingerprint(cache):
@@ -170,7 +170,7 @@ def run_fingerprint(embedder, digest, **settings):
     """What an embed run's output depends on, for `RunJournal`: the input's content (`file_digest`), the model's
     config and weights, the token cache, every setting, TensorFlow's version and thread counts."""
     return {
-        "input": {"sha256": digest["sha256"], "size": digest["size"]},
+        "input": input_fingerprint(digest),
         "model": model_fingerprint(embedder.model),
         "token_embeddings": _cache_fingerprint(embedder.token_cache),
         "layers": embedder.layers,

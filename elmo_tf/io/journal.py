@@ -109,6 +109,23 @@ def fault_point(point):
         os.kill(os.getpid(), getattr(signal, signame))
 
 
+def input_fingerprint(digest):
+    """The input's entry of a run's fingerprint: its content (`file_digest`'s sha256 and size), not its name."""
+    return {"sha256": digest["sha256"], "size": digest["size"]}
+
+
+def numbered_shards(items, shard_tokens, tokens_of):
+    """`(shard number, item)` for each of `items`: a shard ends with the item that brings its tokens (`tokens_of(item)`)
+    to `shard_tokens` or more, so a shard's content is a function of the input and the settings alone, never of time
+    (embed's and score's runs, and their resumes, cut the same shards)."""
+    number = tokens = 0
+    for item in items:
+        yield number, item
+        tokens += tokens_of(item)
+        if tokens >= shard_tokens:
+            number, tokens = number + 1, 0
+
+
 def file_state(path):
     """What tells that the file at `path` was changed or replaced: device, inode, size and mtime (ns)."""
     st = os.stat(path)

@@ -1,4 +1,4 @@
-"""`elmo-tf score` (elmo_tf/cli/score.py, elmo_tf/score.py): JSON lines of per-token log-probabilities and top-k
+"""`elmo-tf score` (elmo_tf/cli/score.py, elmo_tf/embed/score.py): JSON lines of per-token log-probabilities and top-k
 words, whose perplexities are evaluate-lm's; bad files and flags give one line naming them."""
 
 import json

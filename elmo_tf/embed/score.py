@@ -24,9 +24,9 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.embed import FINGERPRINT_SHOWN
 from elmo_tf.embed.embedder import runtime_fingerprint
 from elmo_tf.embed.packing import default_batch_tokens
+from elmo_tf.embed.run import FINGERPRINT_SHOWN
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
 from elmo_tf.io.journal import (
@@ -36,6 +36,8 @@ from elmo_tf.io.journal import (
     fault_point,
     file_digest,
     file_state,
+    input_fingerprint,
+    numbered_shards,
 )
 from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS, iter_sentences
 from elmo_tf.models.elmo import model_fingerprint
@@ -139,7 +141,7 @@ def run_fingerprint(lm, digest, **settings):
     and weights, the softmax, the vocabulary, the top k, every setting, TensorFlow's version and thread counts."""
 
     return {
-        "input": {"sha256": digest["sha256"], "size": digest["size"]},
+        "input": input_fingerprint(digest),
         "model": model_fingerprint(lm),
         "softmax": _hash_arrays(lm.softmax_kernel.numpy(), lm.softmax_bias.numpy()),
         "vocab": _vocab_hash(lm),
@@ -152,12 +154,7 @@ def run_fingerprint(lm, digest, **settings):
 
 def _numbered(batches, shard_tokens):
     """`(shard number, batch)`: consecutive batches of about `shard_tokens` positions (tokens + 1 per line) a shard."""
-    number = positions = 0
-    for batch in batches:
-        yield number, batch
-        positions += sum(len(s.tokens) + 1 for s in batch)
-        if positions >= shard_tokens:
-            number, positions = number + 1, 0
+    return numbered_shards(batches, shard_tokens, lambda batch: sum(len(s.tokens) + 1 for s in batch))
 
 
 def _finished_lines(journal):
