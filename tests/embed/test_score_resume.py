@@ -2,10 +2,10 @@
 
 As tests/embed/test_run_resume.py does for embed (the driver is tests/resume_testlib.py): `ELMO_TF_FAULT` makes the run
 send itself a signal the k-th time it passes a point of `elmo_tf.embed.score.score_file` ("batch", "shard-write",
-"shard", "merge", "merged"). After each interruption an older output is unchanged and no temporary is left but a kill -9's
-own; `--resume` then writes exactly the uninterrupted run's bytes. A resume whose input, softmax, vocabulary or
---top-k differs is refused naming each (exit 2). Progress: log lines when stderr is not a terminal, nothing with
-`--quiet`.
+"shard", "merge", "merged"). After each interruption an older output is unchanged and no temporary is left but a
+kill -9's own; `--resume` then writes exactly the uninterrupted run's bytes. A resume whose input, softmax,
+vocabulary or --top-k differs is refused naming each (exit 2). Progress: log lines when stderr is not a terminal,
+nothing with `--quiet`.
 """
 
 import functools
