@@ -39,7 +39,7 @@ PRELOAD = (
     "elmo_tf.pretraining",
     "elmo_tf.embed",
     "elmo_tf.saved_model.export",
-    "elmo_tf.score",
+    "elmo_tf.embed.score",
     "elmo_tf.ner",
     "elmo_tf.convert",
 )

@@ -1,6 +1,6 @@
 """Killing a journaled command (`python -m elmo_tf embed` / `score`) at chosen points and resuming it, in real
 processes (forked from the worker's fork server: `forked`): the driver of tests/embed/test_run_resume.py and
-tests/test_score_resume.py.
+tests/embed/test_score_resume.py.
 
 `ELMO_TF_FAULT="<point>:<k>:<SIGNAL>"` (elmo_tf/io/journal.py) makes the run send itself SIGNAL the k-th time it passes
 a point: "batch" (a batch written into the shard being built), "shard-write" (a shard whole in its temporary, not yet
