@@ -422,7 +422,8 @@ def check_served(log, bilm, port, rest_port):
 
     from elmo_tf import load_elmo
     from elmo_tf.preprocessing import tokens_to_char_ids_numpy
-    from elmo_tf.serving.client import ElmoClient, ElmoRestClient
+    from elmo_tf.serving.client import ElmoClient
+    from elmo_tf.serving.rest_client import ElmoRestClient
 
     sentences = TAG_SENTENCES[:2]
     elmo = load_elmo(os.path.join(bilm, "options.json"), os.path.join(bilm, "weights.hdf5"))

@@ -132,7 +132,8 @@ def in_process_caller(base, output_filter):
 
 def client_caller(server, rest, output_filter):
     """`make_caller` of `ElmoRestClient.embed` (`rest`) or `ElmoClient.embed` against `server`, a client each."""
-    from elmo_tf.serving.client import ElmoClient, ElmoRestClient
+    from elmo_tf.serving.client import ElmoClient
+    from elmo_tf.serving.rest_client import ElmoRestClient
 
     def make():
         client = (

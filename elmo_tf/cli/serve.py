@@ -167,7 +167,7 @@ def server_options(args, batching, settings=None):
     `_config_files` read, else read here); UsageError for values it refuses."""
     if settings is None:
         settings = {"prometheus_path": prometheus_path(args), "ssl": ssl_config(args)}
-    from elmo_tf.serving.batching import BatchingOptions  # loads TensorFlow
+    from elmo_tf.serving.batching.scheduler import BatchingOptions  # loads TensorFlow
 
     # the flags and files' batching parameters, the rest `BatchingOptions`' defaults but the threads: one per CPU
     given = {"num_threads": batching.get("num_batch_threads", min(os.cpu_count() or 1, MAX_BATCH_THREADS))}

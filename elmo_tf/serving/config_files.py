@@ -139,7 +139,7 @@ def ssl_config_class():
 def parse_ssl_config(path):
     """An `options.SslConfig` from an SSLConfig text proto holding the PEM contents (stock's --ssl_config_file);
     ValueError naming the file for one stock would refuse, or PEM fields that are missing or not PEM."""
-    from elmo_tf.serving.tls import SslConfig
+    from elmo_tf.serving.grpc.tls import SslConfig
 
     config = _read_text_proto(path, ssl_config_class()())
     try:
@@ -204,7 +204,7 @@ class VersionPolicy:
         kind: "latest" (the `num_versions` highest versions on disk; TF Serving's default, with 1), "all" (every
             version on disk) or "specific" (the `versions` listed that are on disk; none listed: none served).
         num_versions: for "latest", how many (>= 1; the proto's 0 means 1, as `std::max(num_versions, 1U)` in
-            file_system_storage_path_source.cc ~148-149).
+            file_system_storage_path_source.cc `AspireLatestVersions`).
         versions: for "specific", the version numbers (ints).
     """
 
@@ -268,11 +268,11 @@ def model_config(name, value):
 def check_version_labels(configs, allow_unavailable, path=None, available=None):
     """`{model name: {label: version}}` of `configs` (`ModelConfig`s), refused as stock refuses labels at start-up.
 
-    server_core.cc UpdateModelVersionLabelMap (~549-614), run by ReloadConfig before any model loads (~514-524):
+    server_core.cc UpdateModelVersionLabelMap, run by ServerCore::ReloadConfig before any model loads:
     a label must point at a version that is AVAILABLE, which at start-up none is, so every label is refused
     (FAILED_PRECONDITION "Request to assign label to version 1 of model m, which is not currently available for
-    inference"; main.cc ~341-346 exits) unless `allow_unavailable` (stock's
-    --allow_version_labels_for_unavailable_models, main.cc ~109-113): then every label is taken, whatever its version
+    inference"; main.cc's `main` exits) unless `allow_unavailable` (stock's
+    --allow_version_labels_for_unavailable_models, main.cc `main`): then every label is taken, whatever its version
     (a request by a label whose version is not AVAILABLE is NOT_FOUND). ValueError naming the model, the label and
     `path` (the config file) when given. A reload (`core.ServerCore.reload`) passes `available(name, version)`, True
     for an AVAILABLE version of a model already served: such a label is taken.
@@ -320,12 +320,13 @@ def _model_config_of(entry, path):
 def parse_model_config(path, allow_version_labels_for_unavailable_models=False):
     """{name: `ModelConfig`} from a ModelServerConfig text proto (model_config_list), validated as TF Serving validates
     it at start-up: protobuf's text format (a misspelt field, two policies, a negative num_versions are parse errors);
-    server_core.cc ValidateModelConfigList (~117-153): a name listed twice and a relative base_path are refused with
+    server_core.cc ValidateModelConfigList: a name listed twice and a relative base_path are refused with
     stock's messages; version labels as `check_version_labels`. ValueError also for a file that cannot be read or
     parsed, an entry without a name or base path, or a platform other than tensorflow.
 
     What stock takes, this takes: `latest { num_versions: 0 }` is latest 1; an empty `specific {}` serves nothing
-    (the source warns, file_system_storage_path_source.cc ~177-184); a specific version not on disk is a warning.
+    (the source warns, file_system_storage_path_source.cc `AspireSpecificVersionsFastPath`); a specific version not on
+    disk is a warning.
     """
     from tensorflow_serving.config import model_server_config_pb2
 

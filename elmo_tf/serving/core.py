@@ -15,33 +15,35 @@ front's decoder against the signature's request budget (`budget.RequestBudget`) 
 them; the response's real size is checked after the call. Error messages never show the server's paths.
 """
 
-import collections
-import contextlib
 import logging
 import os
-import re
 import threading
 import time
 
 import grpc
 from tensorflow_serving.apis import get_model_metadata_pb2
 
-from elmo_tf.serving.batching import BatchStats
-from elmo_tf.serving.budget import check_response_size
+from elmo_tf.serving.admission import RequestAdmission
+from elmo_tf.serving.batching.scheduler import BatchStats
 from elmo_tf.serving.config_files import check_version_labels, model_config, models_of_config
-from elmo_tf.serving.inference import check_inference, check_multi_inference
+from elmo_tf.serving.inference_checks import check_inference, check_multi_inference
+from elmo_tf.serving.limits.budget import check_response_size
 from elmo_tf.serving.manager import ModelManager, servable_request
 from elmo_tf.serving.metrics import ServerMetrics
 from elmo_tf.serving.options import ServerOptions
-from elmo_tf.serving.status import SIGNATURE_DEF_FIELD, ServingError, invalid_argument, not_found, resource_exhausted
+from elmo_tf.serving.serving_error import (
+    SIGNATURE_DEF_FIELD,
+    ServingError,
+    invalid_argument,
+    not_found,
+)
 
 logger = logging.getLogger(__name__)
 
 NO_DEADLINE = 1e6  # seconds; longer timeouts (gRPC's "no deadline" is ~9.2e18 s) mean none
-_BUDGET_FLAG = re.compile(r"\(--(max_\w+)\)")  # the limit a request budget refusal names: "(--max_request_tokens)"
 
 
-class ServerCore:
+class ServerCore(RequestAdmission):
     """Models by name (a `ModelManager` each) and the calls of the gRPC and REST fronts.
 
     Args:
@@ -63,19 +65,15 @@ class ServerCore:
             c.name: ModelManager(c.name, c.base_path, self.options, self.batch_stats, c.version_policy, self.metrics)
             for c in configs
         }
-        self._lock = threading.Lock()
+        RequestAdmission.__init__(self)
         self._reload_lock = threading.Lock()  # one config reload at a time
-        self._idle = threading.Condition(self._lock)  # notified when the last request in flight ends
-        self._in_flight_count = 0
-        self.draining = False  # set by `drain`: every new call is refused UNAVAILABLE (REST 503)
-        self._counters = collections.Counter()  # requests refused at the in-flight cap or past their deadline
 
     def reload(self, models):
         """Serves `models` (`{name: base_path or ModelConfig}`) from now on, as stock's ServerCore::ReloadConfig
-        (server_core.cc ~470-548): a model named before keeps its loaded versions when its base path and version
-        policy are the same (its version labels are replaced); a new one, or one whose base path or policy changed, gets
-        a new manager whose versions load before this returns; one no longer named stops taking requests now and
-        unloads once its requests in flight are answered (`ModelManager.retire`). Version labels are checked as
+        (server_core.cc `ServerCore::ReloadConfig`): a model named before keeps its loaded versions when its base path
+        and version policy are the same (its version labels are replaced); a new one, or one whose base path or policy
+        changed, gets a new manager whose versions load before this returns; one no longer named stops taking requests
+        now and unloads once its requests in flight are answered (`ModelManager.retire`). Version labels are checked as
         stock's UpdateModelVersionLabelMap checks them: each must name an AVAILABLE version unless
         `allow_version_labels_for_unavailable_models`. Raises ValueError (the config is refused whole, nothing
         changes) for no models or a label stock refuses."""
@@ -118,7 +116,7 @@ class ServerCore:
             logger.info("serving models %s (config reloaded)", sorted(managers))
 
     def reload_config(self, config):
-        """`HandleReloadConfigRequest` (model_service_impl.cc ~44-85): `reload` with a ModelServerConfig message; the
+        """`HandleReloadConfigRequest` (model_service_impl.cc): `reload` with a ModelServerConfig message; the
         outcome is in the ReloadConfigResponse's status (the call itself succeeds, as stock's), OK or the error that
         kept the old config: INVALID_ARGUMENT for a config stock refuses, FAILED_PRECONDITION for a label."""
         from tensorflow_serving.apis import model_management_pb2
@@ -164,17 +162,13 @@ class ServerCore:
             "refused_by_budget": {key[len("budget:") :]: n for key, n in counters.items() if key.startswith("budget:")},
         }
 
-    def _count(self, key):
-        with self._lock:
-            self._counters[key] += 1
-
     def resolve(self, name, version=None, label=None):
         """`(ModelManager, version)` of a model spec, checked as TF Serving's `ServerCore::ServableRequestFromModelSpec`
-        (server_core.cc ~841-871) checks it: INVALID_ARGUMENT for an empty name; a version label is resolved to its
-        version by the model's version_labels (`GetModelVersionForLabel`, ~873-892: INVALID_ARGUMENT
-        "Unrecognized servable version label: x" for a label the model does not have, an unknown model included);
-        NOT_FOUND (basic_manager.cc ~139) for a model this server does not serve. The version (None: the highest
-        AVAILABLE) is looked up by `ModelManager.acquire`."""
+        (server_core.cc) checks it: INVALID_ARGUMENT for an empty name; a version label is resolved to its version by
+        the model's version_labels (`ServerCore::GetModelVersionForLabel`: INVALID_ARGUMENT "Unrecognized servable
+        version label: x" for a label the model does not have, an unknown model included); NOT_FOUND (basic_manager.cc
+        `BasicManager::ServingMap::GetUntypedServableHandle`) for a model this server does not serve. The version
+        (None: the highest AVAILABLE) is looked up by `ModelManager.acquire`."""
         if not name:
             raise invalid_argument("ModelSpec has no name specified.")
         if label:
@@ -185,67 +179,6 @@ class ServerCore:
         if manager is None:
             raise not_found(f"Servable not found for request: {servable_request(name, version)}")
         return manager, version
-
-    @contextlib.contextmanager
-    def _client_errors(self, manager):
-        """Counts DEADLINE_EXCEEDED answers and requests the request budget refused (by the limit's flag, which its
-        message names: `budget:max_request_tokens`, ...); takes the server's paths out of error messages."""
-        try:
-            yield
-        except ServingError as e:
-            if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self._count("deadline_exceeded")
-            elif e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                limit = _BUDGET_FLAG.search(e.details)
-                if limit:
-                    self._count(f"budget:{limit.group(1)}")
-            raise ServingError(e.code, manager.redact(e.details), e.http_status) from None
-
-    def drain(self):
-        """From now on every new request is refused UNAVAILABLE (`check_open`); those in flight go on."""
-        with self._lock:
-            self.draining = True
-
-    def check_open(self):
-        """Raises UNAVAILABLE (REST 503) once the server is draining, as a front starts a call (counted as
-        `rejected_draining`)."""
-        if self.draining:
-            self._count("rejected_draining")
-            raise ServingError(
-                grpc.StatusCode.UNAVAILABLE, "the server is shutting down: send the request to another replica", 503
-            )
-
-    def wait_idle(self, timeout):
-        """Waits until no request is in flight (True) or `timeout` seconds pass (False)."""
-        with self._idle:  # notified when the count reaches zero
-            return self._idle.wait_for(lambda: not self._in_flight_count, timeout)
-
-    @contextlib.contextmanager
-    def _in_flight(self):
-        limit = self.options.max_requests_in_flight
-        with self._lock:
-            refused = self.draining or self._in_flight_count >= limit
-            if not refused:
-                self._in_flight_count += 1
-            elif not self.draining:
-                self._counters["rejected_in_flight"] += 1
-        if refused:
-            self.check_open()
-            raise resource_exhausted(
-                f"the server is already handling {limit} requests, its limit of requests in flight "
-                f"(--max_requests_in_flight {limit}): retry later"
-            )
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._in_flight_count -= 1
-                if not self._in_flight_count:
-                    self._idle.notify_all()
-
-    def _check_deadline(self, deadline, what):
-        if deadline is not None and time.monotonic() >= deadline:
-            raise ServingError(grpc.StatusCode.DEADLINE_EXCEEDED, f"the request's deadline passed {what}")
 
     def predict(
         self,
@@ -306,14 +239,14 @@ class ServerCore:
         return outputs
 
     def infer(self, name, version, label, method, signature_name):
-        """Classify or Regress (`method`): checked as stock checks it (`inference.check_inference`); raises."""
+        """Classify or Regress (`method`): checked as stock checks it (`inference_checks.check_inference`); raises."""
         manager, version = self.resolve(name, version, label)
         with self._client_errors(manager), manager.acquire(version) as servable:
             check_inference(servable.signature_defs, method, signature_name)
 
     def multi_inference(self, tasks):
         """MultiInference: the first task's model spec names the servable (an empty one when there are no tasks,
-        multi_inference_helper.cc ~28-33), then `inference.check_multi_inference`; raises."""
+        multi_inference_helper.cc `GetModelSpecFromRequest`), then `inference_checks.check_multi_inference`; raises."""
         spec = tasks[0].model_spec if tasks and tasks[0].HasField("model_spec") else None
         name = spec.name if spec is not None else ""
         version = spec.version.value if spec is not None and spec.HasField("version") else None
@@ -324,7 +257,8 @@ class ServerCore:
 
     def model_status(self, name, version=None):
         """A `GetModelStatusResponse` of model `name` (NOT_FOUND for an unknown model or version). Version labels
-        play no part: TF Serving's get_model_status_impl.cc ~76-109 looks at a version number only."""
+        play no part: TF Serving's GetModelStatusImpl::GetModelStatusWithModelSpec (get_model_status_impl.cc) looks at a
+        version number only."""
         manager = self.managers.get(name)
         if manager is None:
             if version is not None:

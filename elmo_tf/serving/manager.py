@@ -1,18 +1,18 @@
 """The manager of one model's versions: it serves the versions its version policy selects, loads new ones, retries
 failed loads and retires versions no longer selected, as TF Serving's AspiredVersionsManager does with the
-AvailabilityPreservingPolicy (server.cc ~312-313: stock's model server uses no other).
+AvailabilityPreservingPolicy (`Server::BuildAndStart` in server.cc: stock's model server uses no other).
 
     - the versions come from the model's `source.FileSystemSource`, polled every `file_system_poll_wait_seconds`;
       its version policy (`config_files.VersionPolicy`, latest 1 by default) picks the candidates, highest first;
     - each candidate is loaded, highest first, one after another (the policy's GetNextAction loads the highest new
-      aspired version first, availability_preserving_policy.cc ~77-85): under `latest { num_versions: N }` the N
-      highest versions that load are served; while one of the N highest fails to load, the next lower version that
-      loads is served in its place (stock would serve one fewer); under `all {}` and `specific {}` every candidate
-      that loads;
+      aspired version first, availability_preserving_policy.cc `AvailabilityPreservingPolicy::GetNextAction`): under
+      `latest { num_versions: N }` the N highest versions that load are served; while one of the N highest fails to
+      load, the next lower version that loads is served in its place (stock would serve one fewer); under `all {}` and
+      `specific {}` every candidate that loads;
     - a version no longer selected (a higher one loaded under `latest`, gone from disk, ...) is unloaded once a
       selected version is AVAILABLE; while none is, the highest served one stays (availability_preserving_policy.cc
-      ~47-75: unload only without dropping availability), except when the policy selects no version on disk at all
-      (`specific` versions all absent), where, as stock, every version is unloaded;
+      `GetLowestServableId`: unload only without dropping availability), except when the policy selects no version on
+      disk at all (`specific` versions all absent), where, as stock, every version is unloaded;
     - a load includes the warm-up (`servable.Servable.warm_up`: the export's warmup file replayed as TF Serving
       replays it) unless `enable_model_warmup` is off: a warmup file TF Serving refuses, or one of its requests that
       fails, fails the load with that status (DATA_LOSS, INVALID_ARGUMENT, ...) as a broken graph does; a version
@@ -28,7 +28,7 @@ AvailabilityPreservingPolicy (server.cc ~312-313: stock's model server uses no o
       (a transient listing).
 
 Requests: a request for a version is served if that version is AVAILABLE, one without a version by the highest
-AVAILABLE one (stock's ServableRequest::Latest, basic_manager.cc ~173-229); else NOT_FOUND.
+AVAILABLE one (stock's ServableRequest::Latest, basic_manager.cc `BasicManager::ServingMap::Update`); else NOT_FOUND.
 GetModelStatus: LOADING -> AVAILABLE for a new version, UNLOADING -> END for one unloaded (unloaded when its last
 request ends: `acquire` holds a version for a request); START with the error while a failed load waits for its
 retry, END with the error after the last. Messages to clients never hold the server's paths (`redact`); the log has
@@ -37,21 +37,19 @@ them.
 
 import collections
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
 import time
 
 import grpc
-import tensorflow as tf
 from tensorflow_serving.apis import get_model_status_pb2
 
-from elmo_tf.saved_model.warmup import WarmupError
-from elmo_tf.serving.batching import BatchScheduler
+from elmo_tf.serving.batching.scheduler import BatchScheduler
+from elmo_tf.serving.load_retries import LoadRetries
 from elmo_tf.serving.servable import load_servable
+from elmo_tf.serving.serving_error import ServingError, not_found, redact_paths
 from elmo_tf.serving.source import FileSystemSource, files_fingerprint
-from elmo_tf.serving.status import ServingError, not_found, redact_paths, status_code
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +58,6 @@ State = get_model_status_pb2.ModelVersionStatus.State
 
 def servable_request(name, version):
     return f"Specific({name}, {version})" if version is not None else f"Latest({name})"
-
-
-@dataclasses.dataclass
-class _Failures:
-    """Failed loads of one version: how many, when the next may start (monotonic), the files they saw."""
-
-    count: int
-    next_try: float
-    fingerprint: int
 
 
 class ModelManager:
@@ -95,7 +84,7 @@ class ModelManager:
         self._refs = collections.Counter()
         self._retiring = set()
         self._states = {}  # version -> (State, grpc.StatusCode, message)
-        self._failures = {}  # version -> _Failures
+        self._retries = LoadRetries(name, options)  # failed loads, retried as TF Serving's loader retries them
         self._stop = threading.Event()
         self._poller = None
         self._known_paths = sorted(
@@ -127,15 +116,15 @@ class ModelManager:
             if len(keep) == count:
                 break
             if version in self._available or (
-                self._may_load(version, versions[version]) and self._load(version, versions[version])
+                self._retries.may_load(version, versions[version]) and self._load(version, versions[version])
             ):
                 keep.add(version)
         return keep
 
     def _retire(self, keep, selected_any):
         """Unloads the AVAILABLE versions not in `keep`, as the AvailabilityPreservingPolicy does
-        (availability_preserving_policy.cc ~47-75): all of them when a kept version is AVAILABLE or the policy
-        selected no version on disk, else all but the highest."""
+        (availability_preserving_policy.cc `GetLowestServableId`): all of them when a kept version is AVAILABLE or the
+        policy selected no version on disk, else all but the highest."""
         retired = sorted(v for v in self._available if v not in keep)
         if not keep and selected_any:
             retired = retired[:-1]
@@ -147,20 +136,7 @@ class ModelManager:
             keep = {s.version for s in self._retiring} | set(self._available) | set(versions)
             for version in [v for v in self._states if v not in keep]:
                 del self._states[version]
-        for version in [v for v in self._failures if v not in versions]:
-            del self._failures[version]
-
-    def _may_load(self, version, path):
-        failures = self._failures.get(version)
-        if failures is None:
-            return True
-        if failures.count > self.options.max_num_load_retries:
-            if files_fingerprint(path) == failures.fingerprint:
-                return False
-            logger.info("%s version %d: its files changed since the last failed load; trying again", self.name, version)
-            del self._failures[version]
-            return True
-        return time.monotonic() >= failures.next_try
+        self._retries.forget_missing(versions)
 
     def _set_state(self, version, state, code=grpc.StatusCode.OK, message=""):
         with self._lock:
@@ -182,11 +158,12 @@ class ModelManager:
         except Exception as e:
             if self.metrics is not None:
                 self.metrics.record_load(path, False, time.monotonic() - started)
-            self._load_failed(version, path, e)
+            state, code, message = self._retries.failed(version, path, e)
+            self._set_state(version, state, code, self.redact(message))
             return False
         if self.metrics is not None:
             self.metrics.record_load(path, True, time.monotonic() - started)
-        self._failures.pop(version, None)
+        self._retries.succeeded(version)
         if self.options.enable_batching:
             servable.scheduler = BatchScheduler(self.options.batching, self.stats, self.name, version)
         with self._lock:
@@ -207,32 +184,6 @@ class ModelManager:
         )
         if release_now:
             self._release(servable)
-
-    def _load_failed(self, version, path, error):
-        previous = self._failures.get(version)
-        count = previous.count + 1 if previous else 1
-        interval = self.options.load_retry_interval_micros / 1e6
-        self._failures[version] = _Failures(count, time.monotonic() + interval, files_fingerprint(path))
-        if isinstance(error, tf.errors.OpError):
-            code = status_code(error.error_code)
-        elif isinstance(error, ServingError):  # a request of the warmup file failed
-            code = error.code
-        elif isinstance(error, WarmupError):  # a warmup file TF Serving refuses
-            code = grpc.StatusCode[error.code]
-        else:  # tf.saved_model.load raises FileNotFoundError for TensorFlow's NotFound
-            code = grpc.StatusCode.NOT_FOUND if isinstance(error, FileNotFoundError) else grpc.StatusCode.UNKNOWN
-        message = f"{type(error).__name__}: {error}".split("\n")[0]
-        final = count > self.options.max_num_load_retries
-        logger.error(
-            "loading %s version %d from %s failed (attempt %d%s): %s",
-            self.name,
-            version,
-            path,
-            count,
-            ", giving up until its files change" if final else f", retrying in {interval:g} s",
-            message,
-        )
-        self._set_state(version, State.END if final else State.START, code, self.redact(message))
 
     def _release(self, servable):
         def unload():
@@ -291,11 +242,11 @@ class ModelManager:
     @contextlib.contextmanager
     def acquire(self, version=None):
         """The AVAILABLE `version`, or the highest AVAILABLE version when `version` is None, held until the block
-        ends; NOT_FOUND when there is none (basic_manager.cc ~133-141)."""
+        ends; NOT_FOUND when there is none (basic_manager.cc `BasicManager::ServingMap::GetUntypedServableHandle`)."""
         with self._lock:
             servable = self._available.get(self._latest() if version is None else version)
             if servable is None:
-                # basic_manager.cc ~139: the request's DebugString only
+                # basic_manager.cc GetUntypedServableHandle: the request's DebugString only
                 raise not_found(f"Servable not found for request: {servable_request(self.name, version)}")
             self._refs[servable] += 1
         try:

@@ -10,11 +10,11 @@ import dataclasses
 import typing
 
 from elmo_tf.bounds import Bounds
-from elmo_tf.serving.sizes import MAX_PORT, MiB
-from elmo_tf.serving.tls import SslConfig
+from elmo_tf.serving.grpc.tls import SslConfig
+from elmo_tf.serving.limits.byte_units import MAX_PORT, MiB
 
 if typing.TYPE_CHECKING:
-    from elmo_tf.serving.batching import BatchingOptions
+    from elmo_tf.serving.batching.scheduler import BatchingOptions
 
 PORT = Bounds(int, 0, MAX_PORT)  # a TCP port: 0 (the flag: none; the library: a free one) to 65535
 
@@ -34,7 +34,9 @@ def option(default, help, bounds=None, *, off=None, **extra):
 
 
 def _batching_options():
-    from elmo_tf.serving.batching import BatchingOptions  # loads gRPC and TensorFlow: only once a server is built
+    from elmo_tf.serving.batching.scheduler import (
+        BatchingOptions,  # loads gRPC and TensorFlow: only once a server is built
+    )
 
     return BatchingOptions()
 
@@ -52,17 +54,17 @@ class ServerOptions:
             for none.
         rest_api_port: REST port; None for no REST server, 0 picks a free one (a library extension too). Equal to a
             non-zero `port`, the REST API is skipped with an error logged, as stock skips it.
-        enable_batching: merge concurrent requests (`elmo_tf.serving.batching`).
+        enable_batching: merge concurrent requests (`elmo_tf.serving.batching.scheduler`).
         batching: `BatchingOptions` (max_batch_size, batch_timeout, num_threads).
-        max_request_sentences: rows per request (the request budget, `elmo_tf.serving.budget.Limits`).
+        max_request_sentences: rows per request (the request budget, `elmo_tf.serving.limits.budget.Limits`).
         max_tokens_per_sentence: tokens per row (None: no limit).
         max_request_tokens: rows x width per request (None: no limit).
         max_message_bytes: gRPC max send/receive message size, the request's bytes in and its response's bytes out
             (`Limits.max_request_bytes`, `Limits.max_response_bytes`), and a bound of the REST body.
         max_requests_in_flight: Predict requests running or queued at once, over gRPC and REST together.
-        rest_api_max_body_bytes: REST body limit (None: `elmo_tf.serving.rest_front`'s default, 8 MiB).
+        rest_api_max_body_bytes: REST body limit (None: `elmo_tf.serving.rest.rest_front`'s default, 8 MiB).
         rest_api_max_bytes_in_flight: bytes of bodies and responses the REST front holds at once (None: 64 MiB,
-            `elmo_tf.serving.rest_front`'s default).
+            `elmo_tf.serving.rest.rest_front`'s default).
         file_system_poll_wait_seconds: how often base paths are polled for new versions.
         max_num_load_retries: retries of a version that failed to load (0: one attempt).
         load_retry_interval_micros: time between those retries.
@@ -156,7 +158,7 @@ class ServerOptions:
         path = self.grpc_socket_path
         if path is not None and (not isinstance(path, str) or not path):
             raise ValueError(f"grpc_socket_path must be None or a non-empty path, got {path!r}")
-        if self.port is None and self.grpc_socket_path is None:  # stock's server.cc ~183-188
+        if self.port is None and self.grpc_socket_path is None:  # stock's Server::BuildAndStart (server.cc)
             raise ValueError(
                 "port is None and grpc_socket_path is None: At least one of server_options.grpc_port or "
                 "server_options.grpc_socket_path must be set."
@@ -192,7 +194,7 @@ class ServerOptions:
     @property
     def limits(self):
         """The request budget, a `budget.Limits`."""
-        from elmo_tf.serving.budget import Limits  # loads TensorFlow: only once a server is built
+        from elmo_tf.serving.limits.budget import Limits  # loads TensorFlow: only once a server is built
 
         return Limits(
             max_request_sentences=self.max_request_sentences,

@@ -1,7 +1,7 @@
 """One loaded version of a SavedModel: its SignatureDefs and, per callable signature, a `SignatureRunner` that holds
-the signature's roles (`elmo_tf.serving.signature`), its request budget (`elmo_tf.serving.budget`), its response size
-model (`elmo_tf.serving.response_size`) and its function. Merged calls of several requests are
-`elmo_tf.serving.merge`'s.
+the signature's roles (`elmo_tf.serving.signature`), its request budget (`elmo_tf.serving.limits.budget`), its response
+size model (`elmo_tf.serving.limits.response_size`) and its function. Merged calls of several requests are
+`elmo_tf.serving.batching.merge`'s.
 
 Loading reads the SignatureDefs from `saved_model.pb` (or `.pbtxt`), loads the SavedModel with
 `tf.saved_model.load`, and warms it up: the requests of its warmup file (`assets.extra/tf_serving_warmup_requests`, as
@@ -9,9 +9,10 @@ TF Serving replays it: `elmo_tf.saved_model.warmup`), then a small synthetic req
 reach (every signature of an export without the file). A missing op, a broken graph or a bad warmup file fails the
 load, not the first request, and the warm-up outputs tell the response size model the dims the SignatureDef leaves
 unknown. With warm-up off (`warmup=False`, stock's --enable_model_warmup=false: saved_model_bundle_source_adapter.cc
-~78-82 runs RunSavedModelWarmup only when it is on) nothing runs at load: a bad warmup file is not read, and each
-signature's first call teaches the response size model instead (until then its estimate counts the SignatureDef's
-dims, unknown ones as 1; the size check after the call, `budget.check_response_size`, still bounds the response).
+`SavedModelBundleSourceAdapter::GetServableCreator` runs RunSavedModelWarmup only when it is on) nothing runs at load: a
+bad warmup file is not read, and each signature's first call teaches the response size model instead (until then its
+estimate counts the SignatureDef's dims, unknown ones as 1; the size check after the call, `budget.check_response_size`,
+still bounds the response).
 """
 
 import logging
@@ -24,12 +25,12 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
 from elmo_tf.saved_model.warmup import iter_warmup_requests, predict_request, warmup_path
-from elmo_tf.serving.budget import Limits, RequestBudget, read_tensor_proto, softmax_position_cost
-from elmo_tf.serving.packed import attach_packed
-from elmo_tf.serving.response_size import ResponseSizes
+from elmo_tf.serving.batching.packed import attach_packed
+from elmo_tf.serving.limits.budget import Limits, RequestBudget, read_tensor_proto, softmax_position_cost
+from elmo_tf.serving.limits.response_size import ResponseSizes
+from elmo_tf.serving.limits.token_count import signature_op_types, token_counter
+from elmo_tf.serving.serving_error import ServingError, failed_precondition, resource_exhausted, status_code
 from elmo_tf.serving.signature import Signature
-from elmo_tf.serving.status import ServingError, failed_precondition, resource_exhausted, status_code
-from elmo_tf.serving.tokens import signature_op_types, token_counter
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ WARMUP_TOKEN = b"warmup"
 
 
 def signature_key_not_found(name):
-    """gRPC Predict's answer to an unknown signature (TF Serving's predict_util.cc ~90-94)."""
+    """gRPC Predict's answer to an unknown signature (TF Serving's predict_util.cc `RunPredict`)."""
     return failed_precondition(f'Serving signature key "{name}" not found.')
 
 
@@ -56,8 +57,8 @@ class SignatureRunner:
         function: the loaded concrete function (`loaded.signatures[name]`).
         signature_def: its `SignatureDef` proto (input/output aliases, dtypes, shapes).
         limits: `budget.Limits`.
-        counter: how the signature's tokenizer counts a sentence's tokens (`elmo_tf.serving.tokens`; whitespace
-            runs when None).
+        counter: how the signature's tokenizer counts a sentence's tokens (`elmo_tf.serving.limits.token_count`;
+            whitespace runs when None).
     Attributes:
         signature: `signature.Signature` (inputs, outputs, roles).
         sizes: `response_size.ResponseSizes` (learns the outputs' dims at warm-up, or from the first call without).
@@ -163,7 +164,7 @@ class Servable:
         signature_defs: every SignatureDef of the MetaGraph (`__saved_model_init_op` included, as TF Serving
             reports them).
         runners: `SignatureRunner` by name, for the signatures that can be called.
-        scheduler: the `batching.BatchScheduler` feeding this version (set by its manager when batching is on).
+        scheduler: the `scheduler.BatchScheduler` feeding this version (set by its manager when batching is on).
     """
 
     def __init__(self, model_name, version, path, loaded, signature_defs, runners):
@@ -180,7 +181,7 @@ class Servable:
 
         Args:
             not_found: callable `name -> ServingError` raised when there is none; by default gRPC Predict's
-                FAILED_PRECONDITION `Serving signature key "x" not found.` (TF Serving's predict_util.cc ~90-94).
+                FAILED_PRECONDITION `Serving signature key "x" not found.` (TF Serving's predict_util.cc `RunPredict`).
         """
         name = signature_name or DEFAULT_SIGNATURE
         runner = self.runners.get(name)

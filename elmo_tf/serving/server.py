@@ -45,9 +45,9 @@ import threading
 import time
 
 from elmo_tf.serving.core import ServerCore
-from elmo_tf.serving.grpc_front import GrpcServer, listen_address
+from elmo_tf.serving.grpc.grpc_front import GrpcServer, listen_address
 from elmo_tf.serving.options import ServerOptions
-from elmo_tf.serving.rest_front import RestServer
+from elmo_tf.serving.rest.rest_front import RestServer
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ class ModelServer:
 
     def start(self):
         """Loads the versions each model's policy selects, then listens: gRPC (its TCP port and/or its UNIX socket;
-        OSError if it cannot), then REST when `rest_api_port` is set. As stock's Server::BuildAndStart (server.cc
-        ~437-460), REST is skipped with an error logged when its port is gRPC's, and a REST server that cannot start
-        is logged ("Failed to start HTTP Server at ...") while gRPC keeps serving (`rest_port` stays None)."""
+        OSError if it cannot), then REST when `rest_api_port` is set. As stock's Server::BuildAndStart (server.cc), REST
+        is skipped with an error logged when its port is gRPC's, and a REST server that cannot start is logged ("Failed
+        to start HTTP Server at ...") while gRPC keeps serving (`rest_port` stays None)."""
         self.core.poll()
         self._grpc = GrpcServer(self.core, self.options)
         self._grpc.start()
@@ -96,7 +96,7 @@ class ModelServer:
             self._health_thread.start()
         return self
 
-    HEALTH_SERVICES = ("", "ModelService", "PredictionService")  # stock's names (server.cc ~419-423), and gRPC's ""
+    HEALTH_SERVICES = ("", "ModelService", "PredictionService")  # stock's (server.cc BuildAndStart), and gRPC's ""
     HEALTH_POLL_SECONDS = 0.25
 
     def ready(self):

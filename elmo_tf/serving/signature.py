@@ -16,7 +16,7 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
-from elmo_tf.serving.status import invalid_argument
+from elmo_tf.serving.serving_error import invalid_argument
 
 STRING_ELEMENT_BYTES = 32  # a string element's cost besides its bytes: a NumPy object reference (8), a TF tstring (24)
 INT_DTYPES = frozenset(getattr(types_pb2, f"DT_{t}INT{n}") for t in ("", "U") for n in (8, 16, 32, 64))
@@ -89,7 +89,7 @@ class Signature:
         sentence_inputs: the rank-1 string inputs.
         lengths_output: the rank-1 integer output, or None.
         time_outputs: outputs with a dynamic axis 1 (one entry per token).
-        mergeable: whether requests can be concatenated into one call and split back (`elmo_tf.serving.merge`):
+        mergeable: whether requests can be concatenated into one call and split back (`elmo_tf.serving.batching.merge`):
             every input and output batch-major, at most one padded input, and a way to tell each request's width.
     """
 
@@ -122,7 +122,7 @@ class Signature:
 
     def check_input_names(self, names):
         """INVALID_ARGUMENT unless `names` are exactly the signature's inputs, in TF Serving's words and order: a
-        count that differs first (predict_util.cc ~51-74, `VerifyRequestInputsSize`; SignatureDef defaults are not
+        count that differs first (predict_util.cc `VerifyRequestInputsSize`; SignatureDef defaults are not
         supported), then the first input the request lacks (tensorflow/cc/saved_model/util.cc, `GetInputValues`)."""
         names = set(names)
         expected = set(self.inputs)

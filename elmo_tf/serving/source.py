@@ -11,11 +11,12 @@
     - unlike TF Serving, a version counts only once it holds `saved_model.pb` (or `.pbtxt`), so a directory being
       written is not a failed load; hidden names (an export's temporaries) are left out.
     - the model's version policy (`config_files.VersionPolicy`) picks the candidates among the versions on disk, as
-      the source's Aspire*Versions do (~97-247): `latest { num_versions: N }` all of them, highest first (stock
-      aspires the N highest; the manager serves the N highest that load), `all {}` all, `specific { versions }` the
-      listed ones on disk. A listed version absent from disk is logged with stock's warning (~236-244), once while
-      it stays absent (stock repeats it every poll); an empty `specific {}` with stock's "No specific versions
-      requested for servable m." (~177-184), once.
+      the source's Aspire*Versions do (file_system_storage_path_source.cc `AspireAllVersions`, `AspireLatestVersions`,
+      `AspireSpecificVersions`): `latest { num_versions: N }` all of them, highest first (stock aspires the N highest;
+      the manager serves the N highest that load), `all {}` all, `specific { versions }` the listed ones on disk. A
+      listed version absent from disk is logged with stock's warning (`AspireSpecificVersions`), once while it stays
+      absent (stock repeats it every poll); an empty `specific {}` with stock's "No specific versions requested for
+      servable m." (`AspireSpecificVersionsFastPath`), once.
 What the manager does with the candidates (load, retry, retire) is `elmo_tf.serving.manager`'s.
 """
 

@@ -1,7 +1,7 @@
 """The NER commands' TLS flags for a feature server (elmo_tf/cli/ner.py `server_credentials`: --elmo-server-ca,
 --elmo-server-cert, --elmo-server-key beside --elmo-server): credentials for a server on TLS, and one-line usage errors
 naming the flag for a flag without a server, a cert without its key, a missing or non-PEM file. The handshakes
-themselves are tests/serving/test_tls.py's."""
+themselves are tests/serving/grpc/test_tls.py's."""
 
 import argparse
 

@@ -128,8 +128,8 @@ def test_the_defaults_the_help_shows_of_modules_that_load_tensorflow_are_theirs(
     """`BatchingOptions` and the REST front hold these defaults; their modules load gRPC and TensorFlow, which --help
     does not, so the help writes them out."""
     from elmo_tf.cli import serve
-    from elmo_tf.serving.batching import BatchingOptions
-    from elmo_tf.serving.rest_front import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BYTES_IN_FLIGHT
+    from elmo_tf.serving.batching.scheduler import BatchingOptions
+    from elmo_tf.serving.rest.rest_front import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BYTES_IN_FLIGHT
 
     helps = {action.dest: action.help for action in serve.build_parser()._actions}
     assert f"({BatchingOptions().max_batch_size})" in helps["max_batch_size"]

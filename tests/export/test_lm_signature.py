@@ -14,10 +14,10 @@ import elmo_tf.saved_model.export as ex
 from elmo_tf.cli import run
 from elmo_tf.cli.export import main as export_main
 from elmo_tf.models import load_language_model
-from elmo_tf.serving.budget import Limits
-from elmo_tf.serving.merge import run_batch
+from elmo_tf.serving.batching.merge import run_batch
+from elmo_tf.serving.limits.budget import Limits
 from elmo_tf.serving.servable import load_servable
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 WORDS = ["<S>", "</S>", "<UNK>"] + "The cat sat on the mat . Dogs are in fog , they ? ELMo".split()
 TOP_K = 3

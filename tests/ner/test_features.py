@@ -126,7 +126,7 @@ class SizeLimitedClient:
         self.client, self.max_cells, self.busy, self.refused = client, max_cells, busy, 0
 
     def embed_tokens(self, tokens, sequence_len=None, output_filter=None):
-        from elmo_tf.serving.status import ServingError
+        from elmo_tf.serving.serving_error import ServingError
 
         tokens = np.asarray(tokens, dtype=object) if not isinstance(tokens, np.ndarray) else tokens
         if tokens.shape[0] > 1 and self.busy:
@@ -151,7 +151,7 @@ def test_an_unstated_limit_halves_the_requests_and_busy_is_retried(served):
     with pytest.raises(SentenceTooLongError, match="refused by the server") as caught:
         source([sentence(rng, 2), sentence(rng, 40)])
     assert caught.value.index == 1
-    from elmo_tf.serving.status import ServingError
+    from elmo_tf.serving.serving_error import ServingError
 
     busy = ServedFeatures(SizeLimitedClient(client, max_cells=10**6, busy=100), batch_size=8)
     with pytest.raises(ServingError, match="in flight"):  # busy to the end: the server's error, no sentence blamed

@@ -9,7 +9,7 @@ import urllib.parse
 
 import numpy as np
 
-from elmo_tf.serving.sizes import MiB
+from elmo_tf.serving.limits.byte_units import MiB
 
 TIMEOUT_S = 3.0  # rest_api_timeout_in_ms of the `strict` server
 SMALL_LIMIT = 4 * MiB  # its max_message_bytes: response limit (and body limit, being under the REST default)

@@ -11,10 +11,10 @@ from tensorflow.core.framework import tensor_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import predict_pb2
 
-from elmo_tf.serving.budget import Limits, RequestBudget
+from elmo_tf.serving.limits.budget import Limits, RequestBudget
 from elmo_tf.serving.servable import SignatureRunner
+from elmo_tf.serving.serving_error import ServingError
 from elmo_tf.serving.signature import Signature
-from elmo_tf.serving.status import ServingError
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED

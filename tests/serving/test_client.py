@@ -1,5 +1,5 @@
 """elmo_tf/serving/client.py: ElmoClient against the embedded server over gRPC (parity with the Keras model,
-output_filter, status/metadata, errors, retries on UNAVAILABLE only, deadlines, message size) and ElmoRestClient."""
+output_filter, status/metadata, errors, retries on UNAVAILABLE only, deadlines, message size)."""
 
 import re
 import time
@@ -10,8 +10,8 @@ import pytest
 from serving_testlib import assert_parity, free_port, reference_sentences, reference_tokens
 
 from elmo_tf.errors import ElmoTFError
-from elmo_tf.serving.client import ElmoClient, ElmoRestClient, tokens_arrays
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.client import ElmoClient, tokens_arrays
+from elmo_tf.serving.serving_error import ServingError
 
 SENTENCES = [
     "The cat sat on the mat .",
@@ -130,7 +130,7 @@ def test_not_found_errors_carry_code_and_message(server, kwargs, call, match):
 
 
 def test_unknown_signature_is_failed_precondition(server):
-    """Stock TF Serving: predict_util.cc ~90-94, FAILED_PRECONDITION `Serving signature key "nope" not found.` (was
+    """Stock TF Serving: predict_util.cc RunPredict, FAILED_PRECONDITION `Serving signature key "nope" not found.` (was
     NOT_FOUND here before issue 27); a client sees HTTP 400 for it, as the REST API answers."""
     with ElmoClient(f"127.0.0.1:{server.grpc_port}", model_name="elmo", signature_name="nope") as c:
         with pytest.raises(ServingError) as info:
@@ -210,18 +210,3 @@ def test_large_response_needs_raised_message_limit(server, client, model):
         with pytest.raises(ServingError) as info:
             small.embed(sentences)
     assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-def test_rest_client_matches_keras(rest_url, model):
-    client = ElmoRestClient(rest_url, "elmo")
-    try:
-        out = client.embed(SENTENCES + [b"bad \xff\xfe bytes"])
-        assert_parity(reference_sentences(model, SENTENCES + [b"bad \xff\xfe bytes"]), out)
-        out = client.embed_tokens(TOKENS, output_filter=["elmo", "mask"])
-        assert_parity(reference_tokens(model, TOKENS), out, keys=["elmo", "mask"])
-        assert client.model_status()[0]["state"] == "AVAILABLE"
-        with pytest.raises(ServingError, match="Latest") as info:
-            ElmoRestClient(rest_url, "nope").embed(["a"])
-        assert info.value.code == grpc.StatusCode.NOT_FOUND and info.value.http_status == 404
-    finally:
-        client.close()

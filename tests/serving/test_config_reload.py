@@ -2,7 +2,7 @@
 `--model_config_file_poll_wait_seconds`), with real servers on 127.0.0.1 and real clients: models added, removed and
 re-pointed while a load runs on the models that stay (0 failed requests), a removed model answering what it had in
 flight, a config stock refuses kept out (the old one stays), as stock's ServerCore::ReloadConfig and
-model_service_impl.cc (~44-85: the outcome in the response's status) do."""
+model_service_impl.cc (HandleReloadConfigRequest: the outcome in the response's status) do."""
 
 import threading
 import time
@@ -13,7 +13,7 @@ from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
 
 from elmo_tf.serving.client import ElmoClient
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 
 def config_of(models, labels=None):

@@ -18,9 +18,9 @@ from serving_testlib import (
     wait_for,
 )
 
-from elmo_tf.serving.batching import BatchingOptions
+from elmo_tf.serving.batching.scheduler import BatchingOptions
 from elmo_tf.serving.client import ElmoClient
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 SLOW = [" ".join(f"w{i % 50}" for i in range(1000))] * 16  # 16000 tokens of work, within the default budget
 

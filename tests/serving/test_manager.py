@@ -35,7 +35,7 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 from elmo_tf.saved_model.warmup import warmup_path, write_warmup_requests
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.manager import State
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 SENTENCES = ["The cat sat on the mat .", "Dogs bark", ""]
 
@@ -309,9 +309,9 @@ def test_a_version_whose_warmup_file_fails_is_refused_and_the_old_one_keeps_serv
 
 def test_with_model_warmup_off_a_version_whose_warmup_request_fails_loads_and_serves(fresh_base, expected):
     """Issue 27: --enable_model_warmup=false was ignored. Stock sets session_bundle_config.enable_model_warmup from the
-    flag (server.cc ~286-287) and replays the warmup file only when it is on (saved_model_bundle_source_adapter.cc
-    ~78-82): off, a version whose warmup file holds a failing request loads, and its first Predict is answered
-    correctly; on (the default), the same version fails to load."""
+    flag (Server::BuildAndStart in server.cc) and replays the warmup file only when it is on
+    (saved_model_bundle_source_adapter.cc GetServableCreator): off, a version whose warmup file holds a failing request
+    loads, and its first Predict is answered correctly; on (the default), the same version fails to load."""
     write_warmup_requests(os.path.join(fresh_base, "1"), [("nosuch", {"sentences": np.array([b"a b"], object)})])
     server = start_server(fresh_base, rest_api_port=None, enable_model_warmup=False)
     try:
@@ -334,7 +334,7 @@ def test_a_version_whose_files_change_while_it_loads_is_not_served_until_it_load
     variables or warmup file from the next) was served as loaded. Its files' fingerprint is taken before and after the
     load: a change fails that load (UNAVAILABLE, "changed while it loaded") and the next poll loads it again."""
     from elmo_tf.serving import manager as manager_module
-    from elmo_tf.serving.batching import BatchStats
+    from elmo_tf.serving.batching.scheduler import BatchStats
     from elmo_tf.serving.options import ServerOptions
 
     load = manager_module.load_servable

@@ -15,7 +15,7 @@ from serving_testlib import start_server
 
 from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.config_files import parse_monitoring_config
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ def test_importing_the_options_loads_neither_tensorflow_nor_grpc():
 
 
 def test_the_default_request_limits_are_the_budgets():
-    from elmo_tf.serving.budget import Limits
+    from elmo_tf.serving.limits.budget import Limits
     from elmo_tf.serving.options import ServerOptions
 
     assert ServerOptions().limits == Limits()

@@ -12,7 +12,7 @@ import tensorflow as tf
 import elmo_tf.serving.servable as servable_module
 from elmo_tf.saved_model.warmup import WARMUP_SENTENCES, iter_warmup_requests, warmup_path, write_warmup_requests
 from elmo_tf.serving.servable import WARMUP_TOKEN, load_servable
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_the_warmup_file_is_replayed_instead_of_the_synthetic_request(fresh_base
     expected = file_requests(warmup_path(version))
     assert [name for name, _ in expected] == ["default", "serving_default", "tokens", "packed"]
     servable = load_servable("elmo", 1, version)
-    # then one small call of `packed` reads the export's max_tokens (elmo_tf.serving.packed.attach_packed)
+    # then one small call of `packed` reads the export's max_tokens (elmo_tf.serving.batching.packed.attach_packed)
     assert [name for name, _ in calls] == [name for name, _ in expected] + ["packed"]
     for (_, inputs), (_, protos) in zip(calls, expected):
         assert sorted(inputs) == sorted(protos)
@@ -86,7 +86,7 @@ def test_a_warmup_request_above_the_server_limits_is_not_run(fresh_base, calls):
     refuse is not run (logged); its signature gets the synthetic request as if the file had left it out."""
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from elmo_tf.serving.budget import Limits
+    from elmo_tf.serving.limits.budget import Limits
 
     version = os.path.join(fresh_base, "1")
     log = prediction_log_pb2.PredictionLog()
@@ -104,7 +104,7 @@ def test_a_warmup_request_above_the_server_limits_is_not_run(fresh_base, calls):
         ("packed", 1),
         ("serving_default", 1),
         ("tokens", 1),
-        ("packed", 1),  # after the warm-up, the packed path's own check (elmo_tf.serving.packed)
+        ("packed", 1),  # after the warm-up, the packed path's own check (elmo_tf.serving.batching.packed)
     ]
     assert servable.runners["default"].run({"sentences": np.array([b"a b"], object)})["elmo"].shape[:2] == (1, 2)
 
@@ -113,17 +113,18 @@ def test_a_warmup_file_with_requests_above_the_limits_and_others_still_loads(fre
     """The export's own warmup file under tight limits (100 tokens per sentence: its `packed` request, all the distinct
     tokens of its 8 sentences in one row, is wider): the refused request is skipped, the others replayed, and the
     version loads (it failed with a TypeError sorting the replayed names with None among them)."""
-    from elmo_tf.serving.budget import Limits
+    from elmo_tf.serving.limits.budget import Limits
 
     servable = load_servable("elmo", 1, os.path.join(fresh_base, "1"), Limits(max_tokens_per_sentence=100))
     assert servable.runners["default"].run({"sentences": np.array([b"a b"], object)})["elmo"].shape[:2] == (1, 2)
 
 
 def test_with_warmup_off_nothing_runs_at_load_and_a_failing_warmup_file_is_not_read(fresh_base, calls, model):
-    """Stock runs RunSavedModelWarmup only when enable_model_warmup is on (server.cc ~286-287 sets it from the flag;
-    saved_model_bundle_source_adapter.cc ~78-82 checks it): with it off, a version whose warmup file holds a request
-    that fails loads, nothing runs at load, and the first call teaches the response size model the outputs' dims
-    (before it, the estimate counts the SignatureDef's). On (the default) the same version fails to load."""
+    """Stock runs RunSavedModelWarmup only when enable_model_warmup is on (Server::BuildAndStart in server.cc sets it
+    from the flag; saved_model_bundle_source_adapter.cc GetServableCreator checks it): with it off, a version whose
+    warmup file holds a request that fails loads, nothing runs at load, and the first call teaches the response size
+    model the outputs' dims (before it, the estimate counts the SignatureDef's). On (the default) the same version fails
+    to load."""
     from serving_testlib import assert_parity, reference_sentences
 
     version = os.path.join(fresh_base, "1")

@@ -135,7 +135,7 @@ def test_flag_errors_exit_2():
         (["--model_base_path", "/tmp", "--port", "\u0668\u0665\u0660\u0660"], "--port must be an integer"),
         (["--model_base_path", "/tmp", "--enable_batching=maybe"], "expected true or false"),
         (["--model_base_path", "/tmp", "--unknown_flag=1"], "unrecognized arguments: --unknown_flag"),
-        # stock's Server::BuildAndStart (server.cc ~183-188) refuses --port 0 without --grpc_socket_path
+        # stock's Server::BuildAndStart (server.cc) refuses --port 0 without --grpc_socket_path
         (["--model_base_path", "/tmp", "--port", "0"], PORT_0_ERROR),
         (["--model_base_path", "/tmp", "--port=0", "--grpc_socket_path="], PORT_0_ERROR),
     ]:
@@ -146,7 +146,8 @@ def test_flag_errors_exit_2():
 
 def test_port_0_and_the_grpc_socket_path_with_the_stock_server(fake_stock_server):
     """--port 0 alone is refused before the hand-over too (exit 2, the stock server never runs: it would refuse it,
-    server.cc ~183-188); with --grpc_socket_path both are passed on (main.cc ~88-94 declares both flags)."""
+    Server::BuildAndStart in server.cc); with --grpc_socket_path both are passed on (main.cc's `main` declares both
+    flags)."""
     _, record, env = fake_stock_server
     argv = [sys.executable, SERVE, "--model_base_path", "/models/elmo", "--host", "0.0.0.0", "--port", "0"]
     result = forked.run(argv, env=env, capture_output=True, text=True, timeout=60)
@@ -164,7 +165,7 @@ def test_port_0_and_the_grpc_socket_path_with_the_stock_server(fake_stock_server
 
 def test_flags_reach_the_server_options():
     """--port 0 with --grpc_socket_path is gRPC on the socket only (`port=None`: the library's port 0 picks a free
-    port); --enable_model_warmup=false reaches the loader (stock: server.cc ~286-287)."""
+    port); --enable_model_warmup=false reaches the loader (stock: Server::BuildAndStart in server.cc)."""
     import argparse
 
     from elmo_tf.cli.serve import DEFAULTS, server_options
@@ -232,7 +233,7 @@ def test_batching_parameters_tf_serving_refuses_are_refused_naming_the_file(tmp_
         assert needle in message, (needle, message)
 
 
-# server_core.cc ValidateModelConfigList (lines ~117-150 at 9d981c5): a model name listed twice, a relative base_path
+# server_core.cc ValidateModelConfigList: a model name listed twice, a relative base_path
 @pytest.mark.parametrize(
     "entries, needle",
     [
@@ -402,8 +403,8 @@ def test_stock_server_is_never_given_a_wider_address_than_asked(fake_stock_serve
 
 def test_port_0_with_a_grpc_socket_path_serves_grpc_on_the_socket_only(base_path, model):
     """`serve.py --embedded --port 0 --grpc_socket_path S`: gRPC listens on "unix:S" and on no TCP port, as stock's
-    (server.cc ~376-389: the TCP port only when it is not 0); a real client over the socket is answered with the
-    Keras model's numbers, and REST listens on its own port."""
+    (Server::BuildAndStart in server.cc: the TCP port only when it is not 0); a real client over the socket is answered
+    with the Keras model's numbers, and REST listens on its own port."""
     import os
     import shutil
     import tempfile

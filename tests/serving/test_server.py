@@ -29,7 +29,7 @@ from serving_testlib import (
 )
 
 from elmo_tf.serving.client import ElmoClient
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -218,9 +218,9 @@ def socket_path():
 
 
 def test_grpc_on_a_unix_socket_only_or_beside_the_port(base_path, expected, socket_path):
-    """Stock listens on "unix:" + --grpc_socket_path (server.cc ~383-389), beside the TCP port or alone when the port
-    is 0 (~376-381); a real client over the socket is answered. In this API no TCP port is `port=None` (0 picks a free
-    one); neither is stock's error (~183-188)."""
+    """Stock listens on "unix:" + --grpc_socket_path (Server::BuildAndStart in server.cc), beside the TCP port or alone
+    when the port is 0; a real client over the socket is answered. In this API no TCP port is `port=None` (0 picks a
+    free one); neither is stock's error (the same function)."""
     from elmo_tf.serving.options import ServerOptions
 
     with pytest.raises(ValueError, match="At least one of server_options.grpc_port or server_options.grpc_socket_path"):
@@ -242,7 +242,7 @@ def test_grpc_on_a_unix_socket_only_or_beside_the_port(base_path, expected, sock
 
 def test_rest_on_the_grpc_port_is_skipped_and_grpc_serves(base_path, expected, caplog):
     """Stock: an http_port equal to grpc_port logs "server_options.http_port cannot be same as grpc_port. ..." and
-    exports no REST API (server.cc ~437-460); gRPC serves. Ours failed to start with a bind error."""
+    exports no REST API (Server::BuildAndStart in server.cc); gRPC serves. Ours failed to start with a bind error."""
     port = free_port()
     with caplog.at_level(logging.ERROR, logger="elmo_tf.serving.server"):
         server = start_server(base_path, port=port, rest_api_port=port)
@@ -259,7 +259,7 @@ def test_rest_on_the_grpc_port_is_skipped_and_grpc_serves(base_path, expected, c
 
 def test_a_rest_port_that_cannot_be_bound_is_logged_and_grpc_serves(base_path, expected, caplog):
     """Stock: when the HTTP server cannot start it logs "Failed to start HTTP Server at ..." and BuildAndStart still
-    returns OK (server.cc ~446-454): gRPC serves on. Ours raised OSError (the CLI exited 1)."""
+    returns OK (server.cc): gRPC serves on. Ours raised OSError (the CLI exited 1)."""
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -295,8 +295,8 @@ def narrow_base(tmp_path_factory):
 
 
 def test_int8_values_beyond_the_dtype_are_narrowed_over_rest_and_grpc(narrow_base):
-    """Stock reads a JSON int8 value as any int32 (json_tensor.cc ~303-309, `val.IsInt()`) and a TensorProto's int_val
-    into the int8 buffer with a C++ conversion (TensorFlow's tensor.cc, FromProtoField): 300 is 44, -129 is 127.
+    """Stock reads a JSON int8 value as any int32 (json_tensor.cc AddValueToTensor, `val.IsInt()`) and a TensorProto's
+    int_val into the int8 buffer with a C++ conversion (TensorFlow's tensor.cc, FromProtoField): 300 is 44, -129 is 127.
     Ours refused them over REST, and over gRPC `tf.make_ndarray` raised OverflowError (NumPy 2): INVALID_ARGUMENT
     "tensor parsing error: x"."""
     import tensorflow as tf

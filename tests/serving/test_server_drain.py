@@ -4,8 +4,9 @@ grpc_health_probe and Kubernetes' gRPC probes call) sees NOT_SERVING before the 
 loads, NOT_SERVING while draining; draining answers every request in flight while new gRPC calls are refused
 UNAVAILABLE and REST requests 503; SIGTERM drains `serving/serve.py` and it exits 0.
 
-Stock names the services "ModelService" and "PredictionService" (tensorflow_serving/model_servers/server.cc
-~415-423, `EnableDefaultHealthCheckService` + `SetServingStatus`), beside gRPC's overall "".
+Stock names the services "ModelService" and "PredictionService" (Server::BuildAndStart in
+tensorflow_serving/model_servers/server.cc: `EnableDefaultHealthCheckService` + `SetServingStatus`), beside gRPC's
+overall "".
 """
 
 import json
@@ -22,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serving_testlib import free_port, kill_if_running, serve_embedded, start_server, wait_for
 
 from elmo_tf.serving.client import ElmoClient
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 SERVICES = ("", "ModelService", "PredictionService")
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING

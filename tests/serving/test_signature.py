@@ -4,7 +4,7 @@ budget uses them)."""
 import numpy as np
 from serving_fake import INVALID, budget_error, sentences_budget, tokens_budget
 
-from elmo_tf.serving.budget import Limits
+from elmo_tf.serving.limits.budget import Limits
 
 
 def test_input_roles_come_from_the_signature_def():

@@ -34,14 +34,14 @@ from elmo_tf.serving.client import ElmoClient
 from elmo_tf.serving.config_files import ModelConfig, VersionPolicy, parse_model_config
 from elmo_tf.serving.options import ServerOptions
 from elmo_tf.serving.server import ModelServer
-from elmo_tf.serving.status import ServingError
+from elmo_tf.serving.serving_error import ServingError
 
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 NO_POLLING = 600.0  # seconds between polls: the test polls
 ABSENT_5 = (
     "Version 5 of servable elmo, which was requested to be served as a 'specific' version in the servable's version "
     "policy, was not found in the file system"
-)  # file_system_storage_path_source.cc ~238-242
+)  # file_system_storage_path_source.cc AspireSpecificVersions
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def rest(server, path, body=None):
 
 
 def test_latest_n_serves_the_n_highest_and_moves_on_without_dropping_availability(versions_base, tmp_path):
-    """`latest { num_versions: 2 }` over versions 1-3 serves 3 and 2 (AspireLatestVersions ~144-165); version 1 is
+    """`latest { num_versions: 2 }` over versions 1-3 serves 3 and 2 (AspireLatestVersions); version 1 is
     neither loaded nor listed. Version 4 loads; then 2 is unloaded, after the request that holds it ends (UNLOADING
     until then). A broken version 5 (END with its error) unloads nothing: 4 and 3 stay (a failed load never unloads;
     stock would also serve one fewer, the embedded server passes the place to the next version that loads)."""
@@ -158,7 +158,7 @@ def test_latest_n_serves_the_n_highest_and_moves_on_without_dropping_availabilit
 
 
 def test_all_serves_every_version_and_follows_the_disk(versions_base, tmp_path):
-    """`all {}` (AspireAllVersions ~97-114): every version on disk is AVAILABLE and answers requests for it; a new one
+    """`all {}` (AspireAllVersions): every version on disk is AVAILABLE and answers requests for it; a new one
     loads beside them; one deleted from disk is unloaded (others are AVAILABLE), then forgotten."""
     config = write_config(tmp_path, versions_base, "model_version_policy { all {} }")
     with serving(config, rest_api_port=None, file_system_poll_wait_seconds=NO_POLLING) as server, client(server) as c:
@@ -177,13 +177,14 @@ def test_all_serves_every_version_and_follows_the_disk(versions_base, tmp_path):
 
 
 def test_specific_pins_a_rollback_and_labels_resolve_over_grpc_and_rest(versions_base, tmp_path, caplog):
-    """`specific { versions: [1, 5] }` over versions 1-3 (AspireSpecificVersions ~215-247): the pinned rollback, 1, is
-    served, also to a request without a version (the highest AVAILABLE); 5 is absent, with stock's warning (once here,
-    every poll in stock). Labels (with --allow_version_labels_for_unavailable_models, else refused at start-up):
-    "stable" -> 1 answers over gRPC and REST, "canary" -> 5 is NOT_FOUND Specific(elmo, 5) until 5 is copied in, an
-    unknown label is INVALID_ARGUMENT (server_core.cc ~853-864, ~890-891); GetModelStatus ignores labels
-    (get_model_status_impl.cc ~76-109). Deleting 1 unloads it (5 is AVAILABLE); deleting 5 too leaves no selected
-    version on disk, and, as stock (availability_preserving_policy.cc ~65-75: no aspired version), nothing is served."""
+    """`specific { versions: [1, 5] }` over versions 1-3 (AspireSpecificVersions): the pinned rollback, 1, is served,
+    also to a request without a version (the highest AVAILABLE); 5 is absent, with stock's warning (once here, every
+    poll in stock). Labels (with --allow_version_labels_for_unavailable_models, else refused at start-up): "stable" -> 1
+    answers over gRPC and REST, "canary" -> 5 is NOT_FOUND Specific(elmo, 5) until 5 is copied in, an unknown label is
+    INVALID_ARGUMENT (server_core.cc ServableRequestFromModelSpec, GetModelVersionForLabel); GetModelStatus ignores
+    labels (get_model_status_impl.cc GetModelStatusWithModelSpec). Deleting 1 unloads it (5 is AVAILABLE); deleting 5
+    too leaves no selected version on disk, and, as stock (availability_preserving_policy.cc GetNextAction: no aspired
+    version), nothing is served."""
     caplog.set_level(logging.WARNING, logger="elmo_tf.serving")
     fields = (
         "model_version_policy { specific { versions: [1, 5] } } "
@@ -240,7 +241,8 @@ def test_specific_pins_a_rollback_and_labels_resolve_over_grpc_and_rest(versions
 
 def test_an_empty_specific_policy_serves_nothing_with_a_warning(versions_base, tmp_path, caplog):
     """Stock takes `specific {}` and aspires nothing, warning "No specific versions requested for servable elmo."
-    (file_system_storage_path_source.cc ~177-184); `latest { num_versions: 0 }` is latest 1 (~148-149)."""
+    (file_system_storage_path_source.cc AspireSpecificVersionsFastPath); `latest { num_versions: 0 }` is latest 1
+    (AspireLatestVersions)."""
     caplog.set_level(logging.WARNING, logger="elmo_tf.serving")
     config = write_config(tmp_path, versions_base, "model_version_policy { specific {} }")
     with serving(config, rest_api_port=None, file_system_poll_wait_seconds=NO_POLLING) as server, client(server) as c:
@@ -252,8 +254,8 @@ def test_an_empty_specific_policy_serves_nothing_with_a_warning(versions_base, t
 
 
 # What stock refuses at start-up: a file protobuf's text format refuses (main.cc ParseProtoTextFile), and every version
-# label without --allow_version_labels_for_unavailable_models (server_core.cc ~549-584: ReloadConfig assigns labels
-# before any model loads, ~512-524, so no version is AVAILABLE yet). Each refusal is one line naming the file.
+# label without --allow_version_labels_for_unavailable_models (server_core.cc UpdateModelVersionLabelMap: ReloadConfig
+# assigns labels before any model loads, so no version is AVAILABLE yet). Each refusal is one line naming the file.
 @pytest.mark.parametrize(
     "fields, needles",
     [
@@ -302,7 +304,7 @@ def test_labels_without_the_flag_are_refused_by_the_library_and_the_command_line
 
 
 def test_the_flag_reaches_the_server_and_the_stock_server():
-    """--allow_version_labels_for_unavailable_models (stock's main.cc ~109-113) sets the server option and is passed
+    """--allow_version_labels_for_unavailable_models (stock's main.cc `main`) sets the server option and is passed
     on to tensorflow_model_server."""
     import argparse
 
