@@ -116,6 +116,87 @@ def _special_ids(value, names, rows, key):
     return tuple((name, int(value[name])) for name in names)
 
 
+def _check_parameter_count(config):
+    """Raises `ConfigError` when `config` would hold more than `MAX_PARAMETERS` weights."""
+    parts = config.parameter_parts()
+    total = sum(parts.values())
+    if total <= MAX_PARAMETERS:
+        return
+    field = max(parts, key=parts.get)  # named: the field that sizes the largest part
+    value = f"{config.num_filters} filters in all" if field == "filters" else getattr(config, field)
+    raise ConfigError(
+        f"is {value}: the biLM would hold {total:,} weights ({parts[field]:,} in the part it sizes), more than "
+        f"{MAX_PARAMETERS:,} (8 GiB of float32; {_SIZE_NOTE})",
+        field,
+    )
+
+
+def _check_byte_characters(config):
+    """Checks `num_characters` for bilm-tf's byte mapping (no char vocabulary)."""
+    if config.num_characters == NUM_CHAR_IDS - 1 and _is_int(config.num_characters):
+        raise ConfigError(
+            "is 261 (bilm-tf's training value): set it to 262 for a trained model; "
+            "the weight file's 261 rows get a zero padding row prepended at load time",
+            "num_characters",
+        )
+    if not _is_int(config.num_characters) or config.num_characters != NUM_CHAR_IDS:
+        raise ConfigError(f"must be {NUM_CHAR_IDS}, got {_show(config.num_characters)}", "num_characters")
+
+
+def _check_vocabularies(config, put):
+    """Checks and normalises (through `put`) ELMoForManyLangs' vocabularies, special ids and word embedding."""
+    rows = config.num_characters
+    if not _is_int(rows) or rows < 2 or rows > INT32_MAX:
+        raise ConfigError(f"must be an int >= 2 (the char vocabulary's rows + 1), got {_show(rows)}", "num_characters")
+    put("char_vocabulary", _entry_ids(config.char_vocabulary, rows - 1, "char_vocabulary"))
+    put("char_special_ids", _special_ids(config.char_special_ids, CHAR_SPECIALS, rows - 1, "char_special_ids"))
+    dim = config.word_embedding_dim
+    if not _is_int(dim) or dim < 0:
+        raise ConfigError(f"must be a non-negative int, got {_show(dim)}", "word_embedding_dim")
+    if dim > MAX_DIM:
+        raise ConfigError(f"must be <= {MAX_DIM} ({_SIZE_NOTE}), got {_show(dim)}", "word_embedding_dim")
+    if dim == 0:
+        if config.word_vocabulary is not None or config.word_special_ids is not None:
+            raise ConfigError("must be > 0 with a word vocabulary", "word_embedding_dim")
+        put("num_words", 0)
+        return
+    words = config.num_words
+    if not _is_int(words) or words < 1 or words > INT32_MAX:
+        raise ConfigError(f"must be a positive int (the word embedding's rows), got {_show(words)}", "num_words")
+    put("word_vocabulary", _entry_ids(config.word_vocabulary, words, "word_vocabulary"))
+    put("word_special_ids", _special_ids(config.word_special_ids, WORD_SPECIALS, words, "word_special_ids"))
+
+
+def _check_filters(config, put):
+    """Checks `filters` and stores it (through `put`) as a tuple of (width, num_filters) int pairs."""
+    filters = config.filters
+    if isinstance(filters, (str, bytes, dict)) or not hasattr(filters, "__iter__"):
+        raise ConfigError(f"must be a list of [width, num_filters] pairs, got {_show(filters)}", "filters")
+    if hasattr(filters, "__len__") and len(filters) > MAX_FILTER_WIDTHS:  # before walking a list of 10**7
+        raise ConfigError(
+            f"must list at most {MAX_FILTER_WIDTHS} [width, num_filters] pairs ({_SIZE_NOTE}), got {len(filters)}",
+            "filters",
+        )
+    filters = list(filters)
+    if not filters:
+        raise ConfigError("must list at least one [width, num_filters] pair, got []", "filters")
+    pairs = []
+    for k, pair in enumerate(filters):
+        if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise ConfigError(f"must be a [width, num_filters] pair, got {_show(pair)}", f"filters[{k}]")
+        width, n = pair
+        if _is_int(n) and n > MAX_DIM:
+            raise ConfigError(f"num_filters must be <= {MAX_DIM} ({_SIZE_NOTE}), got {_show(pair)}", f"filters[{k}]")
+        if not (_is_int(width) and _is_int(n) and 1 <= width <= config.max_characters_per_token and n >= 1):
+            raise ConfigError(
+                f"must be [width, num_filters] with ints 1 <= width <= {config.max_characters_per_token} "
+                f"and num_filters >= 1, got {_show(pair)}",
+                f"filters[{k}]",
+            )
+        pairs.append((int(width), int(n)))
+    put("filters", tuple(pairs))
+
+
 @dataclasses.dataclass(frozen=True)
 class BiLMConfig:
     """Architecture of an ELMo biLM (char CNN + LSTM stacks). Field names follow bilm-tf's options.json.
@@ -165,16 +246,16 @@ class BiLMConfig:
                 f"must be {MAX_CHARS} (the char mapping's width), got {_show(self.max_characters_per_token)}",
                 "max_characters_per_token",
             )
-        self._check_filters(put)
+        _check_filters(self, put)
         if self.always_project not in (True, False) or not isinstance(self.always_project, (bool, int)):
             raise ConfigError(f"must be true or false, got {_show(self.always_project)}", "always_project")
         put("always_project", bool(self.always_project))
         if self.char_vocabulary is not None:
-            self._check_vocabularies(put)
+            _check_vocabularies(self, put)
         elif any((self.char_special_ids, self.word_embedding_dim, self.word_vocabulary, self.word_special_ids)):
             raise ConfigError("is needed by special ids and a word embedding (ELMoForManyLangs)", "char_vocabulary")
         else:
-            self._check_byte_characters()
+            _check_byte_characters(self)
         if not isinstance(self.activation, str) or self.activation not in ("relu", "tanh"):
             raise ConfigError(f"must be 'relu' or 'tanh', got {_show(self.activation)}", "activation")
         for name in ("cell_clip", "proj_clip"):
@@ -184,7 +265,7 @@ class BiLMConfig:
         if self.use_skip_connections not in (True, False) or not isinstance(self.use_skip_connections, (bool, int)):
             raise ConfigError(f"must be true or false, got {_show(self.use_skip_connections)}", "use_skip_connections")
         put("use_skip_connections", bool(self.use_skip_connections))
-        self._check_parameter_count()
+        _check_parameter_count(self)
 
     def parameter_parts(self):
         """`{field: weights}` of the biLM these options describe, by the field that sizes each part most: "lstm_dim"
@@ -209,83 +290,6 @@ class BiLMConfig:
         parts = self.parameter_parts()
         convolutions = sum(width * self.char_embedding_dim * n for width, n in self.filters)
         return parts["lstm_dim"] + parts["filters"] + convolutions * (self.max_characters_per_token - 1)
-
-    def _check_parameter_count(self):
-        parts = self.parameter_parts()
-        total = sum(parts.values())
-        if total <= MAX_PARAMETERS:
-            return
-        field = max(parts, key=parts.get)  # named: the field that sizes the largest part
-        value = f"{self.num_filters} filters in all" if field == "filters" else getattr(self, field)
-        raise ConfigError(
-            f"is {value}: the biLM would hold {total:,} weights ({parts[field]:,} in the part it sizes), more than "
-            f"{MAX_PARAMETERS:,} (8 GiB of float32; {_SIZE_NOTE})",
-            field,
-        )
-
-    def _check_byte_characters(self):
-        if self.num_characters == NUM_CHAR_IDS - 1 and _is_int(self.num_characters):
-            raise ConfigError(
-                "is 261 (bilm-tf's training value): set it to 262 for a trained model; "
-                "the weight file's 261 rows get a zero padding row prepended at load time",
-                "num_characters",
-            )
-        if not _is_int(self.num_characters) or self.num_characters != NUM_CHAR_IDS:
-            raise ConfigError(f"must be {NUM_CHAR_IDS}, got {_show(self.num_characters)}", "num_characters")
-
-    def _check_vocabularies(self, put):
-        rows = self.num_characters
-        if not _is_int(rows) or rows < 2 or rows > INT32_MAX:
-            raise ConfigError(
-                f"must be an int >= 2 (the char vocabulary's rows + 1), got {_show(rows)}", "num_characters"
-            )
-        put("char_vocabulary", _entry_ids(self.char_vocabulary, rows - 1, "char_vocabulary"))
-        put("char_special_ids", _special_ids(self.char_special_ids, CHAR_SPECIALS, rows - 1, "char_special_ids"))
-        dim = self.word_embedding_dim
-        if not _is_int(dim) or dim < 0:
-            raise ConfigError(f"must be a non-negative int, got {_show(dim)}", "word_embedding_dim")
-        if dim > MAX_DIM:
-            raise ConfigError(f"must be <= {MAX_DIM} ({_SIZE_NOTE}), got {_show(dim)}", "word_embedding_dim")
-        if dim == 0:
-            if self.word_vocabulary is not None or self.word_special_ids is not None:
-                raise ConfigError("must be > 0 with a word vocabulary", "word_embedding_dim")
-            put("num_words", 0)
-            return
-        words = self.num_words
-        if not _is_int(words) or words < 1 or words > INT32_MAX:
-            raise ConfigError(f"must be a positive int (the word embedding's rows), got {_show(words)}", "num_words")
-        put("word_vocabulary", _entry_ids(self.word_vocabulary, words, "word_vocabulary"))
-        put("word_special_ids", _special_ids(self.word_special_ids, WORD_SPECIALS, words, "word_special_ids"))
-
-    def _check_filters(self, put):
-        filters = self.filters
-        if isinstance(filters, (str, bytes, dict)) or not hasattr(filters, "__iter__"):
-            raise ConfigError(f"must be a list of [width, num_filters] pairs, got {_show(filters)}", "filters")
-        if hasattr(filters, "__len__") and len(filters) > MAX_FILTER_WIDTHS:  # before walking a list of 10**7
-            raise ConfigError(
-                f"must list at most {MAX_FILTER_WIDTHS} [width, num_filters] pairs ({_SIZE_NOTE}), got {len(filters)}",
-                "filters",
-            )
-        filters = list(filters)
-        if not filters:
-            raise ConfigError("must list at least one [width, num_filters] pair, got []", "filters")
-        pairs = []
-        for k, pair in enumerate(filters):
-            if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2:
-                raise ConfigError(f"must be a [width, num_filters] pair, got {_show(pair)}", f"filters[{k}]")
-            width, n = pair
-            if _is_int(n) and n > MAX_DIM:
-                raise ConfigError(
-                    f"num_filters must be <= {MAX_DIM} ({_SIZE_NOTE}), got {_show(pair)}", f"filters[{k}]"
-                )
-            if not (_is_int(width) and _is_int(n) and 1 <= width <= self.max_characters_per_token and n >= 1):
-                raise ConfigError(
-                    f"must be [width, num_filters] with ints 1 <= width <= {self.max_characters_per_token} "
-                    f"and num_filters >= 1, got {_show(pair)}",
-                    f"filters[{k}]",
-                )
-            pairs.append((int(width), int(n)))
-        put("filters", tuple(pairs))
 
     @property
     def num_filters(self):

@@ -82,6 +82,13 @@ def add_embed_flags(parser, output_help, remote_paths=False):
     def path(flag):
         return None if remote_paths else existing_file(flag)
 
+    _add_input_flags(parser, output_help, remote_paths, where, path)
+    _add_packing_flags(parser)
+    _add_output_flags(parser, where, path)
+
+
+def _add_input_flags(parser, output_help, remote_paths, where, path):
+    """`add_embed_flags`' model and paths: --options, --weights, --model (local only), --input, --output."""
     model_help = "" if remote_paths else " (or --model)"
     parser.add_argument(
         "--options",
@@ -104,6 +111,10 @@ def add_embed_flags(parser, output_help, remote_paths=False):
         help=f"text file, one whitespace-tokenized sentence per line{where}",
     )
     parser.add_argument("--output", required=True, help=output_help)
+
+
+def _add_packing_flags(parser):
+    """`add_embed_flags`' packing and model-run flags: the batch size, the layers, the token caps, the sort."""
     parser.add_argument(
         "--batch-size",
         type=size_int("--batch-size"),
@@ -130,6 +141,10 @@ def add_embed_flags(parser, output_help, remote_paths=False):
         action="store_true",
         help="batch in file order (one batch of look-ahead) instead of by length within windows of 50 x batch size",
     )
+
+
+def _add_output_flags(parser, where, path):
+    """`add_embed_flags`' token cache and written-dataset flags, with the threads and the written dtype."""
     parser.add_argument(
         "--token-embeddings",
         type=path("--token-embeddings"),

@@ -14,6 +14,7 @@ How a file is run (`embed_file`), resumable:
     their global line indices) into a valid embed output: the pieces a distributed job is made of.
 """
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -242,6 +243,130 @@ def _check_no_more_shards(journal, shards):
         raise JournalMismatch(journal.shard_path(extra[0]), f"is past this run's last shard ({shards} in all)")
 
 
+def _check_output(dtype, shard_tokens):
+    """`embed_file`'s checked `dtype` and `shard_tokens`."""
+    dtype = check_dtype(dtype)
+    shard_tokens = check_int("shard_tokens", shard_tokens, 1)
+    return dtype, shard_tokens
+
+
+def _batch_bounds(model, batch_size, max_batch_tokens, max_sentence_tokens):
+    """`embed_file`'s `_Plan`: `max_batch_tokens` (None: `default_batch_tokens`) and checked `max_sentence_tokens`."""
+    if max_batch_tokens is None:
+        max_batch_tokens = default_batch_tokens(batch_size, model.config)
+    max_sentence_tokens = check_int("max_sentence_tokens", max_sentence_tokens, 1, allow_none=True)
+    return _Plan(max_sentence_tokens, batch_size, max_batch_tokens)
+
+
+def _numbered_plan(sentences, keys, bounds, sort, row_length, shard_tokens):
+    """`embed_file`'s counts of the input (filled as the plan is read) and its plan (`iter_plan` of `sentences`,
+    counted into the counts and `keys`) numbered in shards."""
+    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0, "split": 0}
+    counted = _count_sentences(sentences, counts, keys, bounds.max_sentence_tokens)
+    plan = iter_plan(counted, bounds.batch_size, bounds.max_batch_tokens, sort, row_length, bounds.max_sentence_tokens)
+    return counts, _numbered_shards(plan, shard_tokens)
+
+
+def _finish_run(journal, shards, input_path, before, output_path, keys, dtype, sentence_index):
+    """Checks the journal holds no more shards and the input is unchanged, then merges the shards into the output."""
+    _check_no_more_shards(journal, shards)
+    check_unchanged(input_path, before)
+    merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
+
+
+def _start_shards(journal, on_start, lines):
+    """The journal's finished shards (`{number: sentences}`), after `on_start(lines, sentences already done)`."""
+    finished = _finished_shards(journal)
+    if on_start:
+        on_start(lines, sum(finished.values()))
+    return finished
+
+
+def _run_counts(counts, embedder, shards, finished):
+    """`embed_file`'s returned counts: the input's `counts`, the embedder's stats and the shards'."""
+    counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")
+    counts.update(
+        computed_tokens=embedder.stats["tokens"],
+        shards=shards,
+        resumed_shards=len(finished),
+        resumed_sentences=sum(finished.values()),
+    )
+    return counts
+
+
+def _open_input(input_path):
+    """`embed_file`'s input: its sentences (read lazily, never cut: a long line is split by `iter_plan` and
+    `_embed_items`), its state (`file_state`, checked unchanged at the end) and its digest."""
+    sentences = iter_sentences(input_path)
+    try:
+        before = file_state(input_path)
+        digest = file_digest(input_path)
+    except OSError as e:
+        raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
+    return sentences, before, digest
+
+
+def _file_fingerprint(embedder, digest, dtype, plan, sort, sentence_index, shard_tokens):
+    """`run_fingerprint` of an `embed_file` run: the input's digest, the model and every setting."""
+    return run_fingerprint(
+        embedder,
+        digest,
+        dtype=dtype,
+        batch_size=plan.batch_size,
+        max_batch_tokens=plan.max_batch_tokens,
+        sort=bool(sort),
+        max_sentence_tokens=plan.max_sentence_tokens,
+        long_sentences="split" if plan.max_sentence_tokens is not None else "whole",
+        sentence_index=bool(sentence_index),
+        shard_tokens=shard_tokens,
+    )
+
+
+def _warn_index_size(input_path, digest, sentence_index):
+    """Logs a warning when `sentence_to_index` of an input this large would take much memory at the end."""
+    if sentence_index and digest["size"] >= INDEX_WARNING_BYTES:
+        logger.warning(
+            "%s is %.2f GB: its sentence_to_index (every line's key in one JSON string) takes about as much memory at "
+            "the end, three times as much while it is written; without it (--no-sentence-index, sentence_index=False) "
+            "memory stays flat",
+            input_path,
+            digest["size"] / 1e9,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardRun:
+    """What `_write_shards` writes each shard with: the journal, the embedder and the output's settings."""
+
+    journal: object
+    embedder: object
+    dtype: str
+    progress: object
+    plan: _Plan
+    sentence_index: bool
+
+
+def _write_shards(run, numbered, finished):
+    """Computes and writes into the journal each shard of `numbered` (`_numbered_shards`) not in `finished`; reads
+    past a finished one, checking it holds its lines. Returns the number of shards of the plan."""
+    attrs = content_attrs(run.plan.max_sentence_tokens, "split")
+    shards = 0
+    for number, group in itertools.groupby(numbered, key=lambda item: item[0]):
+        shards = number + 1
+        items = ((empties, batch) for _, empties, batch in group)
+        if number in finished:  # read past it (the plan goes on as in the first run), checking it holds its lines
+            planned = [s for empties, batch in items for s in [*empties, *(s for row in batch or () for s in row)]]
+            _check_shard(run.journal.shard_path(number), planned, run.embedder.shape_of, np.dtype(run.dtype))
+            continue
+        run.embedder.reset_memo()
+        embedded = _embed_items(run.embedder, items, run.dtype, run.progress, run.plan)
+        path = run.journal.shard_path(number)
+        write_embedding_file(path, embedded, run.dtype, run.sentence_index, durable=True, attrs=attrs)
+        release_free_memory()
+        fault_point("shard")
+    return shards
+
+
 def embed_file(
     model,
     input_path,
@@ -307,71 +432,18 @@ def embed_file(
         ResumeRefused, JournalBusy, JournalMismatch (`elmo_tf.io.journal`); `elmo_tf.io.atomic.WriteError`;
         `elmo_tf.io.text.TextFileError`.
     """
-    dtype = check_dtype(dtype)
-    shard_tokens = check_int("shard_tokens", shard_tokens, 1)
+    dtype, shard_tokens = _check_output(dtype, shard_tokens)
     embedder = Embedder(model, layers, token_embeddings=token_embeddings, row_length=row_length)
-    if max_batch_tokens is None:
-        max_batch_tokens = default_batch_tokens(batch_size, model.config)
-    max_sentence_tokens = check_int("max_sentence_tokens", max_sentence_tokens, 1, allow_none=True)
-    sentences = iter_sentences(input_path)  # never cut: a long line is split (`iter_plan`, `_embed_items`)
-    try:
-        before = file_state(input_path)
-        digest = file_digest(input_path)
-    except OSError as e:
-        raise TextFileError(f"{input_path}: {e.strerror or e}", path=str(input_path)) from None
-    fingerprint = run_fingerprint(
-        embedder,
-        digest,
-        dtype=dtype,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        sort=bool(sort),
-        max_sentence_tokens=max_sentence_tokens,
-        long_sentences="split" if max_sentence_tokens is not None else "whole",
-        sentence_index=bool(sentence_index),
-        shard_tokens=shard_tokens,
-    )
-    attrs = content_attrs(max_sentence_tokens, "split")
-    plan_settings = _Plan(max_sentence_tokens, batch_size, max_batch_tokens)
-    if sentence_index and digest["size"] >= INDEX_WARNING_BYTES:
-        logger.warning(
-            "%s is %.2f GB: its sentence_to_index (every line's key in one JSON string) takes about as much memory at "
-            "the end, three times as much while it is written; without it (--no-sentence-index, sentence_index=False) "
-            "memory stays flat",
-            input_path,
-            digest["size"] / 1e9,
-        )
+    bounds = _batch_bounds(model, batch_size, max_batch_tokens, max_sentence_tokens)
+    sentences, before, digest = _open_input(input_path)
+    fingerprint = _file_fingerprint(embedder, digest, dtype, bounds, sort, sentence_index, shard_tokens)
+    _warn_index_size(input_path, digest, sentence_index)
     notes = {"input": str(input_path), **(notes or {})}
-    counts = {"sentences": 0, "tokens": 0, "empty": 0, "truncated": 0, "split": 0}
     keys = LineKeys(input_path) if sentence_index else None
     with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=FINGERPRINT_SHOWN) as journal:
-        finished = _finished_shards(journal)
-        if on_start:
-            on_start(digest["lines"], sum(finished.values()))
-        counted = _count_sentences(sentences, counts, keys, max_sentence_tokens)
-        plan = iter_plan(counted, batch_size, max_batch_tokens, sort, row_length, max_sentence_tokens)
-        shards = 0
-        for number, group in itertools.groupby(_numbered_shards(plan, shard_tokens), key=lambda item: item[0]):
-            shards = number + 1
-            items = ((empties, batch) for _, empties, batch in group)
-            if number in finished:  # read past it (the plan goes on as in the first run), checking it holds its lines
-                planned = [s for empties, batch in items for s in [*empties, *(s for row in batch or () for s in row)]]
-                _check_shard(journal.shard_path(number), planned, embedder.shape_of, np.dtype(dtype))
-                continue
-            embedder.reset_memo()
-            embedded = _embed_items(embedder, items, dtype, progress, plan_settings)
-            path = journal.shard_path(number)
-            write_embedding_file(path, embedded, dtype, sentence_index, durable=True, attrs=attrs)
-            release_free_memory()
-            fault_point("shard")
-        _check_no_more_shards(journal, shards)
-        check_unchanged(input_path, before)
-        merge_shards([journal.shard_path(k) for k in range(shards)], output_path, keys, dtype, sentence_index)
-    counts.update((key, value) for key, value in embedder.stats.items() if key != "tokens")
-    counts.update(
-        computed_tokens=embedder.stats["tokens"],
-        shards=shards,
-        resumed_shards=len(finished),
-        resumed_sentences=sum(finished.values()),
-    )
-    return counts
+        finished = _start_shards(journal, on_start, digest["lines"])
+        counts, numbered = _numbered_plan(sentences, keys, bounds, sort, row_length, shard_tokens)
+        run = _ShardRun(journal, embedder, dtype, progress, bounds, sentence_index)
+        shards = _write_shards(run, numbered, finished)
+        _finish_run(journal, shards, input_path, before, output_path, keys, dtype, sentence_index)
+    return _run_counts(counts, embedder, shards, finished)

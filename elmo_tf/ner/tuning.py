@@ -136,6 +136,25 @@ def trial_summaries(tuner):
     ]
 
 
+def _open_tuner(tuner_class, hypermodel, max_trials, directory, project_name, overwrite, resuming):
+    """`search`'s KerasTuner tuner over `hypermodel`; `ResumeError` when a resumed project cannot be used."""
+    try:
+        return tuner_class(
+            hypermodel,
+            objective=keras_tuner.Objective(OBJECTIVE, direction="max"),
+            max_trials=max_trials,
+            seed=hypermodel.config.seed,
+            directory=directory,
+            project_name=project_name,
+            overwrite=overwrite,
+        )
+    except (ValueError, TypeError) as e:
+        if not resuming:  # nothing was read from the directory: the arguments are at fault, not the project
+            raise
+        project_dir = os.path.join(directory, project_name)
+        raise ResumeError(f"cannot use the project in {project_dir!r}: {e}") from None
+
+
 def search(
     config,
     data,
@@ -167,20 +186,7 @@ def search(
     tuner_class = keras_tuner.RandomSearch if tuner == "random" else keras_tuner.BayesianOptimization
     resuming = os.path.isfile(os.path.join(project_dir, "oracle.json")) and not overwrite
     hypermodel = NERHyperModel(config, data, trial_epochs)
-    try:
-        search_tuner = tuner_class(
-            hypermodel,
-            objective=keras_tuner.Objective(OBJECTIVE, direction="max"),
-            max_trials=max_trials,
-            seed=config.seed,
-            directory=directory,
-            project_name=project_name,
-            overwrite=overwrite,
-        )
-    except (ValueError, TypeError) as e:
-        if not resuming:  # nothing was read from the directory: the arguments are at fault, not the project
-            raise
-        raise ResumeError(f"cannot use the project in {project_dir!r}: {e}") from None
+    search_tuner = _open_tuner(tuner_class, hypermodel, max_trials, directory, project_name, overwrite, resuming)
     os.makedirs(project_dir, exist_ok=True)
     write_json(settings_path, settings or {})
     done_before = sum(1 for t in search_tuner.oracle.trials.values() if t.status == "COMPLETED")

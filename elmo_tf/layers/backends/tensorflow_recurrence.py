@@ -19,6 +19,8 @@ can hold several independent sequences back to back (packed rows, no padding bet
 then gets exactly the outputs it gets alone in a row.
 """
 
+from functools import partial
+
 import tensorflow as tf
 
 from elmo_tf.layers.lstm_constants import FORGET_BIAS
@@ -49,6 +51,42 @@ def lstm_step(z, c_prev, projection_kernel_t, cell_clip=None, proj_clip=None):
     if proj_clip:
         m = tf.clip_by_value(m, -proj_clip, proj_clip)
     return c, m
+
+
+def _input_gates(inputs, input_kernels, biases, batch, gate_rows, start, size):
+    """D tensors `(4 * units, size, batch)`: `W_x^T x + b` of steps start .. start + size, one matmul each."""
+    gates = []
+    for x, w_x, b in zip(inputs, input_kernels, biases):
+        x = tf.reshape(x[start : start + size], [size * batch, tf.shape(x)[-1]])
+        z = tf.matmul(w_x, x, transpose_b=True) + b  # (4 * units, size * batch)
+        gates.append(tf.reshape(z, [gate_rows, size, batch]))
+    return gates
+
+
+def _chunk_steps(
+    num, keep_all, fresh_all, recurrent_kernels, projection_kernels, cell_clip, proj_clip, gates, start, size, c, h, out
+):
+    """`projected_lstm_scan`'s `run` of one chunk (for `_over_chunks`): one matmul per direction a step."""
+
+    def step(k, c, h, out):
+        t = start + k
+        keep = keep_all[t]
+        new_c, new_h, new_out = [], [], []
+        for d in range(num):
+            c_d, h_d = c[d], h[d]
+            if fresh_all is not None:
+                fresh = fresh_all[d][t]
+                c_d = tf.where(fresh, tf.zeros_like(c_d), c_d)
+                h_d = tf.where(fresh, tf.zeros_like(h_d), h_d)
+            z = gates[d][:, k, :] + tf.matmul(recurrent_kernels[d], h_d)
+            c_next, m = lstm_step(z, c_d, projection_kernels[d], cell_clip, proj_clip)
+            new_c.append(tf.where(keep, c_next, c_d))
+            new_h.append(tf.where(keep, m, h_d))
+            new_out.append(out[d].write(t, tf.where(keep, m, tf.zeros_like(m))))
+        return k + 1, tuple(new_c), tuple(new_h), tuple(new_out)
+
+    _, c, h, out = tf.while_loop(lambda k, *_: k < size, step, (tf.constant(0), c, h, out))
+    return c, h, out
 
 
 @tf.function(reduce_retracing=True, autograph=False)
@@ -103,14 +141,7 @@ def projected_lstm_scan(
     fresh_all = None if resets is None else [r[:, None, :] for r in resets]
     outputs = tuple(tf.TensorArray(h.dtype, size=steps, element_shape=h.shape) for h in h0)
 
-    def gates_for(start, size):
-        """D tensors `(4 * units, size, batch)`: `W_x^T x + b` of steps start .. start + size, one matmul each."""
-        gates = []
-        for x, w_x, b in zip(inputs, input_kernels, biases):
-            x = tf.reshape(x[start : start + size], [size * batch, tf.shape(x)[-1]])
-            z = tf.matmul(w_x, x, transpose_b=True) + b  # (4 * units, size * batch)
-            gates.append(tf.reshape(z, [gate_rows, size, batch]))
-        return gates
+    gates_for = partial(_input_gates, inputs, input_kernels, biases, batch, gate_rows)
 
     if num > 1 and stack_directions:
         return _stacked_scan(
@@ -127,27 +158,7 @@ def projected_lstm_scan(
             proj_clip,
         )
 
-    def run(gates, start, size, c, h, out):
-        def step(k, c, h, out):
-            t = start + k
-            keep = keep_all[t]
-            new_c, new_h, new_out = [], [], []
-            for d in range(num):
-                c_d, h_d = c[d], h[d]
-                if fresh_all is not None:
-                    fresh = fresh_all[d][t]
-                    c_d = tf.where(fresh, tf.zeros_like(c_d), c_d)
-                    h_d = tf.where(fresh, tf.zeros_like(h_d), h_d)
-                z = gates[d][:, k, :] + tf.matmul(recurrent_kernels[d], h_d)
-                c_next, m = lstm_step(z, c_d, projection_kernels[d], cell_clip, proj_clip)
-                new_c.append(tf.where(keep, c_next, c_d))
-                new_h.append(tf.where(keep, m, h_d))
-                new_out.append(out[d].write(t, tf.where(keep, m, tf.zeros_like(m))))
-            return k + 1, tuple(new_c), tuple(new_h), tuple(new_out)
-
-        _, c, h, out = tf.while_loop(lambda k, *_: k < size, step, (tf.constant(0), c, h, out))
-        return c, h, out
-
+    run = partial(_chunk_steps, num, keep_all, fresh_all, recurrent_kernels, projection_kernels, cell_clip, proj_clip)
     c, h, outputs = _over_chunks(run, gates_for, steps, chunk, c0, h0, outputs)
     return (
         [tf.transpose(o.stack(), [0, 2, 1]) for o in outputs],  # (time, batch, projection_dim)
