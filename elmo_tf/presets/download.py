@@ -143,9 +143,11 @@ def mirrored(url, mirror):
     return local
 
 
-class _Retry(Exception):
+class _Retry(ElmoTFError):
     """A try that failed in a way worth trying again (5xx, a dropped or stalled connection, bytes thrown away).
-    Private control flow of `fetch`: every one is caught there, and what ends a download is a `DownloadError`."""
+    Private control flow of `fetch`: every one is caught there, and what ends a download is a `DownloadError`. Under
+    the one error base like every exception of the library (no `except ValueError` lies between a raise and `fetch`'s
+    `except _Retry`)."""
 
 
 def max_download_bytes():
