@@ -15,9 +15,9 @@ from elmo_tf.errors import check_int
 
 ROW_LENGTH = 64  # positions per packed row (a sentence of n tokens takes n + 2); longer sentences get a row each
 BOUNDARIES = 2  # <S> and </S> around every sentence
-# multiply-adds one model call may cost by default: about 4 s on this project's 2-core AVX-512 CPUs (the original
-# model: 2,905 positions per call; a call of 8,192 took 10.75 s there), so that SIGTERM, acted on between calls, ends
-# a command within 10 s with room for a slower CPU or a shared one
+# multiply-adds one model call may cost by default: a few seconds on a 2-core AVX2-only AMD EPYC (Zen 3), the slowest
+# CPU this project runs on (the original model: 2,905 positions per call; calls of 8,192 took up to 11.5 s there), so
+# that SIGTERM, acted on between calls, ends a command within 10 s even with other work on the cores
 CALL_MULTIPLY_ADDS = 3 * 10**11
 MIN_BATCH_TOKENS = 1024  # a floor for huge models: one call holds at least this many positions (or one piece)
 
