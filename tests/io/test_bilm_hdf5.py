@@ -48,13 +48,6 @@ def datasets(path):
     return found
 
 
-@pytest.fixture
-def saved(tiny_elmo, tmp_path):
-    path = tmp_path / "weights.hdf5"
-    save_bilm_weights(tiny_elmo, path)
-    return path
-
-
 def test_save_load_round_trip_is_exact(tiny_elmo, make_elmo, saved, to_char_ids):
     fresh = make_elmo(seed=99)
     load_bilm_weights(fresh, saved)

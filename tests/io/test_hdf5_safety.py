@@ -23,20 +23,6 @@ BIAS = "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"  # (64,) in the tiny config, ne
 W_0 = "RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"  # (16, 64)
 
 
-@pytest.fixture
-def saved(tiny_elmo, tmp_path):
-    path = tmp_path / "weights.hdf5"
-    save_bilm_weights(tiny_elmo, path)
-    return path
-
-
-@pytest.fixture
-def options(tiny_config, tmp_path):
-    path = tmp_path / "options.json"
-    tiny_config.to_json(path)
-    return path
-
-
 def one_line_naming(error, path, kind, name):
     message = str(error)
     assert message.startswith(f"{path}: ") and "\n" not in message, message

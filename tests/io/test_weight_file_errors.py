@@ -8,24 +8,10 @@ import numpy as np
 import pytest
 
 from elmo_tf.config import ConfigError
-from elmo_tf.io import WeightFileError, load_bilm_weights, save_bilm_weights
+from elmo_tf.io import WeightFileError, load_bilm_weights
 from elmo_tf.models import load_elmo
 
 BIAS = "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"  # (64,) in the tiny config
-
-
-@pytest.fixture
-def saved(tiny_elmo, tmp_path):
-    path = tmp_path / "weights.hdf5"
-    save_bilm_weights(tiny_elmo, path)
-    return path
-
-
-@pytest.fixture
-def options(tiny_config, tmp_path):
-    path = tmp_path / "options.json"
-    tiny_config.to_json(path)
-    return path
 
 
 def replace(path, name, data=None, **kwargs):
