@@ -121,12 +121,12 @@ def run(main, argv=None, prog=None):
             pass
         return DATA_EXIT
     except Exception as e:
-        if _raised_by_sigterm(e):  # SIGTERM's exit, masked while unwinding (see _raised_by_sigterm)
+        if raised_by_sigterm(e):  # SIGTERM's exit, masked while unwinding (see raised_by_sigterm)
             return SIGTERM_EXIT
         raise
 
 
-def _raised_by_sigterm(error):
+def raised_by_sigterm(error):
     """Whether `error` was raised while SIGTERM's `SystemExit(143)` unwound the stack: a context manager that raises
     in its `__exit__` (TensorFlow's device scope, when the signal lands inside `tf.saved_model.save`) replaces the
     exit with its own error, whose `__context__` chain still holds it. The `finally` blocks have run either way."""

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from elmo_tf.cli import DataError, UsageError, bounded_number, size_int
+from elmo_tf.cli import DataError, UsageError, bounded_number, raised_by_sigterm, size_int
 
 
 class Progress:
@@ -152,10 +152,13 @@ def journaled_run(output, log, flags, progress):
     except WriteError as e:  # a full disk: the temporary is removed, an existing output kept, finished shards too
         hint = resume_hint(output)
         raise DataError(f"--output: {e}" + (f"; {hint}" if hint else "")) from None
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM
-        hint = resume_hint(output)
-        if hint:
-            log.warning("%s", hint)
+    except BaseException as e:
+        # Ctrl-C, SIGTERM, or SIGTERM's exit replaced by the error of a context manager it unwound through (TensorFlow's
+        # and h5py's can raise in `__exit__`): `run` then exits 143 all the same, and the hint must still be said
+        if isinstance(e, (KeyboardInterrupt, SystemExit)) or raised_by_sigterm(e):
+            hint = resume_hint(output)
+            if hint:
+                log.warning("%s", hint)
         raise
     finally:
         progress.close()

@@ -2,6 +2,7 @@
 themselves are run in tests/cli/test_*_errors.py)."""
 
 import os
+import pathlib
 
 import pytest
 
@@ -95,6 +96,51 @@ def test_sigterm_masked_by_a_context_manager_still_exits_143_without_a_traceback
     assert capsys.readouterr().err == ""
     with pytest.raises(RuntimeError):
         run(failing, [], prog="x")
+
+
+def test_masked_sigterm_still_says_where_the_finished_shards_are_kept(tmp_path, caplog):
+    """`journaled_run` (embed, score): SIGTERM's exit replaced by a context manager's error on the way out still logs
+    where the finished shards are kept, as a plain SIGTERM does (a CI run exited 143 with an empty stderr)."""
+    import logging
+
+    from elmo_tf.cli import SIGTERM_EXIT
+    from elmo_tf.cli.progress import journaled_run
+    from elmo_tf.io.journal import state_dir_of
+
+    class Scope:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            raise RuntimeError("Exiting device scope without proper scope nesting")
+
+    class Progress:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    output = tmp_path / "out.hdf5"
+    os.makedirs(state_dir_of(output))
+    (pathlib.Path(state_dir_of(output)) / "shard-000000.hdf5").write_bytes(b"")
+    log, progress = logging.getLogger("elmo_tf.test"), Progress()
+    for raised in (SystemExit(SIGTERM_EXIT), None):
+        caplog.clear()
+        with pytest.raises(RuntimeError) as error:
+            with journaled_run(str(output), log, {}, progress):
+                with Scope():
+                    if raised:
+                        raise raised
+        assert progress.closed
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        if raised:
+            assert isinstance(error.value.__context__, SystemExit)
+            assert said == [
+                f"the finished shards are kept in {state_dir_of(output)}: the same command with --resume "
+                "goes on from them (1 kept)"
+            ]
+        else:  # a plain error is not an interruption: no hint
+            assert said == []
 
 
 FINALIZER_SIGTERM = """
