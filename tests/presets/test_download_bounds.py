@@ -17,7 +17,7 @@ from elmo_tf.presets.download import DownloadError, Expected, fetch, mirrored, p
 
 DATA = os.urandom(300_000)
 SHA256 = hashlib.sha256(DATA).hexdigest()
-download_module = importlib.import_module("elmo_tf.presets.download")  # the package's `download` is a function
+mirror_module = importlib.import_module("elmo_tf.presets.mirror")
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_a_write_error_of_a_mirror_copy_is_one_line(tmp_path, monkeypatch):
     def failing_copy(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(download_module, "_copy_fd", failing_copy)
+    monkeypatch.setattr(mirror_module, "_copy_fd", failing_copy)
     with pytest.raises(DownloadError, match="No space left on device.*nothing cached"):
         fetch(mirrored("https://host/w.hdf5", str(mirror)), out / "w.hdf5")
     assert os.listdir(out) == []
@@ -237,7 +237,7 @@ def test_a_redirect_to_another_scheme_is_one_line(server, tmp_path, location):
 
 
 def test_a_redirect_from_https_to_http_is_refused():
-    from elmo_tf.presets.download import _next_hop
+    from elmo_tf.presets.http_transfer import _next_hop
 
     with pytest.raises(DownloadError, match="from https to http"):
         _next_hop("https://a.example/x", "http://b.example/x", "https://a.example/x", "w")
