@@ -146,36 +146,15 @@ def inference_options(options, path):
     return options
 
 
-def expected_shapes(options):
-    """{bilm-tf hdf5 dataset name: shape} of a biLM with these options (char_embed with the file's 261 rows)."""
-    char_cnn, lstm = options["char_cnn"], options["lstm"]
-    dim, proj, char_dim = lstm["dim"], lstm["projection_dim"], char_cnn["embedding"]["dim"]
-    filters = [tuple(f) for f in char_cnn["filters"]]
-    n_filters = sum(n for _, n in filters)
-    shapes = {"char_embed": (NUM_CHARS_IN_FILE, char_dim)}
-    for k, (width, n) in enumerate(filters):
-        shapes[f"CNN/W_cnn_{k}"] = (1, width, char_dim, n)
-        shapes[f"CNN/b_cnn_{k}"] = (n,)
-    for k in range(char_cnn.get("n_highway") or 0):
-        for gate in ("carry", "transform"):
-            shapes[f"CNN_high_{k}/W_{gate}"] = (n_filters, n_filters)
-            shapes[f"CNN_high_{k}/b_{gate}"] = (n_filters,)
-    if n_filters != proj:
-        shapes["CNN_proj/W_proj"] = (n_filters, proj)
-        shapes["CNN_proj/b_proj"] = (proj,)
-    for d in range(2):
-        for layer in range(lstm["n_layers"]):
-            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-            shapes[f"{prefix}/W_0"] = (2 * proj, 4 * dim)  # rows: the input (projection_dim), then the state
-            shapes[f"{prefix}/B"] = (4 * dim,)
-            shapes[f"{prefix}/W_P_0"] = (dim, proj)
-    return shapes
-
-
 def check_shapes(found, options, source, options_path):
-    """Raises `ConvertError` naming `source` unless `found` ({dataset name: shape}) holds exactly the datasets of
-    `expected_shapes(options)` with those shapes. `found` names may carry a note of their source variable."""
-    expected = expected_shapes(options)
+    """Raises `ConvertError` naming `source` unless `found` ({dataset name: shape}) holds exactly the datasets of a
+    weight file of `options` (`inference_options`' output) with those shapes: the file's layout, the first shape
+    `elmo_tf.io.bilm_hdf5.file_shapes` accepts for each (char_embed with the file's 261 rows). `found` names may carry
+    a note of their source variable."""
+    from elmo_tf.config import BiLMConfig
+    from elmo_tf.io.bilm_hdf5 import file_shapes
+
+    expected = {name: shapes[0] for name, shapes in file_shapes(BiLMConfig.from_options(options)).items()}
     for name, shape in expected.items():
         if name not in found:
             raise ConvertError(
