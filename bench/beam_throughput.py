@@ -27,10 +27,8 @@ import sys
 import tempfile
 import time
 
-from common import REPO, ensure_weights
+from common import REPO, RESULTS, ensure_weights, result_fields, write_result  # bench/common.py, beside this script
 from sentences import load_sentences, write_sentences
-
-RESULTS = os.path.join(REPO, "bench", "results")
 
 
 def command(args, env):
@@ -110,9 +108,7 @@ def main(argv=None):
             "beam_tok_s": dt / (b["beam_s"] - a["beam_s"]),
         }
         result["marginal"]["ratio"] = result["marginal"]["beam_tok_s"] / result["marginal"]["embed_tok_s"]
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    result.update(result_fields())  # git_commit, date, cpu (what bench/tables.py names a run by), platform
     print(f"{'lines':>7} {'tokens':>8} {'embed tok/s':>12} {'beam tok/s':>11} {'beam/embed':>10} {'max diff':>9}")
     for r in rows:
         print(
@@ -125,7 +121,7 @@ def main(argv=None):
             f"marginal (start-up excluded): embed {m['embed_tok_s']:.0f} tok/s, beam {m['beam_tok_s']:.0f} tok/s, "
             f"ratio {m['ratio']:.2f}"
         )
-    print(f"wrote {args.out}")
+    write_result(args.out, result)
     return 0
 
 

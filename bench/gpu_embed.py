@@ -30,11 +30,16 @@ import sys
 import time
 
 import numpy as np
-from common import compiled_activations, padded_batches  # bench/common.py and sentences.py, beside this script
+from common import (  # bench/common.py and sentences.py, beside this script
+    REPO,
+    RESULTS,
+    compiled_activations,
+    git_commit,
+    padded_batches,
+    write_result,
+)
 from sentences import load_sentences
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 BUCKET = 16
 SEED = 0
 BACKENDS = ("jax", "torch")
@@ -173,17 +178,19 @@ def run(args):
     versions = {k: v for result in results for k, v in result["versions"].items()}
     print(f"versions: keras {results[0]['keras']}, {versions}; {time.perf_counter() - started:.0f} s in all")
     if args.json:
+        # not common.result_fields: its CPU description imports elmo_tf, which this process (on the GPU machine,
+        # PYTHONPATH the carried wheels only) cannot; the device is in `versions`
         report = dict(rows=rows, versions=versions, keras=results[0]["keras"], device=args.device)
         report.update(platform=platform.platform(), seconds=time.perf_counter() - started)
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+        report.update(git_commit=git_commit(REPO), date=time.strftime("%Y-%m-%d"))
+        write_result(args.json, report)
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="the CPU's reference outputs (here)")
-    rec.add_argument("--out", default=os.path.join(REPO, "bench", "results", "gpu_embed", "reference.npz"))
+    rec.add_argument("--out", default=os.path.join(RESULTS, "gpu_embed", "reference.npz"))
     rec.add_argument("--n-sentences", type=int, default=1000)
     rec.add_argument("--reference-sentences", type=int, default=32, help="sentences whose outputs are kept (32)")
     rec.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
