@@ -56,7 +56,8 @@ test-torch: venv
 # .ci/emulate-avx2, which needs qemu-user 7.2+). 6:44 on this 2-core AVX512_BF16 machine, 147 passed, 7 skipped.
 AVX2_TESTS := tests/layers/backends/test_tensorflow_recurrence.py tests/layers/test_matmul_precision.py tests/layers/test_bilm.py \
 	tests/models/test_bilm_pretrainer_fast_step.py tests/pretraining/test_loop.py tests/test_machine.py \
-	tests/test_fixture_parity.py tests/embed/test_output.py tests/io/test_torch_pickle.py tests/backends
+	tests/test_fixture_parity.py tests/embed/test_output.py tests/io/test_torch_pickle.py tests/backends \
+	tests/test_precision_contract.py tests/layers/test_low_precision.py tests/layers/backends/test_tensorflow_precision.py
 test-avx2: venv
 	.ci/emulate-avx2 -q -n 2 --dist loadfile -p no:cacheprovider --durations=5 $(AVX2_TESTS)
 

@@ -33,6 +33,7 @@ PACKAGES = {
     "elmo_tf.beam": "Embedding on Apache Beam.",
     "elmo_tf.errors": "The package's error classes.",
     "elmo_tf.machine": "The CPU's model and vector flags, from /proc/cpuinfo.",
+    "elmo_tf.precision": "The precision ELMo computes in: float32, bfloat16, or auto (bfloat16 where the CPU has it).",
     "elmo_tf.backend": "Which Keras backend runs: TensorFlow's own paths, or the keras.ops ones of JAX and PyTorch.",
 }
 
@@ -65,6 +66,7 @@ def defining_path(package, name):
     value = getattr(importlib.import_module(package), name)
     if inspect.ismodule(value):
         return value.__name__
+    value = inspect.unwrap(value)  # a functools.cache'd function is documented as the function it wraps
     module = getattr(value, "__module__", None)
     if (inspect.isclass(value) or inspect.isfunction(value)) and module and module.startswith("elmo_tf"):
         return f"{module}.{value.__qualname__}"

@@ -8,6 +8,8 @@
   the same object `ELMo.use_token_embeddings` takes), not at all for its words. A token's vector does not depend
   on its batch, so none of this changes an output beyond float rounding (tested to 1e-6).
 - The input gates of each LSTM layer are computed `gate_chunk` steps at a time (bounded memory).
+- Precision: the model's (`ELMo(precision=...)`): a bfloat16 model's traced functions read its layers' bfloat16
+  copies, converted once (`elmo_tf.layers.low_precision`).
 """
 
 import collections
@@ -19,6 +21,7 @@ from elmo_tf.embed.packing import BOUNDARIES, ROW_LENGTH, pack_rows, packed_layo
 from elmo_tf.errors import check_int
 from elmo_tf.io.token_cache import TokenCache
 from elmo_tf.models.elmo import elmo_activations
+from elmo_tf.precision import PrecisionError, resolve_precision
 from elmo_tf.preprocessing.chars import token_bytes
 
 # A char-CNN call's tokens are padded with all-zero rows (no token; sliced off) to a multiple of this. TensorFlow's
@@ -55,6 +58,12 @@ class Embedder:
         memo_size: token vectors of the most recently seen distinct tokens kept from batch to batch (an LRU memo: a
             frequent word goes through the char CNN once per run, not once per batch; 0 turns it off). Memory:
             `memo_size * P` floats (16 MiB for 8192 tokens of the original P = 512).
+        precision: None (the model's), or what the embedder must compute in: one of `elmo_tf.precision.PRECISIONS`,
+            resolved ("auto") and checked against the model's computed precision (the model's layers hold the
+            bfloat16 copies: load the model with the precision, `load_elmo(..., precision=...)`). A mismatch is a
+            `PrecisionError` naming both.
+    Attributes:
+        precision: the precision computed in, "float32" or "bfloat16" (the model's).
     """
 
     def __init__(
@@ -66,9 +75,17 @@ class Embedder:
         gate_chunk=8,
         cnn_chunk=256,
         memo_size=8192,
+        precision=None,
     ):
         if layers not in LAYER_CHOICES:
             raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}")
+        self.precision = model_precision(model)
+        if precision is not None and resolve_precision(precision) != self.precision:
+            raise PrecisionError(
+                f"precision {precision!r} computes in {resolve_precision(precision)}, but the model computes in "
+                f"{self.precision}: load the model with precision={precision!r}",
+                key="precision",
+            )
         self.model = model
         self.layers = layers
         self.row_length = check_int("row_length", row_length, 1)
@@ -244,6 +261,12 @@ class Embedder:
         for i, array in zip((i for row in rows for i in row), embedded):
             results[i] = array
         return results
+
+
+def model_precision(model):
+    """What `model` (an `ELMo`, or anything with a `char_cnn` and a `bilm`) computes in: "float32" or "bfloat16"."""
+    precision = getattr(model, "precision", None)
+    return precision if precision is not None else getattr(model.bilm, "precision", "float32")
 
 
 def use_threads(threads):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from elmo_tf.layers import low_precision
 from elmo_tf.layers.lstm_constants import MATMUL_DTYPES
 from elmo_tf.layers.ops_recurrence import reverse_sequences
 from elmo_tf.layers.projected_lstm import IMPLEMENTATIONS, ProjectedLSTMCell, check_implementation, run_cells
@@ -43,6 +44,11 @@ class BiLM(keras.layers.Layer):
             (with "auto": training only; not with "scan"); the weights, the cell state and the element-wise math
             stay float32, the products (and so the outputs) hold bfloat16's precision. With "auto", inference and
             evaluation run float32; with "ops", every call runs the matmuls in this dtype (a GPU's bfloat16 inference).
+        precision: "float32" (default: the original numbers), "bfloat16" or "auto" (`elmo_tf.precision`): with
+            bfloat16 every call (inference and training, every `implementation`) runs the input, recurrent and
+            projection matmuls on bfloat16 copies of the kernels, converted once (`low_precision`), with float32
+            accumulation; gates, cell state, clipping and outputs stay float32. `matmul_dtype` may then be None
+            or "bfloat16". The attribute `precision` is the computed one ("auto" resolved).
     Call arguments:
         inputs: float `(batch, time, projection_dim)` token vectors.
         mask: bool `(batch, time)`, True for real tokens (left-aligned). None: all real.
@@ -72,9 +78,11 @@ class BiLM(keras.layers.Layer):
         dropout=0.0,
         implementation="auto",
         matmul_dtype=None,
+        precision="float32",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.requested_precision, self.precision = low_precision.layer_precision(precision)
         for name, value in (("num_layers", num_layers), ("units", units), ("projection_dim", projection_dim)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -85,7 +93,7 @@ class BiLM(keras.layers.Layer):
         self.proj_clip = proj_clip
         self.use_skip_connections = bool(use_skip_connections)
         self.dropout = dropout
-        self.implementation, self.matmul_dtype = check_implementation(implementation, matmul_dtype)
+        self.implementation, self.matmul_dtype = check_implementation(implementation, matmul_dtype, self.precision)
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -103,6 +111,7 @@ class BiLM(keras.layers.Layer):
                     cell_clip=self.cell_clip,
                     proj_clip=self.proj_clip,
                     dropout=self.dropout,
+                    precision=self.precision,
                     name=f"{direction}_lstm_{layer}",
                 )
                 cell.build((None, self.projection_dim))
@@ -206,5 +215,6 @@ class BiLM(keras.layers.Layer):
             dropout=self.dropout,
             implementation=self.implementation,
             matmul_dtype=self.matmul_dtype,
+            precision=self.requested_precision,
         )
         return config

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.layers import backends
+from elmo_tf.layers import backends, low_precision
 from elmo_tf.layers.highway import Highway
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS, PAD
 
@@ -20,6 +20,32 @@ def _padding_row_zero(initializer):
 
 
 ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+def _check_arguments(filters, max_chars, pad_id, word_vocab_size, word_embedding_dim, **sizes):
+    """Validates `CharCNN`'s arguments (`sizes`: the positive ints among them); returns `filters` as int pairs."""
+    filters = tuple((int(w), int(n)) for w, n in filters)
+    if not filters:
+        raise ValueError(f"filters must be a non-empty list of (width, num_filters), got {filters!r}")
+    for width, n in filters:
+        if width < 1 or n < 1 or width > max_chars:
+            raise ValueError(
+                f"filters entries need 1 <= width <= max_chars ({max_chars}) and num_filters >= 1, got ({width}, {n})"
+            )
+    for name, value in (*sizes.items(), ("max_chars", max_chars)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(pad_id, int) or not 0 < pad_id < sizes["num_chars"]:
+        raise ValueError(f"pad_id must be an int in [1, num_chars), got {pad_id!r}")
+    for name, value in (("word_vocab_size", word_vocab_size), ("word_embedding_dim", word_embedding_dim)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    if (word_vocab_size > 0) != (word_embedding_dim > 0):
+        raise ValueError(
+            f"word_vocab_size and word_embedding_dim are both 0 or both positive, got {word_vocab_size}, "
+            f"{word_embedding_dim}"
+        )
+    return filters
 
 
 @keras.saving.register_keras_serializable(package="elmo_tf")
@@ -48,6 +74,10 @@ class CharCNN(keras.layers.Layer):
             (ELMoForManyLangs). 0 for none.
         word_embedding_dim: that word embedding's size (0 for none).
         always_project: project even when the token size equals `projection_dim` (ELMoForManyLangs).
+        precision: "float32" (default: the original numbers), "bfloat16" or "auto" (`elmo_tf.precision`): with
+            bfloat16 the convolutions, the highway layers' and the projection's matmuls take bfloat16 operands (the
+            weights' bfloat16 copies, `low_precision`) with float32 accumulation; biases, max-pool, activations and
+            the output stay float32. The attribute `precision` is the computed one.
     Call arguments:
         inputs: int32 char ids `(batch, tokens, input_width)` (`max_chars`, + 1 with a word embedding), all-zero
             rows for padding.
@@ -68,36 +98,13 @@ class CharCNN(keras.layers.Layer):
         word_vocab_size=0,
         word_embedding_dim=0,
         always_project=False,
+        precision="float32",
         **kwargs,
     ):
         super().__init__(**kwargs)
-        filters = tuple((int(w), int(n)) for w, n in filters)
-        if not filters:
-            raise ValueError(f"filters must be a non-empty list of (width, num_filters), got {filters!r}")
-        for width, n in filters:
-            if width < 1 or n < 1 or width > max_chars:
-                raise ValueError(
-                    f"filters entries need 1 <= width <= max_chars ({max_chars}) and num_filters >= 1, "
-                    f"got ({width}, {n})"
-                )
-        for name, value in (
-            ("projection_dim", projection_dim),
-            ("char_embedding_dim", char_embedding_dim),
-            ("num_chars", num_chars),
-            ("max_chars", max_chars),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(pad_id, int) or not 0 < pad_id < num_chars:
-            raise ValueError(f"pad_id must be an int in [1, num_chars), got {pad_id!r}")
-        for name, value in (("word_vocab_size", word_vocab_size), ("word_embedding_dim", word_embedding_dim)):
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        if (word_vocab_size > 0) != (word_embedding_dim > 0):
-            raise ValueError(
-                f"word_vocab_size and word_embedding_dim are both 0 or both positive, got {word_vocab_size}, "
-                f"{word_embedding_dim}"
-            )
+        self.requested_precision, self.precision = low_precision.layer_precision(precision)
+        sizes = dict(projection_dim=projection_dim, char_embedding_dim=char_embedding_dim, num_chars=num_chars)
+        filters = _check_arguments(filters, max_chars, pad_id, word_vocab_size, word_embedding_dim, **sizes)
         self.filters = filters
         self.num_highway = num_highway
         self.projection_dim = projection_dim
@@ -128,7 +135,8 @@ class CharCNN(keras.layers.Layer):
                 )
             )
             self.conv_biases.append(self.add_weight(name=f"conv_bias_{k}", shape=(n,), initializer="zeros"))
-        self.highway = Highway(self.num_highway, activation="relu", name="highway")  # relu in bilm-tf and AllenNLP
+        # relu in bilm-tf and AllenNLP
+        self.highway = Highway(self.num_highway, activation="relu", precision=self.precision, name="highway")
         self.highway.build((None, self.num_filters))
         if self.word_vocab_size:
             self.word_embedding = self.add_weight(
@@ -139,6 +147,31 @@ class CharCNN(keras.layers.Layer):
         if self.use_projection:
             self.projection = keras.layers.Dense(self.projection_dim, name="projection")
             self.projection.build((None, self.token_dim))
+        projection = [self.projection.kernel] if self.use_projection else []
+        low_precision.attach(self, [self.char_embedding, *self.conv_kernels, *projection])
+
+    @property
+    def uses_bfloat16(self):
+        """Whether this layer computes in bfloat16 (`precision`)."""
+        return self.precision == low_precision.LOW
+
+    def operands(self):
+        """`(char embedding, conv kernels, projection kernel or None)` as this layer's ops take them: the float32
+        variables, or their bfloat16 copies (`low_precision`)."""
+        if not self.uses_bfloat16:
+            return self.char_embedding, self.conv_kernels, self.projection.kernel if self.use_projection else None
+        copies = low_precision.read(self)
+        count = len(self.conv_kernels)
+        return copies[0], copies[1 : 1 + count], copies[1 + count] if self.use_projection else None
+
+    def project(self, h, kernel):
+        """The projection of the token vectors `h` (float32 `(n, token_dim)`) with `kernel` (from `operands`), or `h`
+        where this layer does not project."""
+        if not self.use_projection:
+            return h
+        if not self.uses_bfloat16:
+            return self.projection(h)
+        return low_precision.matmul(h, kernel) + self.projection.bias
 
     @property
     def widest(self):
@@ -175,15 +208,19 @@ class CharCNN(keras.layers.Layer):
         of JAX and PyTorch: shapes fixed by the input, so `jax.jit` compiles one program per input shape), zeros for
         all-zero rows: float32 `(n, projection_dim)`."""
         chars = char_ids[:, : self.max_chars]
-        x = ops.take(self.char_embedding, chars, axis=0)  # (n, max_chars, dim)
+        embedding, kernels, projection = self.operands()
+        x = ops.take(embedding, chars, axis=0)  # (n, max_chars, dim)
         pooled = []
-        for kernel, bias in zip(self.conv_kernels, self.conv_biases):
-            conv = ops.conv(x, kernel, strides=1, padding="valid", data_format="channels_last")
+        for kernel, bias in zip(kernels, self.conv_biases):
+            if self.uses_bfloat16:
+                conv = low_precision.conv1d(x, kernel)
+            else:
+                conv = ops.conv(x, kernel, strides=1, padding="valid", data_format="channels_last")
             pooled.append(self.activation(ops.max(conv + bias, axis=1)))
         h = self.highway(ops.concatenate(pooled, axis=-1))
         if self.word_vocab_size:
             h = ops.concatenate([ops.take(self.word_embedding, char_ids[:, self.max_chars], axis=0), h], axis=-1)
-        h = self.projection(h) if self.use_projection else h
+        h = self.project(h, projection)
         return h * ops.cast(ops.any(chars > 0, axis=1), h.dtype)[:, None]
 
     def _encode_all(self, char_ids):
@@ -256,5 +293,6 @@ class CharCNN(keras.layers.Layer):
             word_vocab_size=self.word_vocab_size,
             word_embedding_dim=self.word_embedding_dim,
             always_project=self.always_project,
+            precision=self.requested_precision,
         )
         return config

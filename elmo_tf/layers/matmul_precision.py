@@ -15,6 +15,10 @@ operands themselves (`fast_gradient_scan`) run the matmul in bfloat16 (the fast 
 not, the same numbers are computed in float32: operands rounded to bfloat16 (`tf.cast` rounds to nearest even),
 a float32 matmul, the product rounded to bfloat16 and kept in float32. On such a CPU the emulated bfloat16 matmul
 is no faster than float32 anyway, and this way it is not slower either.
+
+`conv_rounds_to_nearest` asks `tf.nn.conv1d` the same question: on x86 with AVX2 only, oneDNN runs TensorFlow's
+bfloat16 convolution (rounding to nearest) while Eigen runs its bfloat16 matmul (truncating), so the two are decided
+apart (`elmo_tf.layers.low_precision`, the layers' bfloat16 ops).
 """
 
 import functools
@@ -42,13 +46,30 @@ def rounds_to_nearest(dtype):
         got = float(tf.cast(tf.matmul(row, tf.ones([len(_PROBE_ROW), 1], dtype)), tf.float32)[0, 0])
     nearest = got == _NEAREST
     if not nearest:
-        log.info(
+        log.debug(
             "this device's %s matmul does not round its products to nearest (1 + 0.75 * 2^-7 came back as %r): "
             "%s matmuls run as float32 matmuls of rounded operands, their products rounded",
             dtype.name,
             got,
             dtype.name,
         )
+    return nearest
+
+
+@functools.cache
+def conv_rounds_to_nearest(dtype):
+    """`rounds_to_nearest` for `tf.nn.conv1d` (a different kernel: on x86 with AVX2 only, oneDNN runs TensorFlow's
+    bfloat16 convolution and rounds to nearest while Eigen's bfloat16 matmul truncates). Measured once per dtype."""
+    dtype = tf.dtypes.as_dtype(dtype)
+    if dtype == tf.float32 or dtype == tf.float64:
+        return True
+    with tf.init_scope():
+        x = tf.constant([_PROBE_ROW], dtype)[:, :, None]  # (1, 4 positions, 1 channel)
+        kernel = tf.ones([len(_PROBE_ROW), 1, 1], dtype)
+        got = float(tf.cast(tf.nn.conv1d(x, kernel, stride=1, padding="VALID"), tf.float32)[0, 0, 0])
+    nearest = got == _NEAREST
+    if not nearest:
+        log.debug("this device's %s convolution does not round to nearest (got %r): run in float32", dtype.name, got)
     return nearest
 
 

@@ -15,9 +15,10 @@ Where a TensorFlow op does better than Keras's in graphs (`tf.scan`, `tf.reverse
 door `elmo_tf.layers.backends`; this module imports no TensorFlow.
 """
 
+import keras
 from keras import ops
 
-from elmo_tf.layers import backends
+from elmo_tf.layers import backends, low_precision
 from elmo_tf.layers.lstm_constants import FORGET_BIAS
 
 
@@ -58,11 +59,17 @@ def reverse_sequences(x, lengths):
         return reverse_by_lengths(x, lengths)
 
 
+def _low(matmul_dtype):
+    return matmul_dtype is not None and keras.backend.standardize_dtype(matmul_dtype) != "float32"
+
+
 def _matmul(a, b, matmul_dtype=None):
-    """`a @ b` in `matmul_dtype` (None: `a`'s dtype), the product back in `a`'s dtype."""
-    if matmul_dtype is None or matmul_dtype == a.dtype:
+    """`a @ b` in `matmul_dtype` (None: `a`'s dtype), the product back in `a`'s dtype; in bfloat16, `b` a bfloat16
+    copy or `low_precision.loop_operand`'s form (`low_precision.matmul`: bfloat16 operands, float32 accumulation,
+    the same numbers where the backend's bfloat16 matmul does not round to nearest)."""
+    if not _low(matmul_dtype):
         return ops.matmul(a, b)
-    return ops.cast(ops.matmul(ops.cast(a, matmul_dtype), ops.cast(b, matmul_dtype)), a.dtype)
+    return low_precision.matmul(a, b, dtype=a.dtype)
 
 
 def _clip(x, clip):
@@ -112,7 +119,9 @@ def ops_lstm_scan(
         cell_clip, proj_clip: python floats or None.
         resets: None, or D bool `(time, batch)`: where True the step starts from the zero state (a new segment).
         matmul_dtype: None, or the dtype the matmuls run in (e.g. "bfloat16"; each product comes back in the
-            inputs' dtype, the state and the element-wise math stay in it).
+            inputs' dtype, the state and the element-wise math stay in it). The kernels are converted once per call,
+            before the loop (`low_precision.loop_operand`; nothing to convert where they come as a layer's bfloat16
+            copies), never per step.
     Returns:
         D outputs `(time, batch, projection_dim)`, D final c `(batch, units)`, D final h `(batch, projection_dim)`.
     """
@@ -121,6 +130,8 @@ def ops_lstm_scan(
     w_x = ops.stack([ops.transpose(ops.convert_to_tensor(w)) for w in input_kernels])  # (D, in, 4 * units)
     w_h = ops.stack([ops.transpose(ops.convert_to_tensor(w)) for w in recurrent_kernels])  # (D, proj, 4 * units)
     w_p = ops.stack([ops.transpose(ops.convert_to_tensor(w)) for w in projection_kernels])  # (D, units, proj)
+    if _low(matmul_dtype):  # once per call, not per step
+        w_x, w_h, w_p = (low_precision.loop_operand(w) for w in (w_x, w_h, w_p))
     bias = ops.reshape(ops.stack([ops.convert_to_tensor(b) for b in biases]), (num, 1, 1, -1))  # (D, 1, 1, 4 * units)
     x = ops.stack([ops.convert_to_tensor(t) for t in inputs])  # (D, time, batch, in)
     steps, batch = ops.shape(x)[1], ops.shape(x)[2]

@@ -10,15 +10,17 @@ import keras
 import numpy as np
 from keras import ops
 
-from elmo_tf.layers import backends
+from elmo_tf.layers import backends, low_precision
 from elmo_tf.layers.lstm_constants import MATMUL_DTYPES, TENSORFLOW_IMPLEMENTATIONS
 from elmo_tf.layers.ops_recurrence import lstm_update, ops_lstm_scan, reverse_sequences
+from elmo_tf.precision import PrecisionError
 
 KERNEL_LAYOUT_KEY = "kernel_layout"  # in a .keras file's variables of this layer: the kernels are stored transposed
 # the loop `run_cells` runs (a layer argument, like use_cudnn)
 IMPLEMENTATIONS = ("auto", "scan", "fast_gradient", "ops")
 # the arguments of ProjectedLSTMCell, which ProjectedLSTM takes too and reads through (both configs hold them)
-CELL_ARGUMENTS = ("units", "projection_dim", "cell_clip", "proj_clip", "dropout")
+CELL_ARGUMENTS = ("units", "projection_dim", "cell_clip", "proj_clip", "dropout", "precision")
+CONFLICTING_MATMUL_DTYPE = "float32"  # what `matmul_dtype` may not say beside precision="bfloat16"
 
 
 def _check_clip(name, value):
@@ -50,8 +52,9 @@ def _legacy_variables(store):
     return old_store if len(old_store.keys()) else None
 
 
-def check_implementation(implementation, matmul_dtype):
-    """Validates a layer's `implementation` and `matmul_dtype` arguments (see `run_cells`); returns them."""
+def check_implementation(implementation, matmul_dtype, precision="float32"):
+    """Validates a layer's `implementation` and `matmul_dtype` arguments (see `run_cells`) beside its computed
+    `precision`; returns them."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if matmul_dtype not in MATMUL_DTYPES:
@@ -64,6 +67,12 @@ def check_implementation(implementation, matmul_dtype):
         raise ValueError(
             f"implementation {implementation!r} runs on the TensorFlow backend only (Keras runs on "
             f"{keras.config.backend()!r}): use 'auto' or 'ops'"
+        )
+    if precision == low_precision.LOW and matmul_dtype == CONFLICTING_MATMUL_DTYPE:
+        raise PrecisionError(
+            f"matmul_dtype {matmul_dtype!r} contradicts precision 'bfloat16' (which runs every matmul in bfloat16): "
+            "leave matmul_dtype None",
+            key="matmul_dtype",
         )
     if implementation == "scan" and matmul_dtype not in (None, "float32"):
         raise ValueError(
@@ -105,7 +114,9 @@ def run_cells(
             every other backend.
         gate_chunk: python int or None: `projected_lstm_scan`'s `chunk` (TensorFlow's loops only).
         matmul_dtype: `fast_gradient_scan`'s `matmul_dtype` where that loop runs, `ops_lstm_scan`'s where it runs
-            with "ops" (with "auto" on another backend: in training only, as on TensorFlow).
+            with "ops" (with "auto" on another backend: in training only, as on TensorFlow). Cells computing in
+            bfloat16 (`precision="bfloat16"`) run every loop, in every call, on their kernels' bfloat16 copies
+            (converted once, `low_precision`), whatever `matmul_dtype` says.
     Returns:
         D outputs `(time, batch, projection_dim)`, D final c `(batch, units)`, D final h `(batch, projection_dim)`.
     """
@@ -114,7 +125,10 @@ def run_cells(
             f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with {implementation!r}"
         )
     first = cells[0]
-    w_x, bias, w_h, w_p = zip(*(cell.kernels() for cell in cells))
+    low = first.precision == low_precision.LOW
+    if low:
+        matmul_dtype = low_precision.LOW
+    w_x, bias, w_h, w_p = zip(*(cell.matmul_kernels() for cell in cells))
     args = (
         [cell.dropped(x, training) for cell, x in zip(cells, inputs)],
         mask,
@@ -138,7 +152,7 @@ def run_cells(
             f"gate_chunk needs implementation 'auto' or 'scan', got gate_chunk={gate_chunk} with {implementation!r} "
             f"on the {keras.config.backend()!r} backend"
         )
-    use_matmul_dtype = implementation == "ops" or training is True
+    use_matmul_dtype = low or implementation == "ops" or training is True
     return ops_lstm_scan(*args, resets=resets, matmul_dtype=matmul_dtype if use_matmul_dtype else None)
 
 
@@ -165,6 +179,10 @@ class ProjectedLSTMCell(keras.layers.Layer):
         cell_clip: clip value of the cell state, None (or 0) for no clipping.
         proj_clip: clip value of the projected output, None (or 0) for no clipping.
         dropout: rate applied to the inputs in training (no recurrent dropout, as in the original).
+        precision: "float32" (default), "bfloat16" or "auto" (`elmo_tf.precision`): with bfloat16 the input,
+            recurrent and projection matmuls take bfloat16 operands (the kernels' copies, converted once:
+            `low_precision`) with float32 accumulation; gates, cell state, clipping and outputs stay float32. The
+            attribute `precision` is the computed one.
     Call arguments:
         inputs: float `(batch, input_dim)`, one step.
         states: `[c (batch, units), h (batch, projection_dim)]`.
@@ -173,8 +191,11 @@ class ProjectedLSTMCell(keras.layers.Layer):
         `(h, [c, h])`: the step's output `h` `(batch, projection_dim)` and the new state.
     """
 
-    def __init__(self, units, projection_dim, cell_clip=None, proj_clip=None, dropout=0.0, **kwargs):
+    def __init__(
+        self, units, projection_dim, cell_clip=None, proj_clip=None, dropout=0.0, precision="float32", **kwargs
+    ):
         super().__init__(**kwargs)
+        self.requested_precision, self.precision = low_precision.layer_precision(precision)
         for name, value in (("units", units), ("projection_dim", projection_dim)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -217,6 +238,7 @@ class ProjectedLSTMCell(keras.layers.Layer):
         self.projection_kernel = self.add_weight(
             name="projection_kernel", shape=(self.projection_dim, self.units), initializer="glorot_uniform"
         )
+        low_precision.attach(self, [self.input_kernel, self.recurrent_kernel, self.projection_kernel])
 
     def save_own_variables(self, store):
         super().save_own_variables(store)
@@ -255,20 +277,37 @@ class ProjectedLSTMCell(keras.layers.Layer):
         except NotImplementedError:
             return [ops.convert_to_tensor(w) for w in weights]
 
+    def matmul_kernels(self):
+        """`kernels()` as the matmuls take them: the float32 kernels, or (precision "bfloat16") their bfloat16 copies
+        (the bias stays float32)."""
+        if self.precision != low_precision.LOW:
+            return self.kernels()
+        w_x, w_h, w_p = low_precision.read(self)
+        return w_x, self.kernels()[1], w_h, w_p
+
     def zero_state(self, batch_size, dtype="float32"):
         return [ops.zeros((batch_size, self.units), dtype), ops.zeros((batch_size, self.projection_dim), dtype)]
 
     def call(self, inputs, states, training=None):
         c, h = states
-        w_x, bias, w_h, w_p = self.kernels()
+        w_x, bias, w_h, w_p = self.matmul_kernels()
+        low = self.precision == low_precision.LOW
+        matmul = low_precision.matmul if low else ops.matmul
         x = self.dropped(ops.convert_to_tensor(inputs), training)
-        z = ops.matmul(x, ops.transpose(w_x)) + ops.matmul(h, ops.transpose(w_h)) + bias
-        c, m = lstm_update(z, c, ops.transpose(w_p), self.cell_clip, self.proj_clip)
+        z = matmul(x, ops.transpose(w_x)) + matmul(h, ops.transpose(w_h)) + bias
+        matmul_dtype = low_precision.LOW if low else None
+        c, m = lstm_update(z, c, ops.transpose(w_p), self.cell_clip, self.proj_clip, matmul_dtype)
         return m, [c, m]
+
+    def get_config_arguments(self):
+        """The values of `CELL_ARGUMENTS` a config holds (the precision asked for, not the computed one)."""
+        arguments = {name: getattr(self, name) for name in CELL_ARGUMENTS}
+        arguments["precision"] = self.requested_precision
+        return arguments
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in CELL_ARGUMENTS})
+        config.update(self.get_config_arguments())
         return config
 
 
@@ -288,6 +327,7 @@ class ProjectedLSTM(keras.layers.Layer):
         return_state: also return the final `[c, h]` (state after each row's last real token).
         implementation: the loop, as `BiLM`'s argument of the same name.
         matmul_dtype: as `BiLM`'s argument of the same name.
+        precision: the cell's (`ProjectedLSTMCell`), as `BiLM`'s argument of the same name.
     Call arguments:
         inputs: float `(batch, time, input_dim)`.
         mask: bool `(batch, time)`, True for real steps (left-aligned), or None for all real.
@@ -308,15 +348,23 @@ class ProjectedLSTM(keras.layers.Layer):
         dropout=0.0,
         implementation="auto",
         matmul_dtype=None,
+        precision="float32",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.cell = ProjectedLSTMCell(
-            units, projection_dim, cell_clip, proj_clip, dropout, dtype=self.dtype_policy, name="projected_lstm_cell"
+            units,
+            projection_dim,
+            cell_clip,
+            proj_clip,
+            dropout,
+            precision=precision,
+            dtype=self.dtype_policy,
+            name="projected_lstm_cell",
         )
         self.go_backwards = bool(go_backwards)
         self.return_state = bool(return_state)
-        self.implementation, self.matmul_dtype = check_implementation(implementation, matmul_dtype)
+        self.implementation, self.matmul_dtype = check_implementation(implementation, matmul_dtype, self.precision)
         self.supports_masking = True
 
     # the cell's arguments and weights, read through (as keras.layers.LSTM reads its LSTMCell's)
@@ -325,6 +373,8 @@ class ProjectedLSTM(keras.layers.Layer):
     cell_clip = property(lambda self: self.cell.cell_clip)
     proj_clip = property(lambda self: self.cell.proj_clip)
     dropout = property(lambda self: self.cell.dropout)
+    precision = property(lambda self: self.cell.precision)
+    requested_precision = property(lambda self: self.cell.requested_precision)
     input_kernel = property(lambda self: self.cell.input_kernel)
     recurrent_kernel = property(lambda self: self.cell.recurrent_kernel)
     bias = property(lambda self: self.cell.bias)
@@ -382,7 +432,7 @@ class ProjectedLSTM(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self.cell, name) for name in CELL_ARGUMENTS})
+        config.update(self.cell.get_config_arguments())
         config.update(
             go_backwards=self.go_backwards,
             return_state=self.return_state,

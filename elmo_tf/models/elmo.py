@@ -10,7 +10,7 @@ from keras import ops
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.io.bilm_hdf5 import check_weight_file, load_bilm_weights, save_bilm_weights
-from elmo_tf.layers import backends
+from elmo_tf.layers import backends, low_precision
 from elmo_tf.layers.bilm import BiLM
 from elmo_tf.layers.char_cnn import CharCNN
 from elmo_tf.layers.scalar_mix import ScalarMix
@@ -19,9 +19,9 @@ from elmo_tf.preprocessing.char_rows import sentences_to_char_ids
 from elmo_tf.preprocessing.chars import MAX_CHARS, add_sentence_boundaries
 
 
-def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=None):
+def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=None, precision="float32"):
     """The built `CharCNN` ("char_cnn") and `BiLM` ("bilm") of a `BiLMConfig`, named as the weight converter expects;
-    `implementation` and `matmul_dtype` are the `BiLM`'s.
+    `implementation` and `matmul_dtype` are the `BiLM`'s, `precision` both layers' (`elmo_tf.precision`).
 
     Built right away, so models holding them never show loaders and savers a half-built state.
     """
@@ -33,6 +33,7 @@ def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=N
         num_chars=config.num_characters,
         max_chars=config.max_characters_per_token,
         activation=config.activation,
+        precision=precision,
         name="char_cnn",
         **_char_cnn_options(config),
     )
@@ -46,6 +47,7 @@ def build_bilm_layers(config, dropout=0.0, implementation="auto", matmul_dtype=N
         dropout=dropout,
         implementation=implementation,
         matmul_dtype=matmul_dtype,
+        precision=precision,
         name="bilm",
     )
     char_cnn.build((None, None, char_cnn.input_width))
@@ -88,8 +90,10 @@ class ELMo(keras.Model):
         mix_layer_norm: per-sentence layer norm inside each mix.
         dropout: biLM dropout in training.
         implementation: the biLM's loop (`BiLM`'s argument: "auto", "scan", "fast_gradient", "ops").
-        matmul_dtype: the biLM's matmul dtype (`BiLM`'s argument; with "ops", e.g. "bfloat16" for a GPU's
-            inference).
+        matmul_dtype: the biLM's matmul dtype (`BiLM`'s argument; with "ops", e.g. "bfloat16" on a GPU).
+        precision: "float32" (default: the original numbers), "bfloat16" (matmuls and convolutions on bfloat16 copies
+            of the weights, converted once, float32 accumulation and outputs) or "auto" (bfloat16 where the CPU has
+            a bfloat16 unit): docs/precision.md. The config keeps the value asked, `precision` the computed one.
     Call arguments:
         inputs: int32 char ids `(batch, tokens, 50)`, all-zero rows for padding (left-aligned), without
             sentence boundaries (see `elmo_tf.preprocessing.tokens_to_char_ids`).
@@ -113,10 +117,12 @@ class ELMo(keras.Model):
         dropout=0.0,
         implementation="auto",
         matmul_dtype=None,
+        precision="float32",
         **kwargs,
     ):
         kwargs.setdefault("name", "elmo")
         super().__init__(**kwargs)
+        self.requested_precision, self.precision = low_precision.layer_precision(precision)
         if config is None:
             config = BiLMConfig()
         elif isinstance(config, dict):
@@ -134,7 +140,7 @@ class ELMo(keras.Model):
         self.mixes = mixes
         self.mix_layer_norm = bool(mix_layer_norm)
         self.dropout = float(dropout)
-        self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype)
+        self.char_cnn, self.bilm = build_bilm_layers(config, dropout, implementation, matmul_dtype, self.precision)
         self.char_mapping = char_mapping(config)  # strings -> this model's char ids (its lookup tables, if any)
         self.scalar_mixes = [
             ScalarMix(config.num_layers + 1, layer_norm=mix_layer_norm, name=f"mix_{name}") for name in mixes
@@ -264,6 +270,7 @@ class ELMo(keras.Model):
             dropout=self.dropout,
             implementation=self.bilm.implementation,
             matmul_dtype=self.bilm.matmul_dtype,
+            precision=self.requested_precision,
         )
         frozen = [key for key, layer in self._parts().items() if not layer.trainable]
         if frozen:  # `elmo.bilm.trainable = False` is part of the model: it survives .keras saving
@@ -283,7 +290,7 @@ class ELMo(keras.Model):
         URL is downloaded once into the cache (`elmo_tf.presets`: verified, resumable, offline afterwards) and
         converted when it is not in bilm-tf's format (a progress bar on stderr unless `quiet`). A TF Hub module's
         learned mix (`scalar_mix.json`) becomes the "elmo" mix when `mixes` has one of that name. `kwargs` go to
-        `ELMo(...)` (mixes, dropout, ...).
+        `ELMo(...)` (mixes, dropout, precision, ...).
 
         Raises:
             PresetError, DownloadError, OfflineError (elmo_tf.presets): a preset that cannot be found or fetched;
@@ -300,6 +307,7 @@ class ELMo(keras.Model):
         check_weight_file(config, files["weights"])  # the file's shapes (metadata) before any tensor is allocated
         model = cls(config, **kwargs)
         load_bilm_weights(model, files["weights"])
+        weights_loaded(model)
         mix_path = os.path.join(os.path.dirname(files["options"]), "scalar_mix.json")
         if os.path.isfile(mix_path) and "elmo" in model.mixes:
             from elmo_tf.convert.tf_hub import load_scalar_mix
@@ -323,7 +331,8 @@ class ELMo(keras.Model):
 def load_elmo(options_path, weights_path=None, **elmo_kwargs):
     """Builds an `ELMo` model from a bilm-tf `options.json` and loads `weights.hdf5` into it; with one argument that
     is a directory, a released model's name ("original") or a URL, `ELMo.from_preset(options_path)` (downloaded
-    once, verified, cached).
+    once, verified, cached). `elmo_kwargs` go to `ELMo(...)`, e.g. `precision="bfloat16"` (the bfloat16 copies of
+    the weights are converted once, right after loading).
 
     Raises:
         ConfigError: a bad options file (elmo_tf.config); WeightFileError: a bad weight file, one that points
@@ -334,6 +343,7 @@ def load_elmo(options_path, weights_path=None, **elmo_kwargs):
     Example:
         elmo = load_elmo("options.json", "weights.hdf5")
         elmo = load_elmo("original")  # AllenNLP's original English model, downloaded once into the cache
+        elmo = load_elmo("options.json", "weights.hdf5", precision="auto")  # bfloat16 where the CPU has it
         out = elmo.embed_tokens(tf.constant([["Hello", "world", "."]]))
     """
     if weights_path is None:
@@ -347,7 +357,16 @@ def load_elmo(options_path, weights_path=None, **elmo_kwargs):
     model = ELMo(config, **elmo_kwargs)
     if weights_path is not None:
         load_bilm_weights(model, weights_path)
+        weights_loaded(model)
     return model
+
+
+def weights_loaded(model):
+    """Converts the bfloat16 copies of a model computing in bfloat16 (`precision`) once its weights are loaded
+    (`load_bilm_weights`; `load_softmax_weights`, which writes slices of the variables underneath): now, eagerly, so
+    that no call converts them and an export holds them up to date. Nothing for a float32 model."""
+    low_precision.weights_changed(model)
+    low_precision.refresh(model)
 
 
 def save_elmo(model, output_dir):

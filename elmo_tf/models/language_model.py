@@ -17,10 +17,11 @@ from keras import ops
 
 from elmo_tf.config import BiLMConfig
 from elmo_tf.errors import ElmoTFError, check_int
-from elmo_tf.layers import backends
+from elmo_tf.layers import backends, low_precision
 from elmo_tf.layers.tokens_to_char_ids import char_mapping
-from elmo_tf.models.elmo import build_bilm_layers
+from elmo_tf.models.elmo import build_bilm_layers, weights_loaded
 from elmo_tf.models.lm_states import lm_states
+from elmo_tf.precision import PrecisionError
 from elmo_tf.preprocessing.char_rows import sentences_to_char_ids
 from elmo_tf.preprocessing.chars import token_bytes
 
@@ -38,7 +39,9 @@ def full_softmax(states, targets, kernel, bias, chunk_size=DEFAULT_CHUNK_SIZE, t
 
     Args:
         states: float `(N, P)`; targets: int `(N,)` word ids.
-        kernel: float `(V, P)`; bias: float `(V,)` (variables or tensors; V static).
+        kernel: float `(V, P)`; bias: float `(V,)` (variables or tensors; V static). A bfloat16 kernel (a language
+            model's copy, `precision="bfloat16"`): the logits' matmuls take bfloat16 operands with float32
+            accumulation; the logits and everything after them stay float32.
         chunk_size: words per chunk.
         top_k: 0, or how many of the most likely words to return (at most V).
     Returns:
@@ -58,8 +61,10 @@ def _full_softmax_ops(states, targets, kernel, bias, chunk_size, top_k):
     chunk_size = min(chunk_size, vocab)
     states = ops.convert_to_tensor(states)
     kernel = ops.convert_to_tensor(kernel)
-    bias = ops.cast(bias, kernel.dtype)
+    bias = ops.cast(bias, states.dtype)
     targets = ops.cast(targets, "int32")
+    low = keras.backend.standardize_dtype(kernel.dtype) == low_precision.LOW
+    multiply = low_precision.matmul if low else ops.matmul
     n = ops.shape(states)[0]
     k = max(top_k, 1)
     running_max = ops.full((n,), -np.inf, states.dtype)
@@ -68,7 +73,7 @@ def _full_softmax_ops(states, targets, kernel, bias, chunk_size, top_k):
     top_values, top_ids = ops.full((n, k), -np.inf, states.dtype), ops.zeros((n, k), "int32")
     for start in range(0, vocab, chunk_size):
         size = min(chunk_size, vocab - start)
-        logits = ops.matmul(states, ops.transpose(kernel[start : start + size])) + bias[start : start + size]
+        logits = multiply(states, ops.transpose(kernel[start : start + size])) + bias[start : start + size]
         new_max = ops.maximum(running_max, ops.max(logits, axis=1))
         running_sum = running_sum * ops.exp(running_max - new_max) + ops.sum(ops.exp(logits - new_max[:, None]), 1)
         running_max = new_max
@@ -127,7 +132,7 @@ def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
         [out[d] for d in DIRECTIONS],
         [out[f"targets_{d}"] for d in DIRECTIONS],
         keep,
-        model.softmax_kernel,
+        softmax_operand(model),
         model.softmax_bias,
         chunk_size,
         top_k,
@@ -137,6 +142,15 @@ def sentence_log_probs(model, inputs, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
         for key, dense in parts.items():
             result[f"{direction}_{key}"] = _backward_order(dense, lengths) if direction == "backward" else dense
     return result
+
+
+def softmax_operand(model):
+    """The softmax kernel as `model`'s logits' matmuls take it: its bfloat16 copy where the model computes in bfloat16
+    (a `LanguageModel(precision="bfloat16")`), else the float32 variable."""
+    if getattr(model, low_precision.HOLDER, None) is None:
+        return model.softmax_kernel
+    (kernel,) = low_precision.read(model)
+    return kernel
 
 
 def score_positions(states, targets, keep, kernel, bias, chunk_size=DEFAULT_CHUNK_SIZE, top_k=0):
@@ -242,6 +256,11 @@ class LanguageModel(keras.Model):
         chunk_size: words per slice of the softmax.
         bilm_layers: optional `(char_cnn, bilm)` to share (an `ELMo`'s: one copy of the weights in an export);
             not part of the config.
+        precision: None, or one of `elmo_tf.precision.PRECISIONS`: what the char CNN, the biLM and the softmax's
+            matmuls compute in (bfloat16: on bfloat16 copies of the weights converted once, float32 accumulation;
+            logits, log-probabilities and every output float32). None: the shared `bilm_layers`' precision, else
+            "float32". Shared layers computing in another precision: `PrecisionError`. The config keeps the value
+            asked for; the attribute `precision` is the computed one.
     Call arguments:
         inputs: dict with `char_ids` int32 `(batch, T, 50)` and `token_ids` int32 `(batch, T)` (unknown words as
             `unk_id`).
@@ -262,6 +281,7 @@ class LanguageModel(keras.Model):
         top_k=0,
         chunk_size=DEFAULT_CHUNK_SIZE,
         bilm_layers=None,
+        precision=None,
         **kwargs,
     ):
         kwargs.setdefault("name", "language_model")
@@ -281,11 +301,16 @@ class LanguageModel(keras.Model):
         self.config = config
         self.char_mapping = char_mapping(config)  # strings -> this model's char ids, as `ELMo.char_mapping`
         self.vocab_size, self.bos_id, self.eos_id, self.unk_id = vocab_size, bos_id, eos_id, unk_id
-        self.char_cnn, self.bilm = bilm_layers if bilm_layers is not None else build_bilm_layers(config)
+        self.requested_precision, self.precision = _lm_precision(precision, bilm_layers)
+        if bilm_layers is not None:
+            self.char_cnn, self.bilm = bilm_layers
+        else:
+            self.char_cnn, self.bilm = build_bilm_layers(config, precision=self.precision)
         self.softmax_kernel = self.add_weight(
             name="softmax_kernel", shape=(vocab_size, config.projection_dim), initializer="zeros"
         )
         self.softmax_bias = self.add_weight(name="softmax_bias", shape=(vocab_size,), initializer="zeros")
+        low_precision.attach(self, [self.softmax_kernel])
         self._vocabulary = None  # `use_vocabulary`
         self.built = True
 
@@ -354,11 +379,27 @@ class LanguageModel(keras.Model):
             top_k=self.top_k,
             chunk_size=self.chunk_size,
         )
+        if self.requested_precision is not None:
+            config["precision"] = self.requested_precision
         return config
 
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _lm_precision(precision, bilm_layers):
+    """`(requested, computed)` of a `LanguageModel`'s `precision` (None: the shared layers', else float32)."""
+    shared = None if bilm_layers is None else getattr(bilm_layers[1], "precision", "float32")
+    if precision is None:
+        return None, shared or "float32"
+    requested, computed = low_precision.layer_precision(precision)
+    if shared is not None and shared != computed:
+        raise PrecisionError(
+            f"precision {precision!r} computes in {computed}, but the shared char CNN and biLM compute in {shared}",
+            key="precision",
+        )
+    return requested, computed
 
 
 def load_language_model(options_path, weights_path, softmax_path, vocab_path, elmo=None, **kwargs):
@@ -368,7 +409,7 @@ def load_language_model(options_path, weights_path, softmax_path, vocab_path, el
     Args:
         elmo: optional `ELMo` of the same biLM whose char CNN and biLM are shared (its weights are used as they
             are; `weights_path` is then not read).
-        kwargs: `top_k`, `chunk_size`.
+        kwargs: `top_k`, `chunk_size`, `precision` (None: `elmo`'s, else float32).
     Raises:
         ElmoTFError naming the file: `ConfigError` (options), `WeightFileError` (weights; a softmax that is not
         `(words, projection_dim)`, or not readable), `LMVocabularyError` (a vocabulary without `<S>`, `</S>`,
@@ -387,5 +428,6 @@ def load_language_model(options_path, weights_path, softmax_path, vocab_path, el
     if elmo is None:
         load_bilm_weights(model, weights_path)
     load_softmax_weights(softmax_path, model.softmax_kernel, model.softmax_bias)
+    weights_loaded(model)
     model.use_vocabulary(vocab.words)
     return model

@@ -73,3 +73,29 @@ def test_char_cnn_calls_are_padded_to_a_few_sizes_and_give_the_same_vectors(tiny
     expected = tiny_elmo.char_cnn.encode_distinct(tiny_elmo.char_mapping.numpy(tokens)).numpy()
     np.testing.assert_allclose(table[rows[:137]], expected, atol=1e-6, rtol=0)
     np.testing.assert_array_equal(rows[137:], rows[:5])
+
+
+def test_a_bfloat16_model_embeds_as_it_computes_alone(make_elmo, to_char_ids):
+    """Packed rows, shared token vectors and the memo change nothing in bfloat16 either (exactly where TF's bfloat16
+    matmul is emulated, as on the AVX2 EPYC; to bfloat16's error where a CPU's own kernels may sum in another
+    order); the embedder computes in its model's precision and refuses another."""
+    from elmo_tf.layers import low_precision
+    from elmo_tf.precision import PrecisionError
+
+    model = make_elmo(precision="bfloat16")
+    atol = 1e-6 if low_precision.emulated("matmul") else 1e-2
+    rng = np.random.default_rng(1)
+    words = [w.encode() for w in "the a of cat dog İSTANBUL x y , . big red".split()]
+    sentences = [[words[k] for k in rng.integers(0, len(words), rng.integers(1, 20))] for _ in range(12)]
+    embedder = Embedder(model, "all", memo_size=8, row_length=32, precision="bfloat16")
+    assert embedder.precision == "bfloat16" == Embedder(model).precision
+    first = embedder.embed_batch(sentences[:6]) + embedder.embed_batch(sentences[6:])
+    assert embedder.stats["memo"] > 0
+    for s, got in zip(sentences, first):
+        alone = np.stack([np.asarray(x)[0] for x in model(to_char_ids([s]))["activations"]])
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, alone, atol=atol, rtol=0)
+    with pytest.raises(PrecisionError, match="precision 'float32' computes in float32, but the model computes in"):
+        Embedder(model, precision="float32")
+    with pytest.raises(PrecisionError, match="got 'half'"):
+        Embedder(model, precision="half")

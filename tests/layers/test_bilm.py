@@ -195,8 +195,9 @@ def test_dropout_only_in_training(randomize):
         (False, "auto", dict(dropout=0.1)),
         (True, "scan", {}),
         (False, "fast_gradient", dict(cell_clip=None, proj_clip=None)),
+        (True, "auto", dict(precision="bfloat16")),
     ],
-    ids=["skip-auto", "no-skip-auto-dropout", "skip-scan", "no-skip-fast_gradient-no-clip"],
+    ids=["skip-auto", "no-skip-auto-dropout", "skip-scan", "no-skip-fast_gradient-no-clip", "skip-auto-bfloat16"],
 )
 def test_layer_contract(skip, implementation, extra, layer_contract):
     """Config (implementation included), shapes, the mask passed through to every layer's output, padding (1e3 at
@@ -225,6 +226,7 @@ def test_layer_contract(skip, implementation, extra, layer_contract):
         batch_mates_mask=mates_mask,
     )
     assert layer.get_config()["implementation"] == implementation
+    assert layer.get_config()["precision"] == extra.get("precision", "float32") == layer.precision
     assert len(outputs) == LAYERS and all(out.shape == (4, 5, 2 * PROJ) for out in outputs)
     assert all(np.abs(out[mask]).max() > 1e-2 for out in outputs)  # the comparisons are not of zeros
 

@@ -119,12 +119,15 @@ def test_int64_ids_accepted(randomize, to_char_ids):
 
 
 @pytest.mark.parametrize(
-    "filters,activation", [(FILTERS, "tanh"), (((1, 4), (2, 2)), "relu")], ids=["projection-tanh", "no-projection"]
+    "filters,activation,precision",
+    [(FILTERS, "tanh", "float32"), (((1, 4), (2, 2)), "relu", "float32"), (FILTERS, "relu", "bfloat16")],
+    ids=["projection-tanh", "no-projection", "projection-bfloat16"],
 )
-def test_layer_contract(filters, activation, to_char_ids, layer_contract):
+def test_layer_contract(filters, activation, precision, to_char_ids, layer_contract):
     """Config, shapes, the mask of real tokens, padding and batch-mates, `.keras` reload in another process
     (tests/layer_testlib.py)."""
     init = dict(filters=filters, num_highway=2, projection_dim=6, char_embedding_dim=3, activation=activation)
+    init["precision"] = precision
     longer = [["a", "much", "longer", "sentence", "of", "tokens", "!"], ["x"] * 6]
     layer, _ = layer_contract(
         CharCNN,
@@ -136,6 +139,7 @@ def test_layer_contract(filters, activation, to_char_ids, layer_contract):
         weight_scale=0.5,
     )
     assert layer.use_projection == (filters == FILTERS)
+    assert layer.precision == layer.highway.precision == precision
 
 
 def test_gradients_reach_every_weight(randomize, to_char_ids):

@@ -60,9 +60,15 @@ def test_validation():
         Highway(1).build((None, None))
 
 
-@pytest.mark.parametrize("num_layers,shape", [(2, (4, 6)), (1, (3, 5, 6)), (0, (2, 3))], ids=["2d", "masked", "none"])
-def test_layer_contract(num_layers, shape, layer_contract):
+@pytest.mark.parametrize(
+    "num_layers,shape,precision",
+    [(2, (4, 6), "float32"), (1, (3, 5, 6), "float32"), (0, (2, 3), "float32"), (2, (3, 5, 6), "bfloat16")],
+    ids=["2d", "masked", "none", "masked-bfloat16"],
+)
+def test_layer_contract(num_layers, shape, precision, layer_contract):
     """Config, shapes, the mask passed through, `.keras` reload in another process (tests/layer_testlib.py)."""
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
     mask = np.arange(shape[1])[None] < np.array([[5], [2], [0]]) if len(shape) == 3 else None
-    layer_contract(Highway, dict(num_layers=num_layers, name="hw"), x, mask=mask, output_mask=same_mask)
+    init = dict(num_layers=num_layers, name="hw", precision=precision)
+    layer, _ = layer_contract(Highway, init, x, mask=mask, output_mask=same_mask)
+    assert layer.get_config()["precision"] == layer.precision == precision

@@ -94,6 +94,19 @@ def test_the_probe_reports_what_tf_matmul_does_here():
     assert rounds_to_nearest("bfloat16") == bool(np.mean(native == _bf16(exact)) > 0.95)
 
 
+def test_the_conv_probe_reports_what_tf_conv1d_does_here():
+    """`conv_rounds_to_nearest` agrees with a larger bfloat16 convolution of TF's own on this machine (on x86 with AVX2
+    only, oneDNN's convolution rounds to nearest while Eigen's matmul truncates: the two are asked apart)."""
+    rng = np.random.default_rng(6)
+    x, kernel = rng.normal(size=(4, 12, 8)).astype(np.float32), rng.normal(size=(3, 8, 16)).astype(np.float32)
+    rx, rk = _bf16(x), _bf16(kernel)
+    exact = np.stack([np.einsum("nwc,wcf->nf", rx[:, p : p + 3], rk) for p in range(10)], axis=1)
+    native = tf.nn.conv1d(tf.cast(x, tf.bfloat16), tf.cast(kernel, tf.bfloat16), stride=1, padding="VALID")
+    native = tf.cast(native, tf.float32).numpy()
+    assert matmul_precision.conv_rounds_to_nearest("bfloat16") == bool(np.mean(native == _bf16(exact)) > 0.95)
+    assert matmul_precision.conv_rounds_to_nearest("float32")
+
+
 def test_without_onednn_tf_truncates_and_the_emulation_runs():
     """TF_ENABLE_ONEDNN_OPTS=0 gives Eigen's bfloat16 matmul, the one AVX2-only CPUs run: it truncates (what issue 37
     found), the probe says so, and `low_precision_matmul` still rounds to nearest there."""

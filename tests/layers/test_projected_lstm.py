@@ -255,7 +255,7 @@ def test_the_layer_saves_the_cell_arguments_as_the_cell_does():
     config, cell_config = layer.get_config(), layer.cell.get_config()
     assert {k: config[k] for k in CELL_ARGUMENTS} == {k: cell_config[k] for k in CELL_ARGUMENTS}
     assert {k: cell_config[k] for k in CELL_ARGUMENTS} == dict(
-        units=UNITS, projection_dim=PROJ, cell_clip=0.8, proj_clip=0.5, dropout=0.25
+        units=UNITS, projection_dim=PROJ, cell_clip=0.8, proj_clip=0.5, dropout=0.25, precision="float32"
     )
     rebuilt = ProjectedLSTM.from_config(config).cell.get_config()
     assert {k: rebuilt[k] for k in CELL_ARGUMENTS} == {k: cell_config[k] for k in CELL_ARGUMENTS}

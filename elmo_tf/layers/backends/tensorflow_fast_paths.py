@@ -11,6 +11,7 @@ Strings: tf.string tensors mapped in TF ops, which a SavedModel carries.
 import tensorflow as tf
 from keras import ops
 
+from elmo_tf.layers import low_precision
 from elmo_tf.layers.backends import tensorflow_recurrence
 from elmo_tf.layers.lstm_constants import TENSORFLOW_IMPLEMENTATIONS
 from elmo_tf.preprocessing.char_vocabulary import VocabularyCharMapping
@@ -44,16 +45,21 @@ def encode_tokens(char_cnn, char_ids):
     # the last row is one all-padding token: its max is the value of an all-padding window
     ids = tf.concat([char_ids[:, :kept], tf.fill([1, kept], tf.constant(pad, char_ids.dtype))], axis=0)
     add_padding_window = tf.logical_and(cut, real)[:, None]
-    x = ops.take(char_cnn.char_embedding, ids, axis=0)  # (n + 1, kept, dim)
+    embedding, kernels, projection = char_cnn.operands()  # float32, or bfloat16 copies (precision="bfloat16")
+    x = ops.take(embedding, ids, axis=0)  # (n + 1, kept, dim)
     pooled = []
-    for kernel, bias in zip(char_cnn.conv_kernels, char_cnn.conv_biases):
-        conv = ops.max(tf.nn.conv1d(x, kernel, stride=1, padding="VALID") + bias, axis=1)
+    for kernel, bias in zip(kernels, char_cnn.conv_biases):
+        if char_cnn.uses_bfloat16:
+            conv = low_precision.conv1d(x, kernel)
+        else:
+            conv = tf.nn.conv1d(x, kernel, stride=1, padding="VALID")
+        conv = ops.max(conv + bias, axis=1)
         tokens = tf.where(add_padding_window, tf.maximum(conv[:-1], conv[-1:]), conv[:-1])
         pooled.append(char_cnn.activation(tokens))
     h = char_cnn.highway(ops.concatenate(pooled, axis=-1))
     if word_ids is not None:  # ELMoForManyLangs: [word vector; highway(char CNN)] -> projection
         h = ops.concatenate([ops.take(char_cnn.word_embedding, word_ids, axis=0), h], axis=-1)
-    return char_cnn.projection(h) if char_cnn.use_projection else h
+    return char_cnn.project(h, projection)
 
 
 def encode_distinct(char_cnn, char_ids):
@@ -126,7 +132,9 @@ def recurrence_implementations():
 
 def projected_lstms(args, units, projection_dim, resets, training, implementation, gate_chunk, matmul_dtype):
     """`run_cells`'s loop (see there for `implementation`): `fast_gradient_scan` for "fast_gradient", or for "auto"
-    in training without `gate_chunk`, else `projected_lstm_scan`. Declines "ops".
+    in training without `gate_chunk`, else `projected_lstm_scan`. Declines "ops". The training scan runs its matmuls
+    in `matmul_dtype`; the plain scan in its kernels' dtype (bfloat16 for the copies of cells computing in bfloat16,
+    `precision`: `run_cells` passes them with `matmul_dtype="bfloat16"`).
 
     Args:
         args: the loops' positional arguments, inputs to `proj_clip`.

@@ -10,14 +10,18 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.layers.backends.tensorflow_precision import matmul
+
 
 def full_softmax(states, targets, kernel, bias, chunk_size, top_k):
-    """`language_model.full_softmax` (see there for the arguments and the outputs)."""
+    """`language_model.full_softmax` (see there for the arguments and the outputs). A bfloat16 `kernel` (a language
+    model's copy, `precision="bfloat16"`) multiplies bfloat16 operands with float32 accumulation
+    (`tensorflow_precision.matmul`); the logits, their merges and the results stay float32."""
     vocab = int(kernel.shape[0])
     chunk_size = min(chunk_size, vocab)
     states = tf.convert_to_tensor(states)
     kernel = tf.convert_to_tensor(kernel)  # a read of a variable, not a copy
-    bias = tf.cast(bias, kernel.dtype)
+    bias = tf.cast(bias, states.dtype)
     targets = tf.cast(targets, tf.int32)
     n = tf.shape(states)[0]
     neg_inf = tf.constant(-np.inf, states.dtype)
@@ -26,7 +30,7 @@ def full_softmax(states, targets, kernel, bias, chunk_size, top_k):
         start = i * chunk_size
         size = tf.minimum(chunk_size, vocab - start)
         weights = tf.slice(kernel, [start, 0], [size, -1])
-        logits = tf.matmul(states, weights, transpose_b=True) + tf.slice(bias, [start], [size])
+        logits = matmul(states, weights, transpose_b=True) + tf.slice(bias, [start], [size])
         new_max = tf.maximum(running_max, tf.reduce_max(logits, axis=1))
         running_sum = running_sum * tf.exp(running_max - new_max) + tf.reduce_sum(
             tf.exp(logits - new_max[:, None]), axis=1
