@@ -16,6 +16,10 @@ threads, each sending requests back to back), measured
 p50/p99 latency per request, sentences/s and tokens/s (whitespace tokens of the sentences answered), all in one run,
 with the serving overhead as ratios to in-process (p50 latency ratio, throughput ratio) and each transport's tokens/s
 as a fraction of embed's ("of embed"). All outputs are returned unless --output-filter names some.
+--precision float32,bfloat16 (issue 51): every transport (and embed) against an export of each precision (the same
+seeded weights, `ELMo(precision=...)`; a server each), interleaved in the same rounds; the rows say their precision
+and "bfloat16 / float32" compares their sentences/s per transport and concurrency (gRPC at 32 clients: issue 51's
+row). Default float32 only.
 Targets: gRPC p50 under 1.10 x in-process at concurrency 1 (batch 8); batching raises throughput at concurrency 32
 (grpc sentences/s > grpc-nobatch sentences/s); at concurrency 32 gRPC reaches 80% of embed's tokens/s and REST 60%
 (issue 27's goal at the original shapes); with the Prometheus metrics on, gRPC's sentences/s at concurrency 32 within
@@ -34,11 +38,8 @@ How it is measured:
     (servers idle meanwhile), and results are pooled, so load drifts of a shared machine hit all alike.
 Run it on an otherwise idle machine: client and server share the CPU (the JSON records the load average).
 
-usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,original] [--concurrency 1,8,32]
-       [--request-batch 8] [--requests 40] [--rounds 3] [--transports in-process,grpc,rest,grpc-nobatch]
-       [--output-filter elmo,default] [--embed-sentences 640] [--embed-batch 32] [--batching-config PATH]
-       [--out bench/results/serving_latency.json]
---quick: the small model, fewer requests (2 to 4 minutes).
+usage: .venv/bin/python bench/serving_latency.py [--quick] [--presets small,original] [--precision float32,bfloat16]
+       [--concurrency 1,8,32] [--transports in-process,grpc,rest,grpc-nobatch] ... (--help lists them all)
 """
 
 import argparse
@@ -79,10 +80,28 @@ def bench_sentences(n, data):
         return [" ".join(rng.choice(words, size=int(rng.integers(5, 45)))) for _ in range(n)], "synthetic"
 
 
+def export_for(preset, seed, cache, precision):
+    """The base of `preset`'s export computing in `precision`: float32's is `ensure_export`'s; another has the same
+    seeded weights, exported with `ELMo(precision=...)` into `<cache>/<preset>-seed<seed>-<precision>/elmo` once."""
+    if precision == "float32":
+        return ensure_export(preset, seed, cache)
+    base = os.path.join(cache, f"{preset}-seed{seed}-{precision}", "elmo")
+    if not os.path.isfile(os.path.join(base, "1", "saved_model.pb")):
+        import keras
+
+        from elmo_tf import ELMo, get_config
+        from elmo_tf.saved_model.export import export_elmo
+
+        log.info("exporting a random %s model computing in %s to %s (once)", preset, precision, base)
+        keras.utils.set_random_seed(seed)
+        export_elmo(ELMo(get_config(preset), precision=precision), base, version=1)
+    return base
+
+
 # ---------------------------------------------------------------------------------------------------- measuring
 
 
-def measure_embed(preset, seed, sentences, batch_size, count, repeats=1):
+def measure_embed(preset, seed, sentences, batch_size, count, repeats=1, precision="float32"):
     """`elmo_tf.embed.Embedder` (what `elmo-tf embed --layers all` runs: packed rows, each distinct token through the
     char CNN once) in this process, on the first `count` sentences of the pool, `batch_size` sentences per call (the
     server's max_batch_size: the most a merged call holds), after one untimed call; `repeats` timed passes.
@@ -93,7 +112,7 @@ def measure_embed(preset, seed, sentences, batch_size, count, repeats=1):
     from elmo_tf.embed import Embedder
 
     keras.utils.set_random_seed(seed)  # the exported model's weights (ensure_export seeds the same way)
-    embedder = Embedder(ELMo(get_config(preset)), layers="all")
+    embedder = Embedder(ELMo(get_config(preset), precision=precision), layers="all")
     token_lists = [s.split() for s in sentences[:count]]
     embedder.embed_batch(token_lists[:batch_size])  # warm-up: traces the functions
     tokens = sum(len(t) for t in token_lists) * repeats
@@ -101,14 +120,10 @@ def measure_embed(preset, seed, sentences, batch_size, count, repeats=1):
     for _ in range(repeats):
         for k in range(0, len(token_lists), batch_size):
             embedder.embed_batch(token_lists[k : k + batch_size])
-    wall = time.perf_counter() - start
-    return {
-        "sentences": len(token_lists) * repeats,
-        "tokens": tokens,
-        "wall_s": wall,
-        "sentences_per_s": len(token_lists) * repeats / wall,
-        "tokens_per_s": tokens / wall,
-    }
+    wall, sentences = time.perf_counter() - start, len(token_lists) * repeats
+    return dict(
+        sentences=sentences, tokens=tokens, wall_s=wall, sentences_per_s=sentences / wall, tokens_per_s=tokens / wall
+    )
 
 
 def in_process_caller(base, output_filter):
@@ -151,9 +166,10 @@ def client_caller(server, rest, output_filter):
     return make
 
 
-def start_servers(args, preset, base, results_dir, servers):
-    """Starts the servers the asked transports talk to (into `servers`, keyed by `SERVER_OF`'s (batching,
-    metrics)), each waited for; returns `make_caller` per served transport."""
+def start_servers(args, preset, base, results_dir, servers, precision="float32"):
+    """Starts the servers of the export `base` (computing in `precision`) that the asked transports talk to (into
+    `servers`, keyed by `SERVER_OF`'s (batching, metrics) and the precision), each waited for; returns `make_caller`
+    per served transport, keyed by (transport, precision)."""
     callers = {}
     for (batching, monitoring), names in (
         ((True, True), ("grpc", "rest")),
@@ -163,27 +179,29 @@ def start_servers(args, preset, base, results_dir, servers):
         if not set(names) & set(args.transports):
             continue
         kind = ("batch" if batching else "nobatch") + ("" if monitoring else "-nometrics")
+        kind += "" if precision == "float32" else f"-{precision}"
         log_path = os.path.join(results_dir, f"server-{preset}-{kind}.log")
         flags = [*args.server_flags]
         if batching and args.batching_config:
             flags = ["--batching_parameters_file", args.batching_config, *flags]
-        server = servers[(batching, monitoring)] = Server(base, batching, log_path, flags, monitoring)
+        server = servers[(batching, monitoring, precision)] = Server(base, batching, log_path, flags, monitoring)
         server.wait(args.server_timeout)
         for name in (n for n in names if n in args.transports):
-            callers[name] = client_caller(server, name == "rest", args.output_filter or None)
+            callers[(name, precision)] = client_caller(server, name == "rest", args.output_filter or None)
     return callers
 
 
 def measure_rounds(args, callers, servers, sentences, concurrency):
-    """Every transport at one concurrency, interleaved: --rounds rounds that each run a block of every transport in
-    turn; per transport the latencies, wall time, errors, server counters and tokens pooled over the rounds."""
-    names = [t for t in TRANSPORTS if t in callers]
+    """Every transport (of every precision: `callers` keyed by (transport, precision)) at one concurrency,
+    interleaved: --rounds rounds that each run a block of every one in turn; per key the latencies, wall time,
+    errors, server counters and tokens pooled over the rounds."""
+    names = sorted(callers, key=lambda key: (TRANSPORTS.index(key[0]), args.precision.index(key[1])))
     pooled = {name: ([], 0.0, [], {}, 0) for name in names}
     per_round = -(-requests_for(args, concurrency) // args.rounds)
     ready = {name: make_callers(callers[name], concurrency, sentences, args.request_batch) for name in names}
     for round_ in range(args.rounds):
         for name in names:
-            server = servers.get(SERVER_OF[name]) if name != "in-process" else None
+            server = servers.get((*SERVER_OF[name[0]], name[1])) if name[0] != "in-process" else None
             before = server.metrics() if server else {}
             latencies, wall, errors, tokens = measure(
                 ready[name], per_round, sentences, args.request_batch, offset=round_ * per_round
@@ -200,77 +218,66 @@ def measure_rounds(args, callers, servers, sentences, concurrency):
     return pooled
 
 
-def transport_row(args, preset, name, concurrency, pooled):
-    """The result row of transport `name` at `concurrency` from its pooled measurements (logged)."""
-    lat, wall, errs, counters, tokens = pooled
-    row = {
-        "preset": preset,
-        "transport": name,
-        "concurrency": concurrency,
-        "request_batch": args.request_batch,
-        "rounds": args.rounds,
-        **summarize(lat, wall, errs, args.request_batch, tokens),
-    }
+def transport_row(args, preset, key, concurrency, pooled):
+    """The result row of transport `key` ((name, precision)) at `concurrency` from its pooled measurements (logged)."""
+    (name, precision), (lat, wall, errs, counters, tokens) = key, pooled
+    row = dict(preset=preset, transport=name, precision=precision, concurrency=concurrency)
+    row.update(
+        request_batch=args.request_batch, rounds=args.rounds, **summarize(lat, wall, errs, args.request_batch, tokens)
+    )
     if name != "in-process":
         row["server_counters"] = counters
     log.info(
-        "%s %-12s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)",
-        *(preset, name, concurrency),
+        "%s %-12s %-8s c=%-3d p50 %8.1f ms  p99 %8.1f ms  %7.1f sentences/s  (%d errors)",
+        *(preset, name, precision, concurrency),
         *(row[k] or float("nan") for k in ("p50_ms", "p99_ms", "sentences_per_s")),
         row["errors"],
     )
     return row
 
 
-def embed_row(args, preset, embed_runs):
+def embed_row(args, preset, embed_runs, precision="float32"):
     """The `embed` row: its runs before and after the servers pooled."""
     wall = sum(r["wall_s"] for r in embed_runs)
-    return {
-        "preset": preset,
-        "transport": "embed",
-        "concurrency": 1,
-        "request_batch": args.embed_batch,
-        "rounds": len(embed_runs),
-        "requests": sum(-(-r["sentences"] // args.embed_batch) for r in embed_runs),
-        "errors": 0,
-        "first_errors": [],
-        "p50_ms": None,
-        "p99_ms": None,
-        "mean_ms": None,
-        "sentences_per_s": sum(r["sentences"] for r in embed_runs) / wall,
-        "tokens_per_s": sum(r["tokens"] for r in embed_runs) / wall,
-        "wall_s": wall,
-        "runs": embed_runs,
-    }
+    row = dict(preset=preset, transport="embed", precision=precision, concurrency=1, request_batch=args.embed_batch)
+    row.update(rounds=len(embed_runs), requests=sum(-(-r["sentences"] // args.embed_batch) for r in embed_runs))
+    row.update(errors=0, first_errors=[], p50_ms=None, p99_ms=None, mean_ms=None)
+    row.update(sentences_per_s=sum(r["sentences"] for r in embed_runs) / wall)
+    row.update(tokens_per_s=sum(r["tokens"] for r in embed_runs) / wall, wall_s=wall, runs=embed_runs)
+    return row
 
 
 def run_preset(args, preset, sentences, results_dir):
     """Measures every transport at every concurrency, interleaved: for each concurrency, `--rounds` rounds that
     each run a block of every transport in turn (both servers stay up, idle while not measured), so drifts of
     the machine's load touch all transports alike. Latencies and wall times are pooled over the rounds; `embed`
-    runs before the servers start and after they stop (its row first)."""
-    base = ensure_export(preset, args.seed, args.cache)
+    runs before the servers start and after they stop (its rows first), per --precision."""
+    bases = {p: export_for(preset, args.seed, args.cache, p) for p in args.precision}
     if not args.embed_sentences:
-        return run_served(args, preset, sentences, results_dir, base)
-    before = run_embed(args, preset, sentences, "before")
-    rows = run_served(args, preset, sentences, results_dir, base)
-    return [embed_row(args, preset, [before, run_embed(args, preset, sentences, "after")]), *rows]
+        return run_served(args, preset, sentences, results_dir, bases)
+    before = {p: run_embed(args, preset, sentences, "before", p) for p in args.precision}
+    rows = run_served(args, preset, sentences, results_dir, bases)
+    after = {p: run_embed(args, preset, sentences, "after", p) for p in args.precision}
+    return [*(embed_row(args, preset, [before[p], after[p]], p) for p in args.precision), *rows]
 
 
-def run_embed(args, preset, sentences, when):
+def run_embed(args, preset, sentences, when, precision="float32"):
     """`measure_embed` on --embed-sentences sentences, logged as `when` ("before"/"after") the servers."""
-    run = measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences)
-    log.info("%s embed: %.1f tokens/s (%s the servers)", preset, run["tokens_per_s"], when)
+    run = measure_embed(preset, args.seed, sentences, args.embed_batch, args.embed_sentences, precision=precision)
+    log.info("%s embed (%s): %.1f tokens/s (%s the servers)", preset, precision, run["tokens_per_s"], when)
     return run
 
 
-def run_served(args, preset, sentences, results_dir, base):
-    """The rows of every transport but `embed` at every concurrency (the servers up meanwhile)."""
-    servers, callers, loaded, rows = {}, {}, None, []
+def run_served(args, preset, sentences, results_dir, bases):
+    """The rows of every transport but `embed` at every concurrency, for the export of each precision (`bases`:
+    {precision: base path}; the servers up meanwhile)."""
+    servers, callers, loaded, rows = {}, {}, [], []
     try:
-        if "in-process" in args.transports:
-            callers["in-process"], loaded = in_process_caller(base, args.output_filter or None)
-        callers.update(start_servers(args, preset, base, results_dir, servers))
+        for precision, base in bases.items():
+            if "in-process" in args.transports:
+                callers[("in-process", precision)], model = in_process_caller(base, args.output_filter or None)
+                loaded.append(model)
+            callers.update(start_servers(args, preset, base, results_dir, servers, precision))
         for c in args.concurrency:
             pooled = measure_rounds(args, callers, servers, sentences, c)
             rows += [transport_row(args, preset, name, c, pooled[name]) for name in pooled]
@@ -286,16 +293,22 @@ def requests_for(args, concurrency):
 
 
 def overheads(rows):
-    """Per preset, transport and concurrency: p50 and throughput ratios of each served transport to in-process, and
-    every transport's tokens/s as a fraction of `embed`'s (the efficiency)."""
-    base = {(r["preset"], r["concurrency"]): r for r in rows if r["transport"] == "in-process"}
-    embed = {r["preset"]: r for r in rows if r["transport"] == "embed"}
+    """Per preset, precision, transport and concurrency: p50 and throughput ratios of each served transport to
+    in-process, and every transport's tokens/s as a fraction of `embed`'s (the efficiency), each within its precision;
+    with two precisions, the sentences/s of each bfloat16 row over its float32 row ("bfloat16 / float32")."""
+    base = {(r["preset"], r["precision"], r["concurrency"]): r for r in rows if r["transport"] == "in-process"}
+    embed = {(r["preset"], r["precision"]): r for r in rows if r["transport"] == "embed"}
+    float32 = {(r["preset"], r["transport"], r["concurrency"]): r for r in rows if r["precision"] == "float32"}
     out = []
     for r in rows:
+        ref, model = base.get((r["preset"], r["precision"], r["concurrency"])), embed.get((r["preset"], r["precision"]))
+        entry = {k: r[k] for k in ("preset", "transport", "precision", "concurrency")}
+        other = float32.get((r["preset"], r["transport"], r["concurrency"]))
+        if r["precision"] != "float32" and other and other["sentences_per_s"] and r["sentences_per_s"]:
+            entry["over_float32"] = r["sentences_per_s"] / other["sentences_per_s"]
         if r["transport"] == "embed":
+            out += [entry] if "over_float32" in entry else []
             continue
-        ref, model = base.get((r["preset"], r["concurrency"])), embed.get(r["preset"])
-        entry = {"preset": r["preset"], "transport": r["transport"], "concurrency": r["concurrency"]}
         if r["transport"] != "in-process" and ref is not None and r["p50_ms"] and ref["p50_ms"]:
             entry["p50_ratio"] = r["p50_ms"] / ref["p50_ms"]
             entry["throughput_ratio"] = r["sentences_per_s"] / ref["sentences_per_s"]
@@ -305,101 +318,101 @@ def overheads(rows):
     return out
 
 
+def _ratio(index, a, b, key):
+    """`index[a][key] / index[b][key]`, or None when either row or value is missing."""
+    x, y = index.get(a), index.get(b)
+    return x[key] / y[key] if x and y and x[key] and y[key] else None
+
+
 def check_targets(rows):
+    """The targets of the module docstring, on the float32 rows (the issues' targets were set in float32)."""
+    index = {(r["preset"], r["transport"], r["concurrency"]): r for r in rows if r["precision"] == "float32"}
     targets = []
-    index = {(r["preset"], r["transport"], r["concurrency"]): r for r in rows}
-    for preset in sorted({r["preset"] for r in rows}):
-        embed = index.get((preset, "embed", 1))
-        for transport, goal in TARGET_OF_EMBED.items():
-            served = index.get((preset, transport, 32))
-            if embed and served and served["tokens_per_s"] and embed["tokens_per_s"]:
-                ratio = served["tokens_per_s"] / embed["tokens_per_s"]
-                targets.append(
-                    {
-                        "preset": preset,
-                        "target": f"{transport} tokens/s >= {goal:.0%} of embed's at concurrency 32",
-                        "value": ratio,
-                        "met": ratio >= goal,
-                    }
-                )
-        grpc1, inproc1 = index.get((preset, "grpc", 1)), index.get((preset, "in-process", 1))
-        if grpc1 and inproc1 and grpc1["p50_ms"] and inproc1["p50_ms"]:
-            ratio = grpc1["p50_ms"] / inproc1["p50_ms"]
-            targets.append(
-                {
-                    "preset": preset,
-                    "target": f"gRPC p50 < {TARGET_GRPC_OVERHEAD} x in-process at concurrency 1",
-                    "value": ratio,
-                    "met": ratio < TARGET_GRPC_OVERHEAD,
-                }
-            )
-        on = index.get((preset, "grpc", 32))
-        for other, text, minimum in (
-            ("grpc-nobatch", "batching raises gRPC throughput at concurrency 32", 1.0),  # strictly above
-            ("grpc-nometrics", "gRPC throughput with metrics on >= 0.97 x off at concurrency 32", 0.97),
+    for preset in sorted({key[0] for key in index}):
+        checks = [
+            (_ratio(index, (preset, t, 32), (preset, "embed", 1), "tokens_per_s"), goal, ">=")
+            + (f"{t} tokens/s >= {goal:.0%} of embed's at concurrency 32",)
+            for t, goal in TARGET_OF_EMBED.items()
+        ]
+        checks.append(
+            (_ratio(index, (preset, "grpc", 1), (preset, "in-process", 1), "p50_ms"), TARGET_GRPC_OVERHEAD, "<")
+            + (f"gRPC p50 < {TARGET_GRPC_OVERHEAD} x in-process at concurrency 1",)
+        )
+        for other, text, minimum, op in (
+            ("grpc-nobatch", "batching raises gRPC throughput at concurrency 32", 1.0, ">"),  # strictly above
+            ("grpc-nometrics", "gRPC throughput with metrics on >= 0.97 x off at concurrency 32", 0.97, ">="),
         ):
-            off = index.get((preset, other, 32))
-            if on and off and on["sentences_per_s"] and off["sentences_per_s"]:
-                ratio = on["sentences_per_s"] / off["sentences_per_s"]
-                met = ratio > minimum if other == "grpc-nobatch" else ratio >= minimum
-                targets.append({"preset": preset, "target": text, "value": ratio, "met": met})
+            checks.append(
+                (_ratio(index, (preset, "grpc", 32), (preset, other, 32), "sentences_per_s"), minimum, op, text)
+            )
+        for value, goal, op, text in checks:
+            if value is not None:
+                met = {">=": value >= goal, ">": value > goal, "<": value < goal}[op]
+                targets.append({"preset": preset, "target": text, "value": value, "met": met})
     return targets
 
 
+# the ratio columns of the table: (key of `overheads`' entries, format, unit), then calls/req
+RATIO_CELLS = (("of_embed", ".0%", ""), ("p50_ratio", ".2f", "x"), ("throughput_ratio", ".2f", "x"))
+RATIO_CELLS += (("over_float32", ".2f", "x"),)
+
+
+def _cell(value, spec, width):
+    return format(value, spec) if value is not None else f"{'-':>{width}}"
+
+
 def print_table(rows, ratios, targets):
-    ratio_of = {(x["preset"], x["transport"], x["concurrency"]): x for x in ratios}
-    header = (
-        f"{'preset':<9} {'transport':<13} {'conc':>4} {'p50 ms':>9} {'p99 ms':>9} {'sent/s':>8} {'tok/s':>8} "
-        f"{'of embed':>8} {'p50 / in-proc':>13} {'sent/s / in-proc':>16} {'calls/req':>9}"
+    ratio_of = {(x["preset"], x["transport"], x["precision"], x["concurrency"]): x for x in ratios}
+    names = ("p50 ms", "p99 ms", "sent/s", "tok/s", "of embed", "p50 / in-proc", "sent/s / in-proc", "bf16 / f32")
+    widths = (9, 9, 8, 8, 8, 13, 16, 10, 9)
+    header = f"{'preset':<9} {'transport':<13} {'precision':<9} {'conc':>4} " + " ".join(
+        f"{name:>{width}}" for name, width in zip((*names, "calls/req"), widths)
     )
-    print(header)
-    print("-" * len(header))
+    print(header + "\n" + "-" * len(header))
     for r in rows:
-        x = ratio_of.get((r["preset"], r["transport"], r["concurrency"]))
+        x = ratio_of.get((r["preset"], r["transport"], r["precision"], r["concurrency"])) or {}
         counters = r.get("server_counters") or {}
         calls = f"{counters['model_calls'] / counters['requests']:.2f}" if counters.get("requests") else ""
-        p50 = f"{r['p50_ms']:9.1f}" if r["p50_ms"] is not None else f"{'-':>9}"
-        p99 = f"{r['p99_ms']:9.1f}" if r["p99_ms"] is not None else f"{'-':>9}"
-        sps = f"{r['sentences_per_s']:8.1f}" if r["sentences_per_s"] is not None else f"{'-':>8}"
-        tps = f"{r['tokens_per_s']:8.1f}" if r.get("tokens_per_s") is not None else f"{'-':>8}"
-        x = x or {}
-        of_embed = "{:.0%}".format(x["of_embed"]) if "of_embed" in x else ""
-        p50_ratio = "{:.2f}x".format(x["p50_ratio"]) if "p50_ratio" in x else ""
-        throughput_ratio = "{:.2f}x".format(x["throughput_ratio"]) if "throughput_ratio" in x else ""
+        measured = [_cell(r["p50_ms"], "9.1f", 9), _cell(r["p99_ms"], "9.1f", 9)]
+        measured += [_cell(r["sentences_per_s"], "8.1f", 8), _cell(r.get("tokens_per_s"), "8.1f", 8)]
+        cells = [format(x[key], spec) + unit if key in x else "" for key, spec, unit in RATIO_CELLS] + [calls]
+        cells = [f"{cell:>{width}}" for cell, width in zip(cells, widths[4:])]
         errors = f"  ({r['errors']} errors)" if r["errors"] else ""
         conc = r["concurrency"] if r["transport"] != "embed" else "-"
-        print(
-            f"{r['preset']:<9} {r['transport']:<13} {conc:>4} {p50} {p99} {sps} {tps} {of_embed:>8} "
-            f"{p50_ratio:>13} {throughput_ratio:>16} {calls:>9}{errors}"
-        )
+        line = f"{r['preset']:<9} {r['transport']:<13} {r['precision']:<9} {conc:>4} "
+        print(line + " ".join(measured + cells) + errors)
     for t in targets:
         print(f"target [{t['preset']}] {t['target']}: {t['value']:.3f} -> {'met' if t['met'] else 'MISSED'}")
+
+
+# the flags but --quick and --check: (flag, type, default, help); None defaults depend on --quick (`check_args`)
+FLAGS = (
+    ("--presets", str, None, "comma-separated BiLMConfig presets (small,original)"),
+    ("--concurrency", str, "1,8,32", "comma-separated client threads (1,8,32)"),
+    ("--request-batch", int, 8, "sentences per request (8)"),
+    ("--requests", int, None, "timed requests per configuration, at least (60; --quick 24)"),
+    ("--rounds", int, None, "interleaved rounds per concurrency, each running every transport in turn (3; --quick 2)"),
+    ("--min-per-client", int, None, "timed requests per client thread, at least (4; --quick 2)"),
+    ("--transports", str, ",".join(TRANSPORTS), f"subset of {','.join(TRANSPORTS)}"),
+    ("--output-filter", str, "", "comma-separated outputs to return (default: all)"),
+    ("--n-sentences", int, 2000, "corpus sentences to draw from (2000)"),
+    ("--data", str, None, "sentence corpus (default: see bench/sentences.py)"),
+    ("--seed", int, 0, "seed of the random weights (0)"),
+    ("--cache", str, DEFAULT_CACHE, "where exports are kept (bench/results/cache/serving)"),
+    ("--embed-sentences", int, None, "sentences `embed` runs on, before and after the servers (640; --quick 128)"),
+    ("--embed-batch", int, EMBED_BATCH, f"sentences per `embed` call ({EMBED_BATCH})"),
+    ("--batching-config", str, BATCHING_CONFIG, "the batching server's --batching_parameters_file ('': the defaults)"),
+    ("--server-timeout", float, 600, "seconds to wait for a server (600)"),
+    ("--precision", str, "float32", "comma-separated precisions of the exports, side by side (float32,bfloat16)"),
+    ("--out", str, DEFAULT_OUT, "JSON results (bench/results/serving_latency.json)"),
+)
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small model, fewer requests (2 to 4 minutes)")
-    parser.add_argument("--presets", default=None, help="comma-separated BiLMConfig presets (small,original)")
-    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client threads (1,8,32)")
-    parser.add_argument("--request-batch", type=int, default=8, help="sentences per request (8)")
-    parser.add_argument(
-        "--requests", type=int, default=None, help="timed requests per configuration, at least (60; --quick 24)"
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=None,
-        help="interleaved rounds per concurrency, each running every transport in turn (3; --quick 2)",
-    )
-    parser.add_argument(
-        "--min-per-client", type=int, default=None, help="timed requests per client thread, at least (4; --quick 2)"
-    )
-    parser.add_argument("--transports", default=",".join(TRANSPORTS), help=f"subset of {','.join(TRANSPORTS)}")
-    parser.add_argument("--output-filter", default="", help="comma-separated outputs to return (default: all)")
-    parser.add_argument("--n-sentences", type=int, default=2000, help="corpus sentences to draw from (2000)")
-    parser.add_argument("--data", default=None, help="sentence corpus (default: see bench/sentences.py)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
-    parser.add_argument("--cache", default=DEFAULT_CACHE, help="where exports are kept (bench/results/cache/serving)")
+    for flag, kind, default, text in FLAGS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
         "--server-flag",
         action="append",
@@ -407,23 +420,7 @@ def build_parser():
         dest="server_flags",
         help="extra serve.py flag for both servers, e.g. --server-flag=--max_batch_size=64",
     )
-    parser.add_argument(
-        "--embed-sentences",
-        type=int,
-        default=None,
-        help="sentences of the pool `embed` runs on, before and after the servers (640; --quick 128; 0: no embed row)",
-    )
-    parser.add_argument(
-        "--embed-batch", type=int, default=EMBED_BATCH, help=f"sentences per `embed` call ({EMBED_BATCH})"
-    )
-    parser.add_argument(
-        "--batching-config",
-        default=BATCHING_CONFIG,
-        help="--batching_parameters_file of the batching server (export/batching.config; '' for the defaults)",
-    )
-    parser.add_argument("--server-timeout", type=float, default=600, help="seconds to wait for a server (600)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON results (bench/results/serving_latency.json)")
     return parser
 
 
@@ -433,8 +430,11 @@ def check_args(args):
         args.concurrency = parse_list(args.concurrency, int, "--concurrency")
         args.transports = parse_list(args.transports, str, "--transports")
         args.presets = parse_list(args.presets or ("small" if args.quick else "small,original"), str, "--presets")
+        args.precision = parse_list(args.precision, str, "--precision")
     except argparse.ArgumentTypeError as e:
         raise ValueError(str(e)) from None
+    if not set(args.precision) <= {"float32", "bfloat16"}:
+        raise ValueError(f"--precision: each of float32, bfloat16, got {args.precision}")
     unknown = set(args.transports) - set(TRANSPORTS)
     if unknown:
         raise ValueError(f"--transports: unknown {sorted(unknown)}")
@@ -456,6 +456,7 @@ def check_args(args):
 SETTINGS = (
     *("presets", "concurrency", "request_batch", "requests", "min_per_client", "rounds", "transports"),
     *("output_filter", "sentences", "server_flags", "batching_config", "embed_sentences", "embed_batch", "seed"),
+    "precision",
 )
 
 

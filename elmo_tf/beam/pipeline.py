@@ -7,9 +7,9 @@
     per shard, in a DoFn holding the model (loaded once per worker process, `apache_beam.utils.shared`):
         embed's own packing, model and writing code (`elmo_tf.embed.embed_sentences` + `write_embedding_file`)
         over the shard's lines in order (temporary name + rename), a longer line than `max_sentence_tokens` split
-        into pieces as embed splits it; the shard's root attributes say the bound (`content_attrs`), the run's
-        fingerprint and the shard's place in the set (`shard_fingerprint`, `shard_attrs`), which `merge-shards`
-        checks
+        into pieces as embed splits it; the shard's root attributes say the bound and the precision (`output_attrs`),
+        the run's fingerprint and the shard's place in the set (`shard_fingerprint`, `shard_attrs`), which
+        `merge-shards` checks
 
 Why a DoFn and not RunInference: a shard must be written by one worker from all its lines, and embed's packing
 sorts a window of thousands of sentences by length; RunInference batches elements as they come
@@ -33,6 +33,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
+from elmo_tf.embed.output import output_attrs
 from elmo_tf.io.embeddings_shards import shard_attrs, shard_path
 from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS, content_attrs, to_sentence
 from elmo_tf.io.text import raw_lines_of
@@ -63,6 +64,9 @@ class ShardedEmbedConfig:
     sentence_index: bool = True
     threads: int = 0
     dtype: str = "float32"  # of the datasets: "float32" or "float16" (`elmo_tf.embed.check_dtype`)
+    # what the workers' model computes in: "float32" or "bfloat16" ("auto" is resolved by the launcher: one precision
+    # for every shard of a run; `elmo_tf.beam.options.ElmoTFOptions`)
+    precision: str = "float32"
 
     def shard_paths(self):
         return [shard_path(self.output, k, self.num_shards) for k in range(self.num_shards)]
@@ -146,7 +150,7 @@ def local_copy(path, directory):
 
 
 def load_model(config):
-    """The model and token cache of `config`, as `elmo-tf embed` loads them."""
+    """The model (computing in `config.precision`) and token cache of `config`, as `elmo-tf embed` loads them."""
 
     from elmo_tf.embed.embedder import use_threads
     from elmo_tf.embed.malloc import limit_malloc_arenas
@@ -156,7 +160,7 @@ def load_model(config):
     limit_malloc_arenas()
     use_threads(config.threads)
     with tempfile.TemporaryDirectory(prefix="elmo_tf_beam_") as tmp:
-        model = load_elmo(local_copy(config.options, tmp), local_copy(config.weights, tmp))
+        model = load_elmo(local_copy(config.options, tmp), local_copy(config.weights, tmp), precision=config.precision)
         token_embeddings = None
         if config.vocab is not None:
             vocabulary = read_vocabulary(local_copy(config.vocab, tmp))
@@ -183,15 +187,13 @@ def run_settings(config):
 def shard_fingerprint(embedder, config, input_digest):
     """What a shard's content depends on, the same for every shard of one run (`elmo_tf.embed.run_fingerprint`, as
     embed's journal records it): `model` (`model_fingerprint`: options and weight values), `token_embeddings`,
-    `layers`, `precision` (the biLM's matmul dtype: "float32" unless the model was built with another) and its
+    `layers`, `precision` (what the model computes in, `Embedder.precision`: "float32" or "bfloat16") and the biLM's
     `implementation`, the settings of `config` (`run_settings`: `dtype`, `max_sentence_tokens`, `batch_size`...),
     TensorFlow's version and thread counts, and `input`: `input_digest` (`lines_digest` of the input's lines)."""
     from elmo_tf.embed import run_fingerprint
 
     fingerprint = run_fingerprint(embedder, {"sha256": None, "size": None}, **run_settings(config))
-    bilm = embedder.model.bilm
-    fingerprint["precision"] = str(getattr(bilm, "matmul_dtype", None) or "float32")
-    fingerprint["implementation"] = str(getattr(bilm, "implementation", None))
+    fingerprint["implementation"] = str(getattr(embedder.model.bilm, "implementation", None))
     fingerprint["input"] = dict(input_digest)
     return fingerprint
 
@@ -200,8 +202,8 @@ def write_shard(embedder, sentences, path, config, attrs=None):
     """Embeds `sentences` (`Sentence`s of the shard's lines, in order, uncut) with `embed`'s own packing and model code
     (`elmo_tf.embed.embed_sentences`: a line of more than `config.max_sentence_tokens` tokens split into pieces) and
     writes them to `path` as `embed` writes its output (`elmo_tf.embed.write_embedding_file`: temporary name +
-    rename), with the root attributes `content_attrs` (the bound) and `attrs` (`shard_attrs`: the run's fingerprint
-    and the shard's place). Returns counts of sentences and tokens."""
+    rename), with the root attributes `output_attrs` (the bound, the precision) and `attrs` (`shard_attrs`: the run's
+    fingerprint and the shard's place). Returns counts of sentences and tokens."""
     from elmo_tf.embed import embed_sentences, write_embedding_file
 
     counts = {"sentences": 0, "tokens": 0}
@@ -221,7 +223,7 @@ def write_shard(embedder, sentences, path, config, attrs=None):
         dtype=config.dtype,
         max_sentence_tokens=config.max_sentence_tokens,
     )
-    attrs = {**content_attrs(config.max_sentence_tokens, "split"), **(attrs or {})}
+    attrs = {**output_attrs(config.max_sentence_tokens, embedder.precision), **(attrs or {})}
     write_embedding_file(path, embedded, dtype=config.dtype, sentence_index=config.sentence_index, attrs=attrs)
     return counts
 

@@ -32,14 +32,20 @@ EXAMPLES = """examples:
       --num-shards 4 --direct_num_workers 2 --direct_running_mode multi_processing
   elmo-tf merge-shards --input out/emb --output all.hdf5      # one file, as `elmo-tf embed` writes it
 
+  elmo-tf beam-embed ... --precision auto     # a pipeline option: bfloat16 where the launching CPU has it
+
 output: PREFIX-SSSSS-of-NNNNN.hdf5, each the `elmo-tf embed` output of a contiguous range of the input's lines:
 datasets named by the line index in the whole input, sentence_to_index of its own lines (see `elmo-tf embed
 --help` for the layout). Each shard's root attributes say the bound on a sentence (max_sentence_tokens,
-long_sentences="split": a longer line is split as embed splits it), the run's fingerprint (run.model, run.layers,
-run.dtype, run.precision, run.input, the settings) and its place (shard.index, shard.count), which merge-shards
-checks. Paths may be local or of any Beam filesystem (gs://, s3://, hdfs://, ...).
+long_sentences="split": a longer line is split as embed splits it), the precision, the run's fingerprint (run.model,
+run.layers, run.dtype, run.precision, run.input, the settings) and its place (shard.index, shard.count), which
+merge-shards checks. Paths may be local or of any Beam filesystem (gs://, s3://, hdfs://, ...).
 Every other flag goes to Beam's PipelineOptions: --runner (DirectRunner by default), --direct_num_workers,
---direct_running_mode, --project, --region, --temp_location, --flink_master, --spark_master_url, ...
+--direct_running_mode, --project, --region, --temp_location, --flink_master, --spark_master_url, ..., and elmo_tf's
+own pipeline option (`elmo_tf.beam.options.ElmoTFOptions`):
+  --precision {float32,bfloat16,auto}   what the workers' biLM computes in (float32); auto is decided once, on the
+      machine that launches the pipeline: bfloat16 where it multiplies bfloat16 natively (AVX512_BF16, AMX), so
+      every shard of a run has one precision
 """
 
 
@@ -120,9 +126,11 @@ def check_remote(args):
 
 
 def beam_parser():
-    """The parser of every pipeline option Beam knows, as `PipelineOptions.get_all_options` builds it (apache_beam
-    must be importable)."""
+    """The parser of every pipeline option Beam knows, as `PipelineOptions.get_all_options` builds it, elmo_tf's own
+    (`ElmoTFOptions`) among them (apache_beam must be importable)."""
     from apache_beam.options import pipeline_options as po
+
+    from elmo_tf.beam.options import ElmoTFOptions  # noqa: F401 (a PipelineOptions subclass: imported, it is known)
 
     parser = po._BeamArgumentParser(allow_abbrev=False)
     for cls in {str(c): c for c in po.PipelineOptions.__subclasses__()}.values():
@@ -210,7 +218,12 @@ def main(argv=None, prog=PROG):
     with quiet_beam_imports():
         from elmo_tf.beam.pipeline import ShardedEmbedConfig, run
 
+    from elmo_tf.beam.options import ElmoTFOptions
+    from elmo_tf.cli.precision import precision_text, resolved_precision
+
+    requested = options.view_as(ElmoTFOptions).precision
     config = ShardedEmbedConfig(
+        precision=resolved_precision(requested),
         options=args.options,
         weights=args.weights,
         input=args.input,
@@ -234,10 +247,11 @@ def main(argv=None, prog=PROG):
     finally:
         beam_logger.setLevel(logging.WARNING)
     log.info(
-        "wrote %d shards %s in %.1f s",
+        "wrote %d shards %s in %.1f s, computed in %s",
         len(paths),
         f"{args.output}-*-of-{args.num_shards:05d}.hdf5",
         time.perf_counter() - start,
+        precision_text(config.precision, requested),
     )
     return 0
 

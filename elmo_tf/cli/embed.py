@@ -23,6 +23,7 @@ from elmo_tf.cli import (
     threads_int,
 )
 from elmo_tf.cli.models import MODEL_HELP, resolve_model
+from elmo_tf.cli.precision import add_precision_flag, precision_text, resolved_precision
 from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
 from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS
 
@@ -35,6 +36,7 @@ EXAMPLES = """examples:
       --layers top --batch-size 32
   elmo-tf embed ... --output out.hdf5 --dtype float16      # half the file
   elmo-tf embed ... --output out.hdf5 --resume             # after a crash: the same command, plus --resume
+  elmo-tf embed ... --output out.hdf5 --precision auto     # bfloat16 where the CPU has AVX512_BF16 or AMX
 
   elmo-tf dump-token-embeddings --options options.json --weights weights.hdf5 --vocab vocab.txt \\
       --output tokens.hdf5
@@ -49,6 +51,7 @@ average; "sentence_to_index": a JSON string {key: "line index"} (AllenNLP's form
 --no-sentence-index). A key is the line decoded as UTF-8 with ASCII whitespace stripped from its ends: AllenNLP's
 key for UTF-8 lines; invalid bytes become lone surrogates ("\\udcXX" in the JSON; key.encode("utf-8",
 "surrogateescape") gives the bytes back), so two lines with different tokens never share a key.
+The file's attribute precision says what the vectors were computed in (float32 or bfloat16, --precision).
 Empty lines give a dataset with 0 tokens. A line of more than --max-sentence-tokens tokens is split into
 consecutive pieces of that many, each embedded as a sentence of its own (between its own <S> and </S>); its
 dataset holds every token's vector, the pieces' in order (the file's attributes max_sentence_tokens and
@@ -61,7 +64,8 @@ beside the output (.<output name>.partial/); the output is built from them at th
 An interrupted run (kill -9, SIGTERM: exit 143, Ctrl-C: exit 130, a full disk: exit 1) leaves an existing output
 as it was and keeps its finished shards: the same command with --resume computes only the rest and writes the
 same file as an uninterrupted run. It is refused (exit 2, naming each difference) when the input's content, the
-model, the token cache or an option that changes the output differs; without --resume a run starts over.
+model, the token cache, --precision or an option that changes the output differs; without --resume a run starts
+over.
 progress: on a terminal a bar with the total, the rate and the time left; otherwise a log line every
 --log-interval seconds; nothing with --quiet.
 """
@@ -220,6 +224,7 @@ def build_parser(prog=PROG):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_embed_flags(p, "hdf5 file to write (replaced whole at the end)")
+    add_precision_flag(p)
     add_resume_flags(p, 50_000)
     return p
 
@@ -303,6 +308,7 @@ def dump_main(argv=None, prog=DUMP_PROG):
 FINGERPRINT_FLAGS = {
     "input": "--input",
     "model": "--options/--weights",
+    "precision": "--precision",
     "token_embeddings": "--token-embeddings/--vocab",
     "layers": "--layers",
     "dtype": "--dtype",
@@ -345,8 +351,9 @@ def main(argv=None, prog=PROG):
 
     limit_malloc_arenas()  # before TensorFlow's threads allocate: about 100 MB less peak RSS
     use_threads(args.threads)
+    precision = resolved_precision(args.precision)
     try:
-        model = load_elmo(args.options, args.weights)
+        model = load_elmo(args.options, args.weights, precision=precision)
     except ConfigError as e:
         raise DataError(f"--options: {e}") from None
     except WeightFileError as e:
@@ -382,11 +389,17 @@ def main(argv=None, prog=PROG):
             on_start=progress.start,
             notes=notes,
         )
-    seconds = time.perf_counter() - start
+    log_summary(log, stats, time.perf_counter() - start, args, precision_text(precision, args.precision))
+    return 0
+
+
+def log_summary(log, stats, seconds, args, precision):
+    """`embed`'s last log line: the counts of `stats` (`embed_file`'s), the time, the precision, the output."""
     log.info(
         "%d sentences, %d tokens (%d embedded in this run) in %.1f s (%.0f tokens/s); %d empty, %d split in pieces "
         "of %d tokens; "
-        "%d of %d shards resumed; %d distinct tokens per batch through the char CNN, %d from the cache; wrote %s",
+        "%d of %d shards resumed; %d distinct tokens per batch through the char CNN, %d from the cache; computed in "
+        "%s; wrote %s",
         stats["sentences"],
         stats["tokens"],
         stats["computed_tokens"],
@@ -399,6 +412,6 @@ def main(argv=None, prog=PROG):
         stats["shards"],
         stats["distinct"] - stats["cached"],
         stats["cached"],
+        precision,
         args.output,
     )
-    return 0

@@ -17,6 +17,7 @@ from elmo_tf.cli import (
     setup_logging,
     size_int,
 )
+from elmo_tf.cli.precision import add_precision_flag, precision_text, resolved_precision
 from elmo_tf.preprocessing.tokenizer import TOKENIZERS
 
 PROG = "export_savedmodel.py"
@@ -30,6 +31,7 @@ EXAMPLES = """examples:
   python export/export_savedmodel.py --model-dir runs/pretrain --output models/elmo --version 3
   python export/export_savedmodel.py --options options.json --weights weights.hdf5 --output models/elmo \\
       --tokenizer unicode_script --max-tokens 400
+  python export/export_savedmodel.py --model-dir runs/pretrain --output models/elmo_bf16 --precision bfloat16
 
 writes OUTPUT/<version>/ (an existing version is an error), the layout TF Serving polls:
   tensorflow_model_server --model_name=elmo --model_base_path=$PWD/models/elmo
@@ -50,6 +52,11 @@ these ops built in. --tokenizer whitespace (the default) needs core TensorFlow o
 
 --max-tokens N: both signatures keep each sentence's first N tokens (outputs have at most N positions), a
 guard against very long requests.
+
+--precision bfloat16: the export computes in bfloat16 (the matmuls' operands; float32 accumulation, state and
+outputs: every output stays float32), on bfloat16 copies of the weights held in the SavedModel: stock TF Serving and
+the C++ loader run it as it is, on any CPU (fast with AVX512_BF16 or AMX, emulated elsewhere). auto: bfloat16 where
+the exporting CPU multiplies it natively. The version's assets.extra/elmo_tf.json records the precision.
 
 check it with TF Serving's own C++ loader (tensorflow::LoadSavedModel + Session::Run, every signature):
   $(bash export/cpp/build.sh) --export_dir models/elmo/1 --sentence "a b c"
@@ -110,6 +117,7 @@ def parse_args(argv=None, prog=PROG):
         "into the cache",
     )
     add_export_flags(parser, output_help="base path of the model: versions go to OUTPUT/<version>/")
+    add_precision_flag(parser, what=": what the export computes in, recorded in assets.extra/elmo_tf.json")
     parser.add_argument("--softmax", help="softmax hdf5 of the biLM (softmax/W, softmax/b): adds the lm signature")
     parser.add_argument("--vocab", help="the softmax's vocabulary, one word per line (with --softmax)")
     parser.add_argument(
@@ -197,9 +205,11 @@ def main(argv=None, prog=PROG):
     from elmo_tf.saved_model.export import export_elmo
     from elmo_tf.saved_model.versions import ExportError
 
-    logger.info("loading %s + %s", args.options, args.weights)
+    precision = resolved_precision(args.precision)
+    shown = precision_text(precision, args.precision)
+    logger.info("loading %s + %s to compute in %s", args.options, args.weights, shown)
     try:
-        model = load_elmo(args.options, args.weights)
+        model = load_elmo(args.options, args.weights, precision=precision)
     except (ValueError, OSError) as e:  # ConfigError / WeightFileError are ValueErrors naming the file
         raise DataError(f"--options/--weights: cannot load the model: {e}") from None
     lm = load_lm(args, model)

@@ -4,9 +4,13 @@ A thin command line over `elmo_tf.ner.export.export_tagger` (signatures `tag`/`s
 see that module). Versioned like the ELMo export (`<base>/<version>/`, never overwritten, written atomically).
 Exit status: 0 done, 2 bad command line, 1 bad model files or a failed export.
 
+The biLM computes in the precision training's features were computed in (config.json), unless --precision says
+otherwise; the version's assets.extra/elmo_tf.json records it.
+
 examples:
   python export/export_tagger.py --ner runs/ner --elmo runs/small --output models/tagger
   python export/export_tagger.py --ner runs/ner_base --output models/tagger_base    # a --no-elmo tagger
+  python export/export_tagger.py --ner runs/ner --output models/tagger_bf16 --precision bfloat16
 """
 
 import argparse
@@ -15,6 +19,7 @@ import os
 
 from elmo_tf.cli import ArgumentParser, DataError, UsageError, existing_dir, setup_logging
 from elmo_tf.cli.export import add_export_flags, check_export_flags
+from elmo_tf.cli.precision import add_precision_flag, precision_text, resolved_precision
 
 PROG = "export_tagger.py"
 
@@ -41,6 +46,12 @@ def build_parser(prog=PROG):
         "what the NER dir's config.json names)",
     )
     add_export_flags(parser, output_help="base dir, e.g. models/tagger")
+    add_precision_flag(
+        parser,
+        default=None,
+        what=" of the biLM in the export (default: what training's features were computed in, from config.json; "
+        "float32 for a tagger trained before precisions)",
+    )
     return parser
 
 
@@ -51,15 +62,20 @@ def elmo_for(args, head):
     from elmo_tf.ner.tagging import recorded_source
 
     if not head.num_elmo_layers:
+        if args.precision is not None:
+            raise UsageError("--precision: the tagger was trained without ELMo features; drop the flag")
         return None
+    try:
+        recorded = recorded_source(args.ner)
+    except ValueError as e:
+        raise DataError(f"--ner: {e}") from None
+    trained = recorded.get("precision") if recorded.get("kind") == "in_process" else None
+    precision = resolved_precision(args.precision or trained or "float32")
+    logger.info("the biLM computes in %s", precision_text(precision, args.precision))
     if args.elmo:
         options, weights = elmo_paths(args.elmo)
         flag = "--elmo"
     else:
-        try:
-            recorded = recorded_source(args.ner)
-        except ValueError as e:
-            raise DataError(f"--ner: {e}") from None
         if recorded.get("kind") != "in_process":
             raise UsageError("--elmo: the tagger was trained on served features; name the biLM files (--elmo DIR)")
         options, weights, flag = recorded["options"], recorded["weights"], "--ner (config.json's elmo_source)"
@@ -67,7 +83,7 @@ def elmo_for(args, head):
         if not os.path.isfile(path):
             raise UsageError(f"{flag}: no such file: {path!r}")
     try:
-        return load_elmo(options, weights)
+        return load_elmo(options, weights, precision=precision)
     except (ValueError, OSError) as e:
         raise DataError(f"{flag}: cannot load the biLM: {e}") from None
 

@@ -16,6 +16,7 @@ from elmo_tf.cli import (
     seed_int,
     size_int,
 )
+from elmo_tf.cli.precision import add_precision_flag, precision_text, resolved_precision
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,11 @@ def add_data_flags(parser, group_title=None):
     )
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
     source.add_argument("--no-elmo", action="store_true", help="no ELMo features (the baseline)")
+    add_precision_flag(
+        data,
+        default=None,
+        what=" of the --elmo biLM's features (default float32; recorded in config.json, where tag.py takes it from)",
+    )
     data.add_argument("--model-name", default="elmo", help="model name on the server (elmo)")
     add_server_flags(data)
     data.add_argument(
@@ -169,6 +175,13 @@ def check_data_flags(args):
     from elmo_tf.ner.training import OUTPUT_FILES
 
     resolve_elmo_flag(args)
+    if args.precision is not None and not args.elmo:
+        why = (
+            "--elmo-server computes in the precision of its export (elmo-tf export --precision)"
+            if args.elmo_server
+            else "--no-elmo has no biLM"
+        )
+        raise UsageError(f"--precision: only with --elmo (a biLM in this process); {why}")
     inputs = input_files(args)
     for flag, path in inputs:
         if flag == "--elmo" and not os.path.isfile(path):
@@ -229,6 +242,18 @@ def config_from_args(args, **overrides):
         raise UsageError(str(e)) from None
 
 
+def features_text(args, data):
+    """What the commands' first log line says of the ELMo features of `data` (`load_data_from_args`): "" without,
+    "; ELMo features from HOST:PORT" for a server's, "; ELMo features in bfloat16" (the precision a biLM in this
+    process computed them in, `precision_text`)."""
+    info = getattr(data, "source_info", None) or {}
+    if args.no_elmo or not info:
+        return ""
+    if info.get("kind") == "server":
+        return f"; ELMo features from {info.get('address')}"
+    return f"; ELMo features in {precision_text(info.get('precision', 'float32'), args.precision)}"
+
+
 def _progress_bar(split, total):
     from tqdm import tqdm
 
@@ -257,6 +282,7 @@ def load_data_from_args(args):
             model_name=args.model_name,
             max_request_tokens=args.server_max_tokens,
             credentials=server_credentials(args, args.elmo_server),
+            precision=resolved_precision(args.precision) if args.elmo else None,
         )
     except FeatureSourceError as e:  # weights that do not load, a server that does not answer
         raise DataError(f"{'--elmo-server' if args.elmo_server else '--elmo'}: {e}") from None

@@ -51,6 +51,7 @@ from elmo_tf.cli import (
     setup_logging,
     threads_int,
 )
+from elmo_tf.cli.precision import COMPUTED, add_precision_flag, precision_text, resolved_precision
 from elmo_tf.io.atomic import WriteError
 from elmo_tf.io.vocabulary import Vocabulary
 from elmo_tf.pretraining.config import OPTIMIZERS, CheckpointMismatchError, NonFiniteLossError, TrainConfig
@@ -104,13 +105,7 @@ def build_parser(prog=PROG):
     config_flag("validate_every", default=0, help="steps between valid perplexities (0: at the end)")
     config_flag("shuffle_buffer", default=10000, help="sentences in the shuffle buffer (10000; 0: no shuffling)")
     config_flag("bucket_width", default=10, help="batch sentences by length in buckets this many tokens wide (10)")
-    p.add_argument(
-        "--matmul-precision",
-        default="float32",
-        choices=("float32", "bfloat16"),
-        help="dtype of the training step's LSTM and softmax matmuls; bfloat16 steps faster on CPUs with AVX512_BF16 "
-        "and on GPUs, weights and optimizer stay float32 (float32)",
-    )
+    _add_precision_flags(p)
     config_flag("seed", default=0, help="data order and initial weights, 0 <= seed < 2**32 (0)")
     p.add_argument(
         "--init-from",
@@ -124,6 +119,32 @@ def build_parser(prog=PROG):
         "--threads", type=threads_int("--threads"), default=0, help="intra-op threads (0: TensorFlow's default)"
     )
     return p
+
+
+def _add_precision_flags(parser):
+    """--precision (auto: bfloat16 where this CPU multiplies it natively) and its older name --matmul-precision
+    (float32 or bfloat16), one or the other: both set `TrainConfig.matmul_precision`, the dtype of the training step's
+    LSTM and sampled-softmax matmuls."""
+    what = (
+        ": the dtype of the training step's LSTM and sampled-softmax matmuls; the weights, the optimizer and the "
+        "evaluation stay float32"
+    )
+    group = parser.add_mutually_exclusive_group()
+    add_precision_flag(group, default=None, what=f" (default float32){what}")
+    group.add_argument(
+        "--matmul-precision",
+        choices=COMPUTED,
+        default=None,
+        help="the older name of --precision (float32 or bfloat16)",
+    )
+
+
+def _precision(args):
+    """The matmul precision of the run (float32 or bfloat16): --precision (auto decided here, once) or
+    --matmul-precision."""
+    if args.matmul_precision is not None:
+        return resolved_precision(args.matmul_precision, flag="--matmul-precision")
+    return resolved_precision(args.precision)
 
 
 def _configs(args):
@@ -165,7 +186,7 @@ def _configs(args):
             validate_every=args.validate_every,
             shuffle_buffer=args.shuffle_buffer,
             bucket_width=args.bucket_width,
-            matmul_precision=args.matmul_precision,
+            matmul_precision=_precision(args),
             seed=args.seed,
         )
     except ConfigError as e:  # the flags are range-checked already; what is left is how they combine
@@ -263,11 +284,12 @@ def main(argv=None, prog=PROG):
     stopped = f" (stopped: {args.max_minutes:g} minutes)" if result["stop_reason"] == "stop_training" else ""
     valid = result.get("valid")
     logging.info(
-        "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s%s%s",
+        "done: step %d, train loss %.4f (perplexity %.2f), %.0f tokens/s, matmuls in %s%s%s",
         result["step"],
         result["loss"],
         result["perplexity"],
         result["tokens_per_s"],
+        precision_text(trainer.config.matmul_precision, args.precision),
         stopped,
         "; valid perplexity forward {forward:.2f} backward {backward:.2f} average {average:.2f}".format(**valid)
         if valid

@@ -24,6 +24,7 @@ from elmo_tf.cli import (
     threads_int,
 )
 from elmo_tf.cli.models import resolve_model
+from elmo_tf.cli.precision import add_precision_flag, precision_text, resolved_precision
 from elmo_tf.cli.progress import Progress, add_resume_flags, journaled_run
 from elmo_tf.io.sentences import DEFAULT_MAX_SENTENCE_TOKENS
 
@@ -38,13 +39,15 @@ EXAMPLES = """examples:
       --softmax elmo_2x4096_512_2048cnn_2xhighway_softmax_weights.hdf5 --vocab vocab-2016-09-10.txt \\
       --input sentences.txt --output scores.jsonl --top-k 5
   elmo-tf score --model runs/small --input big.txt --output scores.jsonl --resume   # after a crash
+  elmo-tf score --model runs/small --input s.txt --output scores.jsonl --precision bfloat16
 
 input: one whitespace-tokenized sentence per line (as embed reads it). output: one JSON line per input line:
   {"tokens": [w_1 .. w_n],
    "forward_log_probs":  [log p(w_1|<S>), ..., log p(w_n|<S> w_1..w_n-1), log p(</S>|<S> w_1..w_n)],
    "backward_log_probs": [log p(w_1|w_2..w_n </S>), ..., log p(w_n|</S>), log p(<S>|w_1..w_n </S>)],
    "forward_top_k": [[[word, log_prob], ... k] per position], "backward_top_k": ...}   (with --top-k)
-natural logs; entry i - 1 is about word i in both directions, entry n about the sentence boundary. Words not in the
+natural logs; entry i - 1 is about word i in both directions, entry n about the sentence boundary. A record scored
+in bfloat16 (--precision) says so: "precision": "bfloat16". Words not in the
 vocabulary are scored as <UNK>. A line of more than --max-sentence-tokens tokens is scored on its first
 that many, and its record says so: "truncated": true, "line_tokens": its own count (a piece scored apart would
 start as a sentence does). A sentence's perplexity is exp(-mean(forward_log_probs)) (as evaluate-lm counts it).
@@ -55,8 +58,8 @@ beside the output (.<output name>.partial/); the output is their concatenation, 
 name and renamed at the end, and the directory removed. An interrupted run (kill -9, SIGTERM: exit 143, Ctrl-C:
 exit 130, a full disk: exit 1) leaves an existing output as it was and keeps its finished shards: the same command
 with --resume scores only the rest and writes the same bytes as an uninterrupted run. It is refused (exit 2,
-naming each difference) when the input's content, the model, the softmax, the vocabulary, --top-k or an option
-that changes the output differs; without --resume a run starts over.
+naming each difference) when the input's content, the model, --precision, the softmax, the vocabulary, --top-k or
+an option that changes the output differs; without --resume a run starts over.
 progress: on a terminal a bar with the total, the rate and the time left; otherwise a log line every
 --log-interval seconds; nothing with --quiet.
 """
@@ -110,7 +113,8 @@ def build_parser(prog=PROG):
         default=0,
         help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)",
     )
-    add_resume_flags(p, 50_000, what="option that changes the output (--top-k, the batching)")
+    add_precision_flag(p, what=": of the biLM and the softmax's matmuls; log-probabilities are float32")
+    add_resume_flags(p, 50_000, what="option that changes the output (--top-k, --precision, the batching)")
     return p
 
 
@@ -146,8 +150,8 @@ def model_files(args):
     return given
 
 
-def load(files, top_k):
-    """The `LanguageModel` of the four files; DataError naming the flag and the file."""
+def load(files, top_k, precision="float32"):
+    """The `LanguageModel` of the four files, computing in `precision`; DataError naming the flag and the file."""
     from elmo_tf.config import ConfigError
     from elmo_tf.errors import ElmoTFError
     from elmo_tf.io import WeightFileError
@@ -155,7 +159,9 @@ def load(files, top_k):
     from elmo_tf.models.language_model import load_language_model
 
     try:
-        return load_language_model(files["options"], files["weights"], files["softmax"], files["vocab"], top_k=top_k)
+        return load_language_model(
+            files["options"], files["weights"], files["softmax"], files["vocab"], top_k=top_k, precision=precision
+        )
     except ConfigError as e:
         raise DataError(f"--options: {e}") from None
     except LMVocabularyError as e:
@@ -173,6 +179,7 @@ def load(files, top_k):
 FINGERPRINT_FLAGS = {
     "input": "--input",
     "model": "--options/--weights",
+    "precision": "--precision",
     "softmax": "--softmax",
     "vocab": "--vocab",
     "top_k": "--top-k",
@@ -200,7 +207,8 @@ def main(argv=None, prog=PROG):
     from elmo_tf.embed.score import score_file
 
     use_threads(args.threads)
-    lm = load(files, args.top_k)
+    precision = resolved_precision(args.precision)
+    lm = load(files, args.top_k, precision)
     notes = {flag: path for flag, path in files.items() if flag != "options"}
     notes["model"] = f"{files['options']}, {notes.pop('weights')}"
     start = time.perf_counter()
@@ -222,7 +230,7 @@ def main(argv=None, prog=PROG):
     seconds = time.perf_counter() - start
     log.info(
         "%d sentences, %d tokens in %.1f s (%.1f sentences/s in this run); %d cut to %d tokens; %d of %d shards "
-        "resumed; wrote %s",
+        "resumed; computed in %s; wrote %s",
         stats["sentences"],
         stats["tokens"],
         seconds,
@@ -231,6 +239,7 @@ def main(argv=None, prog=PROG):
         args.max_sentence_tokens,
         stats["resumed_shards"],
         stats["shards"],
+        precision_text(precision, args.precision),
         args.output,
     )
     return 0

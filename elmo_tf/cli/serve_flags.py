@@ -22,7 +22,8 @@ TF_SERVING_FLAGS = (
     *("model_name", "model_base_path", "model_config_file", "enable_batching", "batching_parameters_file"),
     *("file_system_poll_wait_seconds", "max_num_load_retries", "load_retry_interval_micros"),
     *("tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism", "grpc_max_threads"),
-    *("enable_model_warmup", "allow_version_labels_for_unavailable_models", "enable_grpc_healthcheck_service"),
+    *("enable_model_warmup", "allow_version_labels_for_unavailable_models", "mixed_precision"),
+    "enable_grpc_healthcheck_service",
     *("monitoring_config_file", "ssl_config_file", "model_config_file_poll_wait_seconds"),
 )
 # the embedded server's own flags (dropped when running the stock server), as --help lists them

@@ -9,7 +9,8 @@ Tags are in the training files' scheme (IOB1 for CoNLL-2003, IOB2 for WNUT-17; e
 
 The ELMo features must come from the biLM the head was trained on. By default tag.py uses what training used
 (config.json in the model directory): the same weights in process, or the same model server; --elmo or
---elmo-server override it. A model trained with --no-elmo needs neither.
+--elmo-server override it. A model trained with --no-elmo needs neither. A biLM in this process computes in the
+precision training's features were computed in (config.json), unless --precision says otherwise.
 Exit status: 0 done, 2 bad command line, 1 bad input text (the message names the line) or a failed model/server.
 
 examples:
@@ -35,6 +36,7 @@ from elmo_tf.cli import (
     size_int,
 )
 from elmo_tf.cli import ner as ner_cli
+from elmo_tf.cli.precision import add_precision_flag, precision_text, resolved_precision
 
 PROG = "tag.py"
 
@@ -68,6 +70,12 @@ def build_parser(prog=PROG):
         "beside it, or a released model's name or URL (default: what config.json says training used)",
     )
     source.add_argument("--elmo-server", help="HOST:PORT of a model server with the ELMo export")
+    add_precision_flag(
+        p,
+        default=None,
+        what=" of a biLM in this process (default: what training's features were computed in, from config.json; "
+        "float32 for a tagger trained before precisions)",
+    )
     p.add_argument("--model-name", default=None, help="model name on the server (default: training's, else elmo)")
     ner_cli.add_server_flags(p)
     p.add_argument("--batch-size", type=size_int("--batch-size"), default=32, help="sentences per model call (32)")
@@ -78,7 +86,7 @@ def build_parser(prog=PROG):
 def resolve_source(args, model_dir, needs_elmo):
     """(the feature source for the tagger: the flags, else config.json's record of training; the flag it answers
     to), or (None, None) without ELMo."""
-    from elmo_tf.ner.features import FeatureSourceError, changed_source, open_feature_source
+    from elmo_tf.ner.features import FeatureSourceError, changed_precision, changed_source, open_feature_source
     from elmo_tf.ner.tagging import RecordedSourceError, recorded_source, source_arguments
 
     given = args.elmo or args.elmo_server
@@ -87,6 +95,10 @@ def resolve_source(args, model_dir, needs_elmo):
             raise UsageError(
                 f"--{'elmo' if args.elmo else 'elmo-server'}: the model in {model_dir!r} was trained "
                 f"without ELMo features (--no-elmo); drop the flag"
+            )
+        if args.precision is not None:
+            raise UsageError(
+                f"--precision: the model in {model_dir!r} was trained without ELMo features; drop the flag"
             )
         return None, None
     try:
@@ -101,17 +113,35 @@ def resolve_source(args, model_dir, needs_elmo):
         raise UsageError(f"--elmo: {e}; give --elmo DIR_OR_HDF5 or --elmo-server HOST:PORT") from None
     flag = "--elmo-server" if "elmo_server" in kwargs else "--elmo"
     origin = "" if given else " (the source recorded in config.json; override it with --elmo or --elmo-server)"
+    kwargs["precision"] = _precision(args, recorded, served="elmo_server" in kwargs)
     try:
         credentials = ner_cli.server_credentials(args, kwargs.get("elmo_server"))
         source, _ = open_feature_source(batch_size=args.batch_size, credentials=credentials, **kwargs)
     except FeatureSourceError as e:
         raise DataError(f"{flag}: {e}{origin}") from None
+    if changed_precision(recorded, source):  # only when asked for: the default is training's
+        logger.warning("--precision: %s; tagging with them as asked", changed_precision(recorded, source))
     changed = changed_source(recorded, source)  # the same path or address, but another biLM than training's
     if changed and not given:
         raise DataError(f"{flag}: {changed}{origin}")
     if changed:
         logger.warning("%s: %s; tagging with it as asked", flag, changed)
     return source, flag
+
+
+def _precision(args, recorded, served):
+    """The precision of a biLM in this process: --precision, else the one training's features were computed in
+    (config.json's `elmo_source`; float32 without one), decided and said in a log line; None for a served source
+    (UsageError when --precision is given for one)."""
+    if served:
+        if args.precision is not None:
+            raise UsageError(
+                "--precision: only for a biLM in this process (--elmo); the server computes in the precision of its "
+                "export (elmo-tf export --precision)"
+            )
+        return None
+    trained = recorded.get("precision") if recorded.get("kind") == "in_process" else None
+    return resolved_precision(args.precision or trained or "float32")
 
 
 def read_sentences(args):
@@ -180,11 +210,13 @@ def main(argv=None, prog=PROG):
     sentences = read_sentences(args)
     pipeline = load_pipeline(args)
     scheme = pipeline.encoder.source_scheme
+    precision = getattr(pipeline.source, "precision", None)
     logger.info(
-        "tagging %d sentences (%s model, tags in %s)",
+        "tagging %d sentences (%s model, tags in %s%s)",
         len(sentences),
         "ELMo" if pipeline.uses_elmo else "no-ELMo",
         scheme,
+        f", ELMo features in {precision_text(precision, args.precision)}" if precision else "",
     )
     with tqdm(
         total=len(sentences),

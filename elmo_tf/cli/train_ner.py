@@ -52,11 +52,12 @@ def main(argv=None, prog=PROG):
     keras.utils.set_random_seed(config.seed)
     data = ner_cli.load_data_from_args(args)
     log.info(
-        "%s; %d labels in %s: %s",
+        "%s; %d labels in %s: %s%s",
         ", ".join(f"{k} {len(v)} sentences" for k, v in data.splits.items()),
         len(data.encoder.labels),
         config.crf_scheme,
         " ".join(data.encoder.labels),
+        ner_cli.features_text(args, data),
     )
     try:
         train_tagger(config, data, args.output, record=vars(args), log=log.info)

@@ -151,10 +151,11 @@ def main(argv=None, prog=PROG):
         raise UsageError(f"--directory: {e}") from None
     data = ner_cli.load_data_from_args(args)  # shared by all trials
     logger.info(
-        "%s; %d labels in %s",
+        "%s; %d labels in %s%s",
         ", ".join(f"{k} {len(v)} sentences" for k, v in data.splits.items()),
         len(data.encoder.labels),
         config.crf_scheme,
+        ner_cli.features_text(args, data),
     )
     try:
         best, summary = search(

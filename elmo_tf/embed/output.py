@@ -13,9 +13,9 @@ import numpy as np
 
 from elmo_tf.embed.malloc import release_free_memory
 from elmo_tf.errors import ElmoTFError
-from elmo_tf.io.embeddings_shards import merged_index_text, write_shards
+from elmo_tf.io.embeddings_shards import PRECISION_ATTR, merged_index_text, write_shards
 from elmo_tf.io.journal import fault_point
-from elmo_tf.io.sentences import EmbeddingWriter, LineKeys
+from elmo_tf.io.sentences import EmbeddingWriter, LineKeys, content_attrs
 
 DTYPES = ("float32", "float16")  # of the written arrays; computed in float32 either way
 
@@ -26,6 +26,13 @@ def check_dtype(dtype):
     if name not in DTYPES:
         raise ElmoTFError(f"dtype must be one of {DTYPES}, got {dtype!r}", key="dtype")
     return name
+
+
+def output_attrs(max_sentence_tokens, precision):
+    """The root attributes of an embed output (a file, a shard): how long lines were handled (`content_attrs`: split
+    in pieces of `max_sentence_tokens`, None: no bound) and `PRECISION_ATTR`, the precision its arrays were computed
+    in ("float32" or "bfloat16": the model's, `Embedder.precision`)."""
+    return {**content_attrs(max_sentence_tokens, "split"), PRECISION_ATTR: str(precision)}
 
 
 def cast_embedding(array, dtype, index=None):
@@ -45,7 +52,7 @@ def write_embedding_file(path, embedded, dtype="float32", sentence_index=True, d
     piece at a time), as a valid embed output for those sentences: a dataset per sentence named by its index, and
     `sentence_to_index` for them (keys in line order, so the last of equal lines wins, as in a whole file). Atomic
     (`EmbeddingWriter`); `durable`: fsync'd before and after the rename; `attrs`: the file's root attributes
-    (`elmo_tf.io.sentences.content_attrs`: how long lines were handled). Returns the number of datasets written."""
+    (`output_attrs`: how long lines were handled, the precision). Returns the number of datasets written."""
     lines = []
     writer = EmbeddingWriter(path, index=sentence_index, dtype=check_dtype(dtype), durable=durable, attrs=attrs)
     with writer:
@@ -80,7 +87,8 @@ def merge_shards(paths, output_path, keys=None, dtype="float32", sentence_index=
     """Writes the datasets of the embed outputs `paths` (shards of one input, each line in one of them) into one
     file `output_path` (`elmo_tf.io.embeddings_shards.write_shards`: atomic and durable, one shard open at a time),
     with `keys` as its `sentence_to_index`: the input's `LineKeys`, as `embed_file` collects them, or a dict
-    `{key: "index"}` in line order, or None: `merged_index_text(paths)`. Returns the datasets written."""
+    `{key: "index"}` in line order, or None: `merged_index_text(paths)`. The output's root attributes are the first
+    shard's (`output_attrs`). Returns the datasets written."""
     dtype = check_dtype(dtype)
     text = _index_text(keys, paths) if sentence_index else None
     written = write_shards(paths, output_path, text, dtype, after_index=release_free_memory)

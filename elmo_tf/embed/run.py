@@ -24,7 +24,7 @@ import numpy as np
 
 from elmo_tf.embed.embedder import CNN_WIDTH_PER_TOKEN, Embedder, runtime_fingerprint
 from elmo_tf.embed.malloc import release_free_memory
-from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, write_embedding_file
+from elmo_tf.embed.output import cast_embedding, check_dtype, merge_shards, output_attrs, write_embedding_file
 from elmo_tf.embed.packing import ROW_LENGTH, default_batch_tokens, is_long, iter_plan, piece_batches
 from elmo_tf.errors import check_int
 from elmo_tf.io.hdf5_safety import HDF5ReferenceError, check_self_contained
@@ -43,7 +43,6 @@ from elmo_tf.io.sentences import (
     INDEX_DATASET,
     ArrayPieces,
     LineKeys,
-    content_attrs,
     iter_sentences,
 )
 from elmo_tf.io.text import TextFileError
@@ -55,6 +54,8 @@ SHARD_TOKENS = 50_000  # tokens per shard of embed_file's journal: about a minut
 # An input of this size or more gets a warning at the start: sentence_to_index (AllenNLP's format: one JSON string of
 # every line's key) is about the input's size, held at the end and three times over while HDF5 writes it.
 INDEX_WARNING_BYTES = 256 << 20
+# fingerprint entries added since journals were first written, as a journal of an earlier version was made
+JOURNAL_DEFAULTS = {"precision": "float32"}
 
 
 class _Plan:
@@ -124,7 +125,7 @@ def embed_sentences(
     that many tokens, each embedded as a sentence of its own, and gets an `elmo_tf.io.sentences.ArrayPieces` (every
     token's vector, computed piece by piece as it is read, before the next pair: `write_embedding_file` writes it a
     piece at a time, `np.asarray` makes it whole). What a worker of a distributed job calls on its lines before
-    `write_embedding_file` (give it `content_attrs(max_sentence_tokens, "split")` as `attrs`)."""
+    `write_embedding_file` (give it `output_attrs(max_sentence_tokens, embedder.precision)` as `attrs`)."""
     dtype = check_dtype(dtype)
     if max_batch_tokens is None:
         max_batch_tokens = default_batch_tokens(batch_size, embedder.model.config)
@@ -169,10 +170,12 @@ FINGERPRINT_SHOWN = {
 
 def run_fingerprint(embedder, digest, **settings):
     """What an embed run's output depends on, for `RunJournal`: the input's content (`file_digest`), the model's
-    config and weights, the token cache, every setting, TensorFlow's version and thread counts."""
+    config and weights, the precision it computes in, the token cache, every setting, TensorFlow's version and
+    thread counts."""
     return {
         "input": input_fingerprint(digest),
         "model": model_fingerprint(embedder.model),
+        "precision": embedder.precision,
         "token_embeddings": _cache_fingerprint(embedder.token_cache),
         "layers": embedder.layers,
         **settings,
@@ -183,6 +186,15 @@ def run_fingerprint(embedder, digest, **settings):
         "memo_size": embedder.memo_size,
         **runtime_fingerprint(),
     }
+
+
+def run_journal(output_path, fingerprint, resume, notes, shown=None, suffix=".hdf5"):
+    """The `RunJournal` of an embed (or score) run: values shown as `shown` (default `FINGERPRINT_SHOWN`), the entries a
+    journal of an earlier version lacks compared as `JOURNAL_DEFAULTS`."""
+    shown = FINGERPRINT_SHOWN if shown is None else shown
+    return RunJournal(
+        output_path, fingerprint, resume=resume, notes=notes, shown=shown, suffix=suffix, defaults=JOURNAL_DEFAULTS
+    )
 
 
 def _count_sentences(sentences, counts, keys, max_sentence_tokens):
@@ -349,7 +361,7 @@ class _ShardRun:
 def _write_shards(run, numbered, finished):
     """Computes and writes into the journal each shard of `numbered` (`_numbered_shards`) not in `finished`; reads
     past a finished one, checking it holds its lines. Returns the number of shards of the plan."""
-    attrs = content_attrs(run.plan.max_sentence_tokens, "split")
+    attrs = output_attrs(run.plan.max_sentence_tokens, run.embedder.precision)
     shards = 0
     for number, group in itertools.groupby(numbered, key=lambda item: item[0]):
         shards = number + 1
@@ -414,7 +426,7 @@ def embed_file(
             at most `max_batch_tokens` positions (one piece at least): its dataset holds every token's vector, the
             pieces' put back in order, written piece by piece (memory and the time of one model call do not grow
             with a line). None: no bound (a line is one model call, however long). The output's root attributes
-            say it: `max_sentence_tokens` and `long_sentences` = "split" (`elmo_tf.io.sentences.content_attrs`).
+            say it, and the precision: `max_sentence_tokens`, `long_sentences`, `precision` (`output_attrs`).
         progress: optional callable `progress(n_sentences_done)` called after each batch computed in this run.
         token_embeddings: optional `(vocabulary, array)` or `TokenCache` (see `Embedder`).
         sentence_index: write `sentence_to_index` (AllenNLP's map from sentence to dataset name).
@@ -440,7 +452,7 @@ def embed_file(
     _warn_index_size(input_path, digest, sentence_index)
     notes = {"input": str(input_path), **(notes or {})}
     keys = LineKeys(input_path) if sentence_index else None
-    with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=FINGERPRINT_SHOWN) as journal:
+    with run_journal(output_path, fingerprint, resume, notes) as journal:
         finished = _start_shards(journal, on_start, digest["lines"])
         counts, numbered = _numbered_plan(sentences, keys, bounds, sort, row_length, shard_tokens)
         run = _ShardRun(journal, embedder, dtype, progress, bounds, sentence_index)

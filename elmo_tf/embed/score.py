@@ -3,6 +3,8 @@
 Each record holds `tokens` (the line split on ASCII whitespace, decoded as UTF-8 with invalid bytes as lone surrogates,
 as `embed`'s keys), `forward_log_probs` and `backward_log_probs` (n + 1 values each, `sentence_log_probs`'s order),
 and with a top k, `forward_top_k` / `backward_top_k`: per position a list of `[word, log_prob]`, most likely first.
+A record scored by a model computing in bfloat16 says so: `"precision": "bfloat16"` (`elmo_tf.precision`; float32
+records are as they always were).
 A line longer than `max_tokens` (default `elmo_tf.io.sentences.DEFAULT_MAX_SENTENCE_TOKENS`) is scored on its first
 `max_tokens` tokens, and its record says so: `"truncated": true` and `"line_tokens"`, the line's own count (splitting
 it, as embed does, would score each piece's first word as a sentence's first and put several boundaries in one
@@ -13,7 +15,8 @@ about `shard_tokens` tokens to the run's journal beside the output (`elmo_tf.io.
 into the output (under a temporary name, renamed: `elmo_tf.io.atomic`) and the journal removed. An interrupted run
 keeps its finished shards: the same call with `resume=True` skips them and writes the same bytes as an uninterrupted
 run (a batch is scored the same whatever came before it; the batches are the same since the fingerprint holds every
-setting that groups them). A resume whose input, model, softmax, vocabulary, top k or setting differs is refused.
+setting that groups them). A resume whose input, model, precision, softmax, vocabulary, top k or setting differs is
+refused.
 """
 
 import hashlib
@@ -24,14 +27,13 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from elmo_tf.embed.embedder import runtime_fingerprint
+from elmo_tf.embed.embedder import model_precision, runtime_fingerprint
 from elmo_tf.embed.packing import default_batch_tokens
-from elmo_tf.embed.run import FINGERPRINT_SHOWN
+from elmo_tf.embed.run import FINGERPRINT_SHOWN, run_journal
 from elmo_tf.errors import ElmoTFError, check_int
 from elmo_tf.io.atomic import atomic_path, write_error
 from elmo_tf.io.journal import (
     JournalMismatch,
-    RunJournal,
     check_unchanged,
     fault_point,
     file_digest,
@@ -82,8 +84,9 @@ def _check_finite(outputs, row, end, sentence, path):
             )
 
 
-def records(outputs, sentences, top_k, path=None):
-    """The JSON records (dicts) of one scored batch (`path`: the input, named by `ScoreError`)."""
+def records(outputs, sentences, top_k, path=None, precision="float32"):
+    """The JSON records (dicts) of one scored batch (`path`: the input, named by `ScoreError`; `precision`: what the
+    model computed in, in each record unless float32)."""
     result = []
     for row, sentence in enumerate(sentences):
         end = len(sentence.tokens) + 1
@@ -100,6 +103,8 @@ def records(outputs, sentences, top_k, path=None):
                 record[f"{direction}_top_k"] = [
                     [[_text(w), p] for w, p in zip(ws, ps)] for ws, ps in zip(words, log_probs)
                 ]
+        if precision != "float32":
+            record["precision"] = precision
         result.append(record)
     return result
 
@@ -138,11 +143,13 @@ def _vocab_hash(lm):
 
 def run_fingerprint(lm, digest, **settings):
     """What a score run's output depends on, for `RunJournal`: the input's content (`file_digest`), the biLM's config
-    and weights, the softmax, the vocabulary, the top k, every setting, TensorFlow's version and thread counts."""
+    and weights, the precision it computes in, the softmax, the vocabulary, the top k, every setting, TensorFlow's
+    version and thread counts."""
 
     return {
         "input": input_fingerprint(digest),
         "model": model_fingerprint(lm),
+        "precision": model_precision(lm),
         "softmax": _hash_arrays(lm.softmax_kernel.numpy(), lm.softmax_bias.numpy()),
         "vocab": _vocab_hash(lm),
         "top_k": lm.top_k,
@@ -186,12 +193,12 @@ def _check_shard(path, sentences):
         raise JournalMismatch(path, f"holds {count} records where this run's plan gives it {len(sentences)}")
 
 
-def _write_shard(path, run, group, top_k, input_path, progress):
+def _write_shard(path, run, group, lm, input_path, progress):
     with atomic_path(path, durable=True) as tmp:
         with open(tmp, "w", encoding="utf-8") as out:
             for _, batch in group:
                 outputs = run([s.tokens for s in batch])
-                for record in records(outputs, batch, top_k, input_path):
+                for record in records(outputs, batch, lm.top_k, input_path, model_precision(lm)):
                     out.write(json.dumps(record, allow_nan=False) + "\n")
                 if progress:
                     progress(len(batch))
@@ -265,7 +272,7 @@ def score_file(
     run = scorer(lm)
     stats = {"sentences": 0, "tokens": 0, "shards": 0, "truncated": 0}
     try:
-        with RunJournal(output_path, fingerprint, resume=resume, notes=notes, shown=shown, suffix=".jsonl") as journal:
+        with run_journal(output_path, fingerprint, resume, notes, shown, ".jsonl") as journal:
             finished = _finished_lines(journal)
             if on_start:
                 on_start(digest["lines"], sum(finished.values()))
@@ -276,7 +283,7 @@ def score_file(
                 if number in finished:  # read past it (the batches go on as in the first run), checking its records
                     _check_shard(journal.shard_path(number), [s for _, batch in group for s in batch])
                     continue
-                _write_shard(journal.shard_path(number), run, group, lm.top_k, input_path, progress)
+                _write_shard(journal.shard_path(number), run, group, lm, input_path, progress)
                 fault_point("shard")
             extra = sorted(number for number in finished if number >= stats["shards"])
             if extra:

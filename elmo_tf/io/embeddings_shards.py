@@ -35,6 +35,7 @@ from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.hdf5_safety import check_self_contained
 from elmo_tf.io.journal import fault_point
 from elmo_tf.io.sentences import (
+    CONTENT_ATTRS,
     INDEX_DATASET,
     EmbeddingWriter,
     cap_metadata_cache,
@@ -51,6 +52,10 @@ SHARD_INDEX = "shard.index"  # the shard's place in its set (0-based) ...
 SHARD_COUNT = "shard.count"  # ... of this many shards
 # the entries named first when two fingerprints differ (the others follow in name order)
 FINGERPRINT_ORDER = ("model", "layers", "dtype", "precision", "input", "token_embeddings")
+# the root attribute of an embed output (a shard, a merged file) saying what its arrays were computed in: "float32" or
+# "bfloat16" (`elmo_tf.precision`); a merged file takes it, with `CONTENT_ATTRS`, from its first shard
+PRECISION_ATTR = "precision"
+CARRIED_ATTRS = (*CONTENT_ATTRS, PRECISION_ATTR)
 
 
 class ShardError(ElmoTFError):
@@ -390,6 +395,14 @@ def merged_index_text(paths):
     return out.getvalue()
 
 
+def _carried_attrs(paths):
+    """`{name: value}` of the `CARRIED_ATTRS` the first of `paths` has ({} without paths)."""
+    if not paths:
+        return {}
+    with _open_shard(paths[0]) as f:
+        return {name: f.attrs[name] for name in CARRIED_ATTRS if name in f.attrs}
+
+
 def write_shards(paths, output_path, index_text=None, dtype="float32", after_index=None, progress=None):
     """Writes the datasets of the embed outputs `paths` (each line in one of them) into one file at `output_path`
     (`EmbeddingWriter`: atomic and durable): `index_text` (bytes, `merged_index_text` or `LineKeys.json_text`) as
@@ -400,9 +413,12 @@ def write_shards(paths, output_path, index_text=None, dtype="float32", after_ind
     `after_index()` runs once `sentence_to_index` is written; `progress(n)` after every `PROGRESS_EVERY` datasets
     and at the end of each file, with the datasets copied since its last call. After each file the test hook
     `fault_point("merge")` (`elmo_tf.io.journal`: the output's temporary holds k files). Returns the
-    number of datasets written. Raises ShardError for a file that is not an embed output (a name that is not a line
-    index, an object that is not a dataset); ValueError for an index in two files."""
-    with EmbeddingWriter(output_path, index=index_text is not None, dtype=dtype, durable=True) as writer:
+    number of datasets written. The file's root attributes are the first file's `CARRIED_ATTRS` (how its content was
+    made, the precision it was computed in), which the files of one run share. Raises ShardError for a file that is
+    not an embed output (a name that is not a line index, an object that is not a dataset); ValueError for an index in
+    two files."""
+    attrs = _carried_attrs(paths)
+    with EmbeddingWriter(output_path, index=index_text is not None, dtype=dtype, durable=True, attrs=attrs) as writer:
         if index_text is not None:  # first: the text and its copies are gone before the datasets' metadata builds up
             writer.set_index_text(index_text)
             if after_index:
@@ -454,8 +470,10 @@ def merge_shards(shards, output_path, progress=None, on_start=None):
 
 
 __all__ = [
+    "CARRIED_ATTRS",
     "EmbeddingShards",
     "FINGERPRINT_PREFIX",
+    "PRECISION_ATTR",
     "SHARD_COUNT",
     "SHARD_INDEX",
     "SHARD_PATTERN",

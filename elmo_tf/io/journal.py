@@ -178,6 +178,9 @@ class RunJournal:
             any partial state and start over.
         notes: `{name: text}` shown beside a differing value (a path, say); not compared.
         shown: `{name: callable(value) -> str}` to show a value in `ResumeRefused` (a hash cut short, say).
+        defaults: `{name: value}` of entries added to the fingerprint after journals were first written: a manifest
+            without the entry is compared as if it held this value (the run then was made the way that value says:
+            `precision` "float32", say), so adding an entry does not refuse every partial run of an earlier version.
     Attributes (once entered):
         path: the journal directory.
         resumed: True when a partial run was found and is continued.
@@ -189,12 +192,13 @@ class RunJournal:
     directory or the manifest cannot be written).
     """
 
-    def __init__(self, output_path, fingerprint, resume=False, notes=None, shown=None, suffix=".hdf5"):
+    def __init__(self, output_path, fingerprint, resume=False, notes=None, shown=None, suffix=".hdf5", defaults=None):
         self.output_path = os.path.abspath(output_path)
         self.fingerprint = dict(fingerprint)
         self.resume = bool(resume)
         self.notes = dict(notes or {})
         self.shown = dict(shown or {})
+        self.defaults = dict(defaults or {})
         self.suffix = suffix
         self.path = state_dir_of(output_path)
         self.resumed = False
@@ -348,7 +352,7 @@ class RunJournal:
         then_notes = manifest.get("notes", {})
         found = []
         for name in list(then) + [n for n in self.fingerprint if n not in then]:
-            old, new = then.get(name), self.fingerprint.get(name)
+            old, new = then.get(name, self.defaults.get(name)), self.fingerprint.get(name)
             if old != new:
                 found.append((name, self._show(name, old, then_notes), self._show(name, new, self.notes)))
         return found

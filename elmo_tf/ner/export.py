@@ -15,7 +15,9 @@ Both run the tagger as training and tagging assemble it (`elmo_tf.ner.pipeline.N
 (`InProcessFeatures.graph_activations`) runs inside the graph.
 Versioned like the ELMo export (`<base>/<version>/`, never overwritten), with TF Serving's warmup file
 (`assets.extra/tf_serving_warmup_requests`: the 8 sentences of `elmo_tf.saved_model.warmup.WARMUP_SENTENCES` to
-`tag`, `serving_default` and `featurize`).
+`tag`, `serving_default` and `featurize`) and its metadata (`assets.extra/elmo_tf.json`,
+`elmo_tf.saved_model.metadata`): the precision its biLM computes in (the ELMo model's, `ELMo(precision=...)`; float32
+for a tagger without ELMo), the tokenizer, the cut.
 """
 
 import keras
@@ -27,6 +29,7 @@ from elmo_tf.ner.featurizer import MASK
 from elmo_tf.ner.pipeline import NERPipeline
 from elmo_tf.preprocessing.tokenizer import make_tokenizer
 from elmo_tf.saved_model.contract import SENTENCES_SPEC, SEQUENCE_LEN, SERVING_DEFAULT, TOKENS
+from elmo_tf.saved_model.metadata import export_metadata, write_export_metadata
 from elmo_tf.saved_model.versions import publish_version
 from elmo_tf.saved_model.warmup import run_warmup_requests, sentence_requests, write_warmup_requests
 
@@ -121,10 +124,13 @@ def export_tagger(
         FileExistsError: the version exists. RuntimeError: the reloaded tagger differs; nothing is published.
     """
 
+    precision = InProcessFeatures(elmo).precision if elmo is not None and head.num_elmo_layers else "float32"
+
     def write(tmp):
         archive, functions = build_tagger_archive(head, encoder, elmo, tokenizer, max_tokens)
         archive.write_out(tmp, verbose=False)
         write_warmup_requests(tmp, sentence_requests((TAG_SIGNATURE, SERVING_DEFAULT, FEATURIZE_SIGNATURE)))
+        write_export_metadata(tmp, export_metadata("ner_tagger", precision, tokenizer, max_tokens))
         loaded = tf.saved_model.load(tmp)
         for batch in (check_sentences, *EDGE_BATCHES):
             sentences = tf.constant(list(batch), tf.string)

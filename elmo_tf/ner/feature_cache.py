@@ -4,9 +4,11 @@ content are the same.
 The file is marked as ours in its first bytes (`CACHE_MAGIC`, in the HDF5 user block) and by the attributes `format`
 and `format_version`. A path holding anything else (a data file, notes, a biLM's weights) is refused, never
 replaced; a damaged cache of ours is rebuilt. An entry (a split) is keyed by a digest of the feature layout, the
-source's `identity` (for a biLM in this process the sha256 of its options and weight values, not their paths) and
-the sentences' tokens; a served source's entry also holds the features of `PROBE_TOKENS`, compared within
-`PROBE_ATOL` (the server's version number alone does not say its weights are the same).
+source's `identity` (for a biLM in this process the sha256 of its options and weight values, not their paths, and
+the precision it computes in unless float32) and the sentences' tokens; an entry of a biLM in this process records
+that precision in its attribute `precision` ("float32" or "bfloat16"); a served source's entry also holds the
+features of `PROBE_TOKENS`, compared within `PROBE_ATOL` (the server's version number alone does not say its weights
+are the same).
 
 Each write makes a whole new file beside the target and renames it over (`elmo_tf.io.atomic`): a reader sees the
 old cache or the new one. The new file's size is reserved on disk before HDF5 writes anything, so a full disk fails
@@ -117,7 +119,8 @@ def _create_cache_file(path, size):
 class FeatureCache:
     """The feature cache at `path` (see the module docstring). Layout: the user block (`CACHE_MAGIC`, zeros), root
     attributes `format` and `format_version`, one group per key (split) holding datasets "0".."n-1" (each
-    sentence's `(L+1, n_tokens, dim)` float32), attribute `digest`, and for a served source a dataset `probe`.
+    sentence's `(L+1, n_tokens, dim)` float32), attribute `digest`, for a biLM in this process attribute `precision`
+    (what its features were computed in), and for a served source a dataset `probe`.
 
     Raises:
         FeatureCacheError: `path` exists and is not a cache of ours (see `check_cache_path`).
@@ -182,8 +185,9 @@ class FeatureCache:
             return [], 0, 0
         return names, size, datasets
 
-    def write(self, key, digest, features, probe=None):
-        """Replaces `key`'s arrays (the other complete groups are kept), atomically.
+    def write(self, key, digest, features, probe=None, precision=None):
+        """Replaces `key`'s arrays (the other complete groups are kept), atomically; `precision`, when given, is
+        recorded as the group's attribute `precision`.
 
         Raises:
             FeatureCacheError: the file cannot be written (a full disk: ENOSPC, EFBIG, EDQUOT); the previous cache is
@@ -210,6 +214,8 @@ class FeatureCache:
                         group.create_dataset(str(i), data=array)
                     if probe is not None:
                         group.create_dataset("probe", data=np.asarray(probe, np.float32))
+                    if precision is not None:
+                        group.attrs["precision"] = precision
                     group.attrs["digest"] = digest
         except OSError as e:
             reason = f"{e.strerror} (errno {errno.errorcode.get(e.errno, e.errno)})" if e.strerror else one_line(e)
@@ -260,5 +266,5 @@ def cached_features(source, sentences, cache_path=None, key="features", progress
         e.line = getattr(sentences[e.index], "line", None)
         raise
     if cache is not None:
-        cache.write(key, digest, features, probe)
+        cache.write(key, digest, features, probe, precision=getattr(source, "precision", None))
     return features

@@ -3,8 +3,9 @@
 Both sources give, per sentence, the biLM activations `(L+1, n_tokens, 2P)` with the token layer duplicated,
 exactly the layout of `python -m elmo_tf embed --layers all`. Each names what its features depend on in `identity`
 (JSON): a biLM in this process the sha256 of its options and weight values (`model_fingerprint`: the content,
-wherever the files are and whatever their times), a server the version that answered, plus `probe_features`, a
-fixed sentence's activations that a cache compares with a tolerance.
+wherever the files are and whatever their times) and, unless float32, the precision it computes in
+(`elmo_tf.precision`), a server the version that answered, plus `probe_features`, a fixed sentence's activations that
+a cache compares with a tolerance.
 
 Served requests fit the server's request budget (`RequestLimits`): sentences are packed longest first, each request
 within the rows limit and rows x its longest sentence (the padded width) within the tokens limit. A limit the
@@ -27,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from elmo_tf.embed import Embedder
+from elmo_tf.embed.embedder import model_precision
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.models import load_elmo
 from elmo_tf.models.elmo import model_fingerprint
@@ -73,7 +75,8 @@ class InProcessFeatures:
     tagger export runs).
 
     Attributes:
-        elmo: the `ELMo` model. num_layers, dim: its L+1 and 2P.
+        elmo: the `ELMo` model. num_layers, dim: its L+1 and 2P. precision: what it computes in ("float32" or
+            "bfloat16", `elmo_tf.precision`).
     """
 
     def __init__(self, elmo, batch_size=32):
@@ -81,6 +84,7 @@ class InProcessFeatures:
         self.batch_size = batch_size
         self.dim = 2 * elmo.config.projection_dim
         self.num_layers = elmo.num_output_layers
+        self.precision = model_precision(elmo)
 
     @functools.cached_property
     def embedder(self):
@@ -89,8 +93,12 @@ class InProcessFeatures:
 
     @functools.cached_property
     def identity(self):
-        """{"kind": "in_process", "sha256": `model_fingerprint`}: computed once, on first use."""
-        return {"kind": "in_process", "sha256": model_fingerprint(self.elmo)}
+        """{"kind": "in_process", "sha256": `model_fingerprint`}, and "precision" unless float32 (the identity of a
+        float32 biLM is what it was before precisions, so its caches stay valid): computed once, on first use."""
+        identity = {"kind": "in_process", "sha256": model_fingerprint(self.elmo)}
+        if self.precision != "float32":
+            identity["precision"] = self.precision
+        return identity
 
     def __call__(self, sentences, progress=None):
         def fetch(chunk):
@@ -308,15 +316,23 @@ def open_feature_source(
     batch_size=32,
     max_request_tokens=None,
     credentials=None,
+    precision=None,
 ):
-    """An `InProcessFeatures` (`elmo` path, or `options` + `weights`) or `ServedFeatures` (`elmo_server` HOST:PORT,
-    `max_request_tokens`: see there; `credentials`: the client's `grpc.ChannelCredentials` for a server on TLS), and
-    a description of it (recorded in a tagger's config.json so tagging finds
-    the same source).
+    """An `InProcessFeatures` (`elmo` path, or `options` + `weights`; `precision`: what its biLM computes in, one of
+    `elmo_tf.precision.PRECISIONS`, None: float32) or `ServedFeatures` (`elmo_server` HOST:PORT, `max_request_tokens`:
+    see there; `credentials`: the client's `grpc.ChannelCredentials` for a server on TLS), and a description of it
+    (recorded in a tagger's config.json so tagging finds the same source; for a biLM in this process with the
+    precision it computed in).
 
     Raises:
-        FeatureSourceError: with a one-line reason.
+        FeatureSourceError: with a one-line reason (a `precision` for a server's features among them: a server
+            computes in its export's precision).
     """
+    if elmo_server and precision not in (None, "float32"):
+        raise FeatureSourceError(
+            f"precision {precision!r} applies to a biLM in this process; {elmo_server!r} computes in the precision of "
+            "its export (elmo-tf export --precision)"
+        )
     if elmo_server:
         # deferred, and only here: the client needs gRPC and tensorflow-serving-api, the optional `serving` extra
         # (pyproject.toml); a biLM in this process works without it
@@ -339,10 +355,11 @@ def open_feature_source(
         if not path or not os.path.isfile(path):
             raise FeatureSourceError(f"no {what} file at {path!r}")
     try:
-        source = InProcessFeatures(load_elmo(options, weights), batch_size=batch_size)
+        source = InProcessFeatures(load_elmo(options, weights, precision=precision or "float32"), batch_size=batch_size)
     except (ValueError, OSError, KeyError) as e:
         raise FeatureSourceError(f"cannot load the biLM from {options!r} and {weights!r}: {e}") from None
-    return source, {"kind": "in_process", "options": os.path.abspath(options), "weights": os.path.abspath(weights)}
+    where = {"options": os.path.abspath(options), "weights": os.path.abspath(weights)}
+    return source, {"kind": "in_process", **where, "precision": source.precision}
 
 
 def changed_source(recorded, source):
@@ -362,3 +379,16 @@ def changed_source(recorded, source):
             f"{before.get('model_version')}"
         )
     return None
+
+
+def changed_precision(recorded, source):
+    """Why the features of `source` (a biLM in this process) are not computed in the precision training's were
+    (`recorded`: a tagger's config.json `elmo_source`; a record without one: float32), in one line; None when they
+    are, or for a served source."""
+    now = getattr(source, "precision", None)
+    if now is None or (recorded or {}).get("kind") not in (None, "in_process"):
+        return None
+    before = (recorded or {}).get("precision") or "float32"
+    if before == now:
+        return None
+    return f"the features are computed in {now}, the tagger was trained on features computed in {before}"

@@ -67,8 +67,9 @@ class TrainConfig:
     bucket_width: int = config_field(10, "--bucket-width", TOKENS)
     # dtype of the training step's LSTM and sampled-softmax matmuls; "bfloat16" steps faster on CPUs with
     # AVX512_BF16 and on GPUs, with the weights, state and optimizer still float32 (bench/README.md has the
-    # measurements); evaluation and exports are float32 either way
-    matmul_precision: str = config_field("float32", "--matmul-precision")
+    # measurements); evaluation and exports are float32 either way. The command line's --precision (auto: bfloat16
+    # where the CPU multiplies it natively, `elmo_tf.precision.resolve_precision`) or its older --matmul-precision.
+    matmul_precision: str = config_field("float32", "--precision")
     seed: int = config_field(0, "--seed", Bounds(int, 0, SEED_MAX))  # data order (and the CLI's weights)
 
     def __post_init__(self):

@@ -1,8 +1,11 @@
 """Versioned SavedModel export for TF Serving: `<base>/<version>/`, written atomically and checked before it appears.
 
-`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.saved_model.contract` and TF Serving's warmup
+`export_elmo` writes an `elmo_tf.ELMo` with the signatures of `elmo_tf.saved_model.contract`, TF Serving's warmup
 file (`assets.extra/tf_serving_warmup_requests`, `elmo_tf.saved_model.warmup`: one request per signature, replayed at
-load). Each version is published by `elmo_tf.saved_model.versions.publish_version` (atomic, never overwritten).
+load) and its metadata (`assets.extra/elmo_tf.json`, `elmo_tf.saved_model.metadata`: the precision it computes in
+among them). A model computing in bfloat16 (`ELMo(precision="bfloat16")`) is exported as it computes: the graph holds
+its bfloat16 copies of the weights, so TF Serving and any other loader run it in bfloat16. Each version is published
+by `elmo_tf.saved_model.versions.publish_version` (atomic, never overwritten).
 """
 
 import logging
@@ -10,6 +13,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from elmo_tf.embed.embedder import model_precision
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.preprocessing.tokenizer import check_max_tokens, check_tokenizer, make_tokenizer, split_tokens
 from elmo_tf.saved_model.contract import (
@@ -31,6 +35,7 @@ from elmo_tf.saved_model.contract import (
     pack_token_lists,
     packable,
 )
+from elmo_tf.saved_model.metadata import export_metadata, write_export_metadata
 from elmo_tf.saved_model.versions import ExportError, publish_version  # noqa: F401 (ExportError: long imported from here)
 from elmo_tf.saved_model.warmup import WARMUP_SENTENCES, run_warmup_requests, sentence_requests, write_warmup_requests
 
@@ -204,11 +209,12 @@ def export_elmo(
     check_sentences=CHECK_SENTENCES,
     lm=None,
 ):
-    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures and a warmup
-    file (`warmup_requests`); returns its path.
+    """Writes `model` as `<base_dir>/<version>/`, a SavedModel with the serving signatures, a warmup
+    file (`warmup_requests`) and its metadata (`elmo_tf.saved_model.metadata`); returns its path.
 
     Args:
-        model: an `elmo_tf.ELMo` (with at least one mix; the first is exported as `elmo`).
+        model: an `elmo_tf.ELMo` (with at least one mix; the first is exported as `elmo`), computing in its precision
+            (`model.precision`: the export computes in it too, and records it).
         base_dir: the model's base path (the directory TF Serving polls), created when missing.
         version: positive int; default: the highest existing version + 1 (1 for a new base_dir).
         tokenizer: "whitespace" or "unicode_script" (see `elmo_tf.preprocessing.tokenizer`).
@@ -226,12 +232,15 @@ def export_elmo(
     check_tokenizer(tokenizer)
     check_max_tokens(max_tokens)
 
+    precision = model_precision(model)
+
     def write(tmp):
-        logger.info("tracing signatures (tokenizer %s, max_tokens %s)", tokenizer, max_tokens)
+        logger.info("tracing signatures (tokenizer %s, max_tokens %s, precision %s)", tokenizer, max_tokens, precision)
         archive = build_elmo_archive(model, tokenizer, max_tokens, lm=lm)
         logger.info("writing the SavedModel")
         archive.write_out(tmp, verbose=False)
         write_warmup_requests(tmp, warmup_requests(tokenizer, lm=lm is not None, packed=packable(model)))
+        write_export_metadata(tmp, export_metadata("elmo", precision, tokenizer, max_tokens))
         if check:
             logger.info("checking the reloaded SavedModel against the Keras model")
             results = check_export(model, tmp, tokenizer, max_tokens, check_sentences)

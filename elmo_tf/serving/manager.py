@@ -47,6 +47,7 @@ from tensorflow_serving.apis import get_model_status_pb2
 
 from elmo_tf.serving.batching.scheduler import BatchScheduler
 from elmo_tf.serving.load_retries import LoadRetries
+from elmo_tf.serving.mixed_precision import apply_mixed_precision
 from elmo_tf.serving.servable import load_servable
 from elmo_tf.serving.serving_error import ServingError, not_found, redact_paths
 from elmo_tf.serving.source import FileSystemSource, files_fingerprint
@@ -149,6 +150,7 @@ class ModelManager:
         started = time.monotonic()
         try:
             before = files_fingerprint(path)
+            apply_mixed_precision(self.options.mixed_precision)  # as stock, before each version loads
             servable = load_servable(
                 self.name, version, path, self.options.limits, warmup=self.options.enable_model_warmup
             )

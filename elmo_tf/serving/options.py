@@ -12,6 +12,7 @@ import typing
 from elmo_tf.bounds import Bounds
 from elmo_tf.serving.grpc.tls import SslConfig
 from elmo_tf.serving.limits.byte_units import MAX_PORT, MiB
+from elmo_tf.serving.mixed_precision import check_mixed_precision
 
 if typing.TYPE_CHECKING:
     from elmo_tf.serving.batching.scheduler import BatchingOptions
@@ -87,6 +88,9 @@ class ServerOptions:
         prometheus_path: the REST path of the Prometheus metrics (`elmo_tf.serving.metrics`), as a
             MonitoringConfig's `prometheus_config.path` (stock's default "/monitoring/prometheus/metrics"); None: not
             served (stock serves them only when --monitoring_config_file enables them).
+        mixed_precision: stock's --mixed_precision (`elmo_tf.serving.mixed_precision`): "bfloat16" turns on TensorFlow's
+            bfloat16 auto mixed precision rewrite of every model's graph (process-wide, before each version loads);
+            another non-empty value is logged and ignored, as stock; "" (the default): none.
         ssl: an `SslConfig`: gRPC over TLS on every gRPC address (TCP and UNIX socket, as stock), mutual TLS with
             `client_verify`; None: plaintext. The REST port stays plaintext, as stock's.
     """
@@ -145,6 +149,12 @@ class ServerOptions:
         "serve grpc.health.v1.Health ('', ModelService, PredictionService): SERVING once every model has a "
         "version, NOT_SERVING before and while draining ({default})",
     )
+    mixed_precision: str = option(
+        "",
+        "bfloat16: rewrite every model's graph to compute its matmuls and convolutions in bfloat16 (TensorFlow's "
+        "auto_mixed_precision_onednn_bfloat16 pass, which needs its oneDNN optimizations: AVX-512, or "
+        "TF_ENABLE_ONEDNN_OPTS=1); another value is logged and ignored, as stock (default: empty, off)",
+    )
     prometheus_path: str = None
     ssl: SslConfig = None
 
@@ -186,6 +196,7 @@ class ServerOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+        check_mixed_precision(self.mixed_precision)
         path = self.prometheus_path
         if path is not None and (not isinstance(path, str) or not path.startswith("/") or path.startswith("/v1/")):
             raise ValueError(f"prometheus_path must be None or a path starting with / (not /v1/), got {path!r}")

@@ -24,6 +24,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
+from elmo_tf.saved_model.metadata import MetadataError, read_export_metadata
 from elmo_tf.saved_model.warmup import iter_warmup_requests, predict_request, warmup_path
 from elmo_tf.serving.batching.packed import attach_packed
 from elmo_tf.serving.limits.budget import Limits, RequestBudget, read_tensor_proto, softmax_position_cost
@@ -165,6 +166,8 @@ class Servable:
             reports them).
         runners: `SignatureRunner` by name, for the signatures that can be called.
         scheduler: the `scheduler.BatchScheduler` feeding this version (set by its manager when batching is on).
+        precision: what an export of elmo_tf computes in, as its metadata records it ("float32", "bfloat16";
+            `elmo_tf.saved_model.metadata`), or None (another export, or one written before exports recorded it).
     """
 
     def __init__(self, model_name, version, path, loaded, signature_defs, runners):
@@ -175,6 +178,7 @@ class Servable:
         self.signature_defs = signature_defs
         self.runners = runners
         self.scheduler = None
+        self.precision = export_precision(path)
 
     def runner(self, signature_name, not_found=None):
         """The runner of `signature_name` ("" means serving_default).
@@ -240,6 +244,16 @@ class Servable:
         return runner.name
 
 
+def export_precision(path):
+    """The precision the export at `path` records (`elmo_tf.saved_model.metadata`), or None; a metadata file that
+    cannot be read is logged, never a failed load (TF Serving ignores the file)."""
+    try:
+        return read_export_metadata(path).get("precision")
+    except MetadataError as e:
+        logger.warning("%s", e)
+        return None
+
+
 def load_servable(model_name, version, path, limits=None, warmup=True):
     """Loads `path` (a SavedModel version directory) with `tf.saved_model.load`, and warms up every signature unless
     `warmup` is False (`ServerOptions.enable_model_warmup`: then no signature runs at load).
@@ -266,6 +280,8 @@ def load_servable(model_name, version, path, limits=None, warmup=True):
     if not runners:
         raise ValueError(f"{path}: the SavedModel has no callable signatures")
     servable = Servable(model_name, version, path, loaded, signature_defs, runners)
+    if servable.precision:
+        logger.info("%s version %d computes in %s (its export's precision)", model_name, version, servable.precision)
     if warmup:
         servable.warm_up()
     else:

@@ -164,7 +164,8 @@ def shard_lines(text, shard):
 def test_shards_carry_the_runs_fingerprint_and_their_place(run):
     """shard.index/shard.count, and the same run.* entries in every shard: the model's fingerprint (options and
     weights), layers, dtype, precision, the input's lines' digest, the settings (the bound on a sentence among them,
-    which the content attributes state too); the merged file states the bound."""
+    which the content attributes state too) and the precision (`precision`, as embed's output says it); the merged file
+    states the bound and the precision."""
     from elmo_tf.io.sentences import content_attrs
     from elmo_tf.models import load_elmo
     from elmo_tf.models.elmo import model_fingerprint
@@ -178,6 +179,7 @@ def test_shards_carry_the_runs_fingerprint_and_their_place(run):
             attrs = dict(f.attrs)
         assert (attrs["shard.index"], attrs["shard.count"]) == (k, SHARDS)
         assert {name: attrs[name] for name in content_attrs(MAX_TOKENS, "split")} == content_attrs(MAX_TOKENS, "split")
+        assert attrs["precision"] == "float32"
         fingerprints.append({name[4:]: json.loads(v) for name, v in attrs.items() if name.startswith("run.")})
     assert fingerprints[1] == fingerprints[0] and fingerprints[2] == fingerprints[0]
     fingerprint = fingerprints[0]
@@ -192,14 +194,16 @@ def test_shards_carry_the_runs_fingerprint_and_their_place(run):
     assert merge_shards(str(tmp / "out" / "emb"), merged) == len(LINES)
     with h5py.File(merged, "r") as f:
         assert f.attrs["max_sentence_tokens"] == MAX_TOKENS and f.attrs["long_sentences"] == "split"
+        assert f.attrs["precision"] == "float32"
 
 
-@pytest.mark.parametrize("other", ["layers", "model", "dtype", "input"])
+@pytest.mark.parametrize("other", ["layers", "model", "dtype", "input", "precision"])
 def test_a_shard_of_another_run_is_refused(run, tmp_path, other):
     """Shards 0 and 2 of the pipeline's run (--layers all) with a shard 1 that the workers' code writes for another
     run: --layers top (arrays of another rank: the merge wrote a file of two shapes, exit 0), another model
-    (another seed), --dtype float16, another input (a line changed). One line: the file, the attribute, both
-    values; exit 1; nothing written."""
+    (another seed), --dtype float16, another input (a line changed), --precision bfloat16 (arrays of the same shape
+    and dtype, values within bfloat16's rounding). One line: the file, the attribute, both values; exit 1; nothing
+    written."""
     import keras
     from tiny_models import TINY
 
@@ -216,7 +220,8 @@ def test_a_shard_of_another_run_is_refused(run, tmp_path, other):
         shutil.copy(shard_path(str(tmp / "out" / "emb"), k, SHARDS), shard_path(prefix, k, SHARDS))
     with h5py.File(shard_path(prefix, 0, SHARDS), "r") as f:
         ours = {name[4:]: f.attrs[name] for name in f.attrs if name.startswith("run.")}
-    model = load_elmo(tmp / "model" / "options.json", tmp / "model" / "weights.hdf5")
+    precision = "bfloat16" if other == "precision" else "float32"
+    model = load_elmo(tmp / "model" / "options.json", tmp / "model" / "weights.hdf5", precision=precision)
     if other == "model":
         keras.utils.set_random_seed(99)
         model = ELMo(BiLMConfig(**TINY))
@@ -235,6 +240,7 @@ def test_a_shard_of_another_run_is_refused(run, tmp_path, other):
         layers=layers,
         dtype=dtype,
         max_sentence_tokens=MAX_TOKENS,
+        precision=precision,
     )
     embedder = Embedder(model, layers)
     theirs = shard_fingerprint(embedder, config, lines_digest(lines))
@@ -271,3 +277,18 @@ def test_an_incomplete_or_duplicated_set_of_shards_is_refused(run, tmp_path):
     with pytest.raises(ShardError, match=r"again.hdf5: attribute 'shard.index' is 1, as in .*emb-00001-of-00003.hdf5"):
         merge_shards(twice, tmp_path / "m.hdf5")
     assert not (tmp_path / "m.hdf5").exists()
+
+
+def test_the_precision_option_reaches_the_workers_model(run):
+    """`--precision` (a pipeline option, `ElmoTFOptions`) is resolved by the launcher into the config each worker
+    loads its model with; the launcher's last line says it (the pipeline's run: float32, the default)."""
+    from elmo_tf.beam.pipeline import ShardedEmbedConfig, load_model
+
+    tmp, text, result = run
+    assert result.returncode == 0, result.stderr
+    assert "shards" in result.stderr and "computed in float32" in result.stderr
+    model = tmp / "model"
+    config = ShardedEmbedConfig(
+        str(model / "options.json"), str(model / "weights.hdf5"), str(text), "x", precision="bfloat16"
+    )
+    assert load_model(config).model.precision == "bfloat16"

@@ -62,8 +62,9 @@ def test_a_bad_line_in_the_input(files):
         (["--direct_num_workers", "two"], ["--direct_num_workers", "'two'"]),
         (["--no-such-flag", "1"], ["--no-such-flag"]),
         (["--runner", "NoSuchRunner"], ["--runner", "NoSuchRunner"]),
+        (["--precision", "fp16"], ["argument --precision: invalid choice: 'fp16'", "'bfloat16'"]),
     ],
-    ids=["batch-size", "num-shards", "beam-value", "unknown-flag", "runner"],
+    ids=["batch-size", "num-shards", "beam-value", "unknown-flag", "runner", "precision"],
 )
 def test_bad_flags(files, flags, needles):
     assert_one_error(beam_embed(files, *flags), 2, *needles)
@@ -105,14 +106,23 @@ def test_the_flags_it_shares_with_embed_are_embeds():
     """Every flag of embed but its resume and progress flags is a flag of beam-embed with the same default, choices,
     bounds and help (a path's help adding that it may be of a Beam filesystem; --output is a file there, a shard
     prefix here); beam-embed adds only --num-shards. embed's --options and --weights may be replaced by its --model (a
-    released model's name, fetched into the local cache, which Beam's remote workers could not read)."""
+    released model's name, fetched into the local cache, which Beam's remote workers could not read). embed's
+    --precision is a pipeline option of beam-embed (`ElmoTFOptions`, Beam's parser), with the same choices and
+    default."""
+    import argparse
+
+    from elmo_tf.beam.options import ElmoTFOptions
     from elmo_tf.cli import beam_embed, embed
 
     def flags(parser):
         return {a.option_strings[-1]: a for a in parser._actions if a.option_strings and a.dest != "help"}
 
     embeds, beams = flags(embed.build_parser()), flags(beam_embed.build_parser())
-    only_embed = {"--resume", "--shard-tokens", "--quiet", "--log-interval", "--model"}
+    pipeline = argparse.ArgumentParser()
+    ElmoTFOptions._add_argparse_args(pipeline)
+    option = flags(pipeline)["--precision"]
+    assert (option.default, option.choices) == (embeds["--precision"].default, embeds["--precision"].choices)
+    only_embed = {"--resume", "--shard-tokens", "--quiet", "--log-interval", "--model", "--precision"}
     assert set(beams) - set(embeds) == {"--num-shards"}
     assert set(embeds) - set(beams) == only_embed
     paths = {"--options", "--weights", "--input", "--token-embeddings", "--vocab"}

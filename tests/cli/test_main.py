@@ -224,3 +224,18 @@ def test_the_scripts_are_thin():
         text = path.read_text()
         assert "ArgumentParser" not in text and "add_argument" not in text, path
         assert "sys.exit(run(main, prog=PROG))" in text and len(text.splitlines()) <= 20, path
+
+
+PRECISION_COMMANDS = ["embed", "beam-embed", "score", "train-ner", "tag", "export", "export-tagger", "pretrain"]
+
+
+def test_every_precision_flag_refuses_a_bad_value_with_argparse_s_line(paths):
+    """`--precision` (issue 51) on every command that runs a biLM (beam-embed's is a Beam pipeline option, parsed by
+    Beam's parser): a value that is not float32, bfloat16 or auto is argparse's one usage line naming the flag and the
+    choices (exit 2), before TensorFlow loads."""
+    results = run_cases([[*argv_of(command, paths), "--precision", "fp16"] for command in PRECISION_COMMANDS])
+    for command, (code, out, err, loaded) in zip(PRECISION_COMMANDS, results):
+        assert code == 2 and out == "" and "tensorflow" not in loaded, (command, code, err, loaded)
+        assert err.startswith(f"elmo-tf {command}: error: argument --precision: invalid choice: 'fp16'"), (command, err)
+        assert "'float32', 'bfloat16', 'auto'" in err and err.count("\n") == 1, (command, err)
+    assert not paths["OUT"].parent.exists()

@@ -62,8 +62,16 @@ def test_train_ner_bad_data_names_file_and_line(tmp_path, run_script, content, n
         (["--output", "OUT", "--elmo", "NOWHERE"], ["--elmo: no options.json"]),
         (["--output", "OUT", "--no-elmo", "--no-word-features", "--no-char-features"], ["no features"]),
         (["--output", "OUT", "--cache", "OUT_DIR"], ["--cache: is a directory"]),
+        (["--output", "OUT", "--precision", "bfloat16"], ["--precision: only with --elmo", "--no-elmo has no biLM"]),
+        (
+            ["--output", "OUT", "--elmo-server", "localhost:1", "--precision", "auto"],
+            ["--precision: only with --elmo", "--elmo-server computes in the precision of its export"],
+        ),
     ],
-    ids=["output-is-a-file", "epochs-0", "dropout", "nan-rate", "no-elmo-files", "no-features", "cache-dir"],
+    ids=[
+        *("output-is-a-file", "epochs-0", "dropout", "nan-rate", "no-elmo-files", "no-features", "cache-dir"),
+        *("precision-no-elmo", "precision-served"),
+    ],
 )
 def test_train_ner_usage_errors(tmp_path, run_script, extra, needles):
     train = write(tmp_path / "train.txt", GOOD)
@@ -76,7 +84,7 @@ def test_train_ner_usage_errors(tmp_path, run_script, extra, needles):
         "OUT_DIR": tmp_path / "dir",
     }
     argv = ["--train", train, "--dev", train] + [names.get(a, a) for a in extra]
-    if not any(a in extra for a in ("--elmo",)) and "--no-elmo" not in extra:
+    if not any(a in extra for a in ("--elmo", "--elmo-server")) and "--no-elmo" not in extra:
         argv.append("--no-elmo")
     code, _, err = run_script(TRAIN_NER, argv)
     assert_one_line(code, err, 2, *needles)

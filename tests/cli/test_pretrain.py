@@ -785,6 +785,11 @@ def test_bad_arguments_exit_2_naming_the_flag(data, tmp_path, flag, replace, mes
         (["--steps", "1", "--dropout", "1.5"], "--dropout must be < 1, got '1.5'"),
         (["--steps", "1", "--bucket-width", "0"], "--bucket-width must be >= 1, got '0'"),
         (["--steps", "1", "--matmul-precision", "fp16"], "--matmul-precision: invalid choice: 'fp16'"),
+        (["--steps", "1", "--precision", "fp16"], "--precision: invalid choice: 'fp16'"),
+        (
+            ["--steps", "1", "--precision", "bfloat16", "--matmul-precision", "float32"],
+            "--matmul-precision: not allowed with argument --precision",
+        ),
     ],
 )
 def test_bad_numbers_exit_2_naming_the_flag(data, tmp_path, extra, message):
@@ -792,6 +797,37 @@ def test_bad_numbers_exit_2_naming_the_flag(data, tmp_path, extra, message):
     proc = run_pretrain(data, tmp_path / "run", *extra, timeout=120)
     assert_one_error(proc, 2, message)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], "float32"),
+        (["--precision", "bfloat16"], "bfloat16"),
+        (["--matmul-precision", "bfloat16"], "bfloat16"),  # the older name, kept
+        (["--precision", "auto"], "native"),
+    ],
+)
+def test_precision_sets_the_training_step_s_matmul_precision(data, tmp_path, caplog, flags, expected):
+    """--precision (or its older name --matmul-precision) is `TrainConfig.matmul_precision` (recorded in
+    train_config.json); auto is bfloat16 where the CPU multiplies it natively (AVX512_BF16), float32 on this AVX2 CPU,
+    and its decision is logged."""
+    import logging
+
+    from elmo_tf.cli.pretrain import _configs, build_parser
+    from elmo_tf.precision import native_bfloat16
+
+    args = build_parser().parse_args(
+        ["--train", str(data["train"]), "--vocab", str(data["vocab"]), "--config", str(data["options"])]
+        + ["--output", str(tmp_path / "run"), "--steps", "1", *flags]
+    )
+    if expected == "native":
+        expected = "bfloat16" if native_bfloat16() else "float32"
+    with caplog.at_level(logging.INFO, logger="elmo_tf.precision"):
+        _, _, train_config = _configs(args)
+    assert train_config.matmul_precision == expected
+    if "auto" in flags and caplog.records:  # logged once per process: by the first test that asked for auto
+        assert f"precision auto: {expected} (this CPU" in caplog.text
 
 
 def test_a_corpus_of_blank_lines_is_one_data_error_naming_the_file(data, tmp_path):

@@ -2,6 +2,7 @@
 words, whose perplexities are evaluate-lm's; bad files and flags give one line naming them."""
 
 import json
+import logging
 import math
 
 import h5py
@@ -104,6 +105,28 @@ def test_the_four_files_give_what_the_run_dir_gives(model_dir, text, tmp_path, c
         np.testing.assert_allclose(x["backward_log_probs"], y["backward_log_probs"], atol=1e-6)
 
 
+def test_precision_reaches_the_model_and_a_bfloat16_record_says_so(model_dir, text, tmp_path, capsys, caplog):
+    """--precision bfloat16 scores with the biLM and the softmax computing in bfloat16: each record says
+    "precision": "bfloat16", its log-probabilities differ from float32's by bfloat16's rounding (above 1e-5, within
+    0.05 nats here); float32 records are as they always were (no "precision" key)."""
+    out = {p: tmp_path / f"{p}.jsonl" for p in ("float32", "bfloat16")}
+    for precision, path in out.items():
+        with caplog.at_level(logging.INFO):
+            code, err = score(capsys, "--model", model_dir, "--input", text, "--output", path, "--precision", precision)
+        assert code == 0, err
+        assert f"computed in {precision}; wrote {path}" in caplog.text
+    records = {p: [json.loads(line) for line in path.read_text().splitlines()] for p, path in out.items()}
+    assert all("precision" not in r for r in records["float32"])
+    assert all(r["precision"] == "bfloat16" for r in records["bfloat16"])
+    diffs = [
+        abs(a - b)
+        for x, y in zip(records["float32"], records["bfloat16"])
+        for d in ("forward", "backward")
+        for a, b in zip(x[f"{d}_log_probs"], y[f"{d}_log_probs"])
+    ]
+    assert 1e-5 < max(diffs) < 0.05, max(diffs)
+
+
 @pytest.fixture
 def damaged(model_dir, tmp_path):
     d = tmp_path / "model"
@@ -154,6 +177,7 @@ def test_files_that_do_not_fit_give_one_line_naming_the_file(damaged, text, tmp_
         (["--max-batch-tokens", str(2**31)], "--max-batch-tokens must be <= 2147483647 (int32)"),
         (["--top-k", "20"], "--top-k: top_k must be <= vocab_size 13, got 20"),
         (["--options", "x.json"], "--model: not allowed with --options"),
+        (["--precision", "fp16"], "argument --precision: invalid choice: 'fp16'"),
     ],
 )
 def test_usage_errors(model_dir, text, tmp_path, capsys, extra, needle):

@@ -22,7 +22,8 @@ ARGVS = [
         "--port 0 --grpc_socket_path /s --rest_api_port=8501 --enable_batching=false --enable_model_warmup "
         "--max_tokens_per_sentence 0 --max_request_tokens=0 --host 0.0.0.0 --max_batch_size 8 "
         "--batch_timeout_micros 100 --num_batch_threads 3 --file_system_poll_wait_seconds 0.5 --drain_grace_seconds 2 "
-        "--allow_version_labels_for_unavailable_models=yes --rest_api_max_body_bytes 1000 -v".split(),
+        "--allow_version_labels_for_unavailable_models=yes --rest_api_max_body_bytes 1000 -v "
+        "--mixed_precision bfloat16".split(),
         "--grpc_socket_path= --enable_grpc_healthcheck_service --model_name m --model_base_path /m "
         "--tensorflow_intra_op_parallelism 2 --tensorflow_inter_op_parallelism=1 --max_message_bytes 1024 --unknown=1 "
         "--embedded --rest_api_num_threads 4 --rest_api_timeout_in_ms 5 --max_num_load_retries 0 "

@@ -282,33 +282,53 @@ def test_train_ner_takes_dev_forms_train_lacks_and_tag_py_reloads_them(tmp_path,
 # ------------------------------------------------------------------------------------------------ a converted biLM
 
 
-def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(tmp_path, tmp_path_factory):
+@pytest.mark.parametrize("precision", [None, "bfloat16"])
+def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(tmp_path, tmp_path_factory, precision):
     """`elmo-tf convert --from elmoformanylangs` output (char vocabulary + word column) as `--elmo`: `elmo-tf
     train-ner` trains on it, `elmo-tf tag` tags with the biLM its config.json records, `elmo-tf export-tagger` exports
     it (its own
-    reload check passes), and the SavedModel's tags are `tag`'s."""
+    reload check passes), and the SavedModel's tags are `tag`'s. With `--precision bfloat16` (issue 51) the features
+    are computed in bfloat16, and config.json, the feature cache and the export's metadata record it; tag and
+    export-tagger take it from config.json (their default); without the flag every record says float32."""
+    import h5py
     import tensorflow as tf
 
     from elmo_tf.ner import Encoder
+    from elmo_tf.saved_model.metadata import read_export_metadata
 
     elmo_dir = shared_converted_efml(tmp_path_factory, "word")  # read only
     paths = write_corpus(tmp_path, sizes=(("train", 16), ("dev", 6), ("test", 6)))
-    output = tmp_path / "ner"
+    output, cache = tmp_path / "ner", tmp_path / "cache.hdf5"
     result = run_module(
         "train-ner",
         *("--train", paths["train"], "--dev", paths["dev"], "--test", paths["test"], "--elmo", elmo_dir),
-        *("--epochs", 1, "--lstm-units", 8, "--batch-size", 8, "--output", output),
+        *("--epochs", 1, "--lstm-units", 8, "--batch-size", 8, "--output", output, "--cache", cache),
+        *(("--precision", precision) if precision else ()),
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    computed = precision or "float32"
+    assert f"; ELMo features in {computed}" in result.stderr
+    assert json.loads((output / "config.json").read_text())["elmo_source"]["precision"] == computed
+    with h5py.File(cache, "r") as f:
+        assert {f[split].attrs["precision"] for split in ("train", "dev", "test")} == {computed}
     dev = read_conll(paths["dev"])
     text = "".join(" ".join(s.tokens) + "\n" for s in dev)
     tagged = run_module("tag", "--model", output, "--format", "json", input=text)
     assert tagged.returncode == 0, tagged.stderr[-3000:]
+    assert f", ELMo features in {computed})" in tagged.stderr  # training's, from config.json
     rows = [json.loads(line) for line in tagged.stdout.splitlines()]
     assert [row["tokens"] for row in rows] == [s.tokens for s in dev]
+    if precision:  # another precision than training's is taken as asked, with a warning
+        other = run_module("tag", "--model", output, "--format", "json", "--precision", "float32", input=text)
+        assert other.returncode == 0 and len(other.stdout.splitlines()) == len(dev), other.stderr[-3000:]
+        assert "the features are computed in float32, the tagger was trained on features computed in bfloat16" in (
+            other.stderr
+        )
     exported = run_module("export-tagger", "--ner", output, "--output", tmp_path / "tagger")
     assert exported.returncode == 0, exported.stderr[-3000:]
     (version,) = os.listdir(tmp_path / "tagger")
+    metadata = read_export_metadata(str(tmp_path / "tagger" / version))
+    assert (metadata["exporter"], metadata["precision"]) == ("ner_tagger", computed)
     out = tf.saved_model.load(str(tmp_path / "tagger" / version)).signatures["tag"](
         sentences=tf.constant([" ".join(s.tokens) for s in dev])
     )

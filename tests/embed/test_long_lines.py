@@ -97,7 +97,8 @@ def test_a_million_token_line_is_split_and_needs_no_more_memory_than_a_short_inp
     assert peaks["short"] > 0 and peaks["huge"] - peaks["short"] < 300 << 20, peaks
     assert f"1 split in pieces of {DEFAULT_MAX_SENTENCE_TOKENS} tokens" in stderr, stderr[-3000:]
     with h5py.File(tmp_path / "huge.hdf5", "r") as f:
-        assert dict(f.attrs) == {"max_sentence_tokens": DEFAULT_MAX_SENTENCE_TOKENS, "long_sentences": "split"}
+        expected = {"max_sentence_tokens": DEFAULT_MAX_SENTENCE_TOKENS, "long_sentences": "split"}
+        assert dict(f.attrs) == {**expected, "precision": "float32"}
         dataset = f["0"]
         assert dataset.shape == (1_000_000, 2 * TINY["projection_dim"])
         head, tail = dataset[:2000], dataset[-1000:]

@@ -90,7 +90,8 @@ def test_results_do_not_depend_on_batching_or_order(tiny_elmo, input_file, tmp_p
 
 def test_max_sentence_tokens_splits_a_long_line_into_pieces(tiny_elmo, input_file, tmp_path, to_char_ids):
     """A line of more than `max_sentence_tokens` tokens is split into consecutive pieces of that many, each embedded
-    as a sentence of its own; its dataset holds every token, the pieces' vectors in order; the file says so."""
+    as a sentence of its own; its dataset holds every token, the pieces' vectors in order; the file says so (and what
+    the vectors were computed in: `precision`)."""
     stats = embed_file(tiny_elmo, input_file, tmp_path / "split.hdf5", max_sentence_tokens=3, batch_size=2)
     assert stats["split"] == sum(len(line.split()) > 3 for line in LINES) == 3 and stats["truncated"] == 0
     arrays, _ = read_output(tmp_path / "split.hdf5")
@@ -102,11 +103,11 @@ def test_max_sentence_tokens_splits_a_long_line_into_pieces(tiny_elmo, input_fil
             alone = [np.stack([np.asarray(a)[0] for a in tiny_elmo(to_char_ids([p]))["activations"]]) for p in pieces]
             np.testing.assert_allclose(arrays[str(i)], np.concatenate(alone, axis=1), atol=1e-5, rtol=0)
     with h5py.File(tmp_path / "split.hdf5", "r") as f:
-        assert dict(f.attrs) == {"max_sentence_tokens": 3, "long_sentences": "split"}
+        assert dict(f.attrs) == {"max_sentence_tokens": 3, "long_sentences": "split", "precision": "float32"}
     whole = embed_file(tiny_elmo, input_file, tmp_path / "whole.hdf5", max_sentence_tokens=None)
     assert whole["split"] == 0
     with h5py.File(tmp_path / "whole.hdf5", "r") as f:
-        assert dict(f.attrs) == {"long_sentences": "whole"}
+        assert dict(f.attrs) == {"long_sentences": "whole", "precision": "float32"}
     np.testing.assert_allclose(read_output(tmp_path / "whole.hdf5")[0]["2"], arrays["2"], atol=1e-6)  # 1 token
 
 

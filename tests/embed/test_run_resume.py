@@ -183,11 +183,13 @@ def test_a_resume_that_differs_is_refused_naming_each_difference(files, referenc
     output = tmp_path / "out.hdf5"
     other = tmp_path / "other.txt"
     other.write_bytes((files / "in.txt").read_bytes().replace(b"cat", b"dog", 1))
-    extra = ("--resume", "--layers", "top", "--dtype", "float16", "--shard-tokens", "1000")
+    extra = ("--resume", "--layers", "top", "--dtype", "float16", "--shard-tokens", "1000", "--precision", "bfloat16")
+    extra += ("--quiet",)  # a bfloat16 model may log (INFO) how this CPU rounds bfloat16 before the refusal's line
     needles = (
         '--layers: "all" then, "top" now',
         '--dtype: "float32" then, "float16" now',
         "--shard-tokens: 1500 then, 1000 now",
+        '--precision: "float32" then, "bfloat16" now',  # issue 51: across precisions, both named
         "--input: sha256",
     )
     line = refused_then_resumed(

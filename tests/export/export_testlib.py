@@ -5,15 +5,16 @@ from pathlib import Path
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "elmo_fixtures" / "allennlp"
 
 
-def load_test_model():
-    """The AllenNLP test biLM (2 layers, projection 16) when the shared fixtures exist, else a tiny random ELMo."""
+def load_test_model(precision="float32"):
+    """The AllenNLP test biLM (2 layers, projection 16) when the shared fixtures exist, else a tiny random ELMo (the
+    same weights for every `precision`, what it computes in)."""
     import keras
 
     from elmo_tf import BiLMConfig, ELMo
     from elmo_tf.models import load_elmo
 
     if (FIXTURES / "options.json").is_file() and (FIXTURES / "lm_weights.hdf5").is_file():
-        return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"))
+        return load_elmo(str(FIXTURES / "options.json"), str(FIXTURES / "lm_weights.hdf5"), precision=precision)
     keras.utils.set_random_seed(0)
     return ELMo(
         BiLMConfig(
@@ -23,5 +24,6 @@ def load_test_model():
             lstm_dim=16,
             projection_dim=8,
             num_layers=2,
-        )
+        ),
+        precision=precision,
     )

@@ -266,3 +266,29 @@ def test_cpp_loader_runs_a_converted_elmoformanylangs_model_like_python(checker,
     assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-3000:] + proc.stderr.decode(errors="replace")
     worst = max(assert_close(expected, got[label], f"C++ {label} vs Keras") for label in ("default", "tokens"))
     print(f"C++ loader parity, converted ELMoForManyLangs ({variant}): max |diff| {worst:.3g}")
+
+
+def test_cpp_loader_runs_a_bfloat16_export_like_python(checker, model, tmp_path):
+    """`export_elmo` of the test biLM computing in bfloat16 (`elmo-tf export --precision bfloat16`, issue 51): TF
+    Serving's C++ loader loads it, replays its warmup file, and its sentence and token signatures give the bfloat16
+    Keras model's numbers (1e-5), which are not float32's (above 1e-4 apart, below 0.1); every output stays float32."""
+    bfloat16_model = load_test_model("bfloat16")
+    export_dir = ex.export_elmo(bfloat16_model, str(tmp_path / "models" / "elmo"))
+    token_lists = ex.reference_tokens(SENTENCES)
+    tokens, lengths = ex._pad(token_lists)
+    runs = [
+        ("default", "default", {"sentences": np.array(SENTENCES, object)}),
+        ("tokens", "tokens", {"tokens": tokens, "sequence_len": lengths}),
+    ]
+    proc, got = run_checker(checker, export_dir, tmp_path, runs)
+    stdout = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, stdout[-3000:] + proc.stderr.decode(errors="replace")[-3000:]
+    for signature in ("default", "serving_default", "tokens", "packed"):
+        assert f"warmup {signature}: ok" in stdout
+    expected = ex.reference_outputs(bfloat16_model, token_lists)
+    for label in ("default", "tokens"):
+        assert all(v.dtype == np.float32 for k, v in got[label].items() if k not in ("sequence_len", "mask")), label
+        assert_close(expected, got[label], f"C++ {label} (bfloat16) vs Keras (bfloat16)")
+    float32 = ex.reference_outputs(model, token_lists)
+    worst = max(float(np.abs(got["default"][key] - float32[key]).max()) for key in ("word_emb", "elmo", "default"))
+    assert 1e-4 < worst < 0.1, worst

@@ -1,5 +1,5 @@
-"""export/export_savedmodel.py: signatures, fresh-process parity, versioning (concurrent exports included), CLI,
-saved_model_cli, a disk that refuses the export."""
+"""export/export_savedmodel.py: signatures, fresh-process parity (a bfloat16 export's too), versioning (concurrent
+exports included), CLI (--precision, the metadata it records), saved_model_cli, a disk that refuses the export."""
 
 import base64
 import importlib.util
@@ -51,6 +51,17 @@ def model():
 def exported(model, tmp_path_factory):
     base = tmp_path_factory.mktemp("models") / "elmo"
     return ex.export_elmo(model, str(base))
+
+
+@pytest.fixture(scope="module")
+def bfloat16_model():
+    """The test biLM computing in bfloat16 (issue 51): the same weights as `model`."""
+    return load_test_model("bfloat16")
+
+
+@pytest.fixture(scope="module")
+def bfloat16_exported(bfloat16_model, tmp_path_factory):
+    return ex.export_elmo(bfloat16_model, str(tmp_path_factory.mktemp("models") / "elmo_bf16"))
 
 
 @pytest.fixture(scope="module")
@@ -279,19 +290,21 @@ UNICODE_SENTENCES = [b"Hello, world! Aren't they?", b"", "naïve café.".encode(
 
 
 @pytest.fixture(scope="module")
-def fresh_process_outputs(exported, request, tmp_path_factory):
-    """ONE process that imports only tensorflow (elmo_tf unimportable) answers the three fresh-process tests, in this
+def fresh_process_outputs(exported, bfloat16_exported, request, tmp_path_factory):
+    """ONE process that imports only tensorflow (elmo_tf unimportable) answers the fresh-process tests, in this
     order: it loads the unicode_script export before `import tensorflow_text` (the load must fail:
     test_unicode_script_export_needs_tf_text_ops), runs the whitespace export's signatures
-    (test_fresh_process_parity), then imports tensorflow_text and runs the unicode_script export
-    (test_unicode_script_export_fresh_process). Without tensorflow-text only the whitespace jobs run (the two
-    unicode_script tests skip). Returns `({label: outputs}, {job name: load error})`."""
+    (test_fresh_process_parity) and the bfloat16 export's (test_a_bfloat16_export_loads_in_a_fresh_process), then
+    imports tensorflow_text and runs the unicode_script export (test_unicode_script_export_fresh_process). Without
+    tensorflow-text only the whitespace jobs run (the two unicode_script tests skip). Returns `({label: outputs},
+    {job name: load error})`."""
     jobs = []
     unicode_path = None
     if importlib.util.find_spec("tensorflow_text") is not None:
         unicode_path = request.getfixturevalue("unicode_script_export")
         jobs.append(fresh_job("unicode_without_tf_text", unicode_path, record_load_error=True))
     jobs.append(fresh_job("whitespace", exported, parity_runs()))
+    jobs.append(fresh_job("bfloat16", bfloat16_exported, [(f"bf16_{label}", *run) for label, *run in parity_runs()]))
     if unicode_path is not None:
         runs = [("unicode_script_default", "default", {"sentences": string_input(UNICODE_SENTENCES)})]
         jobs.append(fresh_job("unicode_with_tf_text", unicode_path, runs, tf_text=True))
@@ -337,6 +350,28 @@ def test_fresh_process_parity(fresh_process_outputs, model):
     np.testing.assert_array_equal(out["sequence_len"], [0, 0])
     np.testing.assert_array_equal(out["default"], np.zeros([2, two_p], np.float32))
     print(f"fresh-process parity: max |diff| {worst:.3g}")
+
+
+def test_a_bfloat16_export_loads_in_a_fresh_process(fresh_process_outputs, bfloat16_model, model, bfloat16_exported):
+    """`export_elmo` of a model computing in bfloat16 (issue 51): a process that imports only tensorflow loads it and
+    gets the bfloat16 Keras model's numbers (1e-5: the graph holds the bfloat16 weights and computes as the model
+    does), which differ from float32's by bfloat16's rounding (above 1e-4, below 0.1); every output stays float32,
+    and the export's metadata says bfloat16."""
+    from elmo_tf.saved_model.metadata import read_export_metadata
+
+    token_lists = parity_inputs()[0]
+    expected = keras_reference(bfloat16_model, token_lists)
+    float32 = keras_reference(model, token_lists)
+    got, _ = fresh_process_outputs
+    for label in ("default", "serving_default", "tokens", "single", "empty_batch", "all_empty"):
+        out = got[f"bf16_{label}"]
+        assert all(v.dtype == np.float32 for k, v in out.items() if k not in ("sequence_len", "mask")), label
+    for label in ("default", "serving_default", "tokens"):
+        assert_close(expected, got[f"bf16_{label}"], f"bfloat16 {label}")
+    worst = max(float(np.abs(got["bf16_default"][k] - float32[k]).max()) for k in ("word_emb", "elmo", "default"))
+    assert 1e-4 < worst < 0.1, worst
+    metadata = read_export_metadata(bfloat16_exported)
+    assert (metadata["exporter"], metadata["precision"], metadata["tokenizer"]) == ("elmo", "bfloat16", "whitespace")
 
 
 def test_tokens_signature_rejects_inconsistent_lengths(loaded):
@@ -478,6 +513,7 @@ def test_check_export_detects_a_different_model(model, exported):
             "--max-tokens must be <= 2147483647 (int32), got",
         ),
         (["--output", "o", "--model-dir", ".", "--tokenizer", "spaces"], "argument --tokenizer"),
+        (["--output", "o", "--model-dir", ".", "--precision", "fp16"], "argument --precision: invalid choice: 'fp16'"),
         (["--model-dir", "."], "--output"),
     ],
 )
@@ -494,7 +530,12 @@ def test_help_has_examples():
         assert text in proc.stdout, text
 
 
-def test_script_end_to_end_with_model_dir(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("precision", [None, "bfloat16"])
+def test_script_end_to_end_with_model_dir(tiny_model_dir, tmp_path, precision):
+    """--precision reaches the export (its check compares it with the model computing in that precision) and its
+    metadata (float32 without the flag)."""
+    from elmo_tf.saved_model.metadata import read_export_metadata
+
     base = tmp_path / "models" / "elmo"
     cmd = [
         PYTHON,
@@ -505,11 +546,15 @@ def test_script_end_to_end_with_model_dir(tiny_model_dir, tmp_path):
         str(base),
         "--version",
         "7",
+        *(("--precision", precision) if precision else ()),
     ]
     proc = forked.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == str(base / "7")
     assert "parity ok" in proc.stderr
+    computed = precision or "float32"
+    assert f"to compute in {computed}" in proc.stderr
+    assert read_export_metadata(str(base / "7"))["precision"] == computed
 
 
 def test_script_refuses_an_existing_version(tiny_model_dir, tmp_path, run_script):

@@ -117,6 +117,24 @@ def test_a_different_run_is_refused_naming_each_difference_with_both_values(tmp_
         assert journal.resumed and sorted(journal.done) == [0]
 
 
+def test_an_entry_added_since_the_journal_was_written_compares_as_its_default(tmp_path):
+    """A partial run of an earlier version has no `precision` entry: it was float32, so a float32 run resumes it and a
+    bfloat16 run is refused naming both values."""
+    output = tmp_path / "out.hdf5"
+    interrupted(output, shards=[0])
+    defaults = {"precision": "float32"}
+    with pytest.raises(ResumeRefused) as caught:
+        with RunJournal(output, {**PRINT, "precision": "bfloat16"}, resume=True, defaults=defaults):
+            pass
+    assert caught.value.differences == [("precision", '"float32"', '"bfloat16"')]
+    with RunJournal(output, {**PRINT, "precision": "float32"}, resume=True, defaults=defaults) as journal:
+        assert journal.resumed and sorted(journal.done) == [0]
+    interrupted(output, shards=[0])
+    with pytest.raises(ResumeRefused, match='precision: null .partial run. vs "float32" .this run.'):
+        with RunJournal(output, {**PRINT, "precision": "float32"}, resume=True):  # without the default: refused
+            pass
+
+
 def test_a_journal_of_another_format_is_refused(tmp_path):
     output = tmp_path / "out.hdf5"
     interrupted(output, shards=[0])

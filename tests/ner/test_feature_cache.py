@@ -265,3 +265,23 @@ def test_model_fingerprint_follows_the_weight_values(tmp_path):
     value.flat[0] += 1e-3
     variable.assign(value)
     assert model_fingerprint(model) != model_fingerprint(reloaded)
+
+
+def test_a_bfloat16_biLM_s_features_are_cached_apart_and_say_their_precision(tmp_path):
+    """Issue 51: the same biLM computing in bfloat16 is another feature source (its identity says its precision; a
+    float32 identity is what it was before precisions, so caches written then stay valid); each entry records the
+    precision its features were computed in; a float32 entry is not served to a bfloat16 source, nor the reverse."""
+    save_tiny_elmo(tmp_path / "elmo", seed=1)
+    cache = tmp_path / "features.hdf5"
+    float32, info = open_feature_source(elmo=str(tmp_path / "elmo"))
+    bfloat16, info16 = open_feature_source(elmo=str(tmp_path / "elmo"), precision="bfloat16")
+    assert float32.identity == {"kind": "in_process", "sha256": float32.identity["sha256"]}
+    assert bfloat16.identity == {**float32.identity, "precision": "bfloat16"}
+    assert (info["precision"], info16["precision"]) == ("float32", "bfloat16")
+    for source in (float32, bfloat16, float32):
+        features = cached_features(source, SENTENCES, cache, key="train")
+        np.testing.assert_allclose(features[0], source([s.tokens for s in SENTENCES])[0], atol=1e-6)
+        with h5py.File(cache, "r") as f:
+            assert f["train"].attrs["precision"] == source.precision
+    difference = np.abs(cached_features(bfloat16, SENTENCES, cache, key="dev")[0] - features[0]).max()
+    assert 1e-4 < difference < 0.1, difference  # bfloat16's rounding, not float32's
