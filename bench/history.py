@@ -123,14 +123,21 @@ def adapt_embed_throughput(result):
 def adapt_serving_latency(result):
     """A RUN of serving_latency from bench/serving_latency.py's --out JSON."""
     run = run_header(result)
-    ratios = {(x["preset"], x["transport"], x["concurrency"]): x for x in result.get("overheads", [])}
+    # keyed by precision too (issue 51: a run may hold float32 and bfloat16 rows); results before it are float32
+    ratios = {
+        (x["preset"], x["transport"], x.get("precision", "float32"), x["concurrency"]): x
+        for x in result.get("overheads", [])
+    }
     rows = []
     for r in result["rows"]:
-        x = ratios.get((r["preset"], r["transport"], r["concurrency"]), {})
+        precision = r.get("precision", "float32")
+        x = ratios.get((r["preset"], r["transport"], precision, r["concurrency"]), {})
         rows.append(
             {
                 "preset": r["preset"],
                 "transport": r["transport"],
+                "precision": precision,
+                "over_float32": x.get("over_float32"),
                 "clients": None if r["transport"] == "embed" else r["concurrency"],
                 "p50_ms": r.get("p50_ms"),
                 "sentences_per_s": r.get("sentences_per_s"),
