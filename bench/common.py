@@ -2,8 +2,10 @@
 `serve_worker`: one protocol, `SCRIPT --worker MODE --result PATH ...`, the worker's JSON back with its wall time,
 peak RSS and CPU); random weights written once (`ensure_weights`); the matmul roofline (`matmul_roofline`, and the
 `worker_matmul` mode that measures it in a fresh process); the fields of every result JSON (`result_fields`,
-`write_result`); padded batches and a model compiled as each Keras backend's users compile one. Importing it loads
-neither TensorFlow nor Keras (bench/gpu_embed.py runs it where TensorFlow is not installed)."""
+`write_result`); whether other processes shared the cores while a worker ran (`foreign_cpu_share`, `SharedCores`), and
+the spread of repeated measurements (`spread`); padded batches and a model compiled as each Keras backend's users
+compile one. Importing it loads neither TensorFlow nor Keras (bench/gpu_embed.py runs it where TensorFlow is not
+installed)."""
 
 import argparse
 import json
@@ -98,25 +100,83 @@ def run_measured(command, cwd=REPO, backend=None, env=None, timeout=None):
         )
 
 
+def busy_cpu_seconds():
+    """CPU seconds all processes of this machine have used since boot, over all CPUs (/proc/stat: user, nice, system,
+    irq, softirq, and steal: time a hypervisor gave other machines while this one wanted it), or None where there is
+    no /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def foreign_cpu_share(busy_before, busy_after, own_cpu_seconds, wall_seconds, cpus=None):
+    """The share of this machine's CPU capacity over `wall_seconds` that went to anything but the measured process:
+    `(busy CPU seconds of the machine - the process's own) / (wall x CPUs)`, at least 0; None where /proc/stat could
+    not be read. Near 0 on a machine left alone (the launcher and this waiting process use a few milliseconds)."""
+    if busy_before is None or busy_after is None or wall_seconds <= 0:
+        return None
+    foreign = busy_after - busy_before - own_cpu_seconds
+    return max(0.0, foreign) / (wall_seconds * (cpus or os.cpu_count() or 1))
+
+
+class SharedCores(RuntimeError):
+    """Other processes used the cores while a measurement ran (its foreign CPU share), or the load average said so
+    before it started: such a run is not recorded."""
+
+
+def check_alone(what, share, limit):
+    """`SharedCores` naming `what` when its `foreign_cpu_share` is over `limit` (None: unknown, passes)."""
+    if share is not None and share > limit:
+        raise SharedCores(
+            f"{what}: other processes used {share:.0%} of the CPUs while it ran (limit {limit:.0%}): the cores were "
+            "shared, so its speed is not this machine's; run the benchmark alone"
+        )
+
+
+def spread(values):
+    """`{"median", "min", "max", "spread"}` of repeated measurements (positive numbers): `spread` is `(max - min) /
+    median`, 0 for one value."""
+    ordered = sorted(values)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "spread": (ordered[-1] - ordered[0]) / median}
+
+
+def run_watched(command, cwd=REPO, backend=None, env=None, timeout=None):
+    """`run_measured` as a dict (`rc`, `stdout`, `stderr`, `wall`, `rss`, `cpu`) with the command's
+    `foreign_cpu_share` (the machine's busy CPU time beside the command's own, from /proc/stat)."""
+    before = busy_cpu_seconds()
+    rc, out, err, wall, rss, cpu = run_measured(command, cwd, backend, env, timeout)
+    share = foreign_cpu_share(before, busy_cpu_seconds(), cpu, wall)
+    return {"rc": rc, "stdout": out, "stderr": err, "wall": wall, "rss": rss, "cpu": cpu, "foreign_cpu_share": share}
+
+
 def run_worker(script, mode, options, work, python=None, backend=None, pythonpath=None, timeout=None):
     """Runs `python SCRIPT --worker MODE --result PATH *options` in its own process (under `KERAS_BACKEND=backend`;
     with `pythonpath` first on PYTHONPATH and as its directory, for another commit's tree) and returns the JSON the
-    worker wrote to PATH (`serve_worker`), with the process's `process_seconds`, `peak_rss_mib`, `cpu_seconds` and
-    `cpu_utilization`. WorkerError naming the mode, with the tail of its stderr, when it fails."""
+    worker wrote to PATH (`serve_worker`), with the process's `process_seconds`, `peak_rss_mib`, `cpu_seconds`,
+    `cpu_utilization` and `foreign_cpu_share` (`run_watched`). WorkerError naming the mode, with the tail of its
+    stderr, when it fails."""
     result_path = os.path.join(work, f"{mode}-{time.monotonic_ns()}.json")
     command = [python or sys.executable, os.path.abspath(script), "--worker", mode, "--result", result_path, *options]
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        rc, _, err, wall, rss, cpu = run_measured(command, pythonpath or REPO, backend, env, timeout)
+        run = run_watched(command, pythonpath or REPO, backend, env, timeout)
     except subprocess.TimeoutExpired:
         raise WorkerError(f"worker {mode}: no result within {timeout} s") from None
-    if rc != 0 or not os.path.isfile(result_path):
-        raise WorkerError(f"worker {mode} failed with exit status {rc}:\n{err[-4000:]}")
+    if run["rc"] != 0 or not os.path.isfile(result_path):
+        raise WorkerError(f"worker {mode} failed with exit status {run['rc']}:\n{run['stderr'][-4000:]}")
     with open(result_path, encoding="utf-8") as f:
         result = json.load(f)
-    result.update(process_seconds=wall, peak_rss_mib=rss, cpu_seconds=cpu, cpu_utilization=cpu / wall)
+    wall, cpu = run["wall"], run["cpu"]
+    result.update(process_seconds=wall, peak_rss_mib=run["rss"], cpu_seconds=cpu, cpu_utilization=cpu / wall)
+    result["foreign_cpu_share"] = run["foreign_cpu_share"]
     return result
 
 
@@ -219,13 +279,34 @@ def model_flops(options, num_sampled=0):
     }
 
 
+def matmul_flops_per_position(options):
+    """Matmul FLOP (2 per multiply-add) per token position of a biLM's forward pass, given its options.json dict."""
+    part = model_flops(options)
+    return part["char_cnn"] + part["layers"] * part["lstm"]
+
+
+def count_parameters(options):
+    """The parameters of a biLM given its options.json dict (char embedding, convolutions, highway, projection,
+    LSTMs)."""
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    filters = cnn["filters"]
+    f = sum(n for _, n in filters)
+    p, u = lstm["projection_dim"], lstm["dim"]
+    n = cnn.get("n_characters", 262) * cnn["embedding"]["dim"]
+    n += sum(w * cnn["embedding"]["dim"] * k + k for w, k in filters)
+    n += cnn.get("n_highway", 0) * 2 * (f * f + f)
+    n += (f * p + p) if f != p else 0
+    n += 2 * lstm["n_layers"] * ((p + p) * 4 * u + 4 * u + u * p)
+    return n
+
+
 def worker_matmul(args):
     """The `matmul` worker mode: `matmul_roofline` with `args.threads` threads and `args.matmul_repeats` repeats,
     and in `args.matmul_precision` too where that is not float32 (under its name)."""
     set_threads(args.threads)
     repeats = getattr(args, "matmul_repeats", 5)
     result = dict(matmul_roofline(MATMUL_SIZES, repeats), threads=args.threads)
-    precision = getattr(args, "matmul_precision", "float32")
+    precision = getattr(args, "matmul_precision", None) or "float32"
     if precision != "float32":
         result[precision] = matmul_roofline(MATMUL_SIZES, repeats, dtype=precision)
     return result

@@ -1,13 +1,58 @@
-"""The worker modes of bench/embed_throughput.py, each run in its own process (`common.run_worker`): `ours` times
-elmo_tf's Embedder, `plain` times `ELMo` itself on the process's Keras backend, `cache` builds the +cache row's
-token-embedding file, `matmul` measures the roofline (`common.worker_matmul`). Each returns the dict the worker writes
-as its result."""
+"""The measurements of bench/embed_throughput.py, each in its own process: the worker modes (`common.run_worker`):
+`ours` times elmo_tf's Embedder, `plain` times `ELMo` itself on the process's Keras backend, `cache` builds the +cache
+row's token-embedding file, `matmul` measures the roofline (`common.worker_matmul`), each returning the dict the
+worker writes as its result; and `run_peer`, AllenNLP's run. A worker given `--precision bfloat16` loads the model
+with it (`load_elmo(..., precision=)`, `Embedder(..., precision=)`); float32 passes nothing, so a tree from before the
+setting runs too."""
 
 import os
+import re
 import resource
 import time
 
-from common import compiled_activations, padded_batches, set_threads, worker_matmul
+from common import REPO, compiled_activations, padded_batches, run_watched, set_threads, worker_matmul
+
+SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
+DEFAULT_PEER_PYTHON = "/tmp/allennlp-peer/bin/python"
+DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
+PEER_LINE = re.compile(r"(\d+) tokens in ([0-9.]+) s: ([0-9.]+) tokens/s")
+
+
+def run_peer(args, input_path, batch_size, order, work):
+    """AllenNLP's embedding of `input_path` (../shared/peer/allennlp_embed.py in its own venv, `--sort` for
+    length-sorted batches): its tokens/s (model loading and one warm-up batch excluded, by the script), the process's
+    peak RSS, CPU and `foreign_cpu_share`. RuntimeError with its stderr when it fails."""
+    output = os.path.join(work, "peer_out.hdf5")
+    command = [args.peer_python, args.peer_script, "--options", os.path.join(args.weights_dir, "options.json")]
+    command += ["--weights", os.path.join(args.weights_dir, "weights.hdf5"), "--input", input_path]
+    command += ["--output", output, "--batch-size", str(batch_size), "--threads", str(args.threads)]
+    if order == "sorted":
+        command.append("--sort")
+    try:
+        run = run_watched(command)
+    finally:
+        if os.path.exists(output):
+            os.remove(output)
+    match = PEER_LINE.search(run["stderr"])
+    if run["rc"] != 0 or not match:
+        raise RuntimeError(f"peer failed with exit status {run['rc']}:\n{run['stderr'][-4000:]}")
+    tokens, seconds, _ = match.groups()
+    return {
+        "tokens": int(tokens),
+        "seconds": float(seconds),
+        "tokens_per_s": int(tokens) / float(seconds),
+        "process_seconds": run["wall"],
+        "peak_rss_mib": run["rss"],
+        "cpu_seconds": run["cpu"],
+        "cpu_utilization": run["cpu"] / run["wall"],
+        "foreign_cpu_share": run["foreign_cpu_share"],
+    }
+
+
+def _precision(args):
+    """`load_elmo`'s keyword arguments for the worker's `--precision` (none for float32)."""
+    precision = getattr(args, "precision", None) or "float32"
+    return {} if precision == "float32" else {"precision": precision}
 
 
 def worker_cache(args):
@@ -45,7 +90,9 @@ def worker_ours(args):
     from elmo_tf.models import load_elmo
 
     start = time.perf_counter()
-    model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
+    precision = _precision(args)
+    weights = os.path.join(args.weights_dir, "weights.hdf5")
+    model = load_elmo(os.path.join(args.weights_dir, "options.json"), weights, **precision)
     token_embeddings = None
     if args.cache_file:
         from elmo_tf.io.token_embeddings import load_token_embeddings, read_vocabulary
@@ -53,7 +100,7 @@ def worker_ours(args):
         vocabulary = read_vocabulary(args.cache_vocab)
         token_embeddings = vocabulary, load_token_embeddings(args.cache_file, vocabulary)
     memo = {} if args.memo_size is None else {"memo_size": args.memo_size}
-    embedder = Embedder(model, "all", token_embeddings=token_embeddings, **memo)
+    embedder = Embedder(model, "all", token_embeddings=token_embeddings, **memo, **precision)
     token_embeddings_rows = set(token_embeddings[0]) if token_embeddings else set()
     load_seconds = time.perf_counter() - start
     sentences = [s.tokens for s in iter_sentences(args.input)]
@@ -114,7 +161,8 @@ def worker_plain(args):
     from elmo_tf.models import load_elmo
 
     start = time.perf_counter()
-    model = load_elmo(os.path.join(args.weights_dir, "options.json"), os.path.join(args.weights_dir, "weights.hdf5"))
+    weights = os.path.join(args.weights_dir, "weights.hdf5")
+    model = load_elmo(os.path.join(args.weights_dir, "options.json"), weights, **_precision(args))
     load_seconds = time.perf_counter() - start
     run = compiled_activations(model)
     sentences = [s.tokens for s in iter_sentences(args.input)]
@@ -131,6 +179,7 @@ def worker_plain(args):
     tokens = sum(map(len, sentences))
     return {
         "backend": backend,
+        "precision": getattr(model, "precision", "float32"),
         "tokens": tokens,
         "sentences": len(sentences),
         "batches": len(batches),

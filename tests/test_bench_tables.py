@@ -385,3 +385,151 @@ def test_no_text_says_a_table_predates_a_change():
         with open(path, encoding="utf-8") as f:
             text = f.read()
         assert not re.search(r"predates|still to be made", text, re.IGNORECASE), path
+
+
+# ------------------------------------------------------------------------------ bench/embed_throughput.py's harness
+# The logic of the side-by-side run, with fake measurements (no model, no timing): the rounds' interleaving, the
+# ratios paired within a round, their spread, the targets, and the refusal of a run on shared cores.
+
+embed_throughput = importlib.import_module("embed_throughput")  # bench/ is on sys.path (`_load_tables`)
+bench_common = importlib.import_module("common")
+SharedCores, spread = bench_common.SharedCores, bench_common.spread
+
+
+def test_rounds_rotate_the_subjects():
+    """Round r starts at subject r: over as many rounds as subjects, each subject takes each place once."""
+    subjects = embed_throughput.subjects_of(False, ["jax", "torch"], ["float32"])
+    assert subjects == [("ours", "float32"), ("peer", None), ("jax", "float32"), ("torch", "float32")]
+    rounds = embed_throughput.rounds(subjects, 4)
+    assert rounds[1] == subjects[1:] + subjects[:1] and all(sorted(r) == sorted(subjects) for r in rounds)
+    assert {r.index(s) for r in rounds for s in subjects[:1]} == {0, 1, 2, 3}
+    both = [("ours", "float32"), ("ours", "bfloat16")]
+    assert embed_throughput.subjects_of(True, [], ["float32", "bfloat16"]) == both
+
+
+def test_spread_is_max_minus_min_over_the_median():
+    assert spread([2.0, 3.0, 2.5]) == {"median": 2.5, "min": 2.0, "max": 3.0, "spread": 0.4}
+    assert spread([1.0, 3.0])["median"] == 2.0 and spread([4.0])["spread"] == 0.0
+
+
+def _measured(tokens_per_s, share=0.0, rss=1000.0):
+    return {"tokens_per_s": tokens_per_s, "tokens": 2200, "sentences": 100, "seconds": 2200 / tokens_per_s,
+            "peak_rss_mib": rss, "position_fill": 0.9, "foreign_cpu_share": share}  # fmt: skip
+
+
+def test_ratios_are_paired_within_a_round_and_summarized_with_their_spread():
+    """Each measurement is divided by the peer's of its own round, a backend's by the Embedder's of its precision;
+    the summary's medians, ranges and spreads are over the rounds, and the targets name what is missed."""
+    runs = []
+    for repeat, (ours, peer, jax) in enumerate([(900.0, 300.0, 200.0), (880.0, 400.0, 180.0), (910.0, 320.0, 300.0)]):
+        got = {("ours", "float32"): _measured(ours), ("peer", None): _measured(peer, rss=2000.0),
+               ("jax", "float32"): _measured(jax)}  # fmt: skip
+        runs += embed_throughput.paired(32, "sorted", repeat, got)
+    assert [r.get("variant") for r in runs] == [None, "jax"] * 3
+    assert runs[2]["ratio"] == 880.0 / 400.0 and runs[3]["ratio_vs_embedder"] == 180.0 / 880.0
+    embed_throughput.derive(runs, 2e8, {"float32": 200.0})
+    assert runs[0]["ours"]["fraction_of_roofline"] == 900.0 * 0.2 / 200.0
+    assert runs[0]["peer"]["fraction_of_roofline"] == 300.0 * 0.2 / 200.0
+    summary = {row["variant"]: row for row in embed_throughput.summarize(runs)}
+    embedder, jax = summary[None], summary["jax"]
+    assert embedder["rounds"] == 3 and embedder["tokens_per_s"]["median"] == 900.0
+    assert embedder["ratio"] == spread([3.0, 2.2, 910.0 / 320.0])
+    assert jax["ratio_vs_embedder"]["median"] == 200.0 / 900.0 and jax["peer_peak_rss_mib"] == 2000.0
+    missed = embed_throughput.targets_missed(list(summary.values()))
+    assert not any("AllenNLP < 2.5x" in m for m in missed)  # the median, 2.84x
+    assert "batch 32 sorted: ratio spread 28% over 3 rounds > 10%" in missed
+    assert "batch 32 sorted jax: 0.22x the Embedder < 0.8x" in missed
+    assert "batch 32 sorted jax: 0.67x AllenNLP < 1.0x" in missed
+    assert not any(m.startswith("batch 32 sorted: peak RSS") for m in missed)
+
+
+def test_a_bfloat16_row_is_its_own_variant_against_its_own_embedder():
+    got = {("ours", "float32"): _measured(900.0), ("ours", "bfloat16"): _measured(1200.0),
+           ("torch", "bfloat16"): _measured(600.0)}  # fmt: skip
+    runs = embed_throughput.paired(64, "corpus", 0, got)
+    assert [(r.get("variant"), r["precision"]) for r in runs] == [
+        (None, "float32"), ("bfloat16", "bfloat16"), ("torch bfloat16", "bfloat16")]  # fmt: skip
+    assert runs[2]["ratio_vs_embedder"] == 0.5 and "ratio" not in runs[2]
+    embed_throughput.derive(runs, 1e9, {"float32": 100.0, "bfloat16": 400.0})
+    assert runs[1]["ours"]["fraction_of_roofline"] == 1.2e12 / 1e9 / 400.0
+    assert runs[1]["ours"]["fraction_of_float32_roofline"] == 1.2e12 / 1e9 / 100.0
+
+
+def test_foreign_cpu_share_and_the_check():
+    """The CPUs' busy time beside the measured process's own, over its wall time; over the limit, `SharedCores`."""
+    share, check_alone = bench_common.foreign_cpu_share, bench_common.check_alone
+    assert share(100.0, 103.0, 1.0, 2.0, cpus=2) == 0.5
+    assert share(100.0, 100.5, 1.0, 2.0, cpus=2) == 0.0  # never below 0
+    assert share(None, 1.0, 1.0, 1.0) is None
+    check_alone("ours", 0.01, 0.05)
+    check_alone("ours", None, 0.05)
+    with pytest.raises(SharedCores, match="ours: other processes used 20% of the CPUs"):
+        check_alone("ours", 0.2, 0.05)
+    before = bench_common.busy_cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc/stat")
+    start = os.times()
+    while os.times().user - start.user < 0.3:  # this process's own CPU time is part of the machine's
+        pass
+    assert bench_common.busy_cpu_seconds() - before >= 0.2
+
+
+@pytest.fixture
+def fake_measurements(monkeypatch, tmp_path):
+    """embed_throughput's workers and peer replaced by fakes (`shares[subject]`: the foreign CPU share each reports);
+    returns `(shares, out path, the argv of a run)`."""
+    from elmo_tf.config import get_config
+
+    options = tmp_path / "weights" / "options.json"
+    options.parent.mkdir()
+    options.write_text(json.dumps(get_config("small").to_options()), encoding="utf-8")
+    shares = {"ours": 0.0, "peer": 0.0, "plain": 0.0, "matmul": 0.0}
+    speeds = {"ours": 900.0, "peer": 300.0, "plain": 400.0}
+
+    def worker(args, mode, extra, work, backend=None):
+        if mode == "matmul":
+            return {"best_gflops": 200.0, "sizes": {"1024": {"best_gflops": 200.0}}, "foreign_cpu_share": 0.0}
+        return _measured(speeds[mode], shares[mode])
+
+    monkeypatch.setattr(embed_throughput, "run_embed_worker", worker)
+    monkeypatch.setattr(embed_throughput, "run_peer", lambda *a: _measured(speeds["peer"], shares["peer"], 2000.0))
+    monkeypatch.setattr(embed_throughput, "ensure_weights", lambda *a, **k: (str(options), None))
+    monkeypatch.setattr(embed_throughput.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    out = tmp_path / "out.json"
+    argv = ["--n-sentences", "5", "--batch-sizes", "32", "--orders", "sorted", "--no-cache", "--backend", "jax"]
+    argv += ["--peer-python", sys.executable, "--peer-script", __file__, "--weights-dir", str(options.parent)]
+    return shares, out, argv + ["--out", str(out)]
+
+
+def test_a_run_alone_is_written_and_recorded(fake_measurements, tmp_path, history, capsys):
+    """Three interleaved rounds: the JSON holds each round's runs (the layout `bench/tables.py record` reads) and the
+    summary; the printed table shows the medians and the spreads."""
+    _, out, argv = fake_measurements
+    assert embed_throughput.main(argv) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["repeats"] == 3 and len(result["runs"]) == 6 and result["cores_shared"] == []
+    assert [row["variant"] for row in result["summary"]] == [None, "jax"]
+    assert result["summary"][1]["ratio"]["median"] == 400.0 / 300.0
+    printed = capsys.readouterr().out
+    assert "32 sorted Embedder" in printed and "spread of ratio (32 sorted Embedder): 0.0%" in printed
+    assert tables.main(["record", "embed_throughput", str(out), "--history-dir", str(history)]) == 0
+    run = tables.load_history("embed_throughput", history)["runs"][-1]
+    assert run["scope"] == "backends" and [r.get("repeat") for r in run["rows"]][-2:] == [2, 2]
+
+
+@pytest.mark.parametrize("allow_shared", [False, True])
+def test_a_run_beside_other_work_is_not_recorded(fake_measurements, allow_shared, capsys):
+    """A measurement that saw other processes on the cores stops the run (exit 3), or with --allow-shared finishes it
+    unrecorded: no JSON either way; a load average over --max-load refuses to start."""
+    shares, out, argv = fake_measurements
+    shares["peer"] = 0.3
+    status = embed_throughput.main(argv + (["--allow-shared"] if allow_shared else []))
+    assert not out.exists()
+    if allow_shared:
+        assert status == 0 and "not recorded: measured beside other work (peer" in capsys.readouterr().out
+    else:
+        assert status == 3 and "other processes used 30% of the CPUs" in capsys.readouterr().err
+    shares["peer"] = 0.0
+    embed_throughput.os.getloadavg = lambda: (1.5, 1.0, 1.0)  # (the fixture's monkeypatch restores it)
+    assert embed_throughput.main(argv) == 3 and not out.exists()
+    assert "load average 1.50 > --max-load 0.5" in capsys.readouterr().err

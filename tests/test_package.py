@@ -311,7 +311,8 @@ _packages_distributions = cache(packages_distributions)
 
 def test_declared_dependencies_cover_every_third_party_import():
     """The library's module-level imports are base dependencies (elmo_tf/serving/: the `serving` extra;
-    elmo_tf/ner/tuning.py, whose HyperModel subclasses keras_tuner's: the `ner` extra); its function-level ones are
+    elmo_tf/ner/tuning.py, whose HyperModel subclasses keras_tuner's: the `ner` extra; elmo_tf/layers/backends/jax_*.py
+    and torch_*.py, imported only on their Keras backend: the `jax` and `torch` extras); its function-level ones are
     base or an extra; the tests' are base or an extra (`test` among them; tests/backends' `jax` and `torch`)."""
     base, extras = declared()
     assert extras["all"] == extras["serving"] | extras["ner"] | extras["text"] | extras["beam"]
@@ -327,6 +328,8 @@ def test_declared_dependencies_cover_every_third_party_import():
             if path == PACKAGE / "ner" / "tuning.py"
             else extras["beam"]  # elmo_tf/beam/: its DoFns subclass apache_beam's
             if path.is_relative_to(PACKAGE / "beam")
+            else extras[path.name.split("_")[0]]  # a backend's fast paths, imported only on that Keras backend
+            if path.parent == PACKAGE / "layers" / "backends" and path.name.split("_")[0] in ("jax", "torch")
             else set()
         )
         for level, modules in (("module", module_level), ("function", function_level)):

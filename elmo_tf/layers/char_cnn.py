@@ -204,9 +204,9 @@ class CharCNN(keras.layers.Layer):
         return ops.cast(char_ids, "int32")
 
     def _encode_rows(self, char_ids):
-        """Token vectors of every row of int32 `(n, input_width)`, all `max_chars` positions (the `keras.ops` path
-        of JAX and PyTorch: shapes fixed by the input, so `jax.jit` compiles one program per input shape), zeros for
-        all-zero rows: float32 `(n, projection_dim)`."""
+        """Token vectors of every row of int32 `(n, input_width)`, at every position given (the `keras.ops` path:
+        JAX's and PyTorch's fast paths call it on the distinct rows, cut to the longest token), zeros for all-zero
+        rows: float32 `(n, projection_dim)`."""
         chars = char_ids[:, : self.max_chars]
         embedding, kernels, projection = self.operands()
         x = ops.take(embedding, chars, axis=0)  # (n, max_chars, dim)
@@ -240,8 +240,9 @@ class CharCNN(keras.layers.Layer):
         same max as over all positions, and the same gradients (a tie's gradient goes to one of the equal
         windows instead of being shared). Words are far shorter than 50 bytes, so this halves the convolutions'
         work in typical batches. All-zero rows (no token) are left as they are, and a real token with anything
-        but padding chars after its end keeps the whole width. On JAX and PyTorch every position is convolved (the
-        same values; shapes that do not depend on the ids).
+        but padding chars after its end keeps the whole width. PyTorch, and JAX on concrete ids, cut the same way
+        (`backends.torch_char_cnn`, `backends.jax_char_cnn`); inside `jax.jit` every position is convolved (shapes
+        that do not depend on the ids).
         """
         try:
             return backends.encode_tokens(self, char_ids)
@@ -256,8 +257,8 @@ class CharCNN(keras.layers.Layer):
         Tokens repeat within a batch (`<S>` and `</S>` in every sentence, function words: 64 GMB news sentences
         with their boundaries hold 1,611 positions and 685 distinct rows): the distinct rows go through
         `encode_tokens` once and are gathered back, so the gradient of a repeated token is the sum over its
-        occurrences (the gather's gradient). Same values as `call` within float rounding. On JAX and PyTorch every
-        row is encoded (no distinct rows: shapes that do not depend on the ids).
+        occurrences (the gather's gradient). Same values as `call` within float rounding. On every backend (inside
+        `jax.jit` too: `jnp.unique` with a static size, the rows past the distinct ones skipped in chunks).
         """
         try:
             return backends.encode_distinct(self, char_ids)
