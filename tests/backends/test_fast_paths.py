@@ -136,7 +136,7 @@ def ops_loop_calls(monkeypatch):
 
 @pytest.mark.skipif(not FAST, reason="JAX's and PyTorch's paths")
 def test_the_fast_loop_runs_and_declines_what_it_does_not_handle(ops_loop_calls):
-    """"auto" runs the backend's loop (no `keras.ops` loop call, in inference and in training); "ops" and a training
+    """ "auto" runs the backend's loop (no `keras.ops` loop call, in inference and in training); "ops" and a training
     call whose matmuls are bfloat16 run the `keras.ops` loop, once per layer."""
     x, mask, _ = small_bilm_case()
     make_small_bilm()(x, mask=mask)
