@@ -230,14 +230,15 @@ def prepare_out(out, parser):
     open(os.path.join(out, MARKER), "w").close()
 
 
-def main(argv=None):
-    parser = build_parser()
+def checked_args(parser, argv):
+    """The parsed flags, with the files of --data: `(args, lm_files, ner)` (parser.error on a bad value)."""
     args = parser.parse_args(argv)
     for flag in ("pretrain_steps", "ner_epochs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')}: must be >= 1, got {getattr(args, flag)}")
     if args.max_sentences is not None and args.max_sentences < 0:
         parser.error(f"--max-sentences: must be >= 0, got {args.max_sentences}")
+    lm_files, ner = [], []
     if args.data:
         lm_files = sorted(glob.glob(os.path.join(args.data, "pretrain", "*.txt")))
         ner = [os.path.join(args.data, "conll2003", f"eng.{s}") for s in ("train", "testa", "testb")]
@@ -246,6 +247,91 @@ def main(argv=None):
         for path in ner:
             if not os.path.isfile(path):
                 parser.error(f"--data: {path!r} does not exist")
+    return args, lm_files, ner
+
+
+def step_data(args, lm_files, ner, log):
+    """Step 1: the pretraining text and the NER files (--data's, or the demo's written under --out): a dict of
+    `lm_train`, `lm_valid` (None with --data), `ner_train`, `ner_dev`, `ner_test`."""
+    if args.data:
+        lm_train = os.path.join(args.data, "pretrain", "*.txt")
+        log.info("1/9 data: pretraining text %s (%d files); NER %s", lm_train, len(lm_files), os.path.dirname(ner[0]))
+        return dict(lm_train=lm_train, lm_valid=None, ner_train=ner[0], ner_dev=ner[1], ner_test=ner[2])
+    import demo_data
+
+    paths = demo_data.write_demo_data(os.path.join(args.out, "data"))
+    log.info(
+        "1/9 data: wrote demo text and NER files (PER/LOC/ORG/MISC; test names unseen in training, "
+        "step 8's names in no file) under %s",
+        os.path.join(args.out, "data"),
+    )
+    return {name: paths[name] for name in ("lm_train", "lm_valid", "ner_train", "ner_dev", "ner_test")}
+
+
+def step_pretrain(demo, args, data, steps, log):
+    """Steps 2 and 3: the vocabulary and the pretrained biLM; its directory."""
+    py, out = sys.executable, args.out
+    vocab = os.path.join(out, "vocab.txt")
+    min_count = "3" if args.data else "2"  # demo data: made-up names once -> <UNK>
+    cmd = [py, "training/build_vocab.py", "--train", data["lm_train"], "--output", vocab, "--min-count", min_count]
+    demo.run("2/9", "building the vocabulary", cmd)
+    config = os.path.join(out, "bilm_options.json")
+    with open(config, "w") as f:
+        json.dump(DEMO_CONFIG, f, indent=2)
+    bilm = os.path.join(out, "bilm")
+    cmd = [py, "training/pretrain.py", "--train", data["lm_train"], "--vocab", vocab, "--config", config]
+    cmd += ["--output", bilm, "--steps", str(steps), "--batch-size", "32", "--num-sampled", "512"]
+    cmd += ["--checkpoint-every", "200", "--log-every", "50"]
+    if data["lm_valid"]:
+        cmd += ["--valid", data["lm_valid"]]
+    demo.run("3/9", f"pretraining a {DEMO_CONFIG['lstm']['n_layers']}-layer biLM ({steps} steps)", cmd)
+    with open(os.path.join(bilm, "metrics.json")) as f:
+        metrics = json.load(f)
+    if "valid" in metrics:
+        valid = metrics["valid"]
+        log.info("    held-out perplexity forward %.1f, backward %.1f", valid["forward"], valid["backward"])
+    return bilm
+
+
+def step_ner(demo, args, data, port, epochs, max_sentences, log):
+    """Step 7: the NER head trained on ELMo features fetched from the server on `port`; its directory."""
+    ner_dir = os.path.join(args.out, "ner")
+    cmd = [sys.executable, "training/train_ner.py", "--train", data["ner_train"], "--dev", data["ner_dev"]]
+    cmd += ["--test", data["ner_test"], "--elmo-server", f"127.0.0.1:{port}", "--model-name", "elmo"]
+    cmd += ["--output", ner_dir, "--epochs", str(epochs), "--patience", str(epochs)]
+    cmd += ["--cache", os.path.join(args.out, "ner_features.h5")]
+    if max_sentences:
+        cmd += ["--max-sentences", str(max_sentences)]
+    demo.run("7/9", "training the NER head on ELMo features fetched over gRPC", cmd)
+    with open(os.path.join(ner_dir, "metrics.json")) as f:
+        metrics = json.load(f)
+    log.info(
+        "    dev span F1 %.1f, test span F1 %.1f (best epoch %d)",
+        metrics["dev"]["f1"],
+        metrics["test"]["f1"],
+        metrics["best_epoch"],
+    )
+    return ner_dir
+
+
+def step_tag(demo, out, ner_dir, port, log):
+    """Step 8: TAG_SENTENCES tagged through the server, written to tagged.jsonl and logged."""
+    cmd = [sys.executable, "training/tag.py", "--model", ner_dir, "--elmo-server", f"127.0.0.1:{port}"]
+    cmd += ["--format", "json", "--quiet"]
+    sentences = "\n".join(TAG_SENTENCES) + "\n"
+    tagged = demo.run(
+        "8/9", "tagging new sentences through the server", cmd, input=sentences, capture_output=True, text=True
+    )
+    with open(os.path.join(out, "tagged.jsonl"), "w") as f:
+        f.write(tagged.stdout)
+    for line in tagged.stdout.splitlines():
+        result = json.loads(line)
+        log.info("    %s\n        -> %s", " ".join(result["tokens"]), span_line(result))
+
+
+def main(argv=None):
+    parser = build_parser()
+    args, lm_files, ner = checked_args(parser, argv)
     steps = args.pretrain_steps or (400 if args.data else 600)
     epochs = args.ner_epochs or (3 if args.data else 12)
     max_sentences = (2000 if args.max_sentences is None else args.max_sentences) if args.data else 0
@@ -259,144 +345,18 @@ def main(argv=None):
     log = logging.getLogger("demo")
     demo = Demo(args, log)
     start = time.perf_counter()
-    py = sys.executable
     out = args.out
     try:
-        if args.data:
-            lm_train, lm_valid = os.path.join(args.data, "pretrain", "*.txt"), None
-            ner_train, ner_dev, ner_test = ner
-            log.info(
-                "1/9 data: pretraining text %s (%d files); NER %s", lm_train, len(lm_files), os.path.dirname(ner_train)
-            )
-        else:
-            import demo_data
-
-            paths = demo_data.write_demo_data(os.path.join(out, "data"))
-            lm_train, lm_valid = paths["lm_train"], paths["lm_valid"]
-            ner_train, ner_dev, ner_test = paths["ner_train"], paths["ner_dev"], paths["ner_test"]
-            log.info(
-                "1/9 data: wrote demo text and NER files (PER/LOC/ORG/MISC; test names unseen in training, "
-                "step 8's names in no file) under %s",
-                os.path.join(out, "data"),
-            )
-        vocab = os.path.join(out, "vocab.txt")
-        demo.run(
-            "2/9",
-            "building the vocabulary",
-            [
-                py,
-                "training/build_vocab.py",
-                "--train",
-                lm_train,
-                "--output",
-                vocab,
-                "--min-count",
-                "3" if args.data else "2",  # demo data: made-up names once -> <UNK>
-            ],
-        )
-        config = os.path.join(out, "bilm_options.json")
-        with open(config, "w") as f:
-            json.dump(DEMO_CONFIG, f, indent=2)
-        bilm = os.path.join(out, "bilm")
-        cmd = [
-            py,
-            "training/pretrain.py",
-            "--train",
-            lm_train,
-            "--vocab",
-            vocab,
-            "--config",
-            config,
-            "--output",
-            bilm,
-            "--steps",
-            str(steps),
-            "--batch-size",
-            "32",
-            "--num-sampled",
-            "512",
-            "--checkpoint-every",
-            "200",
-            "--log-every",
-            "50",
-        ]
-        if lm_valid:
-            cmd += ["--valid", lm_valid]
-        demo.run("3/9", f"pretraining a {DEMO_CONFIG['lstm']['n_layers']}-layer biLM ({steps} steps)", cmd)
-        with open(os.path.join(bilm, "metrics.json")) as f:
-            metrics = json.load(f)
-        if "valid" in metrics:
-            log.info(
-                "    held-out perplexity forward %.1f, backward %.1f",
-                metrics["valid"]["forward"],
-                metrics["valid"]["backward"],
-            )
+        data = step_data(args, lm_files, ner, log)
+        bilm = step_pretrain(demo, args, data, steps, log)
         models = os.path.join(out, "models", "elmo")
-        demo.run(
-            "4/9",
-            "exporting the SavedModel for TF Serving",
-            [py, "export/export_savedmodel.py", "--model-dir", bilm, "--output", models],
-        )
+        cmd = [sys.executable, "export/export_savedmodel.py", "--model-dir", bilm, "--output", models]
+        demo.run("4/9", "exporting the SavedModel for TF Serving", cmd)
         port, rest_port = free_port(), free_port()
         demo.start_server(models, port, rest_port)
         check_served(log, bilm, port, rest_port)
-        ner_dir = os.path.join(out, "ner")
-        cmd = [
-            py,
-            "training/train_ner.py",
-            "--train",
-            ner_train,
-            "--dev",
-            ner_dev,
-            "--test",
-            ner_test,
-            "--elmo-server",
-            f"127.0.0.1:{port}",
-            "--model-name",
-            "elmo",
-            "--output",
-            ner_dir,
-            "--epochs",
-            str(epochs),
-            "--patience",
-            str(epochs),
-            "--cache",
-            os.path.join(out, "ner_features.h5"),
-        ]
-        if max_sentences:
-            cmd += ["--max-sentences", str(max_sentences)]
-        demo.run("7/9", "training the NER head on ELMo features fetched over gRPC", cmd)
-        with open(os.path.join(ner_dir, "metrics.json")) as f:
-            ner_metrics = json.load(f)
-        log.info(
-            "    dev span F1 %.1f, test span F1 %.1f (best epoch %d)",
-            ner_metrics["dev"]["f1"],
-            ner_metrics["test"]["f1"],
-            ner_metrics["best_epoch"],
-        )
-        tagged = demo.run(
-            "8/9",
-            "tagging new sentences through the server",
-            [
-                py,
-                "training/tag.py",
-                "--model",
-                ner_dir,
-                "--elmo-server",
-                f"127.0.0.1:{port}",
-                "--format",
-                "json",
-                "--quiet",
-            ],
-            input="\n".join(TAG_SENTENCES) + "\n",
-            capture_output=True,
-            text=True,
-        )
-        with open(os.path.join(out, "tagged.jsonl"), "w") as f:
-            f.write(tagged.stdout)
-        for line in tagged.stdout.splitlines():
-            result = json.loads(line)
-            log.info("    %s\n        -> %s", " ".join(result["tokens"]), span_line(result))
+        ner_dir = step_ner(demo, args, data, port, epochs, max_sentences, log)
+        step_tag(demo, out, ner_dir, port, log)
     finally:
         demo.stop_server()
     log.info("done in %.1f min. Written under %s:", (time.perf_counter() - start) / 60, out)
