@@ -72,11 +72,49 @@ def run_header(result, source="bench/tables.py record"):
     }
 
 
-def adapt_embed_throughput(result):
-    """A RUN of embed_throughput from bench/embed_throughput.py's --out JSON."""
-    run = run_header(result)
+def _median(value):
+    """A summary field's median (`common.spread`'s dict) or the value itself; None stays None."""
+    return value["median"] if isinstance(value, dict) else value
+
+
+def summary_rows(result):
+    """The rows of a run with interleaved rounds (its `summary`): each (batch, order, variant) once, at the median of
+    its rounds, with the ratio's min, max and spread."""
+    per_token = result["matmul_flops_per_position"]
     rows = []
-    for r in result["runs"]:
+    for r in result["summary"]:
+        tokens_per_s = _median(r["tokens_per_s"])
+        row = {
+            "batch_size": r["batch_size"],
+            "order": r["order"],
+            "variant": r.get("variant"),
+            "precision": r.get("precision", "float32"),
+            "rounds": r["rounds"],
+            "ours_tokens_per_s": tokens_per_s,
+            "peer_tokens_per_s": _median(r.get("peer_tokens_per_s")),
+            "ratio": _median(r.get("ratio")),
+            "ours_gflops": tokens_per_s * per_token / 1e9,
+            "fraction_of_roofline": _median(r["fraction_of_roofline"]),
+            "ours_peak_rss_mib": r.get("peak_rss_mib"),
+            "peer_peak_rss_mib": r.get("peer_peak_rss_mib"),
+            "row_fill": None,
+            "speedup_vs_default": _median(r.get("speedup_vs_default")),
+        }
+        for key in ("ratio", "ratio_vs_embedder"):
+            if isinstance(r.get(key), dict):
+                row[key] = r[key]["median"]
+                row[f"{key}_range"] = [r[key]["min"], r[key]["max"]]
+                row[f"{key}_spread"] = r[key]["spread"]
+        rows.append(row)
+    return rows
+
+
+def adapt_embed_throughput(result):
+    """A RUN of embed_throughput from bench/embed_throughput.py's --out JSON (a run with a `summary` of interleaved
+    rounds: its median rows, `summary_rows`)."""
+    run = run_header(result)
+    rows = [] if not result.get("summary") else summary_rows(result)
+    for r in [] if rows else result["runs"]:
         ours, peer = r["ours"], r.get("peer") or {}
         row = {
             "batch_size": r["batch_size"],
@@ -100,6 +138,8 @@ def adapt_embed_throughput(result):
     plain = [r for r in result["runs"] if not r.get("variant")]
     if result.get("quick"):
         scope = "quick"
+    elif any(r.get("precision", "float32") != "float32" for r in result["runs"]):
+        scope = "precision"  # float32 beside bfloat16 (issue 51): its own table, not the float32 headline
     elif any(r.get("ratio_vs_embedder") is not None for r in result["runs"]):
         scope = "backends"
     else:

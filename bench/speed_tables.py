@@ -43,6 +43,23 @@ def gflops_cell(run, r):
     return f"{fmt(r['ours_gflops'], '.0f')} ({pct(r['fraction_of_roofline'])})"
 
 
+def ranged(r, key):
+    """A ratio with its range over the run's rounds where recorded ("2.61x (2.48-2.70x)"), else the ratio alone."""
+    low_high = r.get(f"{key}_range")
+    if not low_high or r.get("rounds", 1) < 2:
+        return times(r.get(key))
+    return f"{times(r[key])} ({low_high[0]:.2f}-{times(low_high[1])})"
+
+
+def vs_float32(run, r):
+    """A row's tokens/s over the float32 Embedder row of the same batch and order in its run (1.0 for that row)."""
+    for other in run["rows"]:
+        same = (other["batch_size"], other["order"]) == (r["batch_size"], r["order"])
+        if same and not other.get("variant") and other.get("precision", "float32") == "float32":
+            return r["ours_tokens_per_s"] / other["ours_tokens_per_s"]
+    return None
+
+
 def rss_cell(run, r):
     if r.get("peer_peak_rss_mib"):
         return pair(r["ours_peak_rss_mib"], r["peer_peak_rss_mib"])
@@ -137,14 +154,30 @@ EMBED_TABLES = {
                 lambda run, r: f"{r['variant']}, ELMo itself" if r.get("variant") else "TensorFlow, the Embedder",
             ),
             number("tok/s", "ours_tokens_per_s"),
+            Column("vs AllenNLP (range over rounds)", lambda run, r: ranged(r, "ratio")),
             Column(
-                "vs the Embedder", lambda run, r: times(r.get("ratio_vs_embedder")) if r.get("variant") else "1.00x"
+                "vs the Embedder (range)",
+                lambda run, r: ranged(r, "ratio_vs_embedder") if r.get("variant") else "1.00x",
             ),
             Column("GFLOP/s (% of roofline)", gflops_cell),
             number("peak RSS MiB", "ours_peak_rss_mib"),
         ],
         runs=newest(scope="backends"),
         caption=the_run(),
+    ),
+    "embed_precision": Table(
+        "embed_throughput",
+        [
+            Column("batch, order", lambda run, r: f"{r['batch_size']}, {r['order']}", "l"),
+            Column("precision", lambda run, r: r.get("precision", "float32"), "l"),
+            number("elmo_tf tok/s", "ours_tokens_per_s"),
+            Column("vs float32", lambda run, r: times(vs_float32(run, r))),
+            number("AllenNLP tok/s", "peer_tokens_per_s"),
+            Column("vs AllenNLP", lambda run, r: times(r.get("ratio"))),
+            number("peak RSS MiB", "ours_peak_rss_mib"),
+        ],
+        runs=newest(scope="precision"),
+        caption=matmul_suffix,
     ),
     "embed_throughput_history": Table(
         "embed_throughput",

@@ -96,6 +96,7 @@ def test_every_table_id_is_in_a_marked_region():
 KEY_LINES = {
     "embed_throughput_full": "| 64, sorted, +cache | 869 | - | - | (1.07x the default) | 2,173 | 99% |",
     "embed_backends": "| 32, sorted | TensorFlow, the Embedder |",
+    "embed_precision": "| 256, sorted | bfloat16 | 510 | 0.83x | 261 | 1.96x | 2,251 |",
     "embed_throughput_history": "| all | - | - |",
     "serving_latency": "*Model: ",
     "serving_latency_grid": "| model | clients | in-process p50 ms / sent/s | gRPC p50 ms / sent/s |",
@@ -502,8 +503,8 @@ def fake_measurements(monkeypatch, tmp_path):
 
 
 def test_a_run_alone_is_written_and_recorded(fake_measurements, tmp_path, history, capsys):
-    """Three interleaved rounds: the JSON holds each round's runs (the layout `bench/tables.py record` reads) and the
-    summary; the printed table shows the medians and the spreads."""
+    """Three interleaved rounds: the JSON holds each round's runs and the summary; the printed table shows the
+    medians and the spreads; `bench/tables.py record` keeps the medians with each ratio's range."""
     _, out, argv = fake_measurements
     assert embed_throughput.main(argv) == 0
     result = json.loads(out.read_text(encoding="utf-8"))
@@ -514,7 +515,13 @@ def test_a_run_alone_is_written_and_recorded(fake_measurements, tmp_path, histor
     assert "32 sorted Embedder" in printed and "spread of ratio (32 sorted Embedder): 0.0%" in printed
     assert tables.main(["record", "embed_throughput", str(out), "--history-dir", str(history)]) == 0
     run = tables.load_history("embed_throughput", history)["runs"][-1]
-    assert run["scope"] == "backends" and [r.get("repeat") for r in run["rows"]][-2:] == [2, 2]
+    assert run["scope"] == "backends" and [(r["variant"], r["rounds"]) for r in run["rows"]] == [(None, 3), ("jax", 3)]
+    jax_row = run["rows"][1]  # the medians of the rounds, with the ratios' ranges
+    assert jax_row["ratio"] == 400.0 / 300.0 and jax_row["ratio_range"] == [400.0 / 300.0] * 2
+    assert jax_row["ratio_vs_embedder"] == 400.0 / 900.0 and jax_row["ratio_spread"] == 0.0
+    assert "| 32, sorted | jax, ELMo itself | 400 | 1.33x (1.33-1.33x) | 0.44x (0.44-0.44x) |" in tables.render(
+        "embed_backends", history
+    )
 
 
 @pytest.mark.parametrize("allow_shared", [False, True])
