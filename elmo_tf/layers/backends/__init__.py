@@ -3,17 +3,16 @@
 As `keras.layers.LSTM` calls `backend.lstm(...)` and runs its generic loop when the backend raises
 `NotImplementedError` (keras/src/backend/tensorflow/rnn.py takes cuDNN or declines), a layer or model of elmo_tf calls
 one function here and, where it raises `NotImplementedError`, runs its own `keras.ops` path: the same numbers on every
-backend (to float rounding). The layers never ask which backend runs; this module does, once, in `_fast_paths`, and
+backend (to float rounding). The layers never ask which backend runs; this module does, in `_path`, and
 hands each call to the module of the running backend, where a path it lacks declines:
 
 - TensorFlow, `tensorflow_fast_paths`: the char CNN's real and distinct tokens, the CRF's and the scans' TensorFlow
   ops, the recurrence's choice of loop (`tensorflow_recurrence`), the input dropout, the string mappings, ELMo's
   token-embedding cache; `tensorflow_language_model`: the language model's full softmax, its scoring of real positions
   and its vocabulary;
-- JAX, `jax_fast_paths`: the recurrence (`jax_recurrence`, compiled by the caller's `jax.jit`), and outside any trace
-  the char CNN's distinct tokens (`jax_char_cnn`);
-- PyTorch, `torch_fast_paths`: the recurrence (`torch_recurrence`) and the char CNN's distinct tokens
-  (`torch_char_cnn`).
+- JAX, `jax_recurrence`: the recurrence (`lax.scan`, compiled by the caller's `jax.jit`); `jax_char_cnn`: the char
+  CNN's distinct tokens (inside `jax.jit` too);
+- PyTorch, `torch_recurrence`: the recurrence; `torch_char_cnn`: the char CNN's distinct tokens.
 
 Each module imports only its own backend (a JAX or PyTorch process loads no TensorFlow).
 """
@@ -22,26 +21,24 @@ import keras
 
 from elmo_tf.backend import is_tensorflow_backend
 
-# the module of each backend's fast paths (in this package)
-_MODULES = {"tensorflow": "tensorflow_fast_paths", "jax": "jax_fast_paths", "torch": "torch_fast_paths"}
-
-
-def _fast_paths():
-    """The fast-path module of the running Keras backend; `NotImplementedError` on a backend without one."""
-    import importlib
-
-    backend = keras.config.backend()
-    if backend not in _MODULES:
-        raise NotImplementedError(f"no fast path on the {backend!r} backend")
-    return importlib.import_module(f"elmo_tf.layers.backends.{_MODULES[backend]}")
+# the modules of each backend's fast paths (in this package), searched in order for a path's function
+_MODULES = {
+    "tensorflow": ("tensorflow_fast_paths",),
+    "jax": ("jax_char_cnn", "jax_recurrence"),
+    "torch": ("torch_char_cnn", "torch_recurrence"),
+}
 
 
 def _path(name):
     """The running backend's function `name`; `NotImplementedError` where that backend has no such path."""
-    function = getattr(_fast_paths(), name, None)
-    if function is None:
-        raise NotImplementedError(f"no {name} fast path on the {keras.config.backend()!r} backend")
-    return function
+    import importlib
+
+    backend = keras.config.backend()
+    for module in _MODULES.get(backend, ()):
+        function = getattr(importlib.import_module(f"elmo_tf.layers.backends.{module}"), name, None)
+        if function is not None:
+            return function
+    raise NotImplementedError(f"no {name} fast path on the {backend!r} backend")
 
 
 def _tensorflow_language_model():

@@ -104,3 +104,8 @@ def traced_distinct(char_cnn, char_ids):
         ]
     )
     return jnp.take(vectors, jnp.reshape(index, (-1,)), axis=0).reshape(*char_ids.shape[:-1], -1)
+
+
+def encode_real_tokens(char_cnn, char_ids):
+    """`CharCNN.call`: the distinct rows (the padding rows' one all-zero row among them) encoded once."""
+    return encode_distinct(char_cnn, char_ids)

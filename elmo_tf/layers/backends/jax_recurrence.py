@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.nn import sigmoid
 
+from elmo_tf.layers import backends
 from elmo_tf.layers.lstm_constants import FORGET_BIAS
 
 # the gates of all steps: inputs `(time, batch, in)` by a stored kernel `(4 * units, in)` -> `(time, batch, 4 * units)`
@@ -44,16 +45,6 @@ def lstm_scan(inputs, mask, input_kernels, biases, recurrent_kernels, projection
     `matmul_dtype`) and results.
 
     Inside the loop everything is feature-major, `(features, batch)` (see the module docstring).
-
-    Args:
-        inputs: D float32 `(time, batch, in)`, time-major; mask: bool `(time, batch)`.
-        input_kernels, biases, recurrent_kernels, projection_kernels: D `(4 * units, in)`, `(4 * units,)`,
-            `(4 * units, projection_dim)`, `(projection_dim, units)` (the cells' stored layout).
-        initial_c, initial_h: D `(batch, units)` and `(batch, projection_dim)`.
-        cell_clip, proj_clip: python floats or None.
-        resets: None, or D bool `(time, batch)`: True where the step starts from the zero state.
-    Returns:
-        D outputs `(time, batch, projection_dim)`, D final c, D final h.
     """
     num = len(inputs)
     gates = [  # (time, batch, 4 * units): x W_x + b, transposed step by step in the loop
@@ -90,3 +81,10 @@ def lstm_scan(inputs, mask, input_kernels, biases, recurrent_kernels, projection
         [jnp.transpose(final[d][0]) for d in range(num)],
         [jnp.transpose(final[d][1]) for d in range(num)],
     )
+
+
+def projected_lstms(args, units, projection_dim, resets, training, implementation, gate_chunk, matmul_dtype):
+    """`run_cells`'s loop on `lstm_scan`, reached through the door; declines what `backends.plain_float32_loop`
+    refuses (the layer then runs the `keras.ops` loop)."""
+    backends.plain_float32_loop(args, implementation, gate_chunk, matmul_dtype)
+    return lstm_scan(*args, resets=resets)

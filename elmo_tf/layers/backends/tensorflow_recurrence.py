@@ -190,23 +190,11 @@ def projected_lstm_scan(
 
     gates_for = partial(_input_gates, products, inputs, input_kernels, biases, batch, gate_rows)
 
-    if num > 1 and stack_directions:
-        return _stacked_scan(
-            products,
-            gates_for,
-            steps,
-            chunk,
-            keep_all,
-            fresh_all,
-            recurrent_kernels,
-            projection_kernels,
-            c0,
-            h0,
-            cell_clip,
-            proj_clip,
-        )
-
     clips = (cell_clip, proj_clip)
+    if num > 1 and stack_directions:
+        kernels, state = (recurrent_kernels, projection_kernels), (c0, h0)
+        return _stacked_scan(products, gates_for, steps, chunk, keep_all, fresh_all, kernels, state, clips)
+
     run = partial(_chunk_steps, products, num, keep_all, fresh_all, recurrent_kernels, projection_kernels, clips)
     c, h, outputs = _over_chunks(run, gates_for, steps, chunk, c0, h0, outputs)
     return (
@@ -216,22 +204,11 @@ def projected_lstm_scan(
     )
 
 
-def _stacked_scan(
-    products,
-    gates_for,
-    steps,
-    chunk,
-    keep_all,
-    fresh_all,
-    recurrent_kernels,
-    projection_kernels,
-    c0,
-    h0,
-    cell_clip,
-    proj_clip,
-):
+def _stacked_scan(products, gates_for, steps, chunk, keep_all, fresh_all, kernels, state, clips):
     """`projected_lstm_scan` with the D directions stacked: state `(D, features, batch)`, one batched matmul and one
-    set of element-wise ops per step for all directions (for small kernels, see STACK_DIRECTIONS_BELOW)."""
+    set of element-wise ops per step for all directions (for small kernels, see STACK_DIRECTIONS_BELOW). `kernels`:
+    the D recurrent and the D projection kernels; `state`: the D initial c and h; `clips`: (cell_clip, proj_clip)."""
+    (recurrent_kernels, projection_kernels), (c0, h0), (cell_clip, proj_clip) = kernels, state, clips
     num = len(c0)
     w_h = tf.stack(recurrent_kernels)  # (D, 4 * units, projection_dim)
     w_p = tf.stack(projection_kernels)  # (D, projection_dim, units)

@@ -47,3 +47,8 @@ def encode_distinct(char_cnn, char_ids):
     distinct, index = torch.unique(flat, dim=0, return_inverse=True)
     vectors = encode_tokens(char_cnn, distinct)
     return vectors[index].reshape(*char_ids.shape[:-1], vectors.shape[-1])
+
+
+def encode_real_tokens(char_cnn, char_ids):
+    """`CharCNN.call`: the distinct rows (the padding rows' one all-zero row among them) encoded once."""
+    return encode_distinct(char_cnn, char_ids)

@@ -21,6 +21,7 @@ Imported only on the PyTorch backend.
 
 import torch
 
+from elmo_tf.layers import backends
 from elmo_tf.layers.lstm_constants import FORGET_BIAS
 
 
@@ -53,16 +54,6 @@ def lstm_scan(inputs, mask, input_kernels, biases, recurrent_kernels, projection
     """Runs D independent projected LSTMs over time: `ops_recurrence.ops_lstm_scan`'s arguments (float32 tensors, no
     `matmul_dtype`) and results. Without autograd, on a left-aligned mask and without `resets`, `packed_scan`: each
     step multiplies only the rows still running; otherwise `masked_scan`.
-
-    Args:
-        inputs: D float32 `(time, batch, in)`, time-major; mask: bool `(time, batch)`.
-        input_kernels, biases, recurrent_kernels, projection_kernels: D `(4 * units, in)`, `(4 * units,)`,
-            `(4 * units, projection_dim)`, `(projection_dim, units)` (the cells' stored layout).
-        initial_c, initial_h: D `(batch, units)` and `(batch, projection_dim)`.
-        cell_clip, proj_clip: python floats or None.
-        resets: None, or D bool `(time, batch)`: True where the step starts from the zero state.
-    Returns:
-        D outputs `(time, batch, projection_dim)`, D final c, D final h.
     """
     mask = mask.to(torch.bool)
     kernels = (input_kernels, biases, recurrent_kernels, projection_kernels)
@@ -152,3 +143,10 @@ def _stack(rows, steps, like):
     rows = [zero if row is None else row for row in rows]
     rows += [zero] * (steps - len(rows))
     return torch.stack(rows) if rows else torch.zeros((0, *like.shape), dtype=like.dtype, device=like.device)
+
+
+def projected_lstms(args, units, projection_dim, resets, training, implementation, gate_chunk, matmul_dtype):
+    """`run_cells`'s loop on `lstm_scan`, reached through the door; declines what `backends.plain_float32_loop`
+    refuses (the layer then runs the `keras.ops` loop)."""
+    backends.plain_float32_loop(args, implementation, gate_chunk, matmul_dtype)
+    return lstm_scan(*args, resets=resets)
