@@ -8,6 +8,13 @@ from elmo_tf.layers import backends, low_precision
 from elmo_tf.layers.highway import Highway
 from elmo_tf.preprocessing.chars import MAX_CHARS, NUM_CHAR_IDS, PAD
 
+# `encode_tokens` cuts the char positions to a width rounded up to a multiple of this (the extra positions are padding
+# windows, whose value the max takes anyway): oneDNN's convolutions (TensorFlow's, PyTorch's) keep a primitive per
+# input shape, and JAX compiles its ops per shape; the exact width (longest token + widest filter - 1: about 40
+# values) multiplied the shapes a long run meets (on TensorFlow, 600 chunks of random words grew the RSS by 100 MiB
+# before leveling off; 23 MiB at one width).
+CUT_WIDTH_MULTIPLE = 4
+
 
 def _padding_row_zero(initializer):
     """Row 0 of the char embedding is the padding row: zero, as in the weight files."""
@@ -188,8 +195,16 @@ class CharCNN(keras.layers.Layer):
     def window_span(self, longest):
         """Char positions the convolutions need over tokens of at most `longest` positions: `longest + widest - 1`,
         at most `max_chars` (TensorFlow's `encode_tokens` runs at this, rounded up to
-        `backends.tensorflow_fast_paths.CUT_WIDTH_MULTIPLE`)."""
+        `CUT_WIDTH_MULTIPLE`)."""
         return min(int(longest) + self.widest - 1, self.max_chars)
+
+    def cut_width(self, longest):
+        """Char positions JAX's and PyTorch's `encode_tokens` keep over tokens of at most `longest` positions: up to
+        the longest token plus the widest filter, so that every filter has at least one window of padding only inside
+        the cut (the maxes over the cut positions are those over all positions), rounded up to a multiple of
+        `CUT_WIDTH_MULTIPLE` (fewer shapes for oneDNN's primitives and JAX's compiled ops), at most `max_chars`."""
+        kept = -(-(int(longest) + self.widest) // CUT_WIDTH_MULTIPLE) * CUT_WIDTH_MULTIPLE
+        return min(kept, self.max_chars)
 
     def _check_ids(self, char_ids, rank):
         """`char_ids` as an int32 tensor of `rank` dimensions, the last `input_width`; a clear error otherwise."""

@@ -24,9 +24,6 @@ from jax import lax
 # rows encoded per `lax.cond` on traced ids: the matmuls stay wide enough, and at most this many rows past the last
 # distinct one are encoded for nothing
 CHUNK_ROWS = 64
-# the cut width is rounded up to a multiple of this (the extra positions hold padding windows, whose value the max
-# takes anyway): fewer shapes for JAX to compile its eager ops for
-CUT_WIDTH_MULTIPLE = 4
 # on concrete ids the distinct rows are padded with all-zero rows (encoded as zeros) up to the next power of two, at
 # least this many: JAX compiles each eager op once per shape, and a count of rows that changes with every call would
 # compile the whole char CNN again at every call (a stateful replay of short batches: 2x slower)
@@ -47,13 +44,9 @@ def _concrete(char_ids):
 
 
 def kept_positions(char_cnn, chars):
-    """How many char positions `encode_tokens` keeps of NumPy int `(n, max_chars)` `chars`: up to the longest token
-    (`CharCNN.token_lengths`) plus the widest filter, so that every filter has at least one window of padding only
-    inside the cut: the maxes over the cut positions are those over all positions. Rounded up to
-    `CUT_WIDTH_MULTIPLE`, at most `max_chars`."""
-    longest = int(char_cnn.token_lengths(chars).max(initial=0))
-    kept = -(-(longest + char_cnn.widest) // CUT_WIDTH_MULTIPLE) * CUT_WIDTH_MULTIPLE
-    return min(kept, char_cnn.max_chars)
+    """How many char positions `encode_tokens` keeps of NumPy int `(n, max_chars)` `chars`: `CharCNN.cut_width` of
+    the longest token (`CharCNN.token_lengths`)."""
+    return char_cnn.cut_width(char_cnn.token_lengths(chars).max(initial=0))
 
 
 def encode_tokens(char_cnn, char_ids):

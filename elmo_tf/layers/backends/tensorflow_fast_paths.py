@@ -13,14 +13,9 @@ from keras import ops
 
 from elmo_tf.layers import low_precision
 from elmo_tf.layers.backends import tensorflow_recurrence
+from elmo_tf.layers.char_cnn import CUT_WIDTH_MULTIPLE
 from elmo_tf.layers.lstm_constants import TENSORFLOW_IMPLEMENTATIONS
 from elmo_tf.preprocessing.char_vocabulary import VocabularyCharMapping
-
-# `encode_tokens` cuts the char positions to a width rounded up to a multiple of this (the extra positions are padding
-# windows, whose value the max takes anyway): TensorFlow's oneDNN convolutions compile and keep a primitive per input
-# shape, and the exact width (longest token + widest filter - 1: about 40 values) multiplied the shapes a long run
-# meets (with it, 600 chunks of random words grew the RSS by 100 MiB before leveling off; 23 MiB at one width).
-CUT_WIDTH_MULTIPLE = 4
 
 # ----------------------------------------------------------------------------------------------------- char CNN
 

@@ -10,22 +10,15 @@ Imported only on the PyTorch backend.
 
 import torch
 
-# the cut width is rounded up to a multiple of this (the extra positions hold padding windows, whose value the max
-# takes anyway): fewer distinct shapes for oneDNN's convolutions, which keep a primitive per shape
-CUT_WIDTH_MULTIPLE = 4
-
 
 def kept_positions(char_cnn, chars):
-    """How many char positions `encode_tokens` keeps of int `(n, max_chars)` `chars`: up to the batch's longest token
-    (its last id that is not `pad_id`, in a row with any id) plus the widest filter, so that every filter has at least
-    one window of padding only inside the cut: the maxes over the cut positions are those over all positions. Rounded
-    up to `CUT_WIDTH_MULTIPLE`, at most `max_chars`."""
+    """How many char positions `encode_tokens` keeps of int `(n, max_chars)` `chars`: `CharCNN.cut_width` of the
+    batch's longest token (its last id that is not `pad_id`, in a row with any id), found on the tensor itself."""
     real = (chars > 0).any(dim=1, keepdim=True)
     used = ((chars != char_cnn.pad_id) & real).any(dim=0)
     where = torch.nonzero(used)
     longest = int(where[-1, 0]) + 1 if len(where) else 0  # one read of the ids on the host
-    kept = -(-(longest + char_cnn.widest) // CUT_WIDTH_MULTIPLE) * CUT_WIDTH_MULTIPLE
-    return min(kept, char_cnn.max_chars)
+    return char_cnn.cut_width(longest)
 
 
 def encode_tokens(char_cnn, char_ids):
