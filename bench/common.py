@@ -21,6 +21,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results")
 CACHE = os.path.join(RESULTS, "cache")
+SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))  # ../shared: data and the peers
+DEFAULT_PEER_PYTHON = "/tmp/allennlp-peer/bin/python"  # ../shared/peer/setup_allennlp.sh's default venv
+DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
 KIM_FILTERS = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
 PTB_5M = dict(  # the 5.28M PTB model of bench/pretrain_ptb.py, trained by bench/train_throughput.py too
     char_embedding_dim=15,

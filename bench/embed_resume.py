@@ -37,10 +37,9 @@ import sys
 import tempfile
 
 import numpy as np
-from common import ensure_weights, parse_list, result_fields, run_measured, write_result
+from common import SHARED, ensure_weights, parse_list, result_fields, run_measured, write_result
 from sentences import REPO, load_sentences, write_sentences
 
-SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
 FIXTURES = os.path.join(SHARED, "data", "elmo_fixtures", "allennlp")
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "embed_resume.json")
 DEFAULT_CACHE = os.path.join(REPO, "bench", "results", "cache")

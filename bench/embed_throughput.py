@@ -60,7 +60,10 @@ import tempfile
 
 from common import (
     CACHE,
+    DEFAULT_PEER_PYTHON,
+    DEFAULT_PEER_SCRIPT,
     RESULTS,
+    SHARED,
     SharedCores,
     add_worker_flags,
     check_alone,
@@ -75,7 +78,7 @@ from common import (
     spread,
     write_result,
 )
-from embed_workers import DEFAULT_PEER_PYTHON, DEFAULT_PEER_SCRIPT, SHARED, WORKERS, run_peer
+from embed_workers import WORKERS, run_peer
 from sentences import load_sentences, write_sentences
 
 DEFAULT_OUT = os.path.join(RESULTS, "embed_throughput.json")

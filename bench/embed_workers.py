@@ -10,11 +10,8 @@ import re
 import resource
 import time
 
-from common import REPO, compiled_activations, padded_batches, run_watched, set_threads, worker_matmul
+from common import compiled_activations, padded_batches, run_watched, set_threads, worker_matmul
 
-SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
-DEFAULT_PEER_PYTHON = "/tmp/allennlp-peer/bin/python"
-DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
 PEER_LINE = re.compile(r"(\d+) tokens in ([0-9.]+) s: ([0-9.]+) tokens/s")
 
 

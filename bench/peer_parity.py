@@ -48,13 +48,10 @@ import time
 
 import h5py
 import numpy as np
-from common import result_fields, write_result
+from common import DEFAULT_PEER_PYTHON, DEFAULT_PEER_SCRIPT, SHARED, result_fields, write_result
 from sentences import REPO, load_sentences, write_sentences
 
-SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))
 FIXTURES = os.path.join(SHARED, "data", "elmo_fixtures")
-DEFAULT_PEER_PYTHON = "/tmp/allennlp-peer/bin/python"
-DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
 DEFAULT_OUT = os.path.join(REPO, "bench", "results", "peer_parity.json")
 TOLERANCE = 1e-4
 BIAS_STD = 0.1
