@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -143,10 +144,8 @@ def check_alone(what, share, limit):
 def spread(values):
     """`{"median", "min", "max", "spread"}` of repeated measurements (positive numbers): `spread` is `(max - min) /
     median`, 0 for one value."""
-    ordered = sorted(values)
-    n = len(ordered)
-    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-    return {"median": median, "min": ordered[0], "max": ordered[-1], "spread": (ordered[-1] - ordered[0]) / median}
+    median, low, high = statistics.median(values), min(values), max(values)
+    return {"median": median, "min": low, "max": high, "spread": (high - low) / median}
 
 
 def run_watched(command, cwd=REPO, backend=None, env=None, timeout=None):
