@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from elmo_tf.backend import use_tensorflow_backend
 from elmo_tf.bounds import INT32_MAX, INT64_MAX, SEED_MAX, Bounds
@@ -61,11 +62,49 @@ class ArgumentParser(argparse.ArgumentParser):
 
 # True from the handler's SystemExit until a finalizer swallows it (`_raise_sigterm_again`) or `handle_sigterm` resets
 _sigterm = {"unwinding": False}
+RESEND_WAIT_S = 10  # the most the resending thread waits for the main thread to leave the hook
+
+
+def _in_the_hook(frame):
+    """Whether `frame` runs inside `_raise_sigterm_again` (a signal handler runs between any two bytecodes)."""
+    while frame is not None:
+        if frame.f_code is _raise_sigterm_again.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _send_sigterm_out_of_the_hook(main_thread_id):
+    """Sends SIGTERM once the main thread has left `_raise_sigterm_again`: sent while the hook still runs (a busy
+    machine may hold the main thread there for milliseconds), its handler would run in the hook, where an exception
+    is only printed ("Exception ignored in sys.unraisablehook") and the command would go on and exit 0."""
+    deadline = time.monotonic() + RESEND_WAIT_S
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main_thread_id)
+        if frame is None:
+            return  # the main thread ended: nothing is left to interrupt
+        if not _in_the_hook(frame):
+            break
+        del frame
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _resend_sigterm():
+    threading.Thread(
+        target=_send_sigterm_out_of_the_hook,
+        args=(threading.main_thread().ident,),
+        daemon=True,
+        name="elmo_tf-sigterm-resend",
+    ).start()
 
 
 def _raise_sigterm(signum, frame):
     if _sigterm["unwinding"]:
         return  # its SystemExit is unwinding the stack: the finally blocks clean up undisturbed
+    if _in_the_hook(frame):
+        _resend_sigterm()  # raised here, it would be printed and lost: sent again once the hook has returned
+        return
     _sigterm["unwinding"] = True
     raise SystemExit(SIGTERM_EXIT)
 
@@ -73,15 +112,13 @@ def _raise_sigterm(signum, frame):
 def _raise_sigterm_again(unraisable, previous):
     """A `sys.unraisablehook`. The handler's `SystemExit(143)` raised inside a finalizer (a `__del__` or weakref
     callback that the garbage collector ran; TensorFlow's objects have many) cannot leave it: Python reports it as
-    "Exception ignored" and goes on, and the command would finish and exit 0. So SIGTERM is sent again 1 ms later,
-    from another thread (sent from here, its handler would run here, in the hook), and its handler runs out of that
-    finalizer (or, landing in another, is sent again). Every other unraisable exception goes to `previous`."""
+    "Exception ignored" and goes on, and the command would finish and exit 0. So SIGTERM is sent again from another
+    thread once this hook has returned (`_send_sigterm_out_of_the_hook`), and its handler runs out of that finalizer
+    (or, landing in another, is sent again). Every other unraisable exception goes to `previous`."""
     error = unraisable.exc_value
     if isinstance(error, SystemExit) and error.code == SIGTERM_EXIT and _sigterm["unwinding"]:
         _sigterm["unwinding"] = False
-        timer = threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGTERM))
-        timer.daemon = True
-        timer.start()
+        _resend_sigterm()
     else:
         previous(unraisable)
 
