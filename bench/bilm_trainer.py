@@ -38,8 +38,15 @@ def make_trainer(tmp, config, *, data=DEFAULT_DATA, lines=5000, replicas=1, batc
     import tensorflow as tf
 
     from elmo_tf.io.vocabulary import build_vocabulary, count_words
-    from elmo_tf.pretraining import TrainConfig, Trainer
-    from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
+
+    try:
+        from elmo_tf.pretraining import TrainConfig, Trainer
+        from elmo_tf.pretraining.distribute import get_strategy, set_cpu_replicas
+    except ModuleNotFoundError as e:  # a baseline's tree (97bf9b2): elmo_tf/pretrain.py and elmo_tf/distribute.py
+        if e.name != "elmo_tf.pretraining":
+            raise
+        from elmo_tf.distribute import get_strategy, set_cpu_replicas
+        from elmo_tf.pretrain import TrainConfig, Trainer
 
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)

@@ -25,6 +25,7 @@ CACHE = os.path.join(RESULTS, "cache")
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))  # ../shared: data and the peers
 DEFAULT_PEER_PYTHON = "/tmp/allennlp-peer/bin/python"  # ../shared/peer/setup_allennlp.sh's default venv
 DEFAULT_PEER_SCRIPT = os.path.join(SHARED, "peer", "allennlp_embed.py")
+TREE_ENV = "ELMO_TF_BENCH_TREE"  # run_worker(pythonpath=...) sets it: the worker imports elmo_tf from that tree only
 KIM_FILTERS = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
 PTB_5M = dict(  # the 5.28M PTB model of bench/pretrain_ptb.py, trained by bench/train_throughput.py too
     char_embedding_dim=15,
@@ -166,8 +167,10 @@ def run_worker(script, mode, options, work, python=None, backend=None, pythonpat
     result_path = os.path.join(work, f"{mode}-{time.monotonic_ns()}.json")
     command = [python or sys.executable, os.path.abspath(script), "--worker", mode, "--result", result_path, *options]
     env = dict(os.environ)
+    env.pop(TREE_ENV, None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+        env[TREE_ENV] = os.path.abspath(pythonpath)
     try:
         run = run_watched(command, pythonpath or REPO, backend, env, timeout)
     except subprocess.TimeoutExpired:
@@ -182,6 +185,28 @@ def run_worker(script, mode, options, work, python=None, backend=None, pythonpat
     return result
 
 
+def only_this_tree():
+    """Drops the editable install's import finder (pip install -e .: `__editable___elmo_tf_*_finder`) from this
+    process, so a worker of another commit imports `elmo_tf` from that commit's tree only. Without this, a module
+    that tree lacks (97bf9b2 has no `elmo_tf/pretraining/`) came from this checkout instead, and the "baseline" ran
+    half of today's code."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+
+
+def check_only_this_tree(tree):
+    """RuntimeError naming any `elmo_tf` module this process imported from outside `tree`."""
+    tree = os.path.join(os.path.realpath(tree), "")
+    strays = sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if (name == "elmo_tf" or name.startswith("elmo_tf."))
+        and getattr(module, "__file__", None)
+        and not os.path.realpath(module.__file__).startswith(tree)
+    )
+    if strays:
+        raise RuntimeError(f"the worker of {tree} imported elmo_tf modules from elsewhere: {', '.join(strays)}")
+
+
 def add_worker_flags(parser, modes):
     """The worker side's hidden flags: `--worker MODE` (one of `modes`) and `--result PATH`."""
     parser.add_argument("--worker", choices=sorted(modes), help=argparse.SUPPRESS)
@@ -192,7 +217,12 @@ def serve_worker(workers, args):
     """The worker side of `run_worker`: runs `workers[args.worker](args)` and writes the dict it returns to
     `args.result` as JSON; returns the exit status (0)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tree = os.environ.get(TREE_ENV)
+    if tree:
+        only_this_tree()
     result = workers[args.worker](args)
+    if tree:
+        check_only_this_tree(tree)
     with open(args.result, "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0
