@@ -28,6 +28,14 @@ def backend():
     return keras.config.backend()
 
 
+def slow_off_tensorflow():
+    """Marks for a test case that is cheap under TensorFlow and costs 15-60 s under JAX or PyTorch on 2 cores (compiled
+    or dispatched op by op): `slow` there (make test-slow runs it under JAX), none under TensorFlow."""
+    import pytest
+
+    return [] if backend() == "tensorflow" else [pytest.mark.slow]
+
+
 def to_numpy(x):
     """A backend tensor (a PyTorch one that requires grad included) as NumPy."""
     import keras

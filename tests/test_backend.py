@@ -48,6 +48,7 @@ def _assert_same(output, reference):
         np.testing.assert_array_equal(arrays[key], value, err_msg=key)
 
 
+@pytest.mark.slow
 def test_embed_runs_on_tensorflow_under_keras_backend_jax(tiny_elmo, tmp_path):
     _assert_same(*_embed_under({"KERAS_BACKEND": "jax"}, tiny_elmo, tmp_path))
 

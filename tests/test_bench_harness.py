@@ -1,17 +1,23 @@
 """bench/common.py's worker protocol: a worker of another commit's tree imports that tree's elmo_tf and nothing of
 this checkout's (the editable install's finder once served this checkout's modules to a baseline that lacked them)."""
 
+import importlib.util
 import os
-import sys
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
-if BENCH not in sys.path:
-    sys.path.append(BENCH)
 
-import common  # noqa: E402 (bench/common.py, imported as the benchmark scripts import it)
+
+def _load_common():
+    spec = importlib.util.spec_from_file_location("bench_common", os.path.join(BENCH, "common.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = _load_common()  # bench/common.py (the benchmark scripts import it as `common`, from bench/)
 
 PROBE = f"""
 import importlib.util, sys, types

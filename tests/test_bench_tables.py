@@ -103,7 +103,7 @@ KEY_LINES = {
     "serving_latency_before_after": "*Before:* *Commit ",
     "serving_latency_quick": "| date | run | transport | clients | sent/s / in-process |",
     "serving_metrics": "| one scrape (timeit) | - |",
-    "train_throughput": "| ptb5m | 5.28M | 2,048 | 5,722 | 2,690 | **2.13x** | 42% / 20% | 1,354 / 1,857 |",
+    "train_throughput": "| ptb5m | 5.28M | 2,048 | 1,635 | 810 | **2.02x** | 42% / 21% | 1,384 / 1,877 |",
     "train_throughput_bf16": "| original | - | - | 694 | 266 | **2.60x** | 93% / 54% (97bf9b2 36%) |",
     "train_throughput_history": "| date | session | commit | rounds | roofline | ptb5m (ours / 97bf9b2 targets/s) |",
     "train_throughput_ab": "| date | commit | change | against | config | speed-up | per round |",

@@ -17,6 +17,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from backend_testlib import slow_off_tensorflow
 from keras.ops import convert_to_numpy
 
 from elmo_tf import load_elmo
@@ -47,8 +48,16 @@ def _batch_ids(batch):
     return ids
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("model_dir, skip", [("bilm_tf/model", False), ("allennlp", True)])
+@pytest.mark.parametrize(  # off TensorFlow the replay runs eagerly, 25-60 s a case: one case in make test there
+    "model_dir, skip, precision",
+    [
+        (model_dir, skip, precision)
+        if (model_dir, precision) == ("bilm_tf/model", "float32")
+        else pytest.param(model_dir, skip, precision, marks=slow_off_tensorflow())
+        for model_dir, skip in [("bilm_tf/model", False), ("allennlp", True)]
+        for precision in PRECISIONS
+    ],
+)
 def test_stateful_replay_reproduces_recorded_lm_embeddings(model_dir, skip, precision):
     folder = FIXTURES / model_dir
     elmo = load_elmo(folder / "options.json", folder / "lm_weights.hdf5", precision=precision)

@@ -245,6 +245,7 @@ def saved(tmp_path_factory):
         ("mix_crf", "Functional ['CRF', 'Dense', 'InputLayer', 'ScalarMix']"),
     ],
 )
+@pytest.mark.slow
 def test_a_keras_file_loads_in_a_fresh_process_as_the_readme_shows(saved, name, classes):
     block = readme_block("Saving and reloading `.keras` files")
     assert 'elmo_tf.load_model("model.keras")' in block

@@ -13,6 +13,7 @@ from backend_testlib import (
     backend,
     loss_and_gradients,
     make_small_bilm,
+    slow_off_tensorflow,
     small_bilm_case,
     to_numpy,
 )
@@ -106,7 +107,7 @@ def test_segments_equal_the_keras_ops_loop():
     _assert_close(got, want, "segments")
 
 
-@pytest.mark.parametrize("holes", [False, True], ids=["ragged", "holes"])
+@pytest.mark.parametrize("holes", [False, pytest.param(True, marks=slow_off_tensorflow())], ids=["ragged", "holes"])
 def test_gradients_equal_the_keras_ops_loops(holes):
     """The backend's automatic gradient through the fast loop (`jax.grad` through `lax.scan` and `lax.cond`, PyTorch's
     autograd through its loop) equals the one through the `keras.ops` loop, for the inputs and every weight."""

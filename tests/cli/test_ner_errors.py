@@ -317,6 +317,7 @@ def test_train_ner_outputs_are_never_inputs(tmp_path, run_script, tiny_elmo_dir)
     assert (elmo / "metrics.json").read_text() == '{"perplexity": 40.0}\n'
 
 
+@pytest.mark.slow
 def test_train_ner_cache_is_reused_and_tag_refuses_a_recorded_biLM_changed_since_training(
     tmp_path, run_script, tiny_elmo_dir, caplog
 ):
@@ -376,6 +377,7 @@ def test_train_ner_cache_is_reused_and_tag_refuses_a_recorded_biLM_changed_since
 FAST_TUNE = ["--no-elmo", "--max-trials", "1", "--trial-epochs", "1", "--epochs", "1", "--lstm-units", "4"]
 
 
+@pytest.mark.slow
 def test_tune_ner_resume_notices_other_data_at_the_same_path(tmp_path, run_script):
     """The resumed project was keyed by the files' paths: a search resumed on other data at the same path mixed
     trials scored on two data sets. Now the content (sha256) is part of the settings."""
@@ -444,6 +446,7 @@ def test_train_ner_on_a_full_disk_keeps_the_previous_cache(tmp_path, tiny_elmo_d
     assert [n for n in os.listdir(tmp_path) if ".tmp-" in n] == [] and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_train_ner_output_on_a_full_disk_is_one_line(tmp_path):
     """model.keras under a real file size limit: was an OSError traceback; now one line naming --output and the
     file, exit 1, no temporary left."""

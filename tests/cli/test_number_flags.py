@@ -241,6 +241,7 @@ def test_every_number_flag_is_bounded_and_in_the_table(paths, command):
     ],
     ids=["pretrain-shuffle", "pretrain-seed", "train_ner-seed", "tune_ner-seed", "embed-batch", "pretrain-batch"],
 )
+@pytest.mark.slow
 def test_bad_numbers_as_real_commands(paths, command, flag, value, needle):
     script = SCRIPTS[command]
     argv = command_argv(command, paths, flag, value)

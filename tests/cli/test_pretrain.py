@@ -337,6 +337,7 @@ def test_two_workers_train_in_step(data, tmp_path):
 
 
 # (d) ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_kill_9_then_same_command_resumes(data, tmp_path):
     """kill -9 at step 13 (after ckpt-10; SIGKILL raised at the end of the step: mid-run on any machine), then the
     same command resumes from ckpt-10, finishes, and log.csv continues."""
@@ -405,6 +406,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path)
     assert steps[len(rows_before) :] == list(range(stopped_at + 1, total + 1))
 
 
+@pytest.mark.slow
 def test_max_minutes_stops_and_writes_the_model_dir(data, tmp_path):
     out = tmp_path / "run"
     # 0.001 minutes = 60 ms: less than the first step, which includes tracing the train step
@@ -469,6 +471,7 @@ def checkpoint_digests(out):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "checkpoints").iterdir())}
 
 
+@pytest.mark.slow
 def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     out = tmp_path / "run"
     common = [
@@ -505,6 +508,7 @@ def test_nan_loss_exits_3_and_keeps_the_checkpoint(data, tmp_path):
     assert [s for s, _ in read_log(out)[1]] == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_with_one_line(trained, data, tmp_path):
     """A checkpoint the disk refuses (a file-size limit below its 0.5 MB: EFBIG in TensorFlow's SaveV2, as a full disk
     gives ENOSPC): exit 1 with one line naming it, nothing of it left (no ckpt-202_temp/, no partial shard, no state
@@ -534,6 +538,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_with_one_line(traine
     assert f"resumed from {out / 'checkpoints' / 'ckpt-200'} at step 200" in third.stderr
 
 
+@pytest.mark.slow
 def test_diverged_weights_are_never_checkpointed(data, tmp_path):
     """SGD at 1e30 from the start: the weights after step 1 are finite but give a NaN loss; not saved."""
     out = tmp_path / "run"
@@ -681,6 +686,7 @@ def _datasets(path):
 
 
 @pytest.mark.skipif(not (ALLENNLP / "lm_weights.hdf5").is_file(), reason=f"no reference weights in {ALLENNLP}")
+@pytest.mark.slow
 def test_init_from_released_weights(data, tmp_path):
     out = tmp_path / "run"
     options, weights = ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"
@@ -714,6 +720,7 @@ def test_init_from_released_weights(data, tmp_path):
     assert np.abs(softmax["softmax/b"]).max() < 1e-4
 
 
+@pytest.mark.slow
 def test_init_from_a_run_dir_takes_its_softmax_too(trained, data, tmp_path):
     out = tmp_path / "run"
     src = trained["dir"]
@@ -868,6 +875,7 @@ def test_data_that_cannot_be_used_stops_before_training(data, tmp_path, flag, co
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_init_from_a_converted_elmoformanylangs_model_with_its_word_column(data, tmp_path):
     """pretrain.py --config/--init-from an `elmo-tf convert --from elmoformanylangs` dir (char vocabulary + word
     embedding): one step and a validation pass on its own char mapping, exit 0; the model dir it writes carries the

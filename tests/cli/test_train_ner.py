@@ -250,6 +250,7 @@ def test_train_ner_bad_train_path_exits_2_naming_train(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_train_ner_takes_dev_forms_train_lacks_and_tag_py_reloads_them(tmp_path, run_script):
     """Dev holds forms of the train types that train lacks (a two-token PER, a one-token LOC: refused before). The label
     set is every BIOES form of PER and LOC, the same in encoder.json, in model.keras and in the CRF's constraints
@@ -283,6 +284,7 @@ def test_train_ner_takes_dev_forms_train_lacks_and_tag_py_reloads_them(tmp_path,
 
 
 @pytest.mark.parametrize("precision", [None, "bfloat16"])
+@pytest.mark.slow
 def test_train_ner_tag_and_export_tagger_on_a_converted_elmoformanylangs_model(tmp_path, tmp_path_factory, precision):
     """`elmo-tf convert --from elmoformanylangs` output (char vocabulary + word column) as `--elmo`: `elmo-tf
     train-ner` trains on it, `elmo-tf tag` tags with the biLM its config.json records, `elmo-tf export-tagger` exports

@@ -122,6 +122,7 @@ def test_embed_matches_elmoformanylangs_at_every_layer(models, name):
     assert max(worst) <= ATOL, worst
 
 
+@pytest.mark.slow
 def test_savedmodel_matches_elmoformanylangs_at_every_layer(models, tmp_path):
     from elmo_tf.saved_model.export import export_elmo
 

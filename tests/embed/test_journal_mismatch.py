@@ -93,6 +93,7 @@ def damage(state, name, how):
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("how", ["edited-manifest", "shard-replaced", "shard-added", "other-shape", "shard-deleted"])
+@pytest.mark.slow
 def test_a_journal_that_does_not_match_its_shards(files, tmp_path, command, how):
     run, name = COMMANDS[command]
     reference = tmp_path / "reference.out"

@@ -82,6 +82,7 @@ def peak_rss(process):
     return process.wait(WAIT), peak
 
 
+@pytest.mark.slow
 def test_a_million_token_line_is_split_and_needs_no_more_memory_than_a_short_input(files, tmp_path):
     """1,000,000 tokens on one line: written whole (every token's vector, the pieces' in order), the file's
     attributes say how, and the peak RSS is within 300 MB of a 3-line input's (it was 3.96 GB)."""
@@ -125,6 +126,7 @@ def reference(files):
 
 
 @pytest.mark.parametrize("shards", [1, 2], ids=["short-lines", "long-line"])
+@pytest.mark.slow
 def test_sigterm_ends_embed_within_seconds_keeps_the_journal_and_resume_finishes(files, reference, tmp_path, shards):
     """SIGTERM once the run has `shards` finished shards (1: among short lines; 2: at the 100,000-token line, in the
     third shard): exit 143 within `SIGTERM_SECONDS`, no traceback, the journal kept; `--resume` then writes the

@@ -127,6 +127,7 @@ CHAIN = [
 ]
 
 
+@pytest.mark.slow
 def test_kills_at_chosen_points_then_resume_give_the_uninterrupted_output(files, reference, tmp_path):
     kill_and_resume(functools.partial(run_embed, files), tmp_path / "out.hdf5", CHAIN, reference[2], same_as(reference))
 

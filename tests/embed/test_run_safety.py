@@ -288,6 +288,7 @@ def test_lines_differing_only_in_invalid_bytes_keep_their_own_keys(odd_output):
     assert not np.allclose(arrays["1"], arrays["3"])  # different tokens, different vectors
 
 
+@pytest.mark.slow
 def test_a_full_disk_after_finished_shards_names_them_and_the_resume(files, tmp_path):
     """Shards fit under the limit, the merged output does not: the one error line names the journal directory, how
     many shards it keeps and the --resume command; the same command with --resume and room again finishes from them."""

@@ -85,6 +85,7 @@ CHAIN = [
 ]
 
 
+@pytest.mark.slow
 def test_kills_then_resume_give_the_uninterrupted_bytes(files, reference, tmp_path):
     kill_and_resume(
         functools.partial(run_score, files), tmp_path / "out.jsonl", CHAIN, reference[2], same_as(reference)

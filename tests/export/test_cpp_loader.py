@@ -185,6 +185,7 @@ def test_cpp_loader_runs_every_signature_like_python(every_signature_run, lm_exp
     print(f"C++ loader parity: max |diff| {worst:.3g}")
 
 
+@pytest.mark.slow
 def test_cpp_loader_unicode_script_needs_the_tf_text_op_library(checker, model, tmp_path):
     pytest.importorskip("tensorflow_text", reason="tensorflow-text is not installed")
     export_dir = ex.export_elmo(model, str(tmp_path / "models" / "elmo"), tokenizer="unicode_script")
@@ -243,6 +244,7 @@ def test_cpp_loader_runs_the_lm_signature_like_python(every_signature_run, lm_ex
 
 
 @pytest.mark.parametrize("variant", ["word", "noword"])
+@pytest.mark.slow
 def test_cpp_loader_runs_a_converted_elmoformanylangs_model_like_python(checker, variant, tmp_path):
     """A converted ELMoForManyLangs model (its char vocabulary and word vocabulary are lookup tables in the graph):
     the C++ loader runs the sentence and token signatures with the Keras model's numbers (1e-5), scripts other than
@@ -268,6 +270,7 @@ def test_cpp_loader_runs_a_converted_elmoformanylangs_model_like_python(checker,
     print(f"C++ loader parity, converted ELMoForManyLangs ({variant}): max |diff| {worst:.3g}")
 
 
+@pytest.mark.slow
 def test_cpp_loader_runs_a_bfloat16_export_like_python(checker, model, tmp_path):
     """`export_elmo` of the test biLM computing in bfloat16 (`elmo-tf export --precision bfloat16`, issue 51): TF
     Serving's C++ loader loads it, replays its warmup file, and its sentence and token signatures give the bfloat16

@@ -311,6 +311,7 @@ def fresh_process_outputs(exported, bfloat16_exported, request, tmp_path_factory
     return run_fresh(jobs, tmp_path_factory.mktemp("fresh_process"))
 
 
+@pytest.mark.slow
 def test_fresh_process_parity(fresh_process_outputs, model):
     """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5 (the
     process is shared with the unicode_script tests: `fresh_process_outputs`)."""
@@ -386,6 +387,7 @@ def test_tokens_signature_rejects_inconsistent_lengths(loaded):
             fn(tokens=tokens, sequence_len=tf.constant(lengths, tf.int32))
 
 
+@pytest.mark.slow
 def test_max_tokens_cuts_both_signatures(model, tmp_path):
     path = ex.export_elmo(model, str(tmp_path / "elmo"), max_tokens=3)
     loaded = tf.saved_model.load(path)
@@ -531,6 +533,7 @@ def test_help_has_examples():
 
 
 @pytest.mark.parametrize("precision", [None, "bfloat16"])
+@pytest.mark.slow
 def test_script_end_to_end_with_model_dir(tiny_model_dir, tmp_path, precision):
     """--precision reaches the export (its check compares it with the model computing in that precision) and its
     metadata (float32 without the flag)."""
@@ -616,6 +619,7 @@ def _wait_for_temp(base, proc, seconds=240):
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+@pytest.mark.slow
 def test_a_killed_export_publishes_nothing_and_its_temporary_goes(tiny_model, tiny_model_dir, tmp_path, how):
     """kill -9 leaves the hidden temporary, which the next export to the same base removes; SIGTERM removes it
     itself and exits 143. Neither publishes a version."""
@@ -730,6 +734,7 @@ def test_an_explicit_version_taken_meanwhile_is_refused_and_nothing_is_left(tmp_
     assert os.listdir(base) == ["3"] and (base / "3" / "saved_model.pb").read_bytes() == b"fast"
 
 
+@pytest.mark.slow
 def test_two_exports_at_once_into_one_base_both_publish(tiny_model_dir, tmp_path):
     base = tmp_path / "models" / "elmo"
     procs = [
@@ -777,6 +782,7 @@ def test_an_overflowing_version_is_refused_before_anything_loads(tiny_model_dir,
 # ------------------------------------------------------------------------------------------------ a full disk
 
 
+@pytest.mark.slow
 def test_a_full_disk_publishes_nothing_and_ends_with_one_line(tiny_model_dir, tmp_path):
     """A file-size limit below the SavedModel's size (EFBIG, as a full disk gives ENOSPC): exit 1 with one line naming
     the base and the error; no temporary, no version; a new base is removed again, an existing one is as it was."""

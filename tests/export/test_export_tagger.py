@@ -64,6 +64,7 @@ def loaded(trained):
     return tf.saved_model.load(trained[-1])
 
 
+@pytest.mark.slow
 def test_export_matches_keras_tagger_in_fresh_process(trained):
     head, encoder, _, batches, path = trained
     expected = predict_tags(head, batches)  # IOB2 (the files' scheme)
@@ -234,6 +235,7 @@ def ner_dir(tmp_path_factory):
     return root / "ner"
 
 
+@pytest.mark.slow
 def test_cli_on_a_full_disk_publishes_nothing_and_ends_with_one_line(ner_dir, tmp_path):
     """A SavedModel the disk refuses (a file-size limit: EFBIG, as a full disk gives ENOSPC): exit 1, one line naming
     the base and the error, no version, no temporary, no base left behind."""

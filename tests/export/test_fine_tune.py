@@ -214,6 +214,7 @@ def test_stock_tfsm_layer_trainable_fits(export_dir):
     assert all(not np.array_equal(values(layer)[name], before[name]) for name in before)
 
 
+@pytest.mark.slow
 def test_elmo_saved_model_fine_tunes(export_dir):
     """Fine-tuning through ELMoSavedModel moves every ELMo variable and helps, against the same classifier on a frozen
     ELMoSavedModel; that frozen fit is also the frozen ELMoSavedModel's check (`assert_frozen_fit`, as
@@ -273,6 +274,7 @@ def test_layer_contract(export_dir, layer_contract):
     assert out["sequence_len"].tolist() == [len(s.split()) for s in SENTENCES]
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip_keeps_fine_tuned_weights(export_dir, tmp_path):
     layer = ELMoSavedModel(export_dir, output_keys=("default",))
     model = classifier(layer)

@@ -76,6 +76,7 @@ def assert_same(expected, actual):
 ROWS = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "zebra"], []]
 
 
+@pytest.mark.slow
 def test_the_reloaded_lm_signature_equals_the_language_model(exported):
     path, lm, model = exported
     loaded = tf.saved_model.load(path)
@@ -119,6 +120,7 @@ def test_the_request_budget_counts_the_softmax(exported):
     runner.budget.prepare({"tokens": tokens, "sequence_len": np.full(2, 10, np.int32)})  # 100: within
 
 
+@pytest.mark.slow
 def test_export_command_picks_the_softmax_from_a_run_dir_and_cuts_at_max_tokens(model, lm_files, tmp_path):
     """`--model-dir` with softmax.hdf5 and vocab.txt adds lm; --softmax without --vocab is a usage error; a softmax
     of the wrong width is one line naming it (exit 1).

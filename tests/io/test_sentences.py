@@ -405,6 +405,7 @@ def test_writer_writes_index_text_as_it_writes_its_dict(tmp_path):
             writer.set_index_text(b"{}")
 
 
+@pytest.mark.slow
 def test_writer_keeps_hdf5s_metadata_cache_small(tmp_path):
     """Over thousands of datasets, the open file's metadata cache stays at `METADATA_CACHE_BYTES` (HDF5 lets it grow
     to 32 MiB by default), and the file reads back whole."""

@@ -107,6 +107,7 @@ def test_the_conv_probe_reports_what_tf_conv1d_does_here():
     assert matmul_precision.conv_rounds_to_nearest("float32")
 
 
+@pytest.mark.slow
 def test_without_onednn_tf_truncates_and_the_emulation_runs():
     """TF_ENABLE_ONEDNN_OPTS=0 gives Eigen's bfloat16 matmul, the one AVX2-only CPUs run: it truncates (what issue 37
     found), the probe says so, and `low_precision_matmul` still rounds to nearest there."""

@@ -158,6 +158,7 @@ FULL_DISK_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_the_previous_cache(tmp_path):
     """A real file size limit (RLIMIT_FSIZE, as `ulimit -f`) while writing: one FeatureCacheError naming the path
     and EFBIG, no h5py destructor tracebacks, no crash, the previous cache intact, no temporary left."""

@@ -69,6 +69,7 @@ def test_pack_requests_keeps_both_limits():
     assert pack_requests([], 8, 600) == []
 
 
+@pytest.mark.slow
 def test_served_features_fit_the_servers_limits(served):
     """28 sentences of 90 tokens (28 rows and 2,520 tokens in one request of 32, above 8 rows and 600 tokens) and
     short ones: the source learns both limits from the server's answers and gets every sentence, equal to the

@@ -104,6 +104,7 @@ def test_overfits_20_sentences_with_elmo_features(elmo_head):
     assert predicted == [s.tags for s in elmo_head["sentences"]]  # the IOB1 tags themselves, not only spans
 
 
+@pytest.mark.slow
 def test_overfits_20_sentences_without_elmo():
     sentences = twenty_sentences()
     encoder = Encoder.fit(sentences, "iob1", "bioes", min_word_count=1)
@@ -402,6 +403,7 @@ TRAIN_WITH_EMPTIES = [
 
 
 @pytest.mark.parametrize("first_width", [0, 1], ids=["empty-sentences-first", "one-width-first"])
+@pytest.mark.slow
 def test_fit_tagger_when_the_first_batches_share_a_width(first_width):
     """Keras's adapter for a PyDataset fixes the shape its first two batches agree on: two first batches of empty
     sentences (or of one-token ones) made the first batch of another width fail mid-epoch (TypeError). Training now
@@ -485,6 +487,7 @@ def elmo_server(elmo_head, tmp_path_factory):
         log.close()
 
 
+@pytest.mark.slow
 def test_served_and_in_process_features_give_identical_predictions(elmo_head, elmo_server):
     from elmo_tf.ner import ServedFeatures
 

@@ -73,6 +73,7 @@ def tagger(tmp_path_factory):
     return model_dir, root / "elmo", head, encoder
 
 
+@pytest.mark.slow
 def test_in_process_savedmodel_and_elmo_tf_tag_agree(tagger, tmp_path):
     """The same 11 lines (one blank) tagged three ways, each with other batches: in this process (4 sentences a batch),
     by the exported SavedModel reloaded (one batch of all) and by `elmo-tf tag --format json` (3 a batch): the same
@@ -142,6 +143,7 @@ def random_head(elmo, seed=4):
 
 
 @pytest.mark.parametrize("variant", ["word", "noword"])
+@pytest.mark.slow
 def test_a_converted_elmoformanylangs_biLM_feeds_the_tagger_its_own_char_mapping(variant, tmp_path, tmp_path_factory):
     """A converted ELMoForManyLangs model (code points looked up in its char vocabulary; `word`: the word id column)
     under a tagger with its own char CNN: the activations the tagger's graph computes (`graph_inputs`, what the

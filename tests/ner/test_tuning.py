@@ -133,6 +133,7 @@ def test_tag_py_uses_the_tuned_model(search):
     assert span_scores([s.tags for s in dev], predicted, "iob1") == metrics["dev"]
 
 
+@pytest.mark.slow
 def test_rerun_resumes_the_same_project(search):
     """--max-trials 3 on the finished 2-trial project runs exactly one new trial; the old ones are untouched."""
     output = search["root"] / "best_resumed"
@@ -223,6 +224,7 @@ def test_the_reported_best_agrees_with_the_declared_space(search):
     assert set(best) == {p.name for p in searched.space} - {"mix_l2_on"}
 
 
+@pytest.mark.slow
 def test_the_report_reads_the_best_trial_through_the_one_declaration(tmp_path, monkeypatch):
     """A hyperparameter added to `config_values` reaches the reported best and the returned config, read from the very
     HyperParameters object `get_best_hyperparameters` returns: a second declaration of the space for the report

@@ -67,6 +67,7 @@ HASH_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_same_seed_same_batches_in_separate_processes(tmp_path):
     _, vocab = write_corpus(tmp_path / "train.txt")
     (tmp_path / "vocab.txt").write_text("\n".join(vocab))

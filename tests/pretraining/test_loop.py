@@ -324,6 +324,7 @@ def test_a_full_disk_keeps_the_previous_weights_and_names_the_file(two_models, c
     assert "Exception ignored" not in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_bfloat16_matmul_precision_trains_float32_weights(corpus):
     """TrainConfig.matmul_precision="bfloat16" reaches the model; steps stay finite, the weights, their updates and
     the optimizer's slots stay float32."""

@@ -29,6 +29,7 @@ def _converted(kind, directory):
 
 
 @pytest.mark.parametrize("kind", ["bilm-tf-checkpoint", "elmoformanylangs:word", "elmoformanylangs:noword"])
+@pytest.mark.slow
 def test_init_from_a_converted_model_starts_from_its_weights(kind, tmp_path):
     model_dir = _converted(kind, tmp_path)
     options, weights = str(model_dir / "options.json"), str(model_dir / "weights.hdf5")

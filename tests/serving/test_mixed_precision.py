@@ -26,6 +26,7 @@ def _float_diffs(expected, got):
     }
 
 
+@pytest.mark.slow
 def test_bfloat16_rewrites_the_served_graph_as_stock_does(base_path, model):
     """TF_ENABLE_ONEDNN_OPTS=1 registers the pass on any CPU (on AVX-512 CPUs it is on by default): the served
     outputs then differ from the float32 model's by bfloat16's rounding (above 1e-4, far above float32's 1e-6), and stay

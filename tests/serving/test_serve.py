@@ -432,6 +432,7 @@ def test_port_0_with_a_grpc_socket_path_serves_grpc_on_the_socket_only(base_path
     assert f"gRPC unix:{path}, REST 127.0.0.1:{rest_port}" in output, output[-3000:]
 
 
+@pytest.mark.slow
 def test_serve_answers_a_converted_elmoformanylangs_model_with_its_in_process_numbers(tmp_path):
     """serve.py --embedded on the export of a converted ELMoForManyLangs model (char and word vocabulary lookups in
     the graph): the gRPC answers are the Keras model's in this process (1e-5), for sentences and for tokens."""

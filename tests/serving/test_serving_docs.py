@@ -42,6 +42,7 @@ def test_the_tf_hub_migration_example_runs(server, model):
     np.testing.assert_allclose(namespace["out"], expected["elmo"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_fine_tuning_example_trains_the_export(base_path):
     (block,) = blocks_with('ELMoSavedModel("models/elmo/1"')
     namespace = run_block(block, {'"models/elmo/1"': repr(os.path.join(base_path, "1"))})

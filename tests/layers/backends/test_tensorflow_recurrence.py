@@ -101,6 +101,7 @@ def test_bfloat16_matmuls_stay_within_bfloat16_rounding_of_float32(clips, with_r
     assert max(differences) > 1e-4
 
 
+@pytest.mark.slow
 def test_bfloat16_scan_where_tf_truncates():
     """With oneDNN off, TF's bfloat16 matmul is Eigen's, which truncates its products, as on CPUs without AVX-512:
     the bfloat16 test above holds there too, in a process of its own (the variable is read when TF loads)."""
@@ -158,6 +159,7 @@ print(found[1], found[3])
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+@pytest.mark.slow
 def test_chunked_gates_memory_does_not_grow_with_the_steps():
     """With `chunk`, the gates of one chunk at a time exist, whatever the number of steps: 320 steps need no more
     memory than 16 (the loop over chunks computed up to 10 chunks' gates ahead, +66 MiB here, before it ran one chunk

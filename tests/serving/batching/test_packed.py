@@ -168,6 +168,7 @@ def max_tokens_servable(model, tmp_path_factory):
     return load_servable("cut", 1, os.path.join(ex.export_elmo(model, base, max_tokens=3)))
 
 
+@pytest.mark.slow
 def test_max_tokens_export_cuts_packed_sentences_as_alone(max_tokens_servable):
     """An export with `max_tokens` 3: packed `default` and `tokens` requests are cut as the signatures cut them."""
     for name, requests in (
@@ -183,6 +184,7 @@ def test_max_tokens_export_cuts_packed_sentences_as_alone(max_tokens_servable):
             assert result["word_emb"].shape[1] <= 3
 
 
+@pytest.mark.slow
 def test_without_warm_up_max_tokens_is_read_at_the_first_packed_call(model, tmp_path):
     """A load with warm-up off (--enable_model_warmup=false) runs nothing, not even the small call that reads the
     export's `max_tokens`: the first packed call makes it, then packs as with warm-up (cut at 3, each as alone)."""
@@ -198,6 +200,7 @@ def test_without_warm_up_max_tokens_is_read_at_the_first_packed_call(model, tmp_
         assert_same(runner.run_one(request), result)
 
 
+@pytest.mark.slow
 def test_unicode_script_export_packs_tokens_but_not_sentences(model, tmp_path):
     """A `unicode_script` export: its tokenizer runs only in the graph, so `default` keeps the merged path; `tokens`
     (tokenized by the client) is packed."""

@@ -108,6 +108,7 @@ def test_the_tokenizer_is_read_from_the_saved_model(tmp_path):
     assert isinstance(servable.runners["whitespace"].budget.counter, WhitespaceCounter)
 
 
+@pytest.mark.slow
 def test_a_unicode_script_export_is_budgeted_by_its_tokens(model, tmp_path):
     """The real export (`export_elmo(..., tokenizer="unicode_script")`): its `default` signature counts with the
     tokenizer, its `tokens` signature (no tokenizer) is budgeted by its width; the 3,000-token sentence is refused
