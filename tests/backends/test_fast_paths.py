@@ -224,7 +224,9 @@ def _every_row(cnn, ids):
 
 
 @pytest.mark.parametrize("sentences", [SENTENCES, SENTENCES[:2]], ids=["long-token", "cut"])
-@pytest.mark.parametrize("word_vocab_size", [0, 5], ids=["chars", "word-ids"])
+@pytest.mark.parametrize(
+    "word_vocab_size", [0, pytest.param(5, marks=slow_off_tensorflow())], ids=["chars", "word-ids"]
+)
 def test_char_cnn_paths_equal_every_row(sentences, word_vocab_size):
     """`encode_distinct`, `call` and `encode_tokens` (distinct rows, positions cut to the longest token where no
     token is too long and no word id follows) give the vectors of every row at every position, zeros for padding

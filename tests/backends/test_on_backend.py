@@ -26,6 +26,7 @@ from backend_testlib import (
     make_language_model,
     make_small_bilm,
     run_tensorflow_reference,
+    slow_off_tensorflow,
     small_bilm_case,
     to_numpy,
 )
@@ -227,7 +228,7 @@ def _efml_expected(name):
         return {key: data[key] for key in data.files}
 
 
-@pytest.mark.parametrize("name", ["word", "noword"])
+@pytest.mark.parametrize("name", [pytest.param("word", marks=slow_off_tensorflow()), "noword"])
 def test_elmoformanylangs_recorded_outputs(name, tmp_path):
     """A converted ELMoForManyLangs model gives the outputs its own code recorded, at every layer, within 1e-5, from
     the char and word ids that code recorded; the NumPy mapping (`char_mapping.numpy`, no TensorFlow) gives those

@@ -290,28 +290,29 @@ UNICODE_SENTENCES = [b"Hello, world! Aren't they?", b"", "naïve café.".encode(
 
 
 @pytest.fixture(scope="module")
-def fresh_process_outputs(exported, bfloat16_exported, request, tmp_path_factory):
+def fresh_process_outputs(exported, request, tmp_path_factory):
     """ONE process that imports only tensorflow (elmo_tf unimportable) answers the fresh-process tests, in this
     order: it loads the unicode_script export before `import tensorflow_text` (the load must fail:
     test_unicode_script_export_needs_tf_text_ops), runs the whitespace export's signatures
     (test_fresh_process_parity) and the bfloat16 export's (test_a_bfloat16_export_loads_in_a_fresh_process), then
     imports tensorflow_text and runs the unicode_script export (test_unicode_script_export_fresh_process). Without
     tensorflow-text only the whitespace jobs run (the two unicode_script tests skip). Returns `({label: outputs},
-    {job name: load error})`."""
+    {job name: load error})`. The bfloat16 export is made and run only where its test is selected (`slow`)."""
     jobs = []
     unicode_path = None
     if importlib.util.find_spec("tensorflow_text") is not None:
         unicode_path = request.getfixturevalue("unicode_script_export")
         jobs.append(fresh_job("unicode_without_tf_text", unicode_path, record_load_error=True))
     jobs.append(fresh_job("whitespace", exported, parity_runs()))
-    jobs.append(fresh_job("bfloat16", bfloat16_exported, [(f"bf16_{label}", *run) for label, *run in parity_runs()]))
+    if any(item.originalname == "test_a_bfloat16_export_loads_in_a_fresh_process" for item in request.session.items):
+        runs = [(f"bf16_{label}", *run) for label, *run in parity_runs()]
+        jobs.append(fresh_job("bfloat16", request.getfixturevalue("bfloat16_exported"), runs))
     if unicode_path is not None:
         runs = [("unicode_script_default", "default", {"sentences": string_input(UNICODE_SENTENCES)})]
         jobs.append(fresh_job("unicode_with_tf_text", unicode_path, runs, tf_text=True))
     return run_fresh(jobs, tmp_path_factory.mktemp("fresh_process"))
 
 
-@pytest.mark.slow
 def test_fresh_process_parity(fresh_process_outputs, model):
     """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5 (the
     process is shared with the unicode_script tests: `fresh_process_outputs`)."""
@@ -353,6 +354,7 @@ def test_fresh_process_parity(fresh_process_outputs, model):
     print(f"fresh-process parity: max |diff| {worst:.3g}")
 
 
+@pytest.mark.slow
 def test_a_bfloat16_export_loads_in_a_fresh_process(fresh_process_outputs, bfloat16_model, model, bfloat16_exported):
     """`export_elmo` of a model computing in bfloat16 (issue 51): a process that imports only tensorflow loads it and
     gets the bfloat16 Keras model's numbers (1e-5: the graph holds the bfloat16 weights and computes as the model

@@ -165,6 +165,7 @@ def test_iter_sentences_refuses_wide_and_binary_files(tmp_path, data, needle):
         list(iter_sentences(tmp_path / "missing.txt"))
 
 
+@pytest.mark.slow
 def test_iter_sentences_streams_the_file(tmp_path):
     """10 MB of lines read with a few kB of memory: nothing is kept between lines."""
     line = b"the quick brown fox jumps over the lazy dog " * 2 + b"\n"

@@ -214,6 +214,7 @@ def served_tagger(served, tmp_path_factory):
     return root, result
 
 
+@pytest.mark.slow
 def test_train_ner_with_a_server_fits_its_limits(served_tagger):
     root, result = served_tagger
     assert result.returncode == 0, result.stderr[-3000:]

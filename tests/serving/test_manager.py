@@ -94,6 +94,7 @@ def test_new_version_while_clients_run(fresh_base, model):
         assert mine == sorted(mine), f"client {k} went back to version 1: {mine}"
 
 
+@pytest.mark.slow
 def test_old_version_kept_until_its_requests_end(fresh_base, model):
     server = start_server(fresh_base, rest_api_port=None, file_system_poll_wait_seconds=0.2)
     manager = server.core.managers["elmo"]
@@ -144,6 +145,7 @@ def test_broken_version_is_reported_and_not_served(fresh_base, model):
         server.stop(grace=1.0)
 
 
+@pytest.mark.slow
 def test_failed_load_is_retried_and_a_slow_copy_loads_once_complete(fresh_base, expected, caplog):
     """Item 7: retries gave up after ~6 s, leaving a slowly copied model END forever. Now a version whose copy is
     under way (saved_model.pb there, its variables not yet) is retried `load_retry_interval_micros` apart,

@@ -357,6 +357,7 @@ def test_embedded_server_end_to_end(base_path, model, fake_stock_server):
     assert "received SIGTERM: shutting down" in output and "server stopped" in output
 
 
+@pytest.mark.slow
 def test_stock_server_is_never_given_a_wider_address_than_asked(fake_stock_server, base_path, expected):
     """Item 10: serve.py dropped --host when it handed over to tensorflow_model_server, which listens on all
     interfaces. Now the default (127.0.0.1) and explicit local addresses are refused (exit 2, the stock server never

@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from serving_testlib import free_port, kill_if_running, serve_embedded, start_server, wait_for
 
@@ -55,6 +56,7 @@ def rest_predict(port):
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.slow
 def test_health_follows_the_first_version_then_draining_answers_what_is_in_flight(base_path, tmp_path):
     base = str(tmp_path / "elmo")
     os.makedirs(base)  # no version yet
