@@ -37,13 +37,11 @@ How each subject is measured (each in its own process, so all see the same machi
   - a backend (`--worker plain`): model loading and one warm-up pass excluded (JAX compiles once per padded shape);
   - GFLOP/s = tokens/s x matmul FLOP per position (char CNN, highway, projection, and per direction and layer
     `[x, h] W` + `m W_P`); only real tokens count, not the sentence boundaries or padding.
-Two more rows at the largest batch, sorted, float32, once: `no memo` (the Embedder's memo of recent token vectors off)
-and `+cache` (a token-embedding cache, `python -m elmo_tf dump-token-embeddings`, for the words seen twice or more in
---cache-vocab-from), with their speedups.
-
+Two more rows at the largest batch, sorted, float32, once, with their speedups: `no memo` (the Embedder's memo of
+recent token vectors off), `+cache` (a token cache, `dump-token-embeddings`: words seen twice in --cache-vocab-from).
 Targets (issue 52): the Embedder >= 2.5x AllenNLP and >= 75% of the roofline, float32, at every batch and order; ELMo
-itself under JAX and PyTorch >= 1.0x AllenNLP, and under JAX >= 0.8x the Embedder; every ratio's spread <= 10%; peak
-RSS at or below AllenNLP's.
+itself under JAX and PyTorch >= 1.0x AllenNLP, under JAX >= 0.8x the Embedder; every ratio's spread <= 10%; peak RSS
+at or below AllenNLP's.
 
 usage: .venv/bin/python bench/embed_throughput.py [--batch-sizes 32,64] [--orders sorted,corpus] [--repeats 3]
        [--backend tensorflow,jax,torch] [--precision float32,bfloat16] [--n-sentences 1000] [--skip-peer] [--quick]

@@ -59,11 +59,11 @@ def _check_arguments(filters, max_chars, pad_id, word_vocab_size, word_embedding
 class CharCNN(keras.layers.Layer):
     """Char embedding -> convolutions over chars -> max over positions -> activation -> highway -> projection.
 
-    For each `(width, n)` in `filters`: a VALID convolution over the char axis, the max over all
-    positions (padding chars included, as in the original), then `activation`; filters are
-    concatenated, passed through `num_highway` highway layers and projected to `projection_dim`
-    (`x W + b`, only when the filter total differs from `projection_dim`, as bilm-tf does).
-    Only real tokens (a row with any non-zero id) are encoded; padding rows give zero vectors.
+    For each `(width, n)` in `filters`: a VALID convolution over the char axis, the max over all positions (padding
+    chars included, as in the original), then `activation`; filters are concatenated, passed through `num_highway`
+    highway layers and projected to `projection_dim` (`x W + b`, only when the filter total differs from
+    `projection_dim`, as bilm-tf does). Only real tokens (a row with any non-zero id) are encoded; padding rows give
+    zero vectors.
 
     Args:
         filters: sequence of `(width, num_filters)`.
@@ -72,10 +72,9 @@ class CharCNN(keras.layers.Layer):
         char_embedding_dim: size of each char vector.
         num_chars: rows of the char embedding (262: row 0 is the padding row, kept at zero by the data).
         max_chars: chars per token (50).
-        activation: after the max-pool ("relu" or "tanh"); the highway transform is always relu, as in
-            the original.
-        pad_id: the (shifted) id that fills a token after its end-of-word (bilm-tf's 261; a converted
-            ELMoForManyLangs model's `<pad>` + 1, a trained non-zero row: the max-pool runs over every position).
+        activation: after the max-pool ("relu" or "tanh"); the highway transform is always relu, as in the original.
+        pad_id: the (shifted) id that fills a token after its end-of-word (bilm-tf's 261; a converted ELMoForManyLangs
+            model's `<pad>` + 1, a trained non-zero row: the max-pool runs over every position).
         word_vocab_size: rows (row 0 zero, "no token") of a word embedding whose ids come in one more input
             column after the chars; its vector goes before the filters: `projection([word; highway(char CNN)])`
             (ELMoForManyLangs). 0 for none.
@@ -86,8 +85,8 @@ class CharCNN(keras.layers.Layer):
             weights' bfloat16 copies, `low_precision`) with float32 accumulation; biases, max-pool, activations and
             the output stay float32. The attribute `precision` is the computed one.
     Call arguments:
-        inputs: int32 char ids `(batch, tokens, input_width)` (`max_chars`, + 1 with a word embedding), all-zero
-            rows for padding.
+        inputs: int32 char ids `(batch, tokens, input_width)` (`max_chars`, + 1 with a word embedding), all-zero rows
+            for padding.
     Returns:
         float32 `(batch, tokens, projection_dim)`, with a mask `(batch, tokens)`.
     """
@@ -163,8 +162,7 @@ class CharCNN(keras.layers.Layer):
         return self.precision == low_precision.LOW
 
     def operands(self):
-        """`(char embedding, conv kernels, projection kernel or None)` as this layer's ops take them: the float32
-        variables, or their bfloat16 copies (`low_precision`)."""
+        """`(char embedding, conv kernels, projection kernel or None)`: float32, or their bfloat16 copies."""
         if not self.uses_bfloat16:
             return self.char_embedding, self.conv_kernels, self.projection.kernel if self.use_projection else None
         copies = low_precision.read(self)
@@ -172,8 +170,7 @@ class CharCNN(keras.layers.Layer):
         return copies[0], copies[1 : 1 + count], copies[1 + count] if self.use_projection else None
 
     def project(self, h, kernel):
-        """The projection of the token vectors `h` (float32 `(n, token_dim)`) with `kernel` (from `operands`), or `h`
-        where this layer does not project."""
+        """Token vectors `h` (float32 `(n, token_dim)`) projected with `kernel` (`operands`); `h` if none."""
         if not self.use_projection:
             return h
         if not self.uses_bfloat16:
@@ -193,16 +190,15 @@ class CharCNN(keras.layers.Layer):
         return np.where(used.any(axis=1), self.max_chars - np.argmax(used[:, ::-1], axis=1), 0)
 
     def window_span(self, longest):
-        """Char positions the convolutions need over tokens of at most `longest` positions: `longest + widest - 1`,
-        at most `max_chars` (TensorFlow's `encode_tokens` runs at this, rounded up to
-        `CUT_WIDTH_MULTIPLE`)."""
+        """Char positions the convolutions need over tokens of at most `longest` positions: `longest + widest - 1`, at
+        most `max_chars` (TensorFlow's `encode_tokens` runs at this, rounded up to `CUT_WIDTH_MULTIPLE`)."""
         return min(int(longest) + self.widest - 1, self.max_chars)
 
     def cut_width(self, longest):
-        """Char positions JAX's and PyTorch's `encode_tokens` keep over tokens of at most `longest` positions: up to
-        the longest token plus the widest filter, so that every filter has at least one window of padding only inside
-        the cut (the maxes over the cut positions are those over all positions), rounded up to a multiple of
-        `CUT_WIDTH_MULTIPLE` (fewer shapes for oneDNN's primitives and JAX's compiled ops), at most `max_chars`."""
+        """Char positions JAX's and PyTorch's `encode_tokens` keep over tokens of at most `longest` positions: the
+        longest token plus the widest filter (every filter then has a window of padding only inside the cut, so the
+        maxes over the cut are those over all positions), rounded up to a multiple of `CUT_WIDTH_MULTIPLE` (fewer
+        shapes for oneDNN and JAX to compile), at most `max_chars`."""
         kept = -(-(int(longest) + self.widest) // CUT_WIDTH_MULTIPLE) * CUT_WIDTH_MULTIPLE
         return min(kept, self.max_chars)
 
@@ -303,8 +299,6 @@ class CharCNN(keras.layers.Layer):
             num_chars=self.num_chars,
             max_chars=self.max_chars,
             activation=keras.activations.serialize(self.activation),
-        )
-        config.update(
             pad_id=self.pad_id,
             word_vocab_size=self.word_vocab_size,
             word_embedding_dim=self.word_embedding_dim,
