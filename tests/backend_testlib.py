@@ -36,6 +36,13 @@ def slow_off_tensorflow():
     return [] if backend() == "tensorflow" else [pytest.mark.slow]
 
 
+def slow_off_tensorflow_test(function):
+    """`slow_off_tensorflow` as a decorator of a test function."""
+    import pytest
+
+    return function if backend() == "tensorflow" else pytest.mark.slow(function)
+
+
 def to_numpy(x):
     """A backend tensor (a PyTorch one that requires grad included) as NumPy."""
     import keras

@@ -76,7 +76,9 @@ def _assert_close(got, want, what):
 
 
 @pytest.mark.parametrize("autograd", [False, True], ids=["inference", "autograd"])
-@pytest.mark.parametrize("case", sorted(_masks()))
+@pytest.mark.parametrize(  # off TensorFlow each case compiles for 10-20 s: "ragged" in make test, the rest slow
+    "case", [c if c == "ragged" else pytest.param(c, marks=slow_off_tensorflow()) for c in sorted(_masks())]
+)
 def test_recurrence_equals_the_keras_ops_loop(case, autograd):
     """`implementation="auto"` (JAX's `lax.scan`, PyTorch's packed or masked loop) gives the outputs and final states
     of `implementation="ops"` within 1e-5, from random initial states, on every mask: empty rows and all-empty
@@ -223,7 +225,9 @@ def _every_row(cnn, ids):
     return to_numpy(cnn._encode_all(cnn._check_ids(ids, None)))
 
 
-@pytest.mark.parametrize("sentences", [SENTENCES, SENTENCES[:2]], ids=["long-token", "cut"])
+@pytest.mark.parametrize(
+    "sentences", [pytest.param(SENTENCES, marks=slow_off_tensorflow()), SENTENCES[:2]], ids=["long-token", "cut"]
+)
 @pytest.mark.parametrize(
     "word_vocab_size", [0, pytest.param(5, marks=slow_off_tensorflow())], ids=["chars", "word-ids"]
 )

@@ -375,6 +375,7 @@ def temporaries(out):
     return [p for p in Path(out).rglob("*") if ".tmp-" in p.name or p.name.endswith("_temp")]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(data, tmp_path):
     """SIGTERM at step 5 (raised at the end of the step: mid-run on any machine): exit 143, a checkpoint of the
     stopped step, no temporary; the same command resumes from it and finishes."""
@@ -665,6 +666,7 @@ def test_nan_after_a_good_checkpoint_keeps_it(resumable, data, tmp_path):
     assert checkpoint_digests(out) == before
 
 
+@pytest.mark.slow
 def test_last_good_checkpoint_is_really_good(data, tmp_path):
     run = _Run(data, tmp_path / "run", learning_rate=1e30, clip_norm=0.0, steps=20, checkpoint_every=1)
     with pytest.raises(NonFiniteLossError):

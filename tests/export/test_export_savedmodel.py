@@ -313,6 +313,7 @@ def fresh_process_outputs(exported, request, tmp_path_factory):
     return run_fresh(jobs, tmp_path_factory.mktemp("fresh_process"))
 
 
+@pytest.mark.slow
 def test_fresh_process_parity(fresh_process_outputs, model):
     """Loaded by a process that imports only tensorflow: both signatures equal the Keras model within 1e-5 (the
     process is shared with the unicode_script tests: `fresh_process_outputs`)."""
@@ -415,6 +416,7 @@ def unicode_script_export(model, tmp_path_factory):
     return ex.export_elmo(model, str(tmp_path_factory.mktemp("models") / "elmo"), tokenizer="unicode_script")
 
 
+@pytest.mark.slow
 def test_unicode_script_export_fresh_process(model, unicode_script_export, fresh_process_outputs):
     """A fresh process that imports tensorflow_text runs the unicode_script export as the Keras model (the process of
     `fresh_process_outputs`)."""
@@ -425,6 +427,7 @@ def test_unicode_script_export_fresh_process(model, unicode_script_export, fresh
     assert_close(expected, got["unicode_script_default"], "unicode_script default")
 
 
+@pytest.mark.slow
 def test_unicode_script_export_needs_tf_text_ops(unicode_script_export, fresh_process_outputs):
     """Documented: without `import tensorflow_text` a fresh process cannot load the unicode_script export (the load
     before the import in the process of `fresh_process_outputs`)."""

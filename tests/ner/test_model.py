@@ -96,6 +96,7 @@ def elmo_head():
     )
 
 
+@pytest.mark.slow
 def test_overfits_20_sentences_with_elmo_features(elmo_head):
     stop = elmo_head["stop"]
     assert stop.f1[-1] == 100.0, f"span F1 every 5 epochs: {stop.f1}"

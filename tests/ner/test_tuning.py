@@ -90,6 +90,7 @@ def search(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_two_trial_search_writes_the_retrained_best_model(search):
     output, log = search["output"], search["log"]
     assert {"model.keras", "encoder.json", "metrics.json", "config.json"} <= set(os.listdir(output))
@@ -121,6 +122,7 @@ def test_two_trial_search_writes_the_retrained_best_model(search):
     assert (config["gamma"], config["dropout"], config["mix_l2"]) == (best["gamma"], best["dropout"], best["mix_l2"])
 
 
+@pytest.mark.slow
 def test_tag_py_uses_the_tuned_model(search):
     """The tuned directory is a train_ner.py-style directory: tag.py reproduces its dev scores."""
     dev = read_conll(search["paths"]["dev"])
@@ -150,6 +152,7 @@ def test_rerun_resumes_the_same_project(search):
     assert len(metrics["trials"]) == 3
 
 
+@pytest.mark.slow
 def test_changed_settings_and_seed_zero_are_refused(search, tmp_path):
     changed = run_cli(
         TUNE, *search_args(search["paths"], search["directory"], tmp_path / "x", 3, "--tuner", "random"), timeout=60
@@ -196,6 +199,7 @@ def test_search_space():
     assert [p.name for p in plain.space] == ["dropout"]
 
 
+@pytest.mark.slow
 def test_the_reported_best_agrees_with_the_declared_space(search):
     """The space the tuner searched (oracle.json) is the one `config_values` declares; every hyperparameter of it
     is in the best trial's values (when active) with a value in its range, and metrics.json's best_hyperparameters

@@ -8,6 +8,7 @@ import threading
 import time
 
 import grpc
+import pytest
 from serving_testlib import free_port, kill_if_running, serve_embedded, start_server, stop_with_sigterm, wait_for
 from tensorflow_serving.apis import model_management_pb2, model_service_pb2_grpc
 from tensorflow_serving.config import model_server_config_pb2
@@ -125,6 +126,7 @@ def test_a_removed_model_answers_what_it_has_in_flight(base_path):
         server.stop(0)
 
 
+@pytest.mark.slow
 def test_serve_polls_its_model_config_file(base_path, tmp_path):
     config = tmp_path / "models.config"
     config.write_text(f'model_config_list {{ config {{ name: "elmo" base_path: "{base_path}" }} }}\n')
