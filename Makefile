@@ -34,11 +34,13 @@ lint: venv
 # tests time clients and servers (slow clients, deadlines, versions swapped under load), so they do not run beside the
 # training and export tests. Serial, the suite took 18-21 min here; tests/serving alone 3:20 on one worker, 1:54-2:03
 # on two (issue 37). A third worker was no faster: the suite is CPU-bound (12:38 against 11:56 on two).
+MAIN_TESTS := $(PY) -m pytest -q -n 2 --dist loadfile --ignore=tests/serving tests
+SERVING_TESTS := $(PY) -m pytest -q -n 2 --dist loadfile tests/serving
 test: lint docs
 	@.ci/machine
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 --ignore=tests/serving tests
+	$(MAIN_TESTS) --durations=15
 	KERAS_BACKEND=jax $(BACKEND_TESTS)
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=5 tests/serving
+	$(SERVING_TESTS) --durations=5
 
 # The numeric layers and ELMo under another Keras backend, in a pytest process of its own (KERAS_BACKEND is read when
 # Keras is imported): make test runs them under JAX (its CPU wheels are in requirements.txt); test-torch under PyTorch,
@@ -66,9 +68,9 @@ test-avx2: venv
 # and fresh-process variants, the C++ loader's other exports, the kill/resume and full-disk matrices, eager JAX
 # replays), so make test stays within 15 minutes on 2 cores; .ci/run runs both.
 test-slow: venv
-	$(PY) -m pytest -q -n 2 --dist loadfile -m slow --durations=10 --ignore=tests/serving tests
+	$(MAIN_TESTS) -m slow --durations=10
 	KERAS_BACKEND=jax $(BACKEND_TESTS) -m slow || [ $$? -eq 5 ]
-	$(PY) -m pytest -q -n 2 --dist loadfile -m slow tests/serving || [ $$? -eq 5 ]
+	$(SERVING_TESTS) -m slow || [ $$? -eq 5 ]
 
 bench: venv
 	$(PY) bench/embed_throughput.py

@@ -38,9 +38,9 @@ def slow_off_tensorflow():
 
 def slow_off_tensorflow_test(function):
     """`slow_off_tensorflow` as a decorator of a test function."""
-    import pytest
-
-    return function if backend() == "tensorflow" else pytest.mark.slow(function)
+    for mark in slow_off_tensorflow():
+        function = mark(function)
+    return function
 
 
 def to_numpy(x):
