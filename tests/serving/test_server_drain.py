@@ -129,29 +129,38 @@ def test_drain_gives_up_at_its_grace_and_the_health_service_is_off_by_default(ba
         server.stop(0)
 
 
-def test_sigterm_drains_32_slow_requests_refuses_new_ones_and_exits_0(base_path):
+def test_sigterm_drains_32_slow_requests_refuses_new_ones_and_exits_0(base_path, tmp_path):
     port, rest_port = free_port(), free_port()
+    monitoring = tmp_path / "monitoring.config"
+    monitoring.write_text('prometheus_config { enable: true path: "/metrics" }\n')
     process = serve_embedded(
         *("--model_base_path", base_path, "--model_name", "elmo", "--port", port, "--rest_api_port", rest_port),
         *("--enable_grpc_healthcheck_service", "--drain_grace_seconds", 120, "--max_requests_in_flight", 64),
-        *("--num_batch_threads", 1),
+        *("--num_batch_threads", 1, "--monitoring_config_file", monitoring),
     )
     target = f"127.0.0.1:{port}"
     try:
         wait_for(lambda: _healthy(target), 120, "the served model SERVING")
+        statuses, watching = [], threading.Event()
+        watcher = threading.Thread(target=_watch_health, args=(target, statuses, watching), daemon=True)
+        watcher.start()
+        assert watching.wait(30), "the health Watch stream did not answer"
         results = []
         threads = [threading.Thread(target=slow_request, args=(target, results)) for _ in range(32)]
         for t in threads:
             t.start()
-        # every call is sent at once and the server reads them while the model runs (its loop is not the model's
-        # thread); one answer, then a second, and the 32 are queued behind one batch thread for seconds more
-        wait_for(lambda: len(results) >= 1, 120, "a first answer")
-        time.sleep(1.0)
-        assert len(results) < 32, "the 32 requests ended before SIGTERM: make them slower"
+        # SIGTERM only once the server holds every one of the 32 (its own gauge), so the drain has work to wait for
+        # however slowly this machine started the client threads: one batch thread answers a few per half second
+        wait_for(lambda: _in_flight(rest_port) + len(results) == 32, 120, "the 32 requests admitted")
+        in_flight = _in_flight(rest_port)
+        assert in_flight >= 8, f"only {in_flight} of the 32 requests left before SIGTERM: make them slower"
         process.send_signal(signal.SIGTERM)
         refusal = _first_refusal(target)
         assert refusal is not None and refusal.code == grpc.StatusCode.UNAVAILABLE, refusal
-        assert health(target) == dict.fromkeys(SERVICES, NOT_SERVING)
+        assert "shutting down" in refusal.details, refusal  # the drain's refusal, not a closed port
+        watcher.join(120)
+        # the standard Watch stream saw the drain turn the server NOT_SERVING while the port still answered
+        assert statuses[0] == SERVING and statuses[-1] == NOT_SERVING, statuses
         for t in threads:
             t.join(120)
         output, _ = process.communicate(timeout=120)
@@ -161,6 +170,29 @@ def test_sigterm_drains_32_slow_requests_refuses_new_ones_and_exits_0(base_path)
     assert results == [(16, 64)] * 32, results  # all 32 answered
     assert "draining: new requests are refused" in output and "server stopped" in output
     assert "dropped" not in output
+
+
+def _in_flight(rest_port):
+    """The server's own count of Predict requests running or queued (its Prometheus gauge)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{rest_port}/metrics", timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("elmo_serving_requests_in_flight "):
+                return int(float(line.split()[1]))
+    raise AssertionError("no elmo_serving_requests_in_flight gauge in /metrics")
+
+
+def _watch_health(target, statuses, watching):
+    """Follows the overall service ("") on the standard health Watch stream until it turns NOT_SERVING."""
+    with grpc.insecure_channel(target) as channel:
+        stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""), timeout=300)
+        try:
+            for response in stream:
+                statuses.append(response.status)
+                watching.set()
+                if response.status == NOT_SERVING:
+                    return
+        except grpc.RpcError:
+            return
 
 
 def _healthy(target):
