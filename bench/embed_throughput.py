@@ -14,7 +14,9 @@ What runs (the subjects of one repeat), for each batch size and order:
     --skip-peer;
   - with --backend tensorflow,jax,torch: `ELMo` itself on each Keras backend, the README's way (`load_elmo` and the
     model's `activations`; `jax.jit` of `stateless_call` under JAX, `torch.no_grad()` under PyTorch, `tf.function` on
-    TensorFlow), a padded sentence per row (`common.padded_batches`), once per --precision.
+    TensorFlow), a padded sentence per row (`common.padded_batches`), once per --precision;
+  - with --embedder-backend jax,torch: the Embedder itself on JAX and on PyTorch (`elmo_tf.embed.backend_functions`:
+    the same packed rows and distinct tokens, the biLM `jax.jit`-compiled per padded shape), once per --precision.
 Interleaved: --repeats rounds (3), each running every subject once, round r starting at subject r (rotated), so a
 drift of the machine's speed falls on every subject alike; each ratio (ours / AllenNLP, a backend / AllenNLP, a
 backend / the Embedder) is taken within a round and reported as its median, min and max over the rounds, with its
@@ -31,8 +33,9 @@ How each subject is measured (each in its own process, so all see the same machi
   - ours: a worker (`--worker ours`, bench/embed_workers.py) that loads the model, plans packed batches as `python -m
     elmo_tf embed` does (`elmo_tf.embed.plan_batches`: `batch_size` rows, several short sentences per row, max 128 x
     batch positions per batch; sorted = by length within windows of 50 x batch sentences, corpus = file order with one
-    batch of look-ahead), embeds one untimed warm-up batch, then times `Embedder.embed_rows` over all sentences with
-    `--layers all`, keeping the arrays in memory (hdf5 writing excluded); TF's pools get --threads threads;
+    batch of look-ahead), embeds one untimed warm-up batch (under JAX every batch: it compiles once per padded
+    shape), empties the memo, then times `Embedder.embed_rows` over all sentences with `--layers all`, keeping the
+    arrays in memory (hdf5 writing excluded); TF's and PyTorch's pools get --threads threads;
   - the peer excludes model loading, runs one untimed warm-up batch and reports tokens/s of the pass;
   - a backend (`--worker plain`): model loading and one warm-up pass excluded (JAX compiles once per padded shape);
   - GFLOP/s = tokens/s x matmul FLOP per position (char CNN, highway, projection, and per direction and layer
@@ -44,7 +47,8 @@ itself under JAX and PyTorch >= 1.0x AllenNLP, under JAX >= 0.8x the Embedder; e
 at or below AllenNLP's.
 
 usage: .venv/bin/python bench/embed_throughput.py [--batch-sizes 32,64] [--orders sorted,corpus] [--repeats 3]
-       [--backend tensorflow,jax,torch] [--precision float32,bfloat16] [--n-sentences 1000] [--skip-peer] [--quick]
+       [--backend tensorflow,jax,torch] [--embedder-backend jax,torch] [--precision float32,bfloat16]
+       [--n-sentences 1000] [--skip-peer] [--quick]
        [--out bench/results/embed_throughput.json]
 """
 
@@ -82,6 +86,8 @@ from sentences import load_sentences, write_sentences
 DEFAULT_OUT = os.path.join(RESULTS, "embed_throughput.json")
 ORDERS = ("sorted", "corpus")
 BACKENDS = ("tensorflow", "jax", "torch")
+EMBEDDER_BACKENDS = ("jax", "torch")
+EMBEDDER = "embedder"  # the subject "jax embedder": the Embedder on JAX (--embedder-backend)
 PRECISIONS = ("float32", "bfloat16")
 DEFAULT_CACHE_VOCAB_FROM = ",".join(
     os.path.join(SHARED, "data", "pretrain", name) for name in ("wikipedia_en_2015.txt", "wikitext2_train.txt")
@@ -126,6 +132,12 @@ def build_parser():
         "padded sentence per row): one row per backend, precision, batch and order",
     )
     parser.add_argument(
+        "--embedder-backend",
+        default=None,
+        help="comma-separated Keras backends (jax, torch) on which the Embedder also runs (packed rows, as on "
+        "TensorFlow): one row per backend, precision, batch and order",
+    )
+    parser.add_argument(
         "--precision", default="float32", help="comma-separated precisions of ours and the backends: float32, bfloat16"
     )
     parser.add_argument("--max-load", type=float, default=0.5, help="refuse to start above this load average (0.5)")
@@ -165,11 +177,17 @@ def settings(args):
         batch_sizes = parse_list(args.batch_sizes or ("32" if args.quick else "32,64"), int, "--batch-sizes")
         orders = parse_list(args.orders or ("sorted" if args.quick else "sorted,corpus"), str, "--orders")
         backends = parse_list(args.backend, str, "--backend") if args.backend else []
+        embedder_backends = (
+            parse_list(args.embedder_backend, str, "--embedder-backend") if args.embedder_backend else []
+        )
         precisions = parse_list(args.precision, str, "--precision")
     except argparse.ArgumentTypeError as e:
         raise ValueError(str(e)) from None
     if any(b not in BACKENDS for b in backends):
         raise ValueError(f"--backend takes {', '.join(BACKENDS)}, got {args.backend!r}")
+    if any(b not in EMBEDDER_BACKENDS for b in embedder_backends):
+        raise ValueError(f"--embedder-backend takes {', '.join(EMBEDDER_BACKENDS)}, got {args.embedder_backend!r}")
+    backends += [f"{b} {EMBEDDER}" for b in embedder_backends]
     if any(p not in PRECISIONS for p in precisions) or len(set(precisions)) != len(precisions):
         raise ValueError(f"--precision takes {', '.join(PRECISIONS)} (each once), got {args.precision!r}")
     if any(b < 1 for b in batch_sizes) or any(o not in ORDERS for o in orders):
@@ -186,7 +204,8 @@ def settings(args):
 
 def subjects_of(skip_peer, backends, precisions):
     """What one round measures, in the order of the first round: `(subject, precision)` for the Embedder ("ours") in
-    each precision, the peer (None), each backend in each precision."""
+    each precision, the peer (None), each backend in each precision (a backend "jax", ELMo itself, or "jax embedder",
+    the Embedder on JAX)."""
     subjects = [("ours", p) for p in precisions] + ([] if skip_peer else [("peer", None)])
     return subjects + [(b, p) for b in backends for p in precisions]
 
@@ -205,7 +224,8 @@ def measure_one(args, input_path, batch_size, order, subject, precision, work):
         extra += ["--precision", precision]
     if subject == "ours":
         return run_embed_worker(args, "ours", extra, work)
-    return run_embed_worker(args, "plain", extra, work, backend=subject)
+    backend, _, path = subject.partition(" ")
+    return run_embed_worker(args, "ours" if path == EMBEDDER else "plain", extra, work, backend=backend)
 
 
 def checked(args, what, result, shared):

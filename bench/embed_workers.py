@@ -78,8 +78,10 @@ def worker_cache(args):
 
 
 def worker_ours(args):
-    """Times elmo_tf's Embedder over the sentences: model loading and one warm-up batch excluded."""
-    set_threads(args.threads)
+    """Times elmo_tf's Embedder over the sentences on the Keras backend of this process (`KERAS_BACKEND`): model
+    loading and one warm-up batch excluded (under JAX, which compiles once per padded shape, a warm-up pass over every
+    batch, the memo emptied after it)."""
+    backend = _backend_threads(args.threads)
     from elmo_tf.embed import Embedder, limit_malloc_arenas, plan_batches
 
     limit_malloc_arenas()  # as `python -m elmo_tf embed` does
@@ -104,8 +106,10 @@ def worker_ours(args):
     lengths = [len(s) for s in sentences]
     batches = plan_batches(lengths, args.batch_size, 128 * args.batch_size, sort=args.order == "sorted")
     start = time.perf_counter()
-    embedder.embed_rows([[sentences[i] for i in row] for row in batches[0]])
+    for batch in batches if backend == "jax" else batches[:1]:
+        embedder.embed_rows([[sentences[i] for i in row] for row in batch])
     warmup_seconds = time.perf_counter() - start
+    embedder.reset_memo()
     embedder.stats = dict.fromkeys(embedder.stats, 0)
     results = {}
     start = time.perf_counter()
@@ -119,6 +123,7 @@ def worker_ours(args):
         raise RuntimeError(f"embedded {len(results)} sentences, expected {sum(n > 0 for n in lengths)}")
     stats = embedder.stats
     return {
+        "backend": backend,
         "tokens": tokens,
         "sentences": len(results),
         "batches": len(batches),
@@ -137,6 +142,21 @@ def worker_ours(args):
     }
 
 
+def _backend_threads(threads):
+    """This process's Keras backend, its thread pools set to `threads` (TensorFlow's and PyTorch's; XLA's CPU client
+    takes every core the process may use)."""
+    import keras
+
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+        set_threads(threads)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+    return backend
+
+
 BUCKET = 8  # the plain worker pads each batch's length to a multiple of this: fewer shapes for JAX to compile
 
 
@@ -145,15 +165,7 @@ def worker_plain(args):
     packing, no distinct-token encoding: the Embedder's are TensorFlow's), Python strings mapped in NumPy
     (`common.padded_batches`), compiled as each backend's users compile it (`common.compiled_activations`). Model
     loading and one warm-up pass excluded (JAX compiles once per padded shape: the warm-up pass runs every batch)."""
-    import keras
-
-    backend = keras.config.backend()
-    if backend == "tensorflow":
-        set_threads(args.threads)
-    elif backend == "torch":
-        import torch
-
-        torch.set_num_threads(args.threads)
+    backend = _backend_threads(args.threads)
     from elmo_tf.io.sentences import iter_sentences
     from elmo_tf.models import load_elmo
 

@@ -39,6 +39,17 @@ def order_text(row):
     return f"{row['batch_size']}, {order}"
 
 
+def backend_path(variant):
+    """The "backend, path" cell of a backend row's `variant` ("jax", "jax bfloat16", "jax embedder"; None: the
+    Embedder on TensorFlow)."""
+    if not variant:
+        return "TensorFlow, the Embedder"
+    backend, _, rest = variant.partition(" ")
+    if rest.startswith("embedder"):
+        return f"{backend}{rest[len('embedder'):]}, the Embedder"
+    return f"{variant}, ELMo itself"
+
+
 def gflops_cell(run, r):
     return f"{fmt(r['ours_gflops'], '.0f')} ({pct(r['fraction_of_roofline'])})"
 
@@ -151,7 +162,7 @@ EMBED_TABLES = {
             Column("batch, order", lambda run, r: f"{r['batch_size']}, {r['order']}", "l"),
             Column(
                 "backend, path",
-                lambda run, r: f"{r['variant']}, ELMo itself" if r.get("variant") else "TensorFlow, the Embedder",
+                lambda run, r: backend_path(r.get("variant")),
             ),
             number("tok/s", "ours_tokens_per_s"),
             Column("vs AllenNLP (range over rounds)", lambda run, r: ranged(r, "ratio")),

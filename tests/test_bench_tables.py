@@ -485,12 +485,12 @@ def fake_measurements(monkeypatch, tmp_path):
     options.parent.mkdir()
     options.write_text(json.dumps(get_config("small").to_options()), encoding="utf-8")
     shares = {"ours": 0.0, "peer": 0.0, "plain": 0.0, "matmul": 0.0}
-    speeds = {"ours": 900.0, "peer": 300.0, "plain": 400.0}
+    speeds = {"ours": 900.0, "peer": 300.0, "plain": 400.0, ("ours", "jax"): 720.0}  # ("ours", "jax"): the Embedder
 
     def worker(args, mode, extra, work, backend=None):
         if mode == "matmul":
             return {"best_gflops": 200.0, "sizes": {"1024": {"best_gflops": 200.0}}, "foreign_cpu_share": 0.0}
-        return _measured(speeds[mode], shares[mode])
+        return _measured(speeds.get((mode, backend), speeds[mode]), shares[mode])
 
     monkeypatch.setattr(embed_throughput, "run_embed_worker", worker)
     monkeypatch.setattr(embed_throughput, "run_peer", lambda *a: _measured(speeds["peer"], shares["peer"], 2000.0))
@@ -522,6 +522,23 @@ def test_a_run_alone_is_written_and_recorded(fake_measurements, tmp_path, histor
     assert "| 32, sorted | jax, ELMo itself | 400 | 1.33x (1.33-1.33x) | 0.44x (0.44-0.44x) |" in tables.render(
         "embed_backends", history
     )
+
+
+def test_the_embedder_on_jax_is_a_row_of_its_own(fake_measurements, tmp_path, history):
+    """--embedder-backend jax runs the Embedder's worker under JAX beside ELMo itself under JAX: its row is "jax, the
+    Embedder", compared with AllenNLP and with TensorFlow's Embedder of the same round; a backend it does not take is
+    refused naming the flag."""
+    _, out, argv = fake_measurements
+    assert embed_throughput.main(argv + ["--embedder-backend", "jax"]) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert [row["variant"] for row in result["summary"]] == [None, "jax", "jax embedder"]
+    row = result["summary"][2]
+    assert row["ratio"]["median"] == 720.0 / 300.0 and row["ratio_vs_embedder"]["median"] == 0.8
+    assert tables.main(["record", "embed_throughput", str(out), "--history-dir", str(history)]) == 0
+    assert "| 32, sorted | jax, the Embedder | 720 | 2.40x (2.40-2.40x) | 0.80x (0.80-0.80x) |" in tables.render(
+        "embed_backends", history
+    )
+    assert embed_throughput.main(argv + ["--embedder-backend", "tensorflow"]) == 2
 
 
 @pytest.mark.parametrize("allow_shared", [False, True])

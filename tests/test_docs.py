@@ -28,6 +28,7 @@ COVERED = {
     "def train_step(trainable, non_trainable, char_ids, targets):": (
         "tests/backends/test_on_backend.py::test_readme_example_runs_as_written"
     ),
+    'embedder = Embedder(elmo, layers="all")': "tests/backends/test_on_backend.py::test_the_embedder_example_runs",
 }
 README_COPIES = ('elmo = load_elmo("original")', "char_ids = TokensToCharIds()(tokens)")  # docs/ holds README's block
 

@@ -15,12 +15,11 @@
 import collections
 
 import numpy as np
-import tensorflow as tf
 
+from elmo_tf.embed import backend_functions
 from elmo_tf.embed.packing import BOUNDARIES, ROW_LENGTH, pack_rows, packed_layout, piece_batches
 from elmo_tf.errors import check_int
 from elmo_tf.io.token_cache import TokenCache
-from elmo_tf.models.elmo import elmo_activations
 from elmo_tf.precision import PrecisionError, resolve_precision
 from elmo_tf.preprocessing.chars import token_bytes
 
@@ -97,42 +96,18 @@ class Embedder:
         mapping = model.char_mapping
         self._char_ids = mapping.numpy  # token list -> char ids (bilm-tf's bytes, or a char vocabulary)
         # the tokens reaching it are distinct already (`token_vectors`), so `encode_tokens`, not `encode_distinct`
-        # (whose unique op would also fold the all-zero rows a chunk is padded with: see CNN_TOKENS_MULTIPLE)
-        self._encode = tf.function(
-            model.char_cnn.encode_tokens,
-            input_signature=[tf.TensorSpec([None, mapping.width], tf.int32)],
-            autograph=False,
-        )
+        # (whose unique op would also fold the all-zero rows a chunk is padded with: see CNN_TOKENS_MULTIPLE); both
+        # compiled as the backend's users compile a model (`backend_functions`)
+        self._encode, self._run = backend_functions.functions(model, layers, self.gate_chunk)
         # rows 0, 1, 2 of every batch's vector table: padding, <S>, </S>
         self._fixed = np.concatenate(
             [
                 np.zeros([1, width], np.float32),
-                self._encode(np.stack([mapping.bos_row, mapping.eos_row]).astype(np.int32)),
+                np.asarray(self._encode(np.stack([mapping.bos_row, mapping.eos_row]).astype(np.int32))),
             ]
         )
         self.token_cache = None if token_embeddings is None else TokenCache.of(token_embeddings, width)
         self.stats = {"tokens": 0, "distinct": 0, "cached": 0, "memo": 0, "positions": 0, "padded_positions": 0}
-
-        @tf.function(
-            input_signature=[
-                tf.TensorSpec([None, width], tf.float32),  # vector table of the batch
-                tf.TensorSpec([None, None], tf.int32),  # (rows, steps): table row of each position, 0 = padding
-                tf.TensorSpec([None, None], tf.bool),  # (rows, steps): a sentence starts here
-                tf.TensorSpec([None, 2], tf.int32),  # (n, 2): (row, step) of every real token, in output order
-            ],
-            autograph=False,
-        )
-        def run(table, table_rows, starts, positions):
-            x = tf.gather(table, table_rows)
-            lstm = model.bilm(x, mask=table_rows > 0, segment_starts=starts, gate_chunk=self.gate_chunk)
-            acts = elmo_activations(tf.gather_nd(x, positions), [tf.gather_nd(layer, positions) for layer in lstm])
-            if layers == "all":
-                return tf.stack(acts)  # (L+1, n, 2P)
-            if layers == "top":
-                return acts[-1]
-            return tf.add_n(acts) / len(acts)
-
-        self._run = run
 
     def reset_memo(self):
         """Empties the LRU memo of token vectors (`embed_file` does at every shard, so that a shard is computed the
@@ -182,7 +157,7 @@ class Embedder:
             for start, stop in self._cnn_calls(lengths[order]):
                 count = stop - start
                 padded = np.pad(ids[start:stop], ((0, _padded_count(count) - count), (0, 0)))
-                vectors[fresh_rows[start:stop]] = self._encode(padded).numpy()[:count]
+                vectors[fresh_rows[start:stop]] = np.asarray(self._encode(padded))[:count]
         if self.memo_size:
             for k in fresh[-self.memo_size :]:
                 self._memo[distinct[k]] = vectors[k].copy()
@@ -224,7 +199,7 @@ class Embedder:
         self.stats["tokens"] += len(tokens)
         self.stats["positions"] += int((table_rows > 0).sum())
         self.stats["padded_positions"] += table_rows.size
-        out = self._run(table, table_rows, starts, positions).numpy()
+        out = np.asarray(self._run(table, table_rows, starts, positions))
         results, k = [], 0
         for s in sentences:
             n = len(s)
@@ -275,6 +250,8 @@ def use_threads(threads):
     its pools (TensorFlow's RuntimeError is ignored: a Beam worker may run several DoFns)."""
     if not threads:
         return
+    import tensorflow as tf
+
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -285,6 +262,8 @@ def use_threads(threads):
 def runtime_fingerprint():
     """What of the process a resumable run's journal records beside its settings (`embed_file`, `score_file`): the
     TensorFlow version and its thread pools (either can change the last bits of the arrays)."""
+    import tensorflow as tf
+
     return {
         "tensorflow": tf.__version__,
         "threads": [

@@ -18,7 +18,6 @@ Example:
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from elmo_tf.errors import ElmoTFError
 from elmo_tf.io.token_embeddings import load_token_embeddings, read_vocabulary
@@ -97,15 +96,21 @@ class TokenCache:
 
     def lookup(self, tokens):
         """tf.string `(...)` -> int32 `(...)`: 1 + the token's row, 0 for tokens the cache does not hold and for ""."""
+        import tensorflow as tf
+
         return self.in_graph()[0].lookup(tf.convert_to_tensor(tokens, tf.string))
 
     def gather(self, ids):
         """int `(...)` ids of `lookup` -> float32 `(..., P)`: the tokens' vectors, zeros for id 0."""
+        import tensorflow as tf
+
         return tf.gather(self.in_graph()[1], ids)
 
     def in_graph(self):
         """`(table, vectors)`: the `tf.lookup.StaticHashTable` token -> id of `lookup` and the `(1 + V, P)` float32
         variable of `gather` (row 0 zeros), created on the first call (eagerly, even inside a tf.function)."""
+        import tensorflow as tf
+
         if self._table is None:
             with tf.init_scope():  # created eagerly even when first used inside a tf.function
                 self._table = tf.lookup.StaticHashTable(

@@ -22,7 +22,6 @@ import os
 
 import h5py
 import numpy as np
-import tensorflow as tf
 
 from elmo_tf.errors import ElmoTFError, one_line
 from elmo_tf.io.atomic import atomic_hdf5
@@ -120,6 +119,8 @@ def compute_token_embeddings(model, tokens, batch_size=DEFAULT_BATCH_SIZE, progr
     if mapping is None:
         raise TypeError(f"model must be an elmo_tf ELMo model (with a char_mapping), got {type(model).__name__}")
     tokens = list(tokens)
+    import tensorflow as tf  # (the rest of this module, and the Embedder that imports it, run on every backend)
+
     # one trace for every batch (the batch dimension is dynamic); much faster than eager calls for small batches
     encode = tf.function(char_cnn, input_signature=[tf.TensorSpec([None, 1, mapping.width], tf.int32)], autograph=False)
     rows = []

@@ -37,6 +37,7 @@ from tiny_models import TINY, randomize_weights
 
 import elmo_tf
 from elmo_tf.config import BiLMConfig
+from elmo_tf.embed import Embedder
 from elmo_tf.layers import CRF, BiLM, CharCNN, Highway, ProjectedLSTM, ScalarMix, TokensToCharIds
 from elmo_tf.models import ELMo, load_elmo, save_elmo
 from elmo_tf.preprocessing.char_rows import BYTE_MAPPING, sentences_to_char_ids
@@ -326,13 +327,58 @@ def test_embed_tokens_takes_python_strings():
         np.testing.assert_array_equal(to_numpy(got[key]), to_numpy(want[key]))
 
 
+def test_the_embedder_gives_each_sentence_its_outputs_alone():
+    """`elmo_tf.embed.Embedder` on this backend (`backend_functions`: under JAX the biLM `jax.jit`-compiled on rows
+    and steps padded to a few shapes): packed rows of several sentences, a sentence longer than a row, an empty
+    one, distinct tokens and the memo across batches: each sentence's layers equal those of the model on it alone,
+    for every `layers` choice."""
+    elmo = _tiny_elmo()
+    rng = np.random.default_rng(1)
+    words = "the a of cat dog <S> </S> İSTANBUL naïve , . big".split() + ["z" * 70]
+    sentences = [[words[k] for k in rng.integers(0, len(words), rng.integers(1, 12))] for _ in range(9)]
+    sentences += [["x"] * 21, []]  # longer than a row of 16 positions; empty
+    batch = [to_numpy(a) for a in elmo(char_ids(sentences))["activations"]]  # a padded batch: each row as alone
+    alone = [[a[i, : len(s)] for a in batch] for i, s in enumerate(sentences)]
+    for layers in ("all", "top", "average"):
+        embedder = Embedder(elmo, layers, row_length=16, memo_size=8)
+        got = embedder.embed_batch(sentences[:5]) + embedder.embed_batch(sentences[5:])
+        assert embedder.stats["memo"] > 0 and embedder.stats["distinct"] < embedder.stats["tokens"]
+        for s, array, acts in zip(sentences, got, alone):
+            assert array.dtype == np.float32 and array.shape == embedder.shape_of(len(s))
+            if s:
+                want = np.stack(acts) if layers == "all" else acts[-1] if layers == "top" else np.mean(acts, axis=0)
+                np.testing.assert_allclose(array, want, atol=ATOL, rtol=0)
+
+
+def test_the_embedder_example_runs(tmp_path, monkeypatch):
+    """docs/backends.md's `Embedder` example runs as written on this backend (JAX in make test, PyTorch in make
+    test-torch; the block's `KERAS_BACKEND` line comes after Keras is imported here, so it changes nothing) next to a
+    tiny model's files: one NumPy array `(L+1, n, 2P)` per sentence."""
+    if backend() == "tensorflow":
+        pytest.skip("tests/embed covers the Embedder on TensorFlow")
+    (block,) = [
+        b
+        for b in code_blocks(REPO_ROOT / "docs" / "backends.md")
+        if 'embedder = Embedder(elmo, layers="all")' in b.code
+    ]
+    save_elmo(_tiny_elmo(), str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(block.code, block.where, "exec"), namespace)
+    width = 2 * TINY["projection_dim"]
+    assert [a.shape for a in namespace["arrays"]] == [
+        (TINY["num_layers"] + 1, 4, width),
+        (TINY["num_layers"] + 1, 2, width),
+    ]
+
+
 @pytest.mark.parametrize(  # installed: the same run as not-installed with TensorFlow importable (28 s under JAX)
     "blocked", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["not-installed", "installed"]
 )
 def test_runs_where_tensorflow_is_not_installed(blocked, tmp_path):
     """In a process where `import tensorflow` fails (a machine with JAX or PyTorch only), `elmo_tf.load_elmo` loads a
-    model, maps Python strings and embeds them, with this process's outputs; and where TensorFlow is installed, all
-    that loads none of it."""
+    model, maps Python strings and embeds them, with this process's outputs, and so does the `Embedder`; and where
+    TensorFlow is installed, all that loads none of it."""
     if backend() == "tensorflow":
         pytest.skip("the TensorFlow backend needs TensorFlow")
     elmo = _tiny_elmo()
@@ -352,6 +398,9 @@ elmo = elmo_tf.load_elmo({str(tmp_path / "options.json")!r}, {str(tmp_path / "we
 got = elmo.embed_tokens({sentences!r})["lstm_outputs2"]
 got = got.detach().numpy() if hasattr(got, "detach") else np.asarray(got)
 np.testing.assert_allclose(got, np.load({str(tmp_path / "want.npy")!r}), atol=1e-6, rtol=0)
+from elmo_tf.embed import Embedder
+top = Embedder(elmo, "top").embed_batch({sentences!r})
+np.testing.assert_allclose(np.concatenate(top), got[0, :3].tolist() + got[1, :1].tolist(), atol=1e-5, rtol=0)
 assert sys.modules.get("tensorflow") is None  # not loaded, though installed here (unless blocked)
 print("ok")
 """
