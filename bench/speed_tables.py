@@ -46,7 +46,7 @@ def backend_path(variant):
         return "TensorFlow, the Embedder"
     backend, _, rest = variant.partition(" ")
     if rest.startswith("embedder"):
-        return f"{backend}{rest[len('embedder'):]}, the Embedder"
+        return f"{backend}{rest[len('embedder') :]}, the Embedder"
     return f"{variant}, ELMo itself"
 
 

@@ -327,27 +327,35 @@ def test_embed_tokens_takes_python_strings():
         np.testing.assert_array_equal(to_numpy(got[key]), to_numpy(want[key]))
 
 
-def test_the_embedder_gives_each_sentence_its_outputs_alone():
-    """`elmo_tf.embed.Embedder` on this backend (`backend_functions`: under JAX the biLM `jax.jit`-compiled on rows
-    and steps padded to a few shapes): packed rows of several sentences, a sentence longer than a row, an empty
-    one, distinct tokens and the memo across batches: each sentence's layers equal those of the model on it alone,
-    for every `layers` choice."""
+@pytest.fixture(scope="module")
+def embedder_case():
+    """A tiny model, sentences for `Embedder` (packed rows of several, one longer than a row of 8 positions, an empty
+    one) and each sentence's ELMo layers alone (one padded batch of the model: each row as alone)."""
     elmo = _tiny_elmo()
     rng = np.random.default_rng(1)
     words = "the a of cat dog <S> </S> İSTANBUL naïve , . big".split() + ["z" * 70]
-    sentences = [[words[k] for k in rng.integers(0, len(words), rng.integers(1, 12))] for _ in range(9)]
-    sentences += [["x"] * 21, []]  # longer than a row of 16 positions; empty
-    batch = [to_numpy(a) for a in elmo(char_ids(sentences))["activations"]]  # a padded batch: each row as alone
-    alone = [[a[i, : len(s)] for a in batch] for i, s in enumerate(sentences)]
-    for layers in ("all", "top", "average"):
-        embedder = Embedder(elmo, layers, row_length=16, memo_size=8)
-        got = embedder.embed_batch(sentences[:5]) + embedder.embed_batch(sentences[5:])
-        assert embedder.stats["memo"] > 0 and embedder.stats["distinct"] < embedder.stats["tokens"]
-        for s, array, acts in zip(sentences, got, alone):
-            assert array.dtype == np.float32 and array.shape == embedder.shape_of(len(s))
-            if s:
-                want = np.stack(acts) if layers == "all" else acts[-1] if layers == "top" else np.mean(acts, axis=0)
-                np.testing.assert_allclose(array, want, atol=ATOL, rtol=0)
+    sentences = [[words[k] for k in rng.integers(0, len(words), rng.integers(1, 6))] for _ in range(9)]
+    sentences += [["x"] * 7, []]
+    batch = [to_numpy(a) for a in elmo(char_ids(sentences))["activations"]]
+    return elmo, sentences, [[a[i, : len(s)] for a in batch] for i, s in enumerate(sentences)]
+
+
+@pytest.mark.parametrize(  # off TensorFlow each `layers` compiles its own program: "all" in make test
+    "layers", ["all", *(pytest.param(layers, marks=slow_off_tensorflow()) for layers in ("top", "average"))]
+)
+def test_the_embedder_gives_each_sentence_its_outputs_alone(embedder_case, layers):
+    """`elmo_tf.embed.Embedder` on this backend (`backend_functions`: under JAX the biLM `jax.jit`-compiled on rows
+    and steps padded to a few shapes): packed rows, a sentence longer than a row, an empty one, distinct tokens and
+    the memo across batches: each sentence's layers equal those of the model on it alone."""
+    elmo, sentences, alone = embedder_case
+    embedder = Embedder(elmo, layers, row_length=8, memo_size=8)
+    got = embedder.embed_batch(sentences[:5]) + embedder.embed_batch(sentences[5:])
+    assert embedder.stats["memo"] > 0 and embedder.stats["distinct"] < embedder.stats["tokens"]
+    for s, array, acts in zip(sentences, got, alone):
+        assert array.dtype == np.float32 and array.shape == embedder.shape_of(len(s))
+        if s:
+            want = np.stack(acts) if layers == "all" else acts[-1] if layers == "top" else np.mean(acts, axis=0)
+            np.testing.assert_allclose(array, want, atol=ATOL, rtol=0)
 
 
 def test_the_embedder_example_runs(tmp_path, monkeypatch):
