@@ -310,12 +310,19 @@ def distributions(module):
 _packages_distributions = cache(packages_distributions)
 
 
+# modules whose functions each run on one Keras backend and import that backend's package there
+BACKEND_SWITCHES = {PACKAGE / "embed" / "backend_functions.py"}
+
+
 def test_declared_dependencies_cover_every_third_party_import():
     """The library's module-level imports are base dependencies (elmo_tf/serving/: the `serving` extra;
     elmo_tf/ner/tuning.py, whose HyperModel subclasses keras_tuner's: the `ner` extra; elmo_tf/layers/backends/jax_*.py
     and torch_*.py, imported only on their Keras backend: the `jax` and `torch` extras); its function-level ones are
-    base or an extra; the tests' are base or an extra (`test` among them; tests/backends' `jax` and `torch`)."""
+    base or an extra (in a module that switches on the Keras backend, BACKEND_SWITCHES, the `jax` and `torch`
+    extras too: each imported in the function that runs only on it); the tests' are base or an extra (`test` among
+    them; tests/backends' `jax` and `torch`)."""
     base, extras = declared()
+    on_one_backend = extras["jax"] | extras["torch"]
     assert extras["all"] == extras["serving"] | extras["ner"] | extras["text"] | extras["beam"]
     assert extras["all"] <= extras["test"]
     missing = []
@@ -342,7 +349,7 @@ def test_declared_dependencies_cover_every_third_party_import():
                 elif level == "module":
                     allowed = base | module_extra
                 else:
-                    allowed = base | extras["all"]
+                    allowed = base | extras["all"] | (on_one_backend if path in BACKEND_SWITCHES else set())
                 if not distributions(module) & allowed:
                     missing.append(f"{path.relative_to(REPO)}: {level}-level import {module} ({distributions(module)})")
     assert not missing, "\n".join(missing)

@@ -3,8 +3,10 @@
 The library side of `python -m elmo_tf embed`; nothing here prints. Modules, from the bottom up:
     `packing`   rows and batches: pack_rows (best fit), group_rows, iter_batches / plan_batches, iter_plan (the one
                 order a run follows), packed_layout (a batch as the arrays the model runs); no TensorFlow
+    `backend_functions`  the Embedder's two model functions on each Keras backend (`tf.function`s; `jax.jit`;
+                PyTorch eager)
     `embedder`  Embedder: the model on packed rows, each distinct token through the char CNN once per batch (memo,
-                token cache)
+                token cache); on every Keras backend
     `malloc`    glibc's malloc for long runs: limit_malloc_arenas, release_free_memory; no TensorFlow
     `output`    the output file: check_dtype, cast_embedding (float32 or float16), write_embedding_file,
                 merge_shards, merged_sentence_index; no TensorFlow
