@@ -10,6 +10,9 @@
 - The input gates of each LSTM layer are computed `gate_chunk` steps at a time (bounded memory).
 - Precision: the model's (`ELMo(precision=...)`): a bfloat16 model's traced functions read its layers' bfloat16
   copies, converted once (`elmo_tf.layers.low_precision`).
+- Every Keras backend: the plan above is NumPy; the model runs through the two functions of
+  `elmo_tf.embed.backend_functions` (`tf.function`s on TensorFlow, `jax.jit` under JAX, eager PyTorch), so this module
+  imports no TensorFlow off it.
 """
 
 import collections
@@ -43,7 +46,8 @@ def _padded_count(count):
 
 
 class Embedder:
-    """Runs an `ELMo` model on lists of tokens in packed rows; any batch and length, compiled once.
+    """Runs an `ELMo` model on lists of tokens in packed rows; any batch and length, compiled once (under JAX once per
+    padded shape: a few per run).
 
     Args:
         model: an `ELMo` model.
