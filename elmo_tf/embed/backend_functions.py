@@ -16,6 +16,8 @@ Off TensorFlow the lookups of a batch's vectors and of its tokens' outputs are N
 Each function takes and returns NumPy arrays (TensorFlow's return eager tensors, which NumPy reads as arrays).
 """
 
+import contextlib
+
 import keras
 import numpy as np
 from keras import ops
@@ -50,19 +52,15 @@ def functions(model, layers, gate_chunk):
     backend = keras.config.backend()
     if backend == "tensorflow":
         return _tensorflow_functions(model, layers, gate_chunk)
-    if backend == "jax":
-        compile_fn = _jax_compiled
-    elif backend == "torch":
-        compile_fn = _torch_eager
-    else:
+    if backend not in ("jax", "torch"):
         raise NotImplementedError(f"the Embedder does not run on the {backend!r} backend")
 
     def activations(x, mask, starts):  # `gate_chunk` is TensorFlow's loop's: JAX's and PyTorch's have their own
         lstm = model.bilm(x, mask=mask, segment_starts=starts)
         return combine(elmo_activations(x, lstm), layers)
 
-    encode = compile_fn(model.char_cnn.encode_tokens, model, jit=False)
-    return encode, _padded_runner(compile_fn(activations, model, jit=True), layers)
+    compiled = _jax_jit(activations, model) if backend == "jax" else _eager(activations)
+    return _eager(model.char_cnn.encode_tokens), _padded_runner(compiled, layers)
 
 
 def _padded_runner(compiled, layers):
@@ -83,11 +81,9 @@ def _padded_runner(compiled, layers):
     return run
 
 
-def _jax_compiled(fn, model, jit):
-    """`fn` of NumPy arrays -> NumPy, on JAX: eager (`jit=False`), or `jax.jit`-compiled with the model's weights as
-    arguments (`keras.StatelessScope` maps each variable to the value passed)."""
-    if not jit:
-        return lambda *args: np.asarray(fn(*args))
+def _jax_jit(fn, model):
+    """`fn` of NumPy arrays -> NumPy, `jax.jit`-compiled with the model's weights as arguments (`keras.StatelessScope`
+    maps each variable to the value passed)."""
     import jax
 
     variables = list(model.variables)
@@ -100,12 +96,17 @@ def _jax_compiled(fn, model, jit):
     return lambda *args: np.asarray(jitted([v.value for v in variables], *args))
 
 
-def _torch_eager(fn, model, jit):
-    """`fn` of NumPy arrays -> NumPy, on PyTorch: eager, under `torch.no_grad()`."""
-    import torch
+def _eager(fn):
+    """`fn` of NumPy arrays -> NumPy, run eagerly (under PyTorch in `torch.no_grad()`: no autograd graph kept)."""
+    if keras.config.backend() == "torch":
+        import torch
+
+        no_grad = torch.no_grad
+    else:
+        no_grad = contextlib.nullcontext
 
     def call(*args):
-        with torch.no_grad():
+        with no_grad():
             return ops.convert_to_numpy(fn(*(ops.convert_to_tensor(a) for a in args)))
 
     return call
