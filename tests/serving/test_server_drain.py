@@ -21,6 +21,7 @@ import urllib.request
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 from serving_testlib import free_port, kill_if_running, serve_embedded, start_server, wait_for
 
 from elmo_tf.serving.client import ElmoClient
@@ -175,10 +176,8 @@ def test_sigterm_drains_32_slow_requests_refuses_new_ones_and_exits_0(base_path,
 def _in_flight(rest_port):
     """The server's own count of Predict requests running or queued (its Prometheus gauge)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{rest_port}/metrics", timeout=30) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("elmo_serving_requests_in_flight "):
-                return int(float(line.split()[1]))
-    raise AssertionError("no elmo_serving_requests_in_flight gauge in /metrics")
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    return int(families["elmo_serving_requests_in_flight"].samples[0].value)
 
 
 def _watch_health(target, statuses, watching):
