@@ -42,6 +42,13 @@ from elmo_tf.saved_model.warmup import WARMUP_SENTENCES, run_warmup_requests, se
 logger = logging.getLogger(__name__)
 
 PARITY_ATOL = 1e-5
+# A bfloat16 model's `packed` signature computes the same products as its padded path grouped differently (other rows
+# per matmul, each distinct token through the char CNN once): a float32 sum that moves in its last bit can round to
+# the other bfloat16 neighbour (a step of 0.4% of it), and the recurrence carries that on. So `check_export` allows it
+# this share of the largest |value| of the model's outputs (the bound the tests hold bfloat16 to against float32).
+# Measured on the original-size model (random weights, an AVX2 CPU): 6.1e-4 with 0.625 the largest value (0.1%); the
+# padded signatures compute as the model does and stay within PARITY_ATOL, float32's packed one too (5e-7).
+PACKED_BFLOAT16_BOUND = 0.01
 CHECK_SENTENCES = (
     "The cat sat on the mat .",
     "Dogs are in the fog , aren't they ?",
@@ -102,7 +109,8 @@ def check_export(
     The `tokens` signature also gets junk beyond each `sequence_len`, which must not change anything.
     The requests of its warmup file (`elmo_tf.saved_model.warmup`), when it has one, must run too.
     Returns `{signature: {output: max |diff|}}`; raises `ExportError` when a difference exceeds `atol`
-    (any difference for int/bool outputs).
+    (any difference for int/bool outputs); for a bfloat16 model's `packed` signature, `PACKED_BFLOAT16_BOUND` of the
+    largest |value| of the model's outputs when that is more.
     """
     loaded = tf.saved_model.load(export_dir)
     missing = [name for name in SIGNATURES if name not in loaded.signatures]
@@ -121,14 +129,19 @@ def check_export(
     results[TOKENS_SIGNATURE] = compare_outputs(expected, {k: v.numpy() for k, v in out.items()})
     if PACKED_SIGNATURE in loaded.signatures:
         results[PACKED_SIGNATURE] = check_packed(loaded.signatures[PACKED_SIGNATURE], token_lists, expected)
+    tolerances = {sig: atol for sig in results}
+    if PACKED_SIGNATURE in results and model_precision(model) == "bfloat16":
+        largest = max(float(np.abs(v).max(initial=0.0)) for v in expected.values() if v.dtype.kind == "f")
+        tolerances[PACKED_SIGNATURE] = max(atol, PACKED_BFLOAT16_BOUND * largest)
     bad = {
         f"{sig}/{key}": diff
         for sig, diffs in results.items()
         for key, diff in diffs.items()
-        if diff > (atol if key not in expected or np.asarray(expected[key]).dtype.kind == "f" else 0)
+        if diff > (tolerances[sig] if key not in expected or np.asarray(expected[key]).dtype.kind == "f" else 0)
     }
     if bad:
-        raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (atol {atol}): {bad}")
+        allowed = ", ".join(f"{sig} {tolerances[sig]:.3g}" for sig in sorted({k.split("/")[0] for k in bad}))
+        raise ExportError(f"{export_dir}: reloaded outputs differ from the Keras model's (allowed: {allowed}): {bad}")
     try:
         count = run_warmup_requests(loaded, export_dir)
     except (ElmoTFError, tf.errors.OpError) as e:

@@ -498,6 +498,50 @@ def test_check_export_detects_a_different_model(model, exported):
         ex.check_export(other, exported)
 
 
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_check_export_allows_a_bfloat16_packed_signature_its_rounding_and_no_more(precision, tmp_path, monkeypatch):
+    """The packed signature of a bfloat16 model groups its products differently from the padded path, so its outputs
+    may differ by bfloat16's rounding: `check_export` allows it `PACKED_BFLOAT16_BOUND` (1%) of the largest output
+    value, and float32's packed signature, and every padded signature, 1e-5. A difference of half that bound passes
+    in bfloat16 only; one of twice the bound (a broken signature) fails in both, naming the signature and its bound."""
+    import keras
+
+    from elmo_tf import BiLMConfig, ELMo
+
+    keras.utils.set_random_seed(0)
+    model = ELMo(BiLMConfig(**TINY), precision=precision)
+    export_dir = ex.export_elmo(model, str(tmp_path / "elmo"), check=False)
+    expected = ex.reference_outputs(model, ex.reference_tokens(ex.CHECK_SENTENCES))
+    bound = ex.PACKED_BFLOAT16_BOUND * max(float(np.abs(v).max()) for v in expected.values() if v.dtype.kind == "f")
+    assert bound > 10 * ATOL
+    for diff in (0.5 * bound, 2 * bound):
+        monkeypatch.setattr(ex, "check_packed", lambda *args, diff=diff: {"activations": diff, "elmo": 0.0})
+        if precision == "bfloat16" and diff < bound:
+            assert ex.check_export(model, export_dir)["packed"]["activations"] == diff
+            continue
+        allowed = f"{bound:.3g}" if precision == "bfloat16" else "1e-05"
+        with pytest.raises(ex.ExportError, match=rf"\(allowed: packed {allowed}\): {{'packed/activations'"):
+            ex.check_export(model, export_dir)
+
+
+@pytest.mark.slow
+def test_an_original_size_bfloat16_export_passes_its_own_check(tmp_path):
+    """`elmo-tf export --precision bfloat16` of the original-size model (seeded random weights): its packed signature
+    is more than 1e-5 from the Keras model (bfloat16's rounding of differently grouped products: the check refused
+    the export before PACKED_BFLOAT16_BOUND), within the bound, and the padded signatures within 1e-5."""
+    import keras
+
+    from elmo_tf import ELMo
+    from elmo_tf.config import get_config
+
+    keras.utils.set_random_seed(0)
+    model = ELMo(get_config("original"), precision="bfloat16")
+    export_dir = ex.export_elmo(model, str(tmp_path / "elmo"))
+    results = ex.check_export(model, export_dir)  # raises beyond the bounds
+    assert max(results["packed"].values()) > ATOL, results["packed"]
+    assert max(d for sig, diffs in results.items() if sig != "packed" for d in diffs.values()) <= ATOL, results
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 
 
