@@ -189,8 +189,14 @@ def adapt_serving_latency(result):
                 "errors": r.get("errors"),
             }
         )
+    if result.get("quick"):
+        kind = "quick_recorded"
+    elif any(r["precision"] != "float32" for r in rows):
+        kind = "precision"  # float32 beside bfloat16 (issue 51): its own table, not the float32 headline
+    else:
+        kind = "full"
     run.update(
-        kind="quick_recorded" if result.get("quick") else "full",
+        kind=kind,
         duration=f"{result['duration_s'] / 60:.0f} min" if result.get("duration_s") else None,
         settings=result.get("settings"),
         targets=result.get("targets"),

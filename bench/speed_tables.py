@@ -337,6 +337,23 @@ SERVING_TABLES = {
         ],
         runs=lambda h: [r for kind in ("quick_ratios", "quick_packed") for r in of_kinds(kind)(h)],
     ),
+    "serving_precision": Table(
+        "serving_latency",
+        [
+            Column("transport", transport, "l"),
+            Column("clients", lambda run, r: DASH if r["clients"] is None else str(r["clients"])),
+            Column("precision", lambda run, r: r["precision"], "l"),
+            number("p50 ms", "p50_ms"),
+            number("p99 ms", "p99_ms"),
+            number("sentences/s", "sentences_per_s", ".1f"),
+            number("tokens/s", "tokens_per_s", ",.1f"),
+            Column("vs float32", lambda run, r: times(r.get("over_float32"))),
+        ],
+        runs=newest(kind="precision"),
+        caption=lambda h, runs, pairs: [
+            f"*Model: {runs[0]['rows'][0]['preset'] if runs[0]['rows'] else '?'}.* " + the_run()(h, runs, pairs)[0]
+        ],
+    ),
     "serving_metrics": Table(
         "serving_latency",
         [text("transport or measure", "what"), text("clients", "clients", "r"), text("sentences/s", "value", "r")],

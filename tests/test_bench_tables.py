@@ -307,6 +307,43 @@ def test_record_serving_latency(tmp_path, history):
     assert "| gRPC | 32 | 6,500 | 11,000 | 24.0 | 530.0 | 110% | 0.65x |" in tables.render("serving_latency", history)
 
 
+def test_a_serving_run_of_two_precisions_gets_its_own_table_not_the_float32_headline(tmp_path, history):
+    """A run of `serving_latency.py --precision float32,bfloat16` (issue 51) is recorded as kind "precision": the
+    `serving_precision` table shows it with its bfloat16 / float32 ratios, and `serving_latency` keeps the newest
+    float32 run."""
+    headline = tables.render("serving_latency", history)
+
+    def row(transport, precision, concurrency, sentences_per_s, p50_ms=None, p99_ms=None):
+        return dict(preset="original", rounds=3, errors=0, transport=transport, precision=precision,
+                    concurrency=concurrency, sentences_per_s=sentences_per_s, p50_ms=p50_ms, p99_ms=p99_ms)  # fmt: skip
+
+    def ratio(transport, concurrency, over_float32):
+        return dict(preset="original", transport=transport, precision="bfloat16", concurrency=concurrency,
+                    over_float32=over_float32)  # fmt: skip
+
+    result = {
+        "benchmark": "serving_latency",
+        "commit": _head(),
+        "quick": False,
+        "rows": [
+            row("embed", "float32", 1, 19.0),
+            row("embed", "bfloat16", 1, 15.0),
+            row("grpc", "float32", 32, 18.0, 9500.0, 17000.0),
+            row("grpc", "bfloat16", 32, 16.0, 9500.0, 17000.0),
+        ],
+        "overheads": [ratio("embed", 1, 0.79), ratio("grpc", 32, 0.89)],
+        "targets": [],
+    }
+    path = tmp_path / "serving.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    run = tables.record("serving_latency", str(path), history)
+    assert run["kind"] == "precision"
+    text = tables.render("serving_precision", history)
+    assert "| gRPC | 32 | bfloat16 | 9,500 | 17,000 | 16.0 | - | 0.89x |" in text
+    assert "| embed | - | bfloat16 | - | - | 15.0 | - | 0.79x |" in text
+    assert tables.render("serving_latency", history) == headline
+
+
 def test_record_train_throughput(tmp_path, history):
     def worker(tps):
         return {"targets_per_s": tps}
