@@ -193,6 +193,32 @@ def test_the_in_place_loop_leaves_its_inputs_alone():
     assert torch.equal(x_tensor, torch.tensor(x))
 
 
+@pytest.mark.skipif(backend() != "torch", reason="PyTorch's oneDNN copies of the kernels")
+@pytest.mark.parametrize("case", ["ragged", "holes"])  # the packed loop (left-aligned rows), the masked one
+def test_the_oneDNN_copies_of_the_kernels_follow_the_weights(case):
+    """Without autograd PyTorch's loop multiplies each step by oneDNN's reordered copies of its kernels (where this
+    PyTorch has oneDNN's linear), made once per kernel: weights written after a call (`set_weights`, Keras's
+    `assign`) give the new weights' outputs, equal to the `keras.ops` loop's, not the old copies'."""
+    from elmo_tf.layers.backends import torch_recurrence
+
+    mask = _masks()[case]
+    x = np.random.default_rng(10).normal(size=(*mask.shape, PROJ)).astype(np.float32)
+    state = _initial_state(mask.shape[0], seed=11)
+    fast, ops_loop = make_small_bilm(implementation="auto"), make_small_bilm(implementation="ops")
+    before = _run(fast, x, mask, state, autograd=False)
+    _assert_close(before, _run(ops_loop, x, mask, state, autograd=False), f"{case}, first weights")
+    if torch_recurrence._ONEDNN_LINEAR:  # a copy of each recurrent and projection kernel, made by the first call
+        copied = [w for w in fast.weights if w.value in torch_recurrence._REORDERED]
+        assert len(copied) == 2 * 2 * SMALL_BILM["num_layers"], [w.path for w in copied]
+    rng = np.random.default_rng(12)
+    weights = [rng.normal(0.0, 0.4, size=tuple(w.shape)).astype(np.float32) for w in fast.weights]
+    fast.set_weights(weights)
+    ops_loop.set_weights(weights)
+    after = _run(fast, x, mask, state, autograd=False)
+    _assert_close(after, _run(ops_loop, x, mask, state, autograd=False), f"{case}, weights written")
+    assert float(np.abs(after[0] - before[0]).max()) > 0.1
+
+
 # ------------------------------------------------------------------------------------------------------ char CNN
 
 LONG = "z" * 70  # longer than max_chars - widest filter: no cut of the char positions
