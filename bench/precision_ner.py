@@ -28,6 +28,8 @@ import time
 
 from common import REPO, RESULTS, SHARED, result_fields, write_result
 
+from elmo_tf.io.conll import read_conll
+
 DEFAULT_OUT = os.path.join(RESULTS, "precision_ner.json")
 BUDGET = 0.2  # F1 points bfloat16 may lose against float32 (issue 51)
 FILES = {"train": "eng.train", "dev": "eng.testa"}
@@ -78,14 +80,7 @@ def tag(args, tagger, precision, tokens_path):
     if done.returncode:
         raise SystemExit(f"precision_ner.py: {' '.join(command)} exited {done.returncode}:\n{done.stderr}")
     seconds = time.perf_counter() - start
-    sentences, current = [], []
-    with open(output, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                current.append(line.rstrip("\n").split("\t")[1])
-            else:
-                sentences.append(current)
-                current = []
+    sentences = [s.tags for s in read_conll(output)]  # `token<TAB>tag` lines, a blank line after each sentence
     return sentences, seconds
 
 
@@ -109,16 +104,15 @@ def main(argv=None):
     if not os.path.isfile(dev_path):
         p.error(f"--data: no {dev_path!r}")
 
-    sys.path.insert(0, REPO)
-    from elmo_tf.io.conll import read_conll
     from elmo_tf.ner.training import span_scores
 
     load_before = os.getloadavg()
     os.makedirs(args.workdir, exist_ok=True)
-    gold = [s.tags for s in read_conll(dev_path)]
+    dev = read_conll(dev_path)
+    gold = [s.tags for s in dev]
     tokens_path = os.path.join(args.workdir, "dev_tokens.txt")
     with open(tokens_path, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(s.tokens) + "\n" for s in read_conll(dev_path))
+        f.writelines(" ".join(s.tokens) + "\n" for s in dev)
 
     taggers = {"float32": train(args, "float32", args.seed), "bfloat16": train(args, "bfloat16", args.seed)}
     if args.noise_seed:

@@ -238,6 +238,11 @@ def grid_rows(h, runs):
     ]
 
 
+def model_caption(h, runs, pairs):
+    """The run's caption after the model it served."""
+    return [f"*Model: {runs[0]['rows'][0]['preset'] if runs[0]['rows'] else '?'}.* " + the_run()(h, runs, pairs)[0]]
+
+
 def grid_cell(t):
     return lambda run, r: DASH if r["cells"][t] is None else latency_pair(r["cells"][t])
 
@@ -296,9 +301,7 @@ SERVING_TABLES = {
             Column("p50 / in-process", lambda run, r: times(r.get("p50_over_in_process"))),
         ],
         runs=newest(kind="full"),
-        caption=lambda h, runs, pairs: [
-            f"*Model: {runs[0]['rows'][0]['preset'] if runs[0]['rows'] else '?'}.* " + the_run()(h, runs, pairs)[0]
-        ],
+        caption=model_caption,
     ),
     "serving_latency_grid": Table(
         "serving_latency",
@@ -350,9 +353,7 @@ SERVING_TABLES = {
             Column("vs float32", lambda run, r: times(r.get("over_float32"))),
         ],
         runs=newest(kind="precision"),
-        caption=lambda h, runs, pairs: [
-            f"*Model: {runs[0]['rows'][0]['preset'] if runs[0]['rows'] else '?'}.* " + the_run()(h, runs, pairs)[0]
-        ],
+        caption=model_caption,
     ),
     "serving_metrics": Table(
         "serving_latency",
